@@ -1,0 +1,55 @@
+# Thin wrapper over CMake. `make demo` and `make test` work on a fresh Debian
+# machine: they install missing packages first (scripts/deps.sh, idempotent).
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+JOBS       ?= $(shell nproc)
+PREFIX     ?= /usr/local
+CMAKE_ARGS ?=
+
+.PHONY: all build deps test test-unit test-sanitize demo bench install fuzz format clean
+
+all: build
+
+build:
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory -s
+
+deps:
+	@bash scripts/deps.sh
+
+# Every test: unit, gradient checks, PyTorch parity, CLI, fuzz-corpus replay.
+test: deps build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# Unit tests only (fast).
+test-unit: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L unit
+
+# The unit tests again under AddressSanitizer and UndefinedBehaviorSanitizer, warnings as errors.
+test-sanitize: deps
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=ON -DDT_WERROR=ON >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -L unit
+
+# Train fashioncnn on Fashion-MNIST and print the summary.
+demo: deps build
+	@$(BUILD)/dtrain train --model fashioncnn --data fashion-mnist --epochs 1 --batch-size 64 \
+	  --optimizer sgd --lr 0.01 --momentum 0.9 --out runs/demo
+
+bench: deps build
+	@bash bench/run_all.sh $(BUILD)
+
+install: build
+	@cmake --install $(BUILD)
+
+# libFuzzer targets (clang): build-fuzz/tests/fuzz_*; run e.g. build-fuzz/tests/fuzz_idx -max_total_time=60
+fuzz:
+	@CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDT_FUZZ=ON >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
+
+format:
+	@clang-format -i include/dtrain/*.h src/*/*.[ch] tools/*.c tests/*/*.[ch] examples/*.c
+
+clean:
+	@rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

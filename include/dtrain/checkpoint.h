@@ -1,0 +1,59 @@
+/* Model weights as safetensors files (readable by PyTorch and Hugging Face tools), written atomically. */
+#ifndef DTRAIN_CHECKPOINT_H
+#define DTRAIN_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/model.h"
+#include "dtrain/status.h"
+#include "dtrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_named_tensor {
+  const char *name;
+  dt_tensor tensor; /* dtype, shape and data; f32/bf16/f16/i32/i64/f64 */
+} dt_named_tensor;
+
+typedef struct dt_kv {
+  const char *key;
+  const char *value;
+} dt_kv;
+
+/* Writes tensors and string metadata to `path` atomically: a temporary file in
+ * the same directory, fsync, rename, fsync of the directory. On any failure the
+ * previous file at `path` is untouched and the temporary is removed. */
+dt_status dt_safetensors_save(const char *path, const dt_named_tensor *tensors, int n, const dt_kv *meta,
+                              int n_meta);
+
+/* A loaded file: names, dtypes, shapes and data checked against the header
+ * (offsets inside the file, sizes = product of shape x dtype size, no overlap,
+ * header JSON well formed and bounded). */
+typedef struct dt_safetensors dt_safetensors;
+dt_status dt_safetensors_load(const char *path, dt_safetensors **out);
+/* Parses an in-memory file image (copied); for tests and fuzzing. */
+dt_status dt_safetensors_parse(const uint8_t *buf, size_t len, dt_safetensors **out);
+void dt_safetensors_free(dt_safetensors *f);
+int dt_safetensors_count(const dt_safetensors *f);
+/* Tensor i (a view into f, valid while f lives). */
+dt_status dt_safetensors_get(const dt_safetensors *f, int i, dt_named_tensor *out);
+dt_status dt_safetensors_find(const dt_safetensors *f, const char *name, dt_named_tensor *out);
+/* Metadata value for key, or NULL. */
+const char *dt_safetensors_meta(const dt_safetensors *f, const char *key);
+int dt_safetensors_meta_count(const dt_safetensors *f);
+dt_kv dt_safetensors_meta_at(const dt_safetensors *f, int i);
+
+/* Saves every named tensor of the model (parameters and buffers). */
+dt_status dt_model_save(dt_model *m, const char *path, const dt_kv *meta, int n_meta);
+/* Loads weights into a built model: every tensor of the model must be present
+ * with the same dtype and shape; the first difference is DT_SHAPE_MISMATCH or
+ * DT_NOT_FOUND naming the tensor. The model is unchanged on failure. */
+dt_status dt_model_load(dt_model *m, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

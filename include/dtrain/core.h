@@ -1,0 +1,78 @@
+/* dtrain core: threads budget, logging level, tunables, aligned memory, RNG, timers. */
+#ifndef DTRAIN_CORE_H
+#define DTRAIN_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- threads ---------------------------------------------------------- */
+/* Sets the compute thread budget of this process: our OpenMP loops and
+ * OpenBLAS together never use more than n threads. n <= 0 means "all cores"
+ * (or DT_NUM_THREADS if set). Call before training; not thread-safe. */
+dt_status dt_set_threads(int n);
+/* The current budget (>= 1). */
+int dt_get_threads(void);
+/* Online cores of this machine. */
+int dt_num_cores(void);
+
+/* ---- logging ---------------------------------------------------------- */
+typedef enum dt_log_level { DT_LOG_LEVEL_ERROR = 0, DT_LOG_LEVEL_WARN, DT_LOG_LEVEL_INFO, DT_LOG_LEVEL_TRACE } dt_log_level;
+/* Current level: from DT_DEBUG=error|warn|info|trace (default warn), or as set. */
+dt_log_level dt_log_get_level(void);
+void dt_log_set_level(dt_log_level level);
+
+/* ---- tunables ---------------------------------------------------------- */
+/* Tunables are rows of one table (name, default, doc), read from DT_* env
+ * variables. Lookup by name; DT_NOT_FOUND for an unknown name, DT_INVALID_ARGUMENT
+ * (naming the variable) when the environment holds a malformed value. */
+dt_status dt_tunable_int(const char *name, long *out);
+dt_status dt_tunable_str(const char *name, const char **out);
+/* Calls fn for every row (for --help and docs). */
+void dt_tunables_each(void (*fn)(const char *name, const char *def, const char *doc, void *user), void *user);
+
+/* ---- memory ------------------------------------------------------------ */
+/* 64-byte aligned, zeroed allocation; *out set only on success. dt_free(NULL) is a no-op. */
+dt_status dt_alloc(size_t bytes, void **out);
+void dt_free(void *p);
+
+/* ---- RNG: Philox4x32-10, counter based -------------------------------- */
+/* A stream is (key, counter): the same key and counter give the same numbers
+ * on any thread, rank or machine. */
+typedef struct dt_rng {
+  uint64_t key;     /* seed mixed with a stream id (see dt_rng_init) */
+  uint64_t counter; /* index of the next 4x32-bit block */
+  uint32_t buf[4];
+  int used; /* words of buf already handed out (4 = empty) */
+} dt_rng;
+/* key = mix(seed, stream); counter starts at 0. */
+void dt_rng_init(dt_rng *r, uint64_t seed, uint64_t stream);
+/* One Philox4x32-10 block for (key, counter). */
+void dt_philox4x32(uint64_t key, uint64_t counter, uint32_t out[4]);
+uint32_t dt_rng_u32(dt_rng *r);
+/* Uniform in [0, 1) with 24 random bits. */
+float dt_rng_uniform(dt_rng *r);
+/* Uniform in [lo, hi). */
+float dt_rng_uniform_range(dt_rng *r, float lo, float hi);
+/* Standard normal (Box-Muller). */
+float dt_rng_normal(dt_rng *r);
+/* Unbiased integer in [0, n), n >= 1. */
+uint32_t dt_rng_below(dt_rng *r, uint32_t n);
+
+/* ---- timers ------------------------------------------------------------ */
+/* Monotonic seconds since an arbitrary origin. */
+double dt_time_now(void);
+/* CPU time of this process so far, in seconds. */
+void dt_cpu_time(double *user_s, double *sys_s);
+/* Peak resident set size of this process, bytes (0 if unknown). */
+size_t dt_peak_rss(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

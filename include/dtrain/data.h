@@ -1,0 +1,96 @@
+/* Datasets (IDX files: MNIST, Fashion-MNIST) and a shuffling, prefetching batch loader. */
+#ifndef DTRAIN_DATA_H
+#define DTRAIN_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- IDX ----------------------------------------------------------------- */
+/* A parsed IDX array (http://yann.lecun.com/exdb/mnist/ format): big-endian
+ * header, element type code, up to 4 dims (more is corrupt here). */
+typedef struct dt_idx {
+  uint8_t type;        /* 0x08 u8, 0x09 i8, 0x0B i16, 0x0C i32, 0x0D f32, 0x0E f64 */
+  int ndim;
+  uint32_t dims[4];
+  size_t count;        /* elements */
+  void *data;          /* count elements, converted to host byte order; owned */
+} dt_idx;
+/* Parses an in-memory IDX image (already decompressed). Validates magic, type,
+ * rank, every dimension (> 0, product without overflow, at most `max_bytes` of
+ * data) and that the length matches exactly. DT_CORRUPT naming what is wrong. */
+dt_status dt_idx_parse(const uint8_t *buf, size_t len, size_t max_bytes, dt_idx *out);
+/* Reads `path`, gunzipping when it is gzip data (by magic, not by name). */
+dt_status dt_idx_load(const char *path, dt_idx *out);
+void dt_idx_free(dt_idx *idx);
+
+/* ---- datasets ------------------------------------------------------------ */
+typedef enum dt_split { DT_SPLIT_TRAIN, DT_SPLIT_TEST } dt_split;
+
+typedef struct dt_normalize {
+  int enabled;   /* 0: x / 255 in [0, 1]; 1: also (x - mean) / std */
+  float mean, std;
+} dt_normalize;
+
+typedef struct dt_dataset dt_dataset;
+/* `source` is a known name ("fashion-mnist", "mnist": looked up under
+ * DT_DATA_DIR, default /usr/share/datasets) or a directory holding
+ * {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]. Images and labels must
+ * agree in count; labels must be < classes (10). DT_NOT_FOUND names the missing
+ * file and how to get it. */
+dt_status dt_dataset_load(const char *source, dt_split split, const dt_normalize *norm, dt_dataset **out);
+void dt_dataset_free(dt_dataset *ds);
+int64_t dt_dataset_size(const dt_dataset *ds);
+/* (C, H, W) of one sample. */
+void dt_dataset_sample_shape(const dt_dataset *ds, int64_t shape[3]);
+int dt_dataset_classes(const dt_dataset *ds);
+/* Writes samples idx[0..n) as normalised floats into x (n, C, H, W) and labels into y (n). */
+void dt_dataset_gather(const dt_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y);
+
+/* ---- loader --------------------------------------------------------------- */
+/* Which samples an epoch visits, in order: fills out[0..*n) (out has room for
+ * dataset size entries, or as the sampler documents). Lets distributed
+ * samplers plug in without touching the loader. */
+typedef dt_status (*dt_sampler_fn)(void *user, int64_t epoch, int64_t *out, int64_t *n);
+
+typedef struct dt_loader_config {
+  int batch_size;      /* >= 1 */
+  int shuffle;         /* permute per epoch with Philox(seed, epoch) */
+  int drop_last;       /* drop a last partial batch */
+  uint64_t seed;
+  int prefetch;        /* batches prepared ahead on the background thread (>= 1; 0: DT_PREFETCH) */
+  dt_sampler_fn sampler; /* optional: overrides shuffle */
+  void *sampler_user;
+  int64_t sampler_capacity; /* entries the sampler may write; 0: dataset size */
+} dt_loader_config;
+
+typedef struct dt_batch {
+  const float *x;      /* (size, C, H, W) */
+  const int32_t *y;    /* (size) */
+  int size;            /* 0 at the end of the epoch */
+  int64_t index;       /* batch number within the epoch */
+} dt_batch;
+
+typedef struct dt_loader dt_loader;
+dt_status dt_loader_new(const dt_dataset *ds, const dt_loader_config *cfg, dt_loader **out);
+void dt_loader_free(dt_loader *l);
+/* Starts epoch `epoch` (its order is a pure function of seed and epoch); the
+ * background thread begins preparing batches at once. */
+dt_status dt_loader_start_epoch(dt_loader *l, int64_t epoch);
+/* The next batch of the epoch; b->size == 0 once the epoch is done. The
+ * buffers stay valid until the next call. */
+dt_status dt_loader_next(dt_loader *l, dt_batch *b);
+int64_t dt_loader_batches_per_epoch(const dt_loader *l);
+int64_t dt_loader_samples_per_epoch(const dt_loader *l);
+/* Seconds the caller has spent blocked in dt_loader_next waiting for data. */
+double dt_loader_wait_seconds(const dt_loader *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,135 @@
+/* dt_model: layers built one by one over a flat parameter arena, explicit forward/backward. */
+#ifndef DTRAIN_MODEL_H
+#define DTRAIN_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dtrain/status.h"
+#include "dtrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_model dt_model;
+
+typedef enum dt_activation {
+  DT_RELU,
+  DT_GELU,      /* exact erf form */
+  DT_GELU_TANH, /* tanh approximation */
+  DT_TANH,
+  DT_SIGMOID,
+} dt_activation;
+
+/* ---- building ------------------------------------------------------------ */
+/* A new, empty model whose input samples have shape sample_shape (e.g. {1, 28, 28}
+ * for images as (C, H, W), or {784} for vectors). The caller owns *out. */
+dt_status dt_model_new(int ndim, const int64_t *sample_shape, dt_model **out);
+void dt_model_free(dt_model *m); /* accepts NULL */
+
+/* Each add appends a layer after the current last one. `name` is the module path
+ * of the layer as in PyTorch ("layer1.0", "fc1"); its tensors are "<name>.weight",
+ * "<name>.bias", ... Shapes are checked against the previous layer's output. */
+dt_status dt_model_add_linear(dt_model *m, const char *name, int out_features, int bias);
+dt_status dt_model_add_conv2d(dt_model *m, const char *name, int out_channels, int kernel, int stride, int padding,
+                              int bias);
+/* PyTorch defaults: eps 1e-5, momentum 0.1; buffers running_mean, running_var, num_batches_tracked. */
+dt_status dt_model_add_batchnorm2d(dt_model *m, const char *name, float eps, float momentum);
+dt_status dt_model_add_maxpool2d(dt_model *m, const char *name, int kernel, int stride, int padding);
+dt_status dt_model_add_avgpool2d(dt_model *m, const char *name, int kernel, int stride, int padding);
+dt_status dt_model_add_activation(dt_model *m, const char *name, dt_activation act);
+dt_status dt_model_add_dropout(dt_model *m, const char *name, float p);
+dt_status dt_model_add_flatten(dt_model *m, const char *name);
+/* Layers added between begin and end form a residual branch:
+ * out = in + branch(in); the branch must keep the shape. Branches may nest. */
+dt_status dt_model_begin_residual(dt_model *m, const char *name);
+dt_status dt_model_end_residual(dt_model *m);
+
+/* Finishes building: lays out the arenas, allocates activations for batches of up
+ * to max_batch samples, and initialises parameters like PyTorch's defaults
+ * (kaiming_uniform a=sqrt(5) weights, uniform(+-1/sqrt(fan_in)) biases, BN weight 1,
+ * bias 0, running_var 1) from a Philox stream of `seed`. */
+dt_status dt_model_build(dt_model *m, int max_batch, uint64_t seed);
+
+/* ---- running --------------------------------------------------------------- */
+/* Training mode (batch statistics, dropout on) or evaluation mode. Default: training. */
+void dt_model_set_training(dt_model *m, int training);
+/* Dropout masks come from Philox(seed, stream, step): set the stream (e.g. the
+ * rank) so workers draw different masks; the step advances with every training forward. */
+void dt_model_set_rng_stream(dt_model *m, uint64_t stream);
+
+/* x (batch, sample_shape...) -> *out (batch, dt_model_output_size), owned by the
+ * model, valid until the next forward. batch in 1..max_batch. */
+dt_status dt_model_forward(dt_model *m, const float *x, int batch, const float **out);
+/* Back-propagates dout (batch, output_size) through the last training forward;
+ * ACCUMULATES parameter gradients into the gradient arena (see dt_model_zero_grad). */
+dt_status dt_model_backward(dt_model *m, const float *dout);
+void dt_model_zero_grad(dt_model *m);
+
+/* Gradient-ready events: during backward, as soon as a layer's parameter gradients
+ * are final, fn(user, offset, count) is called (on the thread running backward)
+ * with the range of the gradient arena they occupy. The arena is laid out in
+ * reverse layer order, so ranges arrive front to back: [0, a), [a, b), ... */
+typedef void (*dt_grad_ready_fn)(void *user, size_t offset, size_t count);
+void dt_model_on_grad_ready(dt_model *m, dt_grad_ready_fn fn, void *user);
+
+/* ---- arenas and named tensors ------------------------------------------------ */
+/* The flat arenas (valid after build): parameters and their gradients share one
+ * layout; buffers (BN running statistics) are f32 and not trained. */
+float *dt_model_params(dt_model *m, size_t *count);
+float *dt_model_grads(dt_model *m, size_t *count);
+float *dt_model_buffers(dt_model *m, size_t *count);
+size_t dt_model_num_params(const dt_model *m);
+int dt_model_output_size(const dt_model *m);
+const int64_t *dt_model_input_shape(const dt_model *m, int *ndim);
+
+/* Named tensors in PyTorch state_dict order (per module: parameters, then buffers). */
+typedef struct dt_tensor_info {
+  const char *name;   /* "layer1.1.running_mean" */
+  dt_dtype dtype;     /* f32, or i64 for num_batches_tracked */
+  int ndim;
+  int64_t shape[DT_MAX_DIMS];
+  int trainable;      /* 1: in the parameter arena (has a gradient); 0: a buffer */
+  size_t offset;      /* element offset in its arena (params or buffers); 0 for i64 */
+} dt_tensor_info;
+int dt_model_num_tensors(const dt_model *m);
+dt_status dt_model_tensor_info(const dt_model *m, int i, dt_tensor_info *out);
+/* Pointer to tensor i's data (float* for f32, int64_t* for i64); NULL if i is out of range. */
+void *dt_model_tensor_data(dt_model *m, int i);
+/* DT_NOT_FOUND if no tensor has that name. */
+dt_status dt_model_find_tensor(const dt_model *m, const char *name, int *index);
+
+/* A layer table like torchsummary (name, kind, output shape, parameters). */
+void dt_model_print_summary(const dt_model *m, FILE *f);
+
+/* ---- loss and metrics -------------------------------------------------------- */
+/* Mean cross entropy of logits (batch, classes) against labels, with label
+ * smoothing eps (torch.nn.CrossEntropyLoss semantics). dlogits (batch, classes)
+ * receives the gradient of the mean loss if non-NULL. A label outside
+ * [0, classes) is DT_INVALID_ARGUMENT naming the sample. */
+dt_status dt_loss_cross_entropy(const float *logits, const int32_t *labels, int batch, int classes, float eps,
+                                float *loss, float *dlogits);
+/* Counts samples whose label is the top-1 logit and among the top-k. */
+void dt_topk_correct(const float *logits, const int32_t *labels, int batch, int classes, int k, int64_t *top1,
+                     int64_t *topk);
+
+/* ---- model zoo ---------------------------------------------------------------- */
+typedef struct dt_zoo_config {
+  int64_t sample_shape[3]; /* (C, H, W) of the data, e.g. {1, 28, 28} */
+  int classes;             /* e.g. 10 */
+  const int *hidden;       /* mlp: hidden widths (NULL: the model's default) */
+  int n_hidden;
+  float dropout;           /* < 0: the model's default; 0 disables dropout */
+} dt_zoo_config;
+/* Builds the layers of a registered model (not yet dt_model_build-ed).
+ * DT_NOT_FOUND naming the known models for an unknown name. */
+dt_status dt_model_zoo_new(const char *name, const dt_zoo_config *cfg, dt_model **out);
+/* Calls fn for every registered model, with a one-line description. */
+void dt_model_zoo_each(void (*fn)(const char *name, const char *doc, void *user), void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

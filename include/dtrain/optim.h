@@ -1,0 +1,77 @@
+/* Optimizers (SGD, Adam, AdamW with PyTorch's update rules), LR schedules, gradient clipping. */
+#ifndef DTRAIN_OPTIM_H
+#define DTRAIN_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dt_optim_kind { DT_OPTIM_SGD, DT_OPTIM_ADAM, DT_OPTIM_ADAMW } dt_optim_kind;
+
+typedef struct dt_optim_config {
+  dt_optim_kind kind;
+  float weight_decay; /* SGD/Adam: L2 added to the gradient; AdamW: decoupled */
+  /* SGD */
+  float momentum, dampening;
+  int nesterov; /* needs momentum > 0 and dampening == 0, as PyTorch */
+  /* Adam / AdamW */
+  float beta1, beta2, eps;
+} dt_optim_config;
+
+/* PyTorch's defaults for kind (SGD: all 0; Adam: betas 0.9, 0.999, eps 1e-8;
+ * AdamW: the same with weight_decay 0.01). */
+void dt_optim_config_default(dt_optim_kind kind, dt_optim_config *cfg);
+/* "sgd", "adam", "adamw" */
+dt_status dt_optim_kind_parse(const char *s, dt_optim_kind *out);
+const char *dt_optim_kind_name(dt_optim_kind k);
+
+/* State (momentum buffer, exp_avg, exp_avg_sq) lives in flat buffers parallel
+ * to the parameter arena of `count` floats. Invalid hyper-parameters are
+ * DT_INVALID_ARGUMENT naming the value. */
+typedef struct dt_optim dt_optim;
+dt_status dt_optim_new(const dt_optim_config *cfg, size_t count, dt_optim **out);
+void dt_optim_free(dt_optim *o);
+/* One update of params (count) from grads (count) at learning rate lr. */
+dt_status dt_optim_step(dt_optim *o, float *params, const float *grads, float lr);
+/* Steps taken so far (Adam's bias correction uses it). */
+int64_t dt_optim_step_count(const dt_optim *o);
+/* The state buffers, for checkpoints: i in 0..n-1, each `count` floats, named
+ * as in PyTorch's optimizer state ("momentum_buffer", "exp_avg", "exp_avg_sq"). */
+int dt_optim_num_states(const dt_optim *o);
+float *dt_optim_state(dt_optim *o, int i, const char **name);
+/* Restores the step count (with state buffers written through dt_optim_state). */
+void dt_optim_set_step_count(dt_optim *o, int64_t steps);
+
+/* ---- learning-rate schedules (per optimizer step) ------------------------- */
+typedef enum dt_sched_kind { DT_SCHED_CONSTANT, DT_SCHED_STEP, DT_SCHED_COSINE } dt_sched_kind;
+typedef struct dt_lr_schedule {
+  dt_sched_kind kind;
+  float base_lr;
+  int64_t warmup_steps;  /* linear warm-up from warmup_start * base_lr (torch LinearLR) */
+  float warmup_start;    /* factor at step 0, default 1/3 as LinearLR */
+  int64_t step_size;     /* step: multiply by gamma every step_size steps (StepLR) */
+  float gamma;
+  int64_t total_steps;   /* cosine: period T_max of CosineAnnealingLR, after warm-up */
+  float min_lr;          /* cosine: eta_min */
+} dt_lr_schedule;
+/* The learning rate for optimizer step `step` (0-based). Warm-up runs for the
+ * first warmup_steps steps, then the main schedule starts at its own step 0
+ * (torch SequentialLR of LinearLR and the main scheduler). */
+float dt_lr_at(const dt_lr_schedule *s, int64_t step);
+/* Checks a schedule: DT_INVALID_ARGUMENT naming the bad field. */
+dt_status dt_lr_schedule_check(const dt_lr_schedule *s);
+
+/* Scales grads so their global L2 norm is at most max_norm (torch
+ * clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied when < 1).
+ * Returns the norm before clipping in *norm. */
+dt_status dt_clip_grad_norm(float *grads, size_t count, float max_norm, float *norm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

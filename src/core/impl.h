@@ -1,0 +1,68 @@
+/* Internal helpers shared by all of libdtrain: error recording, checks, logging. */
+#ifndef DT_CORE_IMPL_H
+#define DT_CORE_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/core.h"
+#include "dtrain/status.h"
+
+#if defined(__GNUC__)
+#define DT_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define DT_PRINTF(f, a)
+#endif
+
+/* Records the detail string of a failure on this thread and returns s, so a
+ * failing path reads `return dt_error(DT_IO, "%s: %s", path, strerror(errno));`.
+ * The detail names what and where; the status says what kind. */
+dt_status dt_error(dt_status s, const char *fmt, ...) DT_PRINTF(2, 3);
+/* Prefixes the current detail with context ("loading model.safetensors: ..."). */
+dt_status dt_error_prefix(dt_status s, const char *fmt, ...) DT_PRINTF(2, 3);
+
+/* Propagates a non-OK status to the caller (NCCLCHECK style), leaving a
+ * breadcrumb at trace level. */
+#define DT_CHECK(expr)                                                          \
+  do {                                                                          \
+    dt_status dt_check_s_ = (expr);                                             \
+    if (dt_check_s_ != DT_OK) {                                                 \
+      dt_log_(DT_LOG_LEVEL_TRACE, "check", "%s:%d: %s -> %s", __FILE__, __LINE__, #expr, \
+              dt_status_name(dt_check_s_));                                     \
+      return dt_check_s_;                                                       \
+    }                                                                           \
+  } while (0)
+
+/* Same, but jumps to a cleanup label with the status in variable st. */
+#define DT_CHECK_GOTO(expr, st, label) \
+  do {                                 \
+    (st) = (expr);                     \
+    if ((st) != DT_OK) goto label;     \
+  } while (0)
+
+/* ---- logging: DT_DEBUG=error|warn|info|trace; subsystem names the area ---- */
+void dt_log_(dt_log_level level, const char *subsys, const char *fmt, ...) DT_PRINTF(3, 4);
+#define DT_LOG_ERROR(sub, ...) dt_log_(DT_LOG_LEVEL_ERROR, sub, __VA_ARGS__)
+#define DT_LOG_WARN(sub, ...) dt_log_(DT_LOG_LEVEL_WARN, sub, __VA_ARGS__)
+#define DT_LOG_INFO(sub, ...)                                                     \
+  do {                                                                            \
+    if (dt_log_get_level() >= DT_LOG_LEVEL_INFO) dt_log_(DT_LOG_LEVEL_INFO, sub, __VA_ARGS__); \
+  } while (0)
+#define DT_LOG_TRACE(sub, ...)                                                    \
+  do {                                                                            \
+    if (dt_log_get_level() >= DT_LOG_LEVEL_TRACE) dt_log_(DT_LOG_LEVEL_TRACE, sub, __VA_ARGS__); \
+  } while (0)
+
+/* ---- checked allocation ---------------------------------------------------- */
+/* n * size bytes, 64-byte aligned, zeroed; DT_OUT_OF_MEMORY (with the size and
+ * what for) on overflow or failure. */
+dt_status dt_alloc_array(size_t n, size_t size, const char *what, void **out);
+/* a * b with overflow detection; 0 on success. */
+static inline int dt_mul_overflow(size_t a, size_t b, size_t *out) {
+  return __builtin_mul_overflow(a, b, out);
+}
+
+#define DT_ALIGN 64
+#define DT_ALIGN_UP(n) (((n) + (DT_ALIGN - 1)) & ~(size_t)(DT_ALIGN - 1))
+
+#endif

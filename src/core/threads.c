@@ -1,0 +1,38 @@
+/* The compute thread budget: one OpenMP pool shared by our loops and OpenBLAS. */
+#include <omp.h>
+#include <unistd.h>
+
+#include "core/impl.h"
+
+/* OpenBLAS's own setter; declared here so the public headers need no cblas.h. */
+void openblas_set_num_threads(int n);
+
+static int thread_budget;
+
+int dt_num_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+dt_status dt_set_threads(int n) {
+  if (n <= 0) {
+    long env = 0;
+    DT_CHECK(dt_tunable_int("DT_NUM_THREADS", &env));
+    if (env < 0) return dt_error(DT_INVALID_ARGUMENT, "DT_NUM_THREADS=%ld must be >= 0", env);
+    n = env > 0 ? (int)env : dt_num_cores();
+  }
+  if (n > 4096) return dt_error(DT_INVALID_ARGUMENT, "thread count %d is too large", n);
+  thread_budget = n;
+  /* OpenBLAS is the OpenMP build: inside our parallel regions it runs on one
+   * thread, outside it uses the same pool, so the process never runs more than n. */
+  omp_set_num_threads(n);
+  omp_set_max_active_levels(1);
+  openblas_set_num_threads(n);
+  DT_LOG_INFO("threads", "compute budget %d thread(s)", n);
+  return DT_OK;
+}
+
+int dt_get_threads(void) {
+  if (thread_budget == 0 && dt_set_threads(0) != DT_OK) thread_budget = 1;
+  return thread_budget;
+}

@@ -1,0 +1,55 @@
+/* The one table of DT_* environment tunables: name, default, documentation. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/impl.h"
+
+typedef struct tunable {
+  const char *name;
+  const char *def;
+  int is_int;
+  const char *doc;
+} tunable;
+
+static const tunable tunables[] = {
+    {"DT_DEBUG", "warn", 0, "log level: error, warn, info or trace"},
+    {"DT_NUM_THREADS", "0", 1, "compute threads per process when --threads is not given (0: all cores)"},
+    {"DT_DATA_DIR", "/usr/share/datasets", 0, "where named datasets (fashion-mnist, mnist) are looked up"},
+    {"DT_PREFETCH", "2", 1, "batches the data loader prepares ahead of training"},
+    {"DT_TIMEOUT", "300", 1, "seconds any wait on a peer may take before it is an error"},
+};
+
+static const tunable *find(const char *name) {
+  for (size_t i = 0; i < sizeof tunables / sizeof tunables[0]; i++)
+    if (strcmp(tunables[i].name, name) == 0) return &tunables[i];
+  return NULL;
+}
+
+dt_status dt_tunable_str(const char *name, const char **out) {
+  const tunable *t = find(name);
+  if (!t) return dt_error(DT_NOT_FOUND, "unknown tunable %s", name);
+  const char *v = getenv(name);
+  *out = (v && *v) ? v : t->def;
+  return DT_OK;
+}
+
+dt_status dt_tunable_int(const char *name, long *out) {
+  const tunable *t = find(name);
+  if (!t) return dt_error(DT_NOT_FOUND, "unknown tunable %s", name);
+  if (!t->is_int) return dt_error(DT_INVALID_ARGUMENT, "tunable %s is not an integer", name);
+  const char *v = getenv(name);
+  const char *s = (v && *v) ? v : t->def;
+  char *end;
+  errno = 0;
+  long x = strtol(s, &end, 10);
+  if (errno || end == s || *end != '\0')
+    return dt_error(DT_INVALID_ARGUMENT, "%s=%s is not an integer (%s)", name, s, t->doc);
+  *out = x;
+  return DT_OK;
+}
+
+void dt_tunables_each(void (*fn)(const char *, const char *, const char *, void *), void *user) {
+  for (size_t i = 0; i < sizeof tunables / sizeof tunables[0]; i++)
+    fn(tunables[i].name, tunables[i].def, tunables[i].doc, user);
+}

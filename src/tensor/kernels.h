@@ -1,0 +1,120 @@
+/* CPU kernels over raw f32 buffers (llm.c style): shapes in comments, row-major.
+ *
+ * Conventions every kernel follows:
+ *  - forward writes its output (=);
+ *  - backward writes input gradients (=) and ACCUMULATES parameter gradients
+ *    (+=), so gradient accumulation over micro-batches needs no copy;
+ *  - any gradient pointer may be NULL to skip that gradient;
+ *  - kernels parallelise with OpenMP inside the process thread budget
+ *    (dt_set_threads); GEMMs go to OpenBLAS (cblas_sgemm), never loops;
+ *  - kernels do not allocate: callers pass workspaces sized by *_floats(). */
+#ifndef DT_TENSOR_KERNELS_H
+#define DT_TENSOR_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/status.h"
+
+/* ---- GEMM / linear -------------------------------------------------------- */
+/* C (M, N) = alpha * op(A) @ op(B) + beta * C; op(X) = X^T when trans_X. */
+void dt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+              const float *B, int ldb, float beta, float *C, int ldc);
+
+/* out (B, O) = inp (B, I) @ w^T + b;  w (O, I) as torch.nn.Linear;  b (O) or NULL */
+void dt_linear_forward(float *out, const float *inp, const float *w, const float *b, int B, int I, int O);
+/* dinp (B, I) = dout @ w;  dw (O, I) += dout^T @ inp;  db (O) += sum_b dout */
+void dt_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                        int B, int I, int O);
+
+/* ---- conv2d (im2col + GEMM) ---------------------------------------------- */
+typedef struct dt_conv2d_geom {
+  int N, C, H, W;    /* input (N, C, H, W) */
+  int OC, KH, KW;    /* weight (OC, C, KH, KW) */
+  int stride, pad;   /* same in both directions; zero padding */
+  int OH, OW;        /* output (N, OC, OH, OW) */
+} dt_conv2d_geom;
+/* Fills OH/OW; DT_INVALID_ARGUMENT if any size is < 1 or the output would be empty. */
+dt_status dt_conv2d_geom_init(dt_conv2d_geom *g, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
+                              int pad);
+/* Floats of `col`, written by forward and read by backward (the unfolded input). */
+size_t dt_conv2d_col_floats(const dt_conv2d_geom *g);
+/* Floats of `scratch`, temporary within one forward or backward call. */
+size_t dt_conv2d_scratch_floats(const dt_conv2d_geom *g);
+/* out (N, OC, OH, OW) = conv(inp (N, C, H, W), w (OC, C, KH, KW)) + b (OC) [b may be NULL] */
+void dt_conv2d_forward(const dt_conv2d_geom *g, float *out, float *col, float *scratch, const float *inp,
+                       const float *w, const float *b);
+/* dinp (N, C, H, W) =;  dw (OC, C, KH, KW) +=;  db (OC) += ;  col from the matching forward */
+void dt_conv2d_backward(const dt_conv2d_geom *g, float *dinp, float *dw, float *db, float *scratch,
+                        const float *dout, const float *col, const float *w);
+
+/* ---- pooling (floor mode, like PyTorch's default ceil_mode=False) -------- */
+typedef struct dt_pool2d_geom {
+  int N, C, H, W;
+  int K, stride, pad;
+  int OH, OW;
+} dt_pool2d_geom;
+/* DT_INVALID_ARGUMENT if pad > K/2 (as PyTorch) or the output would be empty. */
+dt_status dt_pool2d_geom_init(dt_pool2d_geom *g, int N, int C, int H, int W, int K, int stride, int pad);
+/* out (N, C, OH, OW); argmax (N, C, OH, OW): flat index into the H*W plane of the max */
+void dt_maxpool2d_forward(const dt_pool2d_geom *g, float *out, int32_t *argmax, const float *inp);
+void dt_maxpool2d_backward(const dt_pool2d_geom *g, float *dinp, const float *dout, const int32_t *argmax);
+/* count_include_pad=True, as PyTorch's default */
+void dt_avgpool2d_forward(const dt_pool2d_geom *g, float *out, const float *inp);
+void dt_avgpool2d_backward(const dt_pool2d_geom *g, float *dinp, const float *dout);
+
+/* ---- batch norm over (N, C, HW) ----------------------------------------- */
+/* Training: normalise with the batch mean and biased variance; save mean and
+ * invstd (C) for backward; if running_* are non-NULL update them as PyTorch:
+ * r = (1 - momentum) * r + momentum * stat, with the UNBIASED variance. */
+void dt_batchnorm_forward_train(float *out, float *mean, float *invstd, float *running_mean, float *running_var,
+                                const float *inp, const float *gamma, const float *beta, int N, int C, int HW,
+                                float momentum, float eps);
+/* Evaluation: normalise with the running statistics. */
+void dt_batchnorm_forward_eval(float *out, const float *inp, const float *gamma, const float *beta,
+                               const float *running_mean, const float *running_var, int N, int C, int HW, float eps);
+/* Backward of the training forward. dgamma, dbeta (C) +=. */
+void dt_batchnorm_backward(float *dinp, float *dgamma, float *dbeta, const float *dout, const float *inp,
+                           const float *mean, const float *invstd, const float *gamma, int N, int C, int HW);
+
+/* ---- activations -------------------------------------------------------- */
+typedef enum dt_act_kind {
+  DT_ACT_RELU,
+  DT_ACT_GELU,      /* exact: x * Phi(x), torch approximate='none' */
+  DT_ACT_GELU_TANH, /* torch approximate='tanh' */
+  DT_ACT_TANH,
+  DT_ACT_SIGMOID,
+} dt_act_kind;
+void dt_act_forward(dt_act_kind k, float *out, const float *inp, size_t n);
+/* inp and out are the forward's input and output (each kernel uses what it needs). */
+void dt_act_backward(dt_act_kind k, float *dinp, const float *dout, const float *inp, const float *out, size_t n);
+
+/* ---- dropout ------------------------------------------------------------ */
+/* Element i is kept with probability 1-p, decided by Philox(key(seed, stream), i):
+ * the same (seed, stream) gives the same mask on any thread count.
+ * out = inp * keep / (1 - p); mask (n) records keep for backward. p in [0, 1). */
+void dt_dropout_forward(float *out, uint8_t *mask, const float *inp, size_t n, float p, uint64_t seed,
+                        uint64_t stream);
+void dt_dropout_backward(float *dinp, const float *dout, const uint8_t *mask, size_t n, float p);
+
+/* ---- softmax family and loss ------------------------------------------- */
+/* rows of (B, C) */
+void dt_softmax_forward(float *out, const float *inp, int B, int C);
+void dt_softmax_backward(float *dinp, const float *dout, const float *out, int B, int C);
+void dt_log_softmax_forward(float *out, const float *inp, int B, int C);
+void dt_log_softmax_backward(float *dinp, const float *dout, const float *out, int B, int C);
+/* Cross entropy of logits (B, C) against labels (B), mean over B, with label
+ * smoothing eps as torch.nn.CrossEntropyLoss(label_smoothing=eps):
+ * loss_b = (1 - eps) * -logp[y] + eps * mean_c(-logp[c]).
+ * dlogits (B, C) = d(mean loss)/d logits, if non-NULL.
+ * DT_INVALID_ARGUMENT (naming the sample) if a label is outside [0, C). */
+dt_status dt_cross_entropy(float *loss, float *dlogits, const float *logits, const int32_t *labels, int B, int C,
+                           float eps);
+/* dt_topk_correct (public, dtrain/model.h) is implemented with these kernels. */
+
+/* ---- elementwise -------------------------------------------------------- */
+void dt_add_forward(float *out, const float *a, const float *b, size_t n); /* out = a + b */
+void dt_axpy(float *y, float a, const float *x, size_t n);                /* y += a * x */
+void dt_fill(float *x, float v, size_t n);
+
+#endif

@@ -1,0 +1,116 @@
+/* Tests of the core: status table, error detail, tunables, allocation, Philox RNG, tensors. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "core/impl.h"
+#include "harness.h"
+
+TEST(status_names_and_messages) {
+  ASSERT_STR_EQ(dt_status_name(DT_OK), "DT_OK");
+  ASSERT_STR_EQ(dt_status_name(DT_CORRUPT), "DT_CORRUPT");
+  ASSERT_STR_EQ(dt_status_message(DT_IO), "input/output error");
+  ASSERT_STR_EQ(dt_status_name((dt_status)999), "DT_UNKNOWN");
+}
+
+TEST(error_detail_is_recorded_and_prefixed) {
+  dt_clear_error();
+  ASSERT_STR_EQ(dt_last_error(), "");
+  ASSERT_EQ(dt_error(DT_IO, "file %s", "x.idx"), DT_IO);
+  ASSERT_STR_EQ(dt_last_error(), "file x.idx");
+  ASSERT_EQ(dt_error_prefix(DT_IO, "loading"), DT_IO);
+  ASSERT_STR_EQ(dt_last_error(), "loading: file x.idx");
+}
+
+TEST(tunables_read_environment_and_reject_garbage) {
+  long v = -1;
+  unsetenv("DT_PREFETCH");
+  ASSERT_OK(dt_tunable_int("DT_PREFETCH", &v));
+  ASSERT_EQ(v, 2);
+  setenv("DT_PREFETCH", "5", 1);
+  ASSERT_OK(dt_tunable_int("DT_PREFETCH", &v));
+  ASSERT_EQ(v, 5);
+  setenv("DT_PREFETCH", "5x", 1);
+  ASSERT_STATUS(dt_tunable_int("DT_PREFETCH", &v), DT_INVALID_ARGUMENT);
+  ASSERT(strstr(dt_last_error(), "DT_PREFETCH") != NULL);
+  unsetenv("DT_PREFETCH");
+  ASSERT_STATUS(dt_tunable_int("DT_NO_SUCH", &v), DT_NOT_FOUND);
+}
+
+TEST(alloc_is_aligned_zeroed_and_checked) {
+  void *p = NULL;
+  ASSERT_OK(dt_alloc(100, &p));
+  ASSERT(((uintptr_t)p % 64) == 0);
+  for (int i = 0; i < 100; i++) ASSERT(((unsigned char *)p)[i] == 0);
+  dt_free(p);
+  dt_free(NULL);
+  void *q = (void *)0x1;
+  ASSERT_STATUS(dt_alloc_array(SIZE_MAX / 2, 4, "test", &q), DT_OUT_OF_MEMORY);
+  ASSERT(q == (void *)0x1); /* output untouched on failure */
+}
+
+TEST(philox_known_answer) {
+  /* Random123 known-answer test for philox4x32-10: counter 0, key 0. */
+  uint32_t out[4];
+  dt_philox4x32(0, 0, out);
+  ASSERT_EQ(out[0], 0x6627e8d5u);
+  ASSERT_EQ(out[1], 0xe169c58du);
+  ASSERT_EQ(out[2], 0xbc57ac4cu);
+  ASSERT_EQ(out[3], 0x9b00dbd8u);
+}
+
+TEST(rng_is_reproducible_and_uniform) {
+  dt_rng a, b, c;
+  dt_rng_init(&a, 42, 7);
+  dt_rng_init(&b, 42, 7);
+  dt_rng_init(&c, 42, 8);
+  int differ = 0;
+  double sum = 0;
+  for (int i = 0; i < 100000; i++) {
+    float x = dt_rng_uniform(&a), y = dt_rng_uniform(&b);
+    ASSERT(x == y);
+    ASSERT(x >= 0.0f && x < 1.0f);
+    differ |= x != dt_rng_uniform(&c);
+    sum += x;
+  }
+  ASSERT(differ);
+  ASSERT_NEAR(sum / 100000, 0.5, 0.01);
+  int counts[7] = {0};
+  for (int i = 0; i < 70000; i++) counts[dt_rng_below(&a, 7)]++;
+  for (int i = 0; i < 7; i++) ASSERT(counts[i] > 9400 && counts[i] < 10600);
+}
+
+TEST(tensor_describe_and_convert) {
+  dt_tensor t;
+  int64_t shape[3] = {2, 3, 4};
+  ASSERT_OK(dt_tensor_new(&t, DT_F32, 3, shape));
+  ASSERT_EQ(dt_tensor_numel(&t), 24);
+  ASSERT_EQ(dt_tensor_bytes(&t), 96);
+  char buf[64];
+  ASSERT_STR_EQ(dt_tensor_shape_str(&t, buf, sizeof buf), "(2, 3, 4)");
+  dt_tensor_free(&t);
+  dt_tensor_free(&t);
+  int64_t bad[1] = {-1};
+  ASSERT_STATUS(dt_tensor_new(&t, DT_F32, 1, bad), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_tensor_new(&t, DT_F32, 6, shape), DT_INVALID_ARGUMENT);
+  ASSERT(dt_bf16_to_f32(dt_f32_to_bf16(1.5f)) == 1.5f);
+  ASSERT(dt_f16_to_f32(dt_f32_to_f16(-2.75f)) == -2.75f);
+  ASSERT(dt_f16_to_f32(dt_f32_to_f16(1e6f)) == INFINITY);
+  ASSERT(dt_f16_to_f32(dt_f32_to_f16(5.9604645e-08f)) == 5.9604645e-08f); /* smallest subnormal */
+  ASSERT(dt_f32_to_bf16(1.0f + 1.0f / 256) == dt_f32_to_bf16(1.0f)); /* ties to even */
+  dt_dtype d;
+  ASSERT_OK(dt_dtype_parse("bf16", &d));
+  ASSERT_EQ(d, DT_BF16);
+  ASSERT_STATUS(dt_dtype_parse("f8", &d), DT_INVALID_ARGUMENT);
+}
+
+TEST(thread_budget) {
+  ASSERT_OK(dt_set_threads(1));
+  ASSERT_EQ(dt_get_threads(), 1);
+  ASSERT_OK(dt_set_threads(0));
+  ASSERT_EQ(dt_get_threads(), dt_num_cores());
+}
+
+TEST_MAIN(TEST_ENTRY(status_names_and_messages), TEST_ENTRY(error_detail_is_recorded_and_prefixed),
+          TEST_ENTRY(tunables_read_environment_and_reject_garbage), TEST_ENTRY(alloc_is_aligned_zeroed_and_checked),
+          TEST_ENTRY(philox_known_answer), TEST_ENTRY(rng_is_reproducible_and_uniform),
+          TEST_ENTRY(tensor_describe_and_convert), TEST_ENTRY(thread_budget))
