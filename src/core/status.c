@@ -47,7 +47,7 @@ dt_status dt_error_prefix(dt_status s, const char *fmt, ...) {
   va_end(ap);
   memcpy(old, last_error, sizeof old);
   if (old[0])
-    snprintf(last_error, sizeof last_error, "%s: %s", prefix, old);
+    snprintf(last_error, sizeof last_error, "%.500s: %.500s", prefix, old);
   else
     snprintf(last_error, sizeof last_error, "%s", prefix);
   return s;

@@ -47,7 +47,7 @@ static dt_status describe(dt_tensor *t, dt_dtype dtype, int ndim, const int64_t 
 
 dt_status dt_tensor_new(dt_tensor *t, dt_dtype dtype, int ndim, const int64_t *shape) {
   dt_tensor tmp;
-  size_t bytes;
+  size_t bytes = 0;
   DT_CHECK(describe(&tmp, dtype, ndim, shape, &bytes));
   DT_CHECK(dt_alloc(bytes, &tmp.data));
   tmp.owns = 1;
@@ -57,7 +57,7 @@ dt_status dt_tensor_new(dt_tensor *t, dt_dtype dtype, int ndim, const int64_t *s
 
 dt_status dt_tensor_view(dt_tensor *t, void *data, dt_dtype dtype, int ndim, const int64_t *shape) {
   dt_tensor tmp;
-  size_t bytes;
+  size_t bytes = 0;
   DT_CHECK(describe(&tmp, dtype, ndim, shape, &bytes));
   tmp.data = data;
   *t = tmp;
