@@ -1,9 +1,143 @@
-/* The training loop: epochs over a dataset with metrics, progress and a summary. */
+/* The training loop: epochs over a dataset with metrics, progress and a summary; evaluation of weights. */
 #ifndef DTRAIN_TRAIN_H
 #define DTRAIN_TRAIN_H
 
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dtrain/data.h"
+#include "dtrain/optim.h"
 #include "dtrain/status.h"
 
-/* (filled by the trainer work: dt_train_config, dt_train_run, dt_eval_run) */
+#ifdef __cplusplus
+extern "C" {
+#endif
 
+#define DT_TRAIN_MAX_HIDDEN 16
+
+/* How progress is shown on dt_train_config.progress. AUTO: a bar when the
+ * stream is a terminal, plain lines otherwise. */
+typedef enum dt_progress_mode { DT_PROGRESS_AUTO, DT_PROGRESS_BAR, DT_PROGRESS_PLAIN, DT_PROGRESS_NONE } dt_progress_mode;
+
+/* Everything one training run needs. Strings are borrowed (the caller keeps
+ * them alive during dt_train_run). Start from dt_train_config_default. */
+typedef struct dt_train_config {
+  /* model */
+  const char *model;               /* zoo name ("fashioncnn", "mlp", ...) */
+  int hidden[DT_TRAIN_MAX_HIDDEN]; /* mlp hidden widths; n_hidden 0: the model's default */
+  int n_hidden;
+  float dropout; /* < 0: the model's default */
+  /* data */
+  const char *data;       /* dataset name or directory (see dt_dataset_load) */
+  dt_normalize normalize; /* disabled: x / 255 */
+  int64_t limit_train;    /* > 0: use only the first N training samples (shuffled among themselves) */
+  int64_t limit_test;     /* > 0: evaluate on the first N test samples */
+  /* loop */
+  int epochs;     /* >= 1 */
+  int batch_size; /* >= 1 */
+  uint64_t seed;  /* initialisation, shuffling, dropout */
+  int threads;    /* compute threads (dt_set_threads); 0: all cores / DT_NUM_THREADS */
+  /* optimizer (kind and hyper-parameters, PyTorch semantics) */
+  dt_optim_config optim;
+  float lr; /* base learning rate (> 0) */
+  /* schedule, in epochs where the CLI speaks of epochs; converted to steps */
+  dt_sched_kind schedule;
+  int step_size_epochs; /* step: decay every N epochs (>= 1) */
+  float gamma;          /* step: decay factor */
+  float min_lr;         /* cosine: eta_min */
+  int warmup_epochs;    /* linear warm-up length in epochs ... */
+  int64_t warmup_steps; /* ... or in optimizer steps (give at most one of the two) */
+  /* regularisation */
+  float clip_grad_norm;  /* > 0: clip the global gradient L2 norm; 0: off */
+  float label_smoothing; /* in [0, 1) */
+  /* outputs */
+  const char *out_dir;     /* NULL: write no files; else created (mkdir -p) */
+  FILE *progress;          /* NULL: no progress */
+  dt_progress_mode progress_mode;
+} dt_train_config;
+
+/* The defaults of `dtrain train`: fashioncnn on fashion-mnist, 1 epoch, batch
+ * 64, SGD lr 0.01 with no momentum, constant schedule, seed 0, all cores, no
+ * output directory, progress to nowhere. */
+void dt_train_config_default(dt_train_config *cfg);
+/* DT_INVALID_ARGUMENT naming the first bad field and its value. Does not touch
+ * files or the zoo (an unknown model is caught by dt_train_run). */
+dt_status dt_train_config_check(const dt_train_config *cfg);
+/* The configuration as one JSON object (no newline) into buf; DT_INVALID_ARGUMENT if it does not fit. */
+dt_status dt_train_config_json(const dt_train_config *cfg, char *buf, size_t len);
+
+/* One row of metrics.csv / metrics.jsonl. Rates are fractions in [0, 1]. */
+typedef struct dt_epoch_metrics {
+  int epoch;     /* 1-based */
+  int64_t step;  /* optimizer steps taken so far (all epochs) */
+  float lr;      /* learning rate of the epoch's last step */
+  double train_loss, train_acc1; /* sample-weighted means over the epoch */
+  double test_loss, test_acc1, test_acc5; /* test loss is plain cross entropy (no smoothing) */
+  double epoch_seconds;       /* training part of the epoch, wall clock */
+  double train_samples_per_s;
+  int64_t train_samples;
+  /* where the epoch's training time went (compute = epoch - data wait - comm) */
+  double compute_seconds, data_wait_seconds, comm_seconds;
+  double eval_seconds; /* the test pass */
+  double infer_samples_per_s;
+} dt_epoch_metrics;
+
+typedef struct dt_train_result {
+  int epochs_done;  /* complete epochs (an interrupted one is not counted) */
+  int interrupted;  /* 1: stopped by dt_train_request_stop */
+  int64_t steps;    /* optimizer steps taken */
+  size_t params;    /* trainable parameters */
+  dt_epoch_metrics last; /* the last row written (a partial epoch when interrupted) */
+  double wall_seconds;   /* whole run, loading included */
+  double cpu_user_seconds, cpu_sys_seconds;
+  double train_samples_per_s; /* all training samples / training time */
+  double infer_samples_per_s; /* the last test pass */
+  double compute_seconds, data_wait_seconds, comm_seconds; /* summed over epochs */
+  double test_loss, test_acc1, test_acc5;                  /* of the last row */
+  size_t peak_rss_bytes;
+} dt_train_result;
+
+/* Runs training as configured. With out_dir set, creates it and writes
+ * metrics.csv and metrics.jsonl (flushed after every epoch), config.json and,
+ * at the end (also after a stop request), model.safetensors. An unwritable
+ * out_dir fails before any training. *res is filled on DT_OK, including a run
+ * stopped by dt_train_request_stop (res->interrupted = 1). */
+dt_status dt_train_run(const dt_train_config *cfg, dt_train_result *res);
+
+/* Asks a running dt_train_run to stop at the next step boundary (it still
+ * evaluates, writes metrics and weights). Async-signal-safe: call it from a
+ * SIGINT handler. The request stays until dt_train_clear_stop. */
+void dt_train_request_stop(void);
+int dt_train_stop_requested(void);
+void dt_train_clear_stop(void);
+
+/* ---- evaluation ---------------------------------------------------------- */
+typedef struct dt_eval_config {
+  const char *weights; /* safetensors file written by dt_train_run / dt_model_save */
+  const char *model;   /* NULL: from the file's metadata "model" */
+  int hidden[DT_TRAIN_MAX_HIDDEN];
+  int n_hidden;          /* 0: from the file's metadata "hidden" (or the model's default) */
+  const char *data;      /* dataset name or directory */
+  dt_split split;
+  dt_normalize normalize; /* used when normalize_set; otherwise from metadata "normalize" (or none) */
+  int normalize_set;
+  int batch_size;         /* >= 1 */
+  int threads;            /* 0: all cores */
+  int64_t limit;          /* > 0: only the first N samples */
+} dt_eval_config;
+
+typedef struct dt_eval_result {
+  int64_t samples;
+  double loss, acc1, acc5; /* plain cross entropy; fractions */
+  double seconds, samples_per_s;
+  char model[64];          /* the model evaluated */
+} dt_eval_result;
+
+void dt_eval_config_default(dt_eval_config *cfg);
+dt_status dt_eval_run(const dt_eval_config *cfg, dt_eval_result *res);
+
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,0 +1,132 @@
+/* The training configuration: defaults, validation and its JSON form (config.json). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/impl.h"
+#include "dtrain/dtrain.h"
+#include "train/train_impl.h"
+
+void dt_train_config_default(dt_train_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->model = "fashioncnn";
+  cfg->dropout = -1.0f;
+  cfg->data = "fashion-mnist";
+  cfg->epochs = 1;
+  cfg->batch_size = 64;
+  dt_optim_config_default(DT_OPTIM_SGD, &cfg->optim);
+  cfg->lr = 0.01f;
+  cfg->schedule = DT_SCHED_CONSTANT;
+  cfg->step_size_epochs = 1;
+  cfg->gamma = 0.1f;
+  cfg->progress_mode = DT_PROGRESS_AUTO;
+}
+
+static int bad_float(float x) { return !isfinite(x); }
+
+dt_status dt_train_config_check(const dt_train_config *c) {
+  if (!c) return dt_error(DT_INVALID_ARGUMENT, "no training configuration");
+  if (!c->model || !*c->model) return dt_error(DT_INVALID_ARGUMENT, "no model name");
+  if (!c->data || !*c->data) return dt_error(DT_INVALID_ARGUMENT, "no data source");
+  if (c->epochs < 1) return dt_error(DT_INVALID_ARGUMENT, "epochs = %d must be >= 1", c->epochs);
+  if (c->batch_size < 1) return dt_error(DT_INVALID_ARGUMENT, "batch size = %d must be >= 1", c->batch_size);
+  if (c->n_hidden < 0 || c->n_hidden > DT_TRAIN_MAX_HIDDEN)
+    return dt_error(DT_INVALID_ARGUMENT, "%d hidden layers: at most %d", c->n_hidden, DT_TRAIN_MAX_HIDDEN);
+  for (int i = 0; i < c->n_hidden; i++)
+    if (c->hidden[i] < 1) return dt_error(DT_INVALID_ARGUMENT, "hidden width %d = %d must be >= 1", i + 1, c->hidden[i]);
+  if (bad_float(c->dropout) || c->dropout >= 1.0f)
+    return dt_error(DT_INVALID_ARGUMENT, "dropout = %g must be in [0, 1) (or < 0 for the model's default)",
+                    (double)c->dropout);
+  if (c->limit_train < 0) return dt_error(DT_INVALID_ARGUMENT, "limit_train = %lld must be >= 0", (long long)c->limit_train);
+  if (c->limit_test < 0) return dt_error(DT_INVALID_ARGUMENT, "limit_test = %lld must be >= 0", (long long)c->limit_test);
+  if (c->threads < 0) return dt_error(DT_INVALID_ARGUMENT, "threads = %d must be >= 0", c->threads);
+  if (bad_float(c->lr) || c->lr <= 0) return dt_error(DT_INVALID_ARGUMENT, "learning rate = %g must be > 0", (double)c->lr);
+  if (c->optim.kind != DT_OPTIM_SGD && c->optim.kind != DT_OPTIM_ADAM && c->optim.kind != DT_OPTIM_ADAMW)
+    return dt_error(DT_INVALID_ARGUMENT, "unknown optimizer kind %d", (int)c->optim.kind);
+  if (c->schedule != DT_SCHED_CONSTANT && c->schedule != DT_SCHED_STEP && c->schedule != DT_SCHED_COSINE)
+    return dt_error(DT_INVALID_ARGUMENT, "unknown schedule kind %d", (int)c->schedule);
+  if (c->schedule == DT_SCHED_STEP && c->step_size_epochs < 1)
+    return dt_error(DT_INVALID_ARGUMENT, "step size = %d epochs must be >= 1", c->step_size_epochs);
+  if (bad_float(c->gamma) || c->gamma <= 0) return dt_error(DT_INVALID_ARGUMENT, "gamma = %g must be > 0", (double)c->gamma);
+  if (bad_float(c->min_lr) || c->min_lr < 0) return dt_error(DT_INVALID_ARGUMENT, "min lr = %g must be >= 0", (double)c->min_lr);
+  if (c->warmup_epochs < 0 || c->warmup_steps < 0)
+    return dt_error(DT_INVALID_ARGUMENT, "warm-up length must be >= 0");
+  if (c->warmup_epochs > 0 && c->warmup_steps > 0)
+    return dt_error(DT_INVALID_ARGUMENT, "give warm-up in epochs or in steps, not both");
+  if (c->warmup_epochs >= c->epochs && c->schedule == DT_SCHED_COSINE)
+    return dt_error(DT_INVALID_ARGUMENT, "warm-up of %d epochs leaves no room for the cosine schedule over %d epochs",
+                    c->warmup_epochs, c->epochs);
+  if (bad_float(c->clip_grad_norm) || c->clip_grad_norm < 0)
+    return dt_error(DT_INVALID_ARGUMENT, "clip grad norm = %g must be >= 0 (0: off)", (double)c->clip_grad_norm);
+  if (bad_float(c->label_smoothing) || c->label_smoothing < 0 || c->label_smoothing >= 1)
+    return dt_error(DT_INVALID_ARGUMENT, "label smoothing = %g must be in [0, 1)", (double)c->label_smoothing);
+  if (c->normalize.enabled && (bad_float(c->normalize.mean) || bad_float(c->normalize.std) || c->normalize.std <= 0))
+    return dt_error(DT_INVALID_ARGUMENT, "normalize std = %g must be > 0", (double)c->normalize.std);
+  if (c->progress_mode < DT_PROGRESS_AUTO || c->progress_mode > DT_PROGRESS_NONE)
+    return dt_error(DT_INVALID_ARGUMENT, "unknown progress mode %d", (int)c->progress_mode);
+  return DT_OK;
+}
+
+static const char *sched_name(dt_sched_kind k) {
+  static const char *const names[] = {"constant", "step", "cosine"};
+  return (unsigned)k < 3 ? names[k] : "unknown";
+}
+
+static const char *progress_name(dt_progress_mode m) {
+  static const char *const names[] = {"auto", "bar", "plain", "none"};
+  return (unsigned)m < 4 ? names[m] : "unknown";
+}
+
+dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) {
+  size_t pos = 0;
+  int ok = 1;
+#define RAW(...)                                                        \
+  do {                                                                  \
+    if (ok) {                                                           \
+      int n_ = snprintf(buf + pos, pos < len ? len - pos : 0, __VA_ARGS__); \
+      if (n_ < 0 || pos + (size_t)n_ >= len) ok = 0; else pos += (size_t)n_; \
+    }                                                                   \
+  } while (0)
+#define STR(key, v)                                            \
+  do {                                                         \
+    RAW(",\"%s\":", key);                                      \
+    if (ok) ok = dt_train_json_str(buf, len, &pos, v);         \
+  } while (0)
+  if (len == 0) return dt_error(DT_INVALID_ARGUMENT, "no room for the configuration JSON");
+  RAW("{\"dtrain_version\":\"%s\"", DTRAIN_VERSION);
+  STR("model", c->model);
+  RAW(",\"hidden\":[");
+  for (int i = 0; i < c->n_hidden; i++) RAW("%s%d", i ? "," : "", c->hidden[i]);
+  RAW("]");
+  if (c->dropout < 0)
+    RAW(",\"dropout\":null");
+  else
+    RAW(",\"dropout\":%g", (double)c->dropout);
+  STR("data", c->data);
+  if (c->normalize.enabled)
+    RAW(",\"normalize\":{\"mean\":%g,\"std\":%g}", (double)c->normalize.mean, (double)c->normalize.std);
+  else
+    RAW(",\"normalize\":null");
+  RAW(",\"limit_train\":%lld,\"limit_test\":%lld", (long long)c->limit_train, (long long)c->limit_test);
+  RAW(",\"epochs\":%d,\"batch_size\":%d,\"seed\":%llu,\"threads\":%d", c->epochs, c->batch_size,
+      (unsigned long long)c->seed, c->threads);
+  STR("optimizer", dt_optim_kind_name(c->optim.kind));
+  RAW(",\"lr\":%g,\"weight_decay\":%g", (double)c->lr, (double)c->optim.weight_decay);
+  if (c->optim.kind == DT_OPTIM_SGD)
+    RAW(",\"momentum\":%g,\"dampening\":%g,\"nesterov\":%s", (double)c->optim.momentum, (double)c->optim.dampening,
+        c->optim.nesterov ? "true" : "false");
+  else
+    RAW(",\"betas\":[%g,%g],\"eps\":%g", (double)c->optim.beta1, (double)c->optim.beta2, (double)c->optim.eps);
+  STR("schedule", sched_name(c->schedule));
+  RAW(",\"step_size_epochs\":%d,\"gamma\":%g,\"min_lr\":%g", c->step_size_epochs, (double)c->gamma,
+      (double)c->min_lr);
+  RAW(",\"warmup_epochs\":%d,\"warmup_steps\":%lld", c->warmup_epochs, (long long)c->warmup_steps);
+  RAW(",\"clip_grad_norm\":%g,\"label_smoothing\":%g", (double)c->clip_grad_norm, (double)c->label_smoothing);
+  if (c->out_dir) STR("out", c->out_dir);
+  STR("progress", progress_name(c->progress_mode));
+  RAW("}");
+#undef STR
+#undef RAW
+  if (!ok) return dt_error(DT_INVALID_ARGUMENT, "configuration JSON longer than %zu bytes", len);
+  return DT_OK;
+}

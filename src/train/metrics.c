@@ -1,0 +1,154 @@
+/* Metrics files (metrics.csv, metrics.jsonl), mkdir -p and small JSON string helpers. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "core/impl.h"
+#include "train/train_impl.h"
+
+#define DT_PATH_MAX 4096
+
+struct dt_metrics_writer {
+  FILE *csv;
+  FILE *jsonl;
+  char csv_path[DT_PATH_MAX];
+  char jsonl_path[DT_PATH_MAX];
+};
+
+static const char csv_header[] =
+    "epoch,step,lr,train_loss,train_acc1,test_loss,test_acc1,test_acc5,epoch_seconds,train_samples_per_s";
+
+const char *dt_metrics_csv_header(void) { return csv_header; }
+
+dt_status dt_train_mkdir_p(const char *path) {
+  char buf[DT_PATH_MAX];
+  size_t n = strlen(path);
+  if (n == 0) return dt_error(DT_INVALID_ARGUMENT, "empty directory name");
+  if (n >= sizeof buf) return dt_error(DT_INVALID_ARGUMENT, "directory name too long (%zu bytes)", n);
+  memcpy(buf, path, n + 1);
+  /* Create every prefix ending before a '/', then the whole path. */
+  for (size_t i = 1; i <= n; i++) {
+    if (buf[i] != '/' && buf[i] != '\0') continue;
+    char saved = buf[i];
+    buf[i] = '\0';
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+      int err = errno;
+      return dt_error(DT_IO, "cannot create directory %s: %s", buf, strerror(err));
+    }
+    buf[i] = saved;
+  }
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return dt_error(DT_IO, "%s exists and is not a directory", path);
+  return DT_OK;
+}
+
+dt_status dt_train_write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) return dt_error(DT_IO, "cannot write %s: %s", path, strerror(errno));
+  size_t n = strlen(text);
+  int bad = fwrite(text, 1, n, f) != n;
+  bad |= fclose(f) != 0;
+  if (bad) return dt_error(DT_IO, "writing %s failed: %s", path, strerror(errno));
+  return DT_OK;
+}
+
+int dt_train_json_str(char *buf, size_t len, size_t *pos, const char *s) {
+  size_t p = *pos;
+#define PUT(c)                   \
+  do {                           \
+    if (p + 1 >= len) return 0;  \
+    buf[p++] = (char)(c);        \
+  } while (0)
+  PUT('"');
+  for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
+    if (*c == '"' || *c == '\\') {
+      PUT('\\');
+      PUT(*c);
+    } else if (*c < 0x20) {
+      char esc[8];
+      snprintf(esc, sizeof esc, "\\u%04x", *c);
+      for (int i = 0; esc[i]; i++) PUT(esc[i]);
+    } else {
+      PUT(*c);
+    }
+  }
+  PUT('"');
+#undef PUT
+  buf[p] = '\0';
+  *pos = p;
+  return 1;
+}
+
+static dt_status open_with_header(const char *path, const char *header, FILE **out) {
+  FILE *f = fopen(path, "w");
+  if (!f) return dt_error(DT_IO, "cannot write %s: %s (choose a writable --out directory)", path, strerror(errno));
+  if (header && (fprintf(f, "%s\n", header) < 0 || fflush(f) != 0)) {
+    int err = errno;
+    fclose(f);
+    return dt_error(DT_IO, "writing %s failed: %s", path, strerror(err));
+  }
+  *out = f;
+  return DT_OK;
+}
+
+dt_status dt_metrics_open(const char *dir, dt_metrics_writer **out) {
+  dt_metrics_writer *w = NULL;
+  dt_status st = dt_alloc(sizeof *w, (void **)&w);
+  if (st != DT_OK) return st;
+  if ((size_t)snprintf(w->csv_path, sizeof w->csv_path, "%s/metrics.csv", dir) >= sizeof w->csv_path ||
+      (size_t)snprintf(w->jsonl_path, sizeof w->jsonl_path, "%s/metrics.jsonl", dir) >= sizeof w->jsonl_path) {
+    st = dt_error(DT_INVALID_ARGUMENT, "output directory name too long");
+    goto fail;
+  }
+  DT_CHECK_GOTO(open_with_header(w->csv_path, csv_header, &w->csv), st, fail);
+  DT_CHECK_GOTO(open_with_header(w->jsonl_path, NULL, &w->jsonl), st, fail);
+  *out = w;
+  return DT_OK;
+fail:
+  dt_metrics_close(w);
+  return st;
+}
+
+/* JSON has no NaN/Infinity: write null for them. */
+static void json_num(FILE *f, const char *key, double v, const char *fmt) {
+  fprintf(f, ",\"%s\":", key);
+  if (isfinite(v))
+    fprintf(f, fmt, v);
+  else
+    fputs("null", f);
+}
+
+dt_status dt_metrics_write(dt_metrics_writer *w, const dt_epoch_metrics *m) {
+  fprintf(w->csv, "%d,%lld,%.6g,%.6f,%.6f,%.6f,%.6f,%.6f,%.3f,%.1f\n", m->epoch, (long long)m->step, (double)m->lr,
+          m->train_loss, m->train_acc1, m->test_loss, m->test_acc1, m->test_acc5, m->epoch_seconds,
+          m->train_samples_per_s);
+  fprintf(w->jsonl, "{\"epoch\":%d,\"step\":%lld", m->epoch, (long long)m->step);
+  json_num(w->jsonl, "lr", m->lr, "%.6g");
+  json_num(w->jsonl, "train_loss", m->train_loss, "%.6f");
+  json_num(w->jsonl, "train_acc1", m->train_acc1, "%.6f");
+  json_num(w->jsonl, "test_loss", m->test_loss, "%.6f");
+  json_num(w->jsonl, "test_acc1", m->test_acc1, "%.6f");
+  json_num(w->jsonl, "test_acc5", m->test_acc5, "%.6f");
+  json_num(w->jsonl, "epoch_seconds", m->epoch_seconds, "%.3f");
+  json_num(w->jsonl, "train_samples_per_s", m->train_samples_per_s, "%.1f");
+  json_num(w->jsonl, "compute_seconds", m->compute_seconds, "%.3f");
+  json_num(w->jsonl, "data_wait_seconds", m->data_wait_seconds, "%.3f");
+  json_num(w->jsonl, "comm_seconds", m->comm_seconds, "%.3f");
+  json_num(w->jsonl, "eval_seconds", m->eval_seconds, "%.3f");
+  fputs("}\n", w->jsonl);
+  if (fflush(w->csv) != 0 || ferror(w->csv))
+    return dt_error(DT_IO, "writing %s failed: %s", w->csv_path, strerror(errno));
+  if (fflush(w->jsonl) != 0 || ferror(w->jsonl))
+    return dt_error(DT_IO, "writing %s failed: %s", w->jsonl_path, strerror(errno));
+  return DT_OK;
+}
+
+void dt_metrics_close(dt_metrics_writer *w) {
+  if (!w) return;
+  if (w->jsonl) fclose(w->jsonl);
+  if (w->csv) fclose(w->csv);
+  dt_free(w);
+}

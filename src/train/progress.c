@@ -1,0 +1,78 @@
+/* Progress display: an updating bar on terminals, a few plain lines otherwise, and the epoch line. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/impl.h"
+#include "train/train_impl.h"
+
+#define BAR_WIDTH 24
+#define BAR_REDRAW_S 0.1 /* at most ten redraws a second */
+
+void dt_progress_init(dt_progress *p, FILE *f, dt_progress_mode mode, int epochs) {
+  memset(p, 0, sizeof *p);
+  p->epochs = epochs;
+  if (!f || mode == DT_PROGRESS_NONE) return;
+  p->f = f;
+  p->bar = mode == DT_PROGRESS_BAR || (mode == DT_PROGRESS_AUTO && isatty(fileno(f)));
+}
+
+void dt_progress_epoch_start(dt_progress *p, int epoch, int64_t steps) {
+  p->epoch = epoch;
+  p->steps = steps;
+  p->next_tenth = 1;
+  p->t0 = dt_time_now();
+  p->last_draw = 0;
+}
+
+static void fmt_eta(double s, char *buf, size_t len) {
+  if (s < 0 || s > 1e7) s = 0;
+  long t = (long)(s + 0.5);
+  if (t >= 3600)
+    snprintf(buf, len, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else
+    snprintf(buf, len, "%ld:%02ld", t / 60, t % 60);
+}
+
+void dt_progress_step(dt_progress *p, int64_t step, double loss, int64_t samples) {
+  if (!p->f || p->steps <= 0) return;
+  double now = dt_time_now(), el = now - p->t0;
+  double rate = el > 0 ? (double)samples / el : 0;
+  double eta = step > 0 ? el / (double)step * (double)(p->steps - step) : 0;
+  char etas[32];
+  fmt_eta(eta, etas, sizeof etas);
+  if (p->bar) {
+    if (step < p->steps && now - p->last_draw < BAR_REDRAW_S) return;
+    p->last_draw = now;
+    char bar[BAR_WIDTH + 1];
+    int fill = (int)((double)BAR_WIDTH * (double)step / (double)p->steps);
+    for (int i = 0; i < BAR_WIDTH; i++) bar[i] = i < fill ? '#' : '.';
+    bar[BAR_WIDTH] = '\0';
+    fprintf(p->f, "\repoch %d/%d [%s] %lld/%lld  loss %.4f  %.0f samples/s  ETA %s\033[K", p->epoch, p->epochs, bar,
+            (long long)step, (long long)p->steps, loss, rate, etas);
+    fflush(p->f);
+    return;
+  }
+  /* Plain: one line per 10% of the epoch at most (none for the last 10%: the epoch line follows). */
+  int tenth = (int)(10 * step / p->steps);
+  if (tenth < p->next_tenth || tenth >= 10) return;
+  p->next_tenth = tenth + 1;
+  fprintf(p->f, "epoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s\n", p->epoch, p->epochs,
+          (long long)step, (long long)p->steps, loss, rate, etas);
+  fflush(p->f);
+}
+
+void dt_progress_format_epoch(const dt_epoch_metrics *m, int epochs, char *buf, size_t len) {
+  snprintf(buf, len,
+           "epoch %d/%d  train loss %.4f acc %.2f%%  test loss %.4f top1 %.2f%% top5 %.2f%%  %.1fs  %.0f samples/s",
+           m->epoch, epochs, m->train_loss, 100 * m->train_acc1, m->test_loss, 100 * m->test_acc1,
+           100 * m->test_acc5, m->epoch_seconds, m->train_samples_per_s);
+}
+
+void dt_progress_epoch_end(dt_progress *p, const dt_epoch_metrics *m) {
+  if (!p->f) return;
+  char line[256];
+  dt_progress_format_epoch(m, p->epochs, line, sizeof line);
+  fprintf(p->f, "%s%s\n", p->bar ? "\r\033[K" : "", line);
+  fflush(p->f);
+}

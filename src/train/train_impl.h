@@ -1,0 +1,69 @@
+/* Internal pieces of the trainer: metrics files, progress display, evaluation pass, prefix sampler. */
+#ifndef DT_TRAIN_IMPL_H
+#define DT_TRAIN_IMPL_H
+
+#include <stdio.h>
+
+#include "dtrain/data.h"
+#include "dtrain/model.h"
+#include "dtrain/train.h"
+
+/* ---- files (metrics.c) -------------------------------------------------- */
+/* mkdir -p: creates path and its missing parents (mode 0777 & umask). */
+dt_status dt_train_mkdir_p(const char *path);
+/* Writes text to path (truncating); DT_IO naming the path on failure. */
+dt_status dt_train_write_file(const char *path, const char *text);
+/* Appends s as a JSON string literal (quotes included) to buf of len at *pos;
+ * returns 0 when it does not fit. */
+int dt_train_json_str(char *buf, size_t len, size_t *pos, const char *s);
+
+/* metrics.csv + metrics.jsonl in a directory: the header is written (and
+ * flushed) on open, so an unwritable directory fails before training. */
+typedef struct dt_metrics_writer dt_metrics_writer;
+dt_status dt_metrics_open(const char *dir, dt_metrics_writer **out);
+/* One row in both files, flushed. */
+dt_status dt_metrics_write(dt_metrics_writer *w, const dt_epoch_metrics *m);
+void dt_metrics_close(dt_metrics_writer *w);
+/* The CSV header line (without newline); the column order of every row. */
+const char *dt_metrics_csv_header(void);
+
+/* ---- progress (progress.c) ---------------------------------------------- */
+typedef struct dt_progress {
+  FILE *f;            /* NULL: silent */
+  int bar;            /* 1: \r-updated bar line; 0: plain lines */
+  int epochs;         /* total epochs, for "epoch e/E" */
+  int epoch;          /* current, 1-based */
+  int64_t steps;      /* steps in this epoch */
+  int next_tenth;     /* plain: the next 10% mark to print */
+  double t0;          /* epoch start (dt_time_now) */
+  double last_draw;   /* bar: when the line was last redrawn */
+} dt_progress;
+void dt_progress_init(dt_progress *p, FILE *f, dt_progress_mode mode, int epochs);
+void dt_progress_epoch_start(dt_progress *p, int epoch, int64_t steps);
+/* After step `step` (1-based) of the epoch: running mean loss and samples seen. */
+void dt_progress_step(dt_progress *p, int64_t step, double loss, int64_t samples);
+/* Clears the bar and prints the epoch line. */
+void dt_progress_epoch_end(dt_progress *p, const dt_epoch_metrics *m);
+/* "epoch 1/3  train loss ...  4870 samples/s" into buf. */
+void dt_progress_format_epoch(const dt_epoch_metrics *m, int epochs, char *buf, size_t len);
+
+/* ---- evaluation pass (eval.c) ------------------------------------------- */
+typedef struct dt_eval_sums {
+  int64_t samples, top1, top5;
+  double loss_sum; /* sum over samples of plain cross entropy */
+  double seconds;
+} dt_eval_sums;
+/* One pass over the loader's epoch 0 in evaluation mode (the model returns to
+ * training mode afterwards). */
+dt_status dt_train_evaluate(dt_model *m, dt_loader *l, int classes, dt_eval_sums *out);
+
+/* A sampler visiting the first n samples, shuffled per epoch with Philox(seed)
+ * when shuffle is set (the --limit-* flags). */
+typedef struct dt_prefix_sampler {
+  int64_t n;
+  int shuffle;
+  uint64_t seed;
+} dt_prefix_sampler;
+dt_status dt_prefix_sampler_fn(void *user, int64_t epoch, int64_t *out, int64_t *n);
+
+#endif
