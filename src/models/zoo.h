@@ -1,0 +1,13 @@
+/* Internal: the model zoo's builders (one file per model) and their registry row. */
+#ifndef DT_MODELS_ZOO_H
+#define DT_MODELS_ZOO_H
+
+#include "dtrain/model.h"
+
+typedef dt_status (*dt_zoo_build_fn)(const dt_zoo_config *cfg, dt_model **out);
+
+/* Adds the model's layers to a new model (not yet built). */
+dt_status dt_zoo_build_mlp(const dt_zoo_config *cfg, dt_model **out);
+dt_status dt_zoo_build_fashioncnn(const dt_zoo_config *cfg, dt_model **out);
+
+#endif

@@ -1,0 +1,75 @@
+/* BatchNorm2d layer (torch.nn.BatchNorm2d): batch statistics in training, running statistics in evaluation. */
+#include "core/impl.h"
+#include "nn/layer.h"
+#include "tensor/kernels.h"
+
+typedef struct bn_priv {
+  float eps, momentum;
+} bn_priv;
+
+static dt_status bn_infer(dt_layer *l) {
+  char s[96];
+  if (l->in_ndim != 3)
+    return dt_error(DT_SHAPE_MISMATCH, "%s: BatchNorm2d expects an input of shape (C, H, W), got %s", l->name,
+                    dt_shape_str(l->in_ndim, l->in_shape, s, sizeof s));
+  l->out_ndim = 3;
+  for (int i = 0; i < 3; i++) l->out_shape[i] = l->in_shape[i];
+  int64_t C = l->in_shape[0];
+  DT_CHECK(dt_layer_declare(l, "weight", DT_PLACE_PARAM, DT_INIT_ONES, 0, 1, &C));
+  DT_CHECK(dt_layer_declare(l, "bias", DT_PLACE_PARAM, DT_INIT_ZEROS, 0, 1, &C));
+  DT_CHECK(dt_layer_declare(l, "running_mean", DT_PLACE_BUFFER, DT_INIT_ZEROS, 0, 1, &C));
+  DT_CHECK(dt_layer_declare(l, "running_var", DT_PLACE_BUFFER, DT_INIT_ONES, 0, 1, &C));
+  DT_CHECK(dt_layer_declare(l, "num_batches_tracked", DT_PLACE_COUNTER, DT_INIT_ZEROS, 0, 0, NULL));
+  return DT_OK;
+}
+
+/* Workspace: the batch mean and invstd (C each) saved by the training forward. */
+static size_t bn_ws_bytes(const dt_layer *l, int max_batch) {
+  (void)max_batch;
+  return 2 * (size_t)l->in_shape[0] * sizeof(float);
+}
+
+static dt_status bn_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
+  const bn_priv *p = l->priv;
+  int C = (int)l->in_shape[0], HW = (int)(l->in_shape[1] * l->in_shape[2]);
+  const float *gamma = io->params, *beta = io->params + C;
+  float *rmean = io->buffers, *rvar = io->buffers + C;
+  if (!io->training) {
+    dt_batchnorm_forward_eval(out, in, gamma, beta, rmean, rvar, io->batch, C, HW, p->eps);
+    return DT_OK;
+  }
+  if ((int64_t)io->batch * HW < 2) /* the unbiased variance needs two values, as torch insists */
+    return dt_error(DT_INVALID_ARGUMENT,
+                    "%s: BatchNorm2d in training needs more than 1 value per channel, got batch %d x %d positions",
+                    l->name, io->batch, HW);
+  float *mean = io->ws, *invstd = (float *)io->ws + C;
+  dt_batchnorm_forward_train(out, mean, invstd, io->update_buffers ? rmean : NULL, io->update_buffers ? rvar : NULL,
+                             in, gamma, beta, io->batch, C, HW, p->momentum, p->eps);
+  if (io->update_buffers) io->counters[0]++;
+  return DT_OK;
+}
+
+static void bn_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
+                        const float *dout, float *dinp) {
+  int C = (int)l->in_shape[0], HW = (int)(l->in_shape[1] * l->in_shape[2]);
+  const float *mean = io->ws, *invstd = (const float *)io->ws + C;
+  dt_batchnorm_backward(dinp, io->grads, io->grads + C, dout, in, mean, invstd, io->params, io->batch, C, HW);
+}
+
+const dt_layer_ops dt_batchnorm2d_ops = {.kind = "BatchNorm2d",
+                                         .infer = bn_infer,
+                                         .ws_bytes = bn_ws_bytes,
+                                         .forward = bn_forward,
+                                         .backward = bn_backward,
+                                         .backward_needs_train_forward = 1};
+
+dt_status dt_model_add_batchnorm2d(dt_model *m, const char *name, float eps, float momentum) {
+  if (!(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
+    return dt_error(DT_INVALID_ARGUMENT, "%s: BatchNorm2d eps %g (expected > 0), momentum %g (expected in [0, 1])",
+                    name ? name : "?", (double)eps, (double)momentum);
+  bn_priv *p = NULL;
+  DT_CHECK(dt_layer_priv_new(sizeof *p, "BatchNorm2d", (void **)&p));
+  p->eps = eps;
+  p->momentum = momentum;
+  return dt_model_add_layer(m, &dt_batchnorm2d_ops, name, p);
+}

@@ -1,0 +1,82 @@
+/* 2-D convolution layer (torch.nn.Conv2d, square kernel, zero padding) over im2col + GEMM kernels. */
+#include "core/impl.h"
+#include "nn/layer.h"
+#include "tensor/kernels.h"
+
+typedef struct conv2d_priv {
+  int out_channels, kernel, stride, padding, bias;
+} conv2d_priv;
+
+static dt_status conv_geom(const dt_layer *l, int N, dt_conv2d_geom *g) {
+  const conv2d_priv *p = l->priv;
+  return dt_conv2d_geom_init(g, N, (int)l->in_shape[0], (int)l->in_shape[1], (int)l->in_shape[2], p->out_channels,
+                             p->kernel, p->kernel, p->stride, p->padding);
+}
+
+static dt_status conv2d_infer(dt_layer *l) {
+  const conv2d_priv *p = l->priv;
+  char s[96];
+  if (l->in_ndim != 3)
+    return dt_error(DT_SHAPE_MISMATCH, "%s: Conv2d expects an input of shape (C, H, W), got %s", l->name,
+                    dt_shape_str(l->in_ndim, l->in_shape, s, sizeof s));
+  int64_t C = l->in_shape[0], H = l->in_shape[1], W = l->in_shape[2];
+  int64_t OH = (H + 2 * p->padding - p->kernel) / p->stride + 1;
+  int64_t OW = (W + 2 * p->padding - p->kernel) / p->stride + 1;
+  if (H + 2 * p->padding < p->kernel || W + 2 * p->padding < p->kernel || OH < 1 || OW < 1)
+    return dt_error(DT_SHAPE_MISMATCH, "%s: Conv2d kernel %d (padding %d) does not fit the input %s", l->name,
+                    p->kernel, p->padding, dt_shape_str(l->in_ndim, l->in_shape, s, sizeof s));
+  l->out_ndim = 3;
+  l->out_shape[0] = p->out_channels;
+  l->out_shape[1] = OH;
+  l->out_shape[2] = OW;
+  int fan_in = (int)(C * p->kernel * p->kernel);
+  int64_t wshape[4] = {p->out_channels, C, p->kernel, p->kernel}, oc = p->out_channels;
+  DT_CHECK(dt_layer_declare(l, "weight", DT_PLACE_PARAM, DT_INIT_FAN_IN, fan_in, 4, wshape));
+  if (p->bias) DT_CHECK(dt_layer_declare(l, "bias", DT_PLACE_PARAM, DT_INIT_FAN_IN, fan_in, 1, &oc));
+  return DT_OK;
+}
+
+/* Workspace: col (kept from forward to backward), then scratch. */
+static size_t conv2d_ws_bytes(const dt_layer *l, int max_batch) {
+  dt_conv2d_geom g;
+  if (conv_geom(l, max_batch, &g) != DT_OK) return 0;
+  return DT_ALIGN_UP(dt_conv2d_col_floats(&g) * sizeof(float)) + dt_conv2d_scratch_floats(&g) * sizeof(float);
+}
+
+static dt_status conv2d_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
+  const conv2d_priv *p = l->priv;
+  dt_conv2d_geom g;
+  DT_CHECK(conv_geom(l, io->batch, &g));
+  float *col = io->ws, *scratch = (float *)((char *)io->ws + DT_ALIGN_UP(dt_conv2d_col_floats(&g) * sizeof(float)));
+  const float *w = io->params, *b = p->bias ? io->params + l->t[0].numel : NULL;
+  dt_conv2d_forward(&g, out, col, scratch, in, w, b);
+  return DT_OK;
+}
+
+static void conv2d_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
+                            const float *dout, float *dinp) {
+  const conv2d_priv *p = l->priv;
+  dt_conv2d_geom g;
+  if (conv_geom(l, io->batch, &g) != DT_OK) return; /* validated by the forward */
+  float *col = io->ws, *scratch = (float *)((char *)io->ws + DT_ALIGN_UP(dt_conv2d_col_floats(&g) * sizeof(float)));
+  float *dw = io->grads, *db = p->bias ? io->grads + l->t[0].numel : NULL;
+  dt_conv2d_backward(&g, dinp, dw, db, scratch, dout, col, io->params);
+}
+
+const dt_layer_ops dt_conv2d_ops = {.kind = "Conv2d",
+                                    .infer = conv2d_infer,
+                                    .ws_bytes = conv2d_ws_bytes,
+                                    .forward = conv2d_forward,
+                                    .backward = conv2d_backward};
+
+dt_status dt_model_add_conv2d(dt_model *m, const char *name, int out_channels, int kernel, int stride, int padding,
+                              int bias) {
+  if (out_channels < 1 || kernel < 1 || stride < 1 || padding < 0)
+    return dt_error(DT_INVALID_ARGUMENT,
+                    "%s: Conv2d out_channels %d, kernel %d, stride %d, padding %d: expected >= 1, >= 1, >= 1, >= 0",
+                    name ? name : "?", out_channels, kernel, stride, padding);
+  conv2d_priv *p = NULL;
+  DT_CHECK(dt_layer_priv_new(sizeof *p, "Conv2d", (void **)&p));
+  *p = (conv2d_priv){out_channels, kernel, stride, padding, bias != 0};
+  return dt_model_add_layer(m, &dt_conv2d_ops, name, p);
+}

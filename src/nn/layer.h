@@ -1,0 +1,141 @@
+/* Internal layer contract: a layer kind is an ops table; the model owns structure and arenas, a context owns one execution. */
+#ifndef DT_NN_LAYER_H
+#define DT_NN_LAYER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/model.h"
+#include "dtrain/status.h"
+
+#define DT_LAYER_NAME_MAX 64
+#define DT_LAYER_MAX_TENSORS 5
+#define DT_SAMPLE_MAX_DIMS (DT_MAX_DIMS - 1) /* the batch takes one dim */
+
+typedef struct dt_layer dt_layer;
+
+/* How build initialises a declared tensor (PyTorch's defaults). */
+typedef enum dt_init_kind {
+  DT_INIT_FAN_IN,  /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)): kaiming_uniform(a=sqrt(5)) and the bias rule */
+  DT_INIT_ONES,
+  DT_INIT_ZEROS,
+} dt_init_kind;
+
+/* Where a declared tensor lives. */
+typedef enum dt_tensor_place {
+  DT_PLACE_PARAM,   /* parameter arena (trainable, has a gradient) */
+  DT_PLACE_BUFFER,  /* f32 buffer arena (BN running statistics) */
+  DT_PLACE_COUNTER, /* one int64 (num_batches_tracked) */
+} dt_tensor_place;
+
+typedef struct dt_layer_tensor {
+  char name[DT_LAYER_NAME_MAX + 24]; /* full state_dict name, "layer1.1.running_mean" */
+  dt_tensor_place place;
+  dt_init_kind init;
+  int fan_in;
+  int ndim;
+  int64_t shape[DT_MAX_DIMS];
+  size_t numel;
+  size_t off; /* element offset inside the layer's block of its arena (counters: index) */
+} dt_layer_tensor;
+
+/* Everything a layer's forward/backward may touch for one call. */
+typedef struct dt_layer_io {
+  const float *params; /* this layer's block of the parameter arena */
+  float *grads;        /* the same block of the context's gradient arena */
+  float *buffers;      /* this layer's block of the buffer arena (BN running statistics) */
+  int64_t *counters;   /* this layer's int64 counters (num_batches_tracked) */
+  int update_buffers;  /* training forward: 1 updates buffers and counters (one replica does) */
+  void *ws;            /* this layer's workspace in the context (ws_bytes at max_batch) */
+  void *partner_ws;    /* residual: the workspace of the matching begin/end layer */
+  const float *partner_in; /* residual end: the input of its begin layer (the skip) */
+  int batch;
+  int training;        /* mode of the forward (backward sees the forward's mode) */
+  uint64_t seed;       /* the build seed */
+  uint64_t stream;     /* dropout stream: mix(rng stream, layer index, step) */
+} dt_layer_io;
+
+/* A layer kind. infer runs at add time: reads l->in_*, sets l->out_*, declares
+ * tensors (dt_layer_declare); a bad input shape is DT_SHAPE_MISMATCH naming
+ * the layer and the shapes. forward writes out (batch, out_numel) from in;
+ * backward writes dinp (= ; NULL to skip) and ACCUMULATES parameter gradients. */
+typedef struct dt_layer_ops {
+  const char *kind; /* "Conv2d", as torchsummary prints it */
+  dt_status (*infer)(dt_layer *l);
+  size_t (*ws_bytes)(const dt_layer *l, int max_batch);
+  dt_status (*forward)(const dt_layer *l, const dt_layer_io *io, const float *in, float *out);
+  void (*backward)(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out, const float *dout,
+                   float *dinp);
+  int backward_needs_train_forward; /* 1: backward is defined only after a training-mode forward */
+  const char *(*label)(const dt_layer *l); /* optional: the kind as the summary prints it ("ReLU") */
+} dt_layer_ops;
+
+struct dt_layer {
+  const dt_layer_ops *ops;
+  void *priv; /* kind-specific hyper-parameters (a flat struct, freed with dt_free) */
+  char name[DT_LAYER_NAME_MAX];
+  int index;   /* position in the model */
+  int partner; /* residual begin <-> end; -1 otherwise */
+  int in_ndim, out_ndim; /* per sample */
+  int64_t in_shape[DT_SAMPLE_MAX_DIMS], out_shape[DT_SAMPLE_MAX_DIMS];
+  size_t in_numel, out_numel;
+  int n_tensors;
+  dt_layer_tensor t[DT_LAYER_MAX_TENSORS];
+  size_t n_params, n_buffers, n_counters; /* elements per arena */
+  size_t param_off, buffer_off, counter_off; /* the layer's block in each arena (set by build) */
+};
+
+/* Declares a tensor "<layer name>.<suffix>" of the layer (state_dict order = call order). */
+dt_status dt_layer_declare(dt_layer *l, const char *suffix, dt_tensor_place place, dt_init_kind init, int fan_in,
+                           int ndim, const int64_t *shape);
+/* "(32, 28, 28)" of a per-sample shape into buf. */
+const char *dt_shape_str(int ndim, const int64_t *shape, char *buf, size_t len);
+/* Appends a layer of kind ops (taking ownership of priv, a dt_alloc'd struct or NULL). */
+dt_status dt_model_add_layer(dt_model *m, const dt_layer_ops *ops, const char *name, void *priv);
+/* A dt_alloc'd zeroed block of `bytes` for a layer's hyper-parameters. */
+dt_status dt_layer_priv_new(size_t bytes, const char *kind, void **out);
+
+/* A residual end layer's priv: its begin's input shape, which the branch must keep. */
+typedef struct residual_end_priv {
+  int ndim;
+  int64_t shape[DT_SAMPLE_MAX_DIMS];
+} residual_end_priv;
+
+/* The layer kinds (one file each). */
+extern const dt_layer_ops dt_linear_ops;
+extern const dt_layer_ops dt_conv2d_ops;
+extern const dt_layer_ops dt_batchnorm2d_ops;
+extern const dt_layer_ops dt_maxpool2d_ops;
+extern const dt_layer_ops dt_avgpool2d_ops;
+extern const dt_layer_ops dt_activation_ops;
+extern const dt_layer_ops dt_dropout_ops;
+extern const dt_layer_ops dt_flatten_ops;
+extern const dt_layer_ops dt_residual_begin_ops;
+extern const dt_layer_ops dt_residual_end_ops;
+
+/* ---- execution contexts ---------------------------------------------------- */
+/* A context holds one execution of the model: activations, per-layer
+ * workspaces, backward ping-pong buffers and a gradient arena. The model owns
+ * one; a data-parallel strategy makes one per worker over the same parameters. */
+typedef struct dt_model_ctx dt_model_ctx;
+/* A context for batches up to max_batch. update_buffers: whether training
+ * forwards update the model's BN running statistics (one replica should). */
+dt_status dt_model_ctx_new(dt_model *m, int max_batch, int update_buffers, dt_model_ctx **out);
+void dt_model_ctx_free(dt_model_ctx *c);
+dt_model_ctx *dt_model_default_ctx(dt_model *m);
+dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const float *x, int batch, const float **out);
+dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout);
+float *dt_model_ctx_grads(dt_model_ctx *c);
+void dt_model_ctx_zero_grad(const dt_model *m, dt_model_ctx *c);
+void dt_model_ctx_set_rng_stream(dt_model_ctx *c, uint64_t stream);
+void dt_model_ctx_on_grad_ready(dt_model_ctx *c, dt_grad_ready_fn fn, void *user);
+/* Compute the gradient w.r.t. the model input in backward (off by default). */
+void dt_model_ctx_want_input_grad(dt_model_ctx *c, int on);
+/* The input gradient (batch, sample) of the last backward, NULL unless wanted. */
+const float *dt_model_ctx_input_grad(const dt_model_ctx *c);
+
+/* Layers of a model, for tools and tests. */
+int dt_model_num_layers(const dt_model *m);
+const dt_layer *dt_model_layer(const dt_model *m, int i);
+
+#endif

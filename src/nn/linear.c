@@ -1,0 +1,52 @@
+/* Linear layer (torch.nn.Linear): out (B, O) = inp (B, I) @ W^T + b. */
+#include "core/impl.h"
+#include "nn/layer.h"
+#include "tensor/kernels.h"
+
+typedef struct linear_priv {
+  int out_features, bias;
+} linear_priv;
+
+static dt_status linear_infer(dt_layer *l) {
+  const linear_priv *p = l->priv;
+  char s[96];
+  if (l->in_ndim != 1)
+    return dt_error(DT_SHAPE_MISMATCH, "%s: Linear expects a flat input (features,), got %s; add a flatten layer first",
+                    l->name, dt_shape_str(l->in_ndim, l->in_shape, s, sizeof s));
+  int64_t in = l->in_shape[0], out = p->out_features;
+  l->out_ndim = 1;
+  l->out_shape[0] = out;
+  int64_t wshape[2] = {out, in};
+  DT_CHECK(dt_layer_declare(l, "weight", DT_PLACE_PARAM, DT_INIT_FAN_IN, (int)in, 2, wshape));
+  if (p->bias) DT_CHECK(dt_layer_declare(l, "bias", DT_PLACE_PARAM, DT_INIT_FAN_IN, (int)in, 1, &out));
+  return DT_OK;
+}
+
+static dt_status linear_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
+  const linear_priv *p = l->priv;
+  int I = (int)l->in_shape[0], O = p->out_features;
+  const float *w = io->params, *b = p->bias ? io->params + (size_t)O * I : NULL;
+  dt_linear_forward(out, in, w, b, io->batch, I, O);
+  return DT_OK;
+}
+
+static void linear_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
+                            const float *dout, float *dinp) {
+  const linear_priv *p = l->priv;
+  int I = (int)l->in_shape[0], O = p->out_features;
+  float *dw = io->grads, *db = p->bias ? io->grads + (size_t)O * I : NULL;
+  dt_linear_backward(dinp, dw, db, dout, in, io->params, io->batch, I, O);
+}
+
+const dt_layer_ops dt_linear_ops = {
+    .kind = "Linear", .infer = linear_infer, .forward = linear_forward, .backward = linear_backward};
+
+dt_status dt_model_add_linear(dt_model *m, const char *name, int out_features, int bias) {
+  if (out_features < 1)
+    return dt_error(DT_INVALID_ARGUMENT, "%s: Linear out_features %d, expected >= 1", name ? name : "?", out_features);
+  linear_priv *p = NULL;
+  DT_CHECK(dt_layer_priv_new(sizeof *p, "Linear", (void **)&p));
+  p->out_features = out_features;
+  p->bias = bias != 0;
+  return dt_model_add_layer(m, &dt_linear_ops, name, p);
+}

@@ -1,0 +1,605 @@
+/* dt_model: the layer list, flat arenas (params, grads, buffers), named tensors, execution contexts, summary. */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "core/impl.h"
+#include "nn/layer.h"
+
+#define MAX_RESIDUAL_DEPTH 16
+
+typedef struct tensor_ref {
+  int layer, k; /* layers[layer].t[k] */
+} tensor_ref;
+
+struct dt_model {
+  int sample_ndim;
+  int64_t sample_shape[DT_SAMPLE_MAX_DIMS];
+  size_t sample_numel;
+
+  dt_layer *layers;
+  int n_layers, cap_layers;
+  tensor_ref *tensors; /* state_dict order */
+  int n_tensors, cap_tensors;
+  int open[MAX_RESIDUAL_DEPTH]; /* indices of residual begins not yet ended */
+  int n_open;
+
+  int built, max_batch, training;
+  uint64_t seed;
+  float *params;    /* (n_params): the last layer's block first */
+  size_t n_params;
+  float *buffers;   /* (n_buffers): BN running statistics, layer order */
+  size_t n_buffers;
+  int64_t *counters; /* (n_counters): num_batches_tracked */
+  size_t n_counters;
+  dt_model_ctx *ctx; /* the model's own execution context */
+};
+
+struct dt_model_ctx {
+  int max_batch, n_layers;
+  int update_buffers;
+  float **act;      /* act[i] (max_batch, in_numel of layer i); act[n] is the output */
+  void *act_block;
+  void **ws;        /* per-layer workspace, NULL if the layer needs none */
+  void *ws_block;
+  float *gbuf[2];   /* backward ping-pong (max_batch, largest activation) */
+  float *grads;     /* gradient arena, the layout of the parameter arena */
+  int batch, have_forward, forward_training;
+  uint64_t rng_stream, step; /* dropout stream inputs; step counts training forwards */
+  dt_grad_ready_fn on_ready;
+  void *on_ready_user;
+  int want_input_grad;
+  const float *input_grad;
+};
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+const char *dt_shape_str(int ndim, const int64_t *shape, char *buf, size_t len) {
+  size_t o = 0;
+  if (len == 0) return buf;
+  buf[0] = '\0';
+  o += (size_t)snprintf(buf + o, len - o, "(");
+  for (int i = 0; i < ndim && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, i ? ", %" PRId64 : "%" PRId64, shape[i]);
+  if (o < len) snprintf(buf + o, len - o, ndim == 1 ? ",)" : ")");
+  return buf;
+}
+
+static uint64_t mix64(uint64_t x) { /* splitmix64 finaliser */
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static size_t numel_of(int ndim, const int64_t *shape) {
+  size_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+  return n;
+}
+
+static dt_status grow(void **arr, int *cap, int need, size_t elem, const char *what) {
+  if (need <= *cap) return DT_OK;
+  int ncap = *cap ? *cap * 2 : 16;
+  while (ncap < need) ncap *= 2;
+  void *p = NULL;
+  DT_CHECK(dt_alloc_array((size_t)ncap, elem, what, &p));
+  if (*arr) memcpy(p, *arr, (size_t)*cap * elem);
+  dt_free(*arr);
+  *arr = p;
+  *cap = ncap;
+  return DT_OK;
+}
+
+dt_status dt_layer_priv_new(size_t bytes, const char *kind, void **out) {
+  return dt_alloc_array(1, bytes, kind, out);
+}
+
+dt_status dt_layer_declare(dt_layer *l, const char *suffix, dt_tensor_place place, dt_init_kind init, int fan_in,
+                           int ndim, const int64_t *shape) {
+  if (l->n_tensors >= DT_LAYER_MAX_TENSORS || ndim < 0 || ndim > DT_MAX_DIMS)
+    return dt_error(DT_INTERNAL, "%s: too many tensors or dims declared", l->name);
+  dt_layer_tensor *t = &l->t[l->n_tensors];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s.%s", l->name, suffix);
+  t->place = place;
+  t->init = init;
+  t->fan_in = fan_in;
+  t->ndim = ndim;
+  for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+  t->numel = numel_of(ndim, shape);
+  switch (place) {
+  case DT_PLACE_PARAM: t->off = l->n_params; l->n_params += t->numel; break;
+  case DT_PLACE_BUFFER: t->off = l->n_buffers; l->n_buffers += t->numel; break;
+  case DT_PLACE_COUNTER: t->off = l->n_counters; l->n_counters += t->numel; break;
+  }
+  l->n_tensors++;
+  return DT_OK;
+}
+
+/* ---- building ------------------------------------------------------------------ */
+
+dt_status dt_model_new(int ndim, const int64_t *sample_shape, dt_model **out) {
+  if (!out || (ndim > 0 && !sample_shape)) return dt_error(DT_INVALID_ARGUMENT, "dt_model_new: NULL argument");
+  if (ndim < 1 || ndim > DT_SAMPLE_MAX_DIMS)
+    return dt_error(DT_INVALID_ARGUMENT, "dt_model_new: sample shape has %d dims, expected 1..%d", ndim,
+                    DT_SAMPLE_MAX_DIMS);
+  for (int i = 0; i < ndim; i++)
+    if (sample_shape[i] < 1)
+      return dt_error(DT_INVALID_ARGUMENT, "dt_model_new: sample dim %d is %" PRId64 ", expected >= 1", i,
+                      sample_shape[i]);
+  dt_model *m = NULL;
+  DT_CHECK(dt_alloc_array(1, sizeof *m, "model", (void **)&m));
+  m->sample_ndim = ndim;
+  for (int i = 0; i < ndim; i++) m->sample_shape[i] = sample_shape[i];
+  m->sample_numel = numel_of(ndim, sample_shape);
+  m->training = 1;
+  *out = m;
+  return DT_OK;
+}
+
+void dt_model_free(dt_model *m) {
+  if (!m) return;
+  dt_model_ctx_free(m->ctx);
+  for (int i = 0; i < m->n_layers; i++) dt_free(m->layers[i].priv);
+  dt_free(m->layers);
+  dt_free(m->tensors);
+  dt_free(m->params);
+  dt_free(m->buffers);
+  dt_free(m->counters);
+  dt_free(m);
+}
+
+static dt_status add_layer(dt_model *m, const dt_layer_ops *ops, const char *name, void *priv, int partner) {
+  dt_status st = DT_OK;
+  if (!m || !ops) {
+    st = dt_error(DT_INVALID_ARGUMENT, "add layer: NULL model");
+    goto fail;
+  }
+  if (m->built) {
+    st = dt_error(DT_INVALID_ARGUMENT, "%s: cannot add a layer after dt_model_build", name ? name : "?");
+    goto fail;
+  }
+  if (!name || !name[0] || strlen(name) >= DT_LAYER_NAME_MAX) {
+    st = dt_error(DT_INVALID_ARGUMENT, "add %s: layer name must have 1..%d characters", ops->kind,
+                  DT_LAYER_NAME_MAX - 1);
+    goto fail;
+  }
+  if (partner < 0) /* a residual end reuses its begin's name */
+    for (int i = 0; i < m->n_layers; i++)
+      if (m->layers[i].ops != &dt_residual_end_ops && strcmp(m->layers[i].name, name) == 0) {
+        st = dt_error(DT_INVALID_ARGUMENT, "add %s: a layer named \"%s\" exists already", ops->kind, name);
+        goto fail;
+      }
+  DT_CHECK_GOTO(grow((void **)&m->layers, &m->cap_layers, m->n_layers + 1, sizeof(dt_layer), "layers"), st, fail);
+  dt_layer *l = &m->layers[m->n_layers];
+  memset(l, 0, sizeof *l);
+  l->ops = ops;
+  l->priv = priv;
+  l->index = m->n_layers;
+  l->partner = partner;
+  snprintf(l->name, sizeof l->name, "%s", name);
+  if (m->n_layers == 0) {
+    l->in_ndim = m->sample_ndim;
+    memcpy(l->in_shape, m->sample_shape, sizeof l->in_shape);
+  } else {
+    const dt_layer *p = &m->layers[m->n_layers - 1];
+    l->in_ndim = p->out_ndim;
+    memcpy(l->in_shape, p->out_shape, sizeof l->in_shape);
+  }
+  l->in_numel = numel_of(l->in_ndim, l->in_shape);
+  st = ops->infer(l);
+  if (st != DT_OK) {
+    memset(l, 0, sizeof *l);
+    goto fail;
+  }
+  l->out_numel = numel_of(l->out_ndim, l->out_shape);
+  DT_CHECK_GOTO(grow((void **)&m->tensors, &m->cap_tensors, m->n_tensors + l->n_tensors, sizeof(tensor_ref),
+                     "tensor table"),
+                st, fail);
+  for (int k = 0; k < l->n_tensors; k++) m->tensors[m->n_tensors++] = (tensor_ref){m->n_layers, k};
+  m->n_layers++;
+  return DT_OK;
+fail:
+  dt_free(priv);
+  return st;
+}
+
+dt_status dt_model_add_layer(dt_model *m, const dt_layer_ops *ops, const char *name, void *priv) {
+  return add_layer(m, ops, name, priv, -1);
+}
+
+dt_status dt_model_begin_residual(dt_model *m, const char *name) {
+  if (!m) return dt_error(DT_INVALID_ARGUMENT, "dt_model_begin_residual: NULL model");
+  if (m->n_open >= MAX_RESIDUAL_DEPTH)
+    return dt_error(DT_INVALID_ARGUMENT, "%s: residual branches nest deeper than %d", name ? name : "?",
+                    MAX_RESIDUAL_DEPTH);
+  DT_CHECK(add_layer(m, &dt_residual_begin_ops, name, NULL, -1));
+  m->open[m->n_open++] = m->n_layers - 1;
+  return DT_OK;
+}
+
+
+dt_status dt_model_end_residual(dt_model *m) {
+  if (!m) return dt_error(DT_INVALID_ARGUMENT, "dt_model_end_residual: NULL model");
+  if (m->n_open == 0) return dt_error(DT_INVALID_ARGUMENT, "dt_model_end_residual: no residual branch is open");
+  int b = m->open[m->n_open - 1];
+  residual_end_priv *p = NULL;
+  DT_CHECK(dt_layer_priv_new(sizeof *p, "residual", (void **)&p));
+  p->ndim = m->layers[b].in_ndim;
+  memcpy(p->shape, m->layers[b].in_shape, sizeof p->shape);
+  char name[DT_LAYER_NAME_MAX];
+  snprintf(name, sizeof name, "%s", m->layers[b].name);
+  DT_CHECK(add_layer(m, &dt_residual_end_ops, name, p, b));
+  m->layers[b].partner = m->n_layers - 1;
+  m->n_open--;
+  return DT_OK;
+}
+
+static void init_params(dt_model *m) {
+  for (int ti = 0; ti < m->n_tensors; ti++) {
+    const dt_layer *l = &m->layers[m->tensors[ti].layer];
+    const dt_layer_tensor *t = &l->t[m->tensors[ti].k];
+    if (t->place == DT_PLACE_COUNTER) {
+      for (size_t i = 0; i < t->numel; i++) m->counters[l->counter_off + t->off + i] = 0;
+      continue;
+    }
+    float *p = t->place == DT_PLACE_PARAM ? m->params + l->param_off + t->off : m->buffers + l->buffer_off + t->off;
+    if (t->init == DT_INIT_FAN_IN) {
+      /* kaiming_uniform(a=sqrt(5)): gain sqrt(2/(1+5)), bound gain*sqrt(3/fan_in) = 1/sqrt(fan_in) */
+      float bound = 1.0f / sqrtf((float)t->fan_in);
+      dt_rng r;
+      dt_rng_init(&r, m->seed, (uint64_t)ti); /* one stream per tensor: adding layers elsewhere keeps others */
+      for (size_t i = 0; i < t->numel; i++) p[i] = dt_rng_uniform_range(&r, -bound, bound);
+    } else {
+      float v = t->init == DT_INIT_ONES ? 1.0f : 0.0f;
+      for (size_t i = 0; i < t->numel; i++) p[i] = v;
+    }
+  }
+}
+
+dt_status dt_model_build(dt_model *m, int max_batch, uint64_t seed) {
+  dt_status st = DT_OK;
+  if (!m) return dt_error(DT_INVALID_ARGUMENT, "dt_model_build: NULL model");
+  if (m->built) return dt_error(DT_INVALID_ARGUMENT, "dt_model_build: the model is built already");
+  if (m->n_layers == 0) return dt_error(DT_INVALID_ARGUMENT, "dt_model_build: the model has no layers");
+  if (m->n_open)
+    return dt_error(DT_INVALID_ARGUMENT, "dt_model_build: residual branch \"%s\" was not ended (dt_model_end_residual)",
+                    m->layers[m->open[m->n_open - 1]].name);
+  if (max_batch < 1) return dt_error(DT_INVALID_ARGUMENT, "dt_model_build: max_batch %d, expected >= 1", max_batch);
+  /* Parameters in reverse layer order: backward finishes the last layer first,
+   * so its gradients (offset 0) are ready first and readiness sweeps forward. */
+  size_t np = 0, nb = 0, nc = 0;
+  for (int i = m->n_layers - 1; i >= 0; i--) {
+    m->layers[i].param_off = np;
+    np += m->layers[i].n_params;
+  }
+  for (int i = 0; i < m->n_layers; i++) {
+    m->layers[i].buffer_off = nb;
+    nb += m->layers[i].n_buffers;
+    m->layers[i].counter_off = nc;
+    nc += m->layers[i].n_counters;
+  }
+  DT_CHECK_GOTO(dt_alloc_array(np ? np : 1, sizeof(float), "parameter arena", (void **)&m->params), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array(nb ? nb : 1, sizeof(float), "buffer arena", (void **)&m->buffers), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array(nc ? nc : 1, sizeof(int64_t), "counters", (void **)&m->counters), st, fail);
+  m->n_params = np;
+  m->n_buffers = nb;
+  m->n_counters = nc;
+  m->seed = seed;
+  m->max_batch = max_batch;
+  init_params(m);
+  m->built = 1;
+  DT_CHECK_GOTO(dt_model_ctx_new(m, max_batch, 1, &m->ctx), st, fail);
+  return DT_OK;
+fail:
+  m->built = 0;
+  dt_free(m->counters);
+  dt_free(m->buffers);
+  dt_free(m->params);
+  m->counters = NULL;
+  m->buffers = NULL;
+  m->params = NULL;
+  m->n_params = m->n_buffers = m->n_counters = 0;
+  return st;
+}
+
+/* ---- execution contexts ----------------------------------------------------------- */
+
+dt_status dt_model_ctx_new(dt_model *m, int max_batch, int update_buffers, dt_model_ctx **out) {
+  dt_status st = DT_OK;
+  if (!m || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_model_ctx_new: NULL argument");
+  if (!m->built) return dt_error(DT_INVALID_ARGUMENT, "dt_model_ctx_new: the model is not built");
+  if (max_batch < 1) return dt_error(DT_INVALID_ARGUMENT, "dt_model_ctx_new: max_batch %d, expected >= 1", max_batch);
+  dt_model_ctx *c = NULL;
+  DT_CHECK(dt_alloc_array(1, sizeof *c, "model context", (void **)&c));
+  c->max_batch = max_batch;
+  c->n_layers = m->n_layers;
+  c->update_buffers = update_buffers;
+  int n = m->n_layers;
+  DT_CHECK_GOTO(dt_alloc_array((size_t)n + 1, sizeof(float *), "activation table", (void **)&c->act), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)n, sizeof(void *), "workspace table", (void **)&c->ws), st, fail);
+  /* activations: one block, each slice 64-byte aligned */
+  size_t biggest = m->sample_numel, bytes = DT_ALIGN_UP(m->sample_numel * (size_t)max_batch * sizeof(float));
+  for (int i = 0; i < n; i++) {
+    size_t e = m->layers[i].out_numel;
+    if (e > biggest) biggest = e;
+    bytes += DT_ALIGN_UP(e * (size_t)max_batch * sizeof(float));
+  }
+  DT_CHECK_GOTO(dt_alloc_array(bytes, 1, "activations", &c->act_block), st, fail);
+  char *p = c->act_block;
+  c->act[0] = (float *)p;
+  p += DT_ALIGN_UP(m->sample_numel * (size_t)max_batch * sizeof(float));
+  for (int i = 0; i < n; i++) {
+    c->act[i + 1] = (float *)p;
+    p += DT_ALIGN_UP(m->layers[i].out_numel * (size_t)max_batch * sizeof(float));
+  }
+  size_t wbytes = 0;
+  for (int i = 0; i < n; i++)
+    if (m->layers[i].ops->ws_bytes) wbytes += DT_ALIGN_UP(m->layers[i].ops->ws_bytes(&m->layers[i], max_batch));
+  if (wbytes) {
+    DT_CHECK_GOTO(dt_alloc_array(wbytes, 1, "layer workspaces", &c->ws_block), st, fail);
+    char *w = c->ws_block;
+    for (int i = 0; i < n; i++) {
+      size_t b = m->layers[i].ops->ws_bytes ? m->layers[i].ops->ws_bytes(&m->layers[i], max_batch) : 0;
+      c->ws[i] = b ? w : NULL;
+      w += DT_ALIGN_UP(b);
+    }
+  }
+  for (int k = 0; k < 2; k++)
+    DT_CHECK_GOTO(dt_alloc_array(biggest * (size_t)max_batch, sizeof(float), "backward buffers",
+                                 (void **)&c->gbuf[k]),
+                  st, fail);
+  DT_CHECK_GOTO(dt_alloc_array(m->n_params ? m->n_params : 1, sizeof(float), "gradient arena", (void **)&c->grads),
+                st, fail);
+  *out = c;
+  return DT_OK;
+fail:
+  dt_model_ctx_free(c);
+  return st;
+}
+
+void dt_model_ctx_free(dt_model_ctx *c) {
+  if (!c) return;
+  dt_free(c->grads);
+  dt_free(c->gbuf[1]);
+  dt_free(c->gbuf[0]);
+  dt_free(c->ws_block);
+  dt_free(c->act_block);
+  dt_free(c->ws);
+  dt_free(c->act);
+  dt_free(c);
+}
+
+dt_model_ctx *dt_model_default_ctx(dt_model *m) { return m ? m->ctx : NULL; }
+float *dt_model_ctx_grads(dt_model_ctx *c) { return c ? c->grads : NULL; }
+void dt_model_ctx_set_rng_stream(dt_model_ctx *c, uint64_t stream) {
+  if (c) c->rng_stream = stream;
+}
+void dt_model_ctx_on_grad_ready(dt_model_ctx *c, dt_grad_ready_fn fn, void *user) {
+  if (!c) return;
+  c->on_ready = fn;
+  c->on_ready_user = user;
+}
+void dt_model_ctx_want_input_grad(dt_model_ctx *c, int on) {
+  if (c) c->want_input_grad = on != 0;
+}
+const float *dt_model_ctx_input_grad(const dt_model_ctx *c) { return c ? c->input_grad : NULL; }
+void dt_model_ctx_zero_grad(const dt_model *m, dt_model_ctx *c) {
+  if (m && c && m->n_params) memset(c->grads, 0, m->n_params * sizeof(float));
+}
+
+static void fill_io(dt_model *m, dt_model_ctx *c, int i, dt_layer_io *io) {
+  const dt_layer *l = &m->layers[i];
+  memset(io, 0, sizeof *io);
+  io->params = m->params + l->param_off;
+  io->grads = c->grads + l->param_off;
+  io->buffers = m->buffers + l->buffer_off;
+  io->counters = m->counters + l->counter_off;
+  io->update_buffers = c->update_buffers;
+  io->ws = c->ws[i];
+  if (l->partner >= 0) {
+    io->partner_ws = c->ws[l->partner];
+    io->partner_in = c->act[l->partner];
+  }
+  io->batch = c->batch;
+  io->training = c->forward_training;
+  io->seed = m->seed;
+  io->stream = mix64(mix64(mix64(c->rng_stream) ^ (uint64_t)i) ^ c->step);
+}
+
+dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const float *x, int batch, const float **out) {
+  if (!m || !c || !x || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_model_forward: NULL argument");
+  if (!m->built) return dt_error(DT_INVALID_ARGUMENT, "dt_model_forward: call dt_model_build first");
+  if (batch < 1 || batch > c->max_batch)
+    return dt_error(DT_INVALID_ARGUMENT, "dt_model_forward: batch %d outside 1..%d (max_batch of the build)", batch,
+                    c->max_batch);
+  c->have_forward = 0;
+  c->batch = batch;
+  c->forward_training = m->training;
+  memcpy(c->act[0], x, (size_t)batch * m->sample_numel * sizeof(float));
+  for (int i = 0; i < m->n_layers; i++) {
+    dt_layer_io io;
+    fill_io(m, c, i, &io);
+    dt_status st = m->layers[i].ops->forward(&m->layers[i], &io, c->act[i], c->act[i + 1]);
+    if (st != DT_OK) return dt_error_prefix(st, "forward of %s (%s)", m->layers[i].name, m->layers[i].ops->kind);
+  }
+  if (m->training) c->step++;
+  c->have_forward = 1;
+  *out = c->act[m->n_layers];
+  return DT_OK;
+}
+
+dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout) {
+  if (!m || !c || !dout) return dt_error(DT_INVALID_ARGUMENT, "dt_model_backward: NULL argument");
+  if (!c->have_forward)
+    return dt_error(DT_INVALID_ARGUMENT, "dt_model_backward: no forward to back-propagate; call dt_model_forward first");
+  if (!c->forward_training)
+    for (int i = 0; i < m->n_layers; i++)
+      if (m->layers[i].ops->backward_needs_train_forward)
+        return dt_error(DT_INVALID_ARGUMENT,
+                        "dt_model_backward: %s (%s) needs a training-mode forward, but the last forward ran in "
+                        "evaluation mode (dt_model_set_training(m, 1))",
+                        m->layers[i].name, m->layers[i].ops->kind);
+  /* Layers before the first one with parameters need no backward unless the
+   * input gradient is wanted. */
+  int first = m->n_layers;
+  for (int i = 0; i < m->n_layers; i++)
+    if (m->layers[i].n_params) {
+      first = i;
+      break;
+    }
+  int lowest = c->want_input_grad ? 0 : first;
+  const float *cur = dout;
+  int which = 0;
+  c->input_grad = NULL;
+  for (int i = m->n_layers - 1; i >= lowest; i--) {
+    const dt_layer *l = &m->layers[i];
+    dt_layer_io io;
+    fill_io(m, c, i, &io);
+    float *dinp = (i > lowest || c->want_input_grad) ? c->gbuf[which] : NULL;
+    l->ops->backward(l, &io, c->act[i], c->act[i + 1], cur, dinp);
+    if (l->n_params && c->on_ready) c->on_ready(c->on_ready_user, l->param_off, l->n_params);
+    cur = dinp;
+    which ^= 1;
+  }
+  if (c->want_input_grad) c->input_grad = cur;
+  return DT_OK;
+}
+
+/* ---- the model's own context ---------------------------------------------------------- */
+
+void dt_model_set_training(dt_model *m, int training) {
+  if (m) m->training = training != 0;
+}
+void dt_model_set_rng_stream(dt_model *m, uint64_t stream) {
+  if (m) dt_model_ctx_set_rng_stream(m->ctx, stream);
+}
+dt_status dt_model_forward(dt_model *m, const float *x, int batch, const float **out) {
+  if (m && !m->built) return dt_error(DT_INVALID_ARGUMENT, "dt_model_forward: call dt_model_build first");
+  return dt_model_ctx_forward(m, m ? m->ctx : NULL, x, batch, out);
+}
+dt_status dt_model_backward(dt_model *m, const float *dout) {
+  if (m && !m->built) return dt_error(DT_INVALID_ARGUMENT, "dt_model_backward: call dt_model_build first");
+  return dt_model_ctx_backward(m, m ? m->ctx : NULL, dout);
+}
+void dt_model_zero_grad(dt_model *m) {
+  if (m) dt_model_ctx_zero_grad(m, m->ctx);
+}
+void dt_model_on_grad_ready(dt_model *m, dt_grad_ready_fn fn, void *user) {
+  if (m) dt_model_ctx_on_grad_ready(m->ctx, fn, user);
+}
+
+/* ---- arenas and named tensors ----------------------------------------------------------- */
+
+float *dt_model_params(dt_model *m, size_t *count) {
+  if (count) *count = m && m->built ? m->n_params : 0;
+  return m && m->built ? m->params : NULL;
+}
+float *dt_model_grads(dt_model *m, size_t *count) {
+  if (count) *count = m && m->built ? m->n_params : 0;
+  return m && m->built ? m->ctx->grads : NULL;
+}
+float *dt_model_buffers(dt_model *m, size_t *count) {
+  if (count) *count = m && m->built ? m->n_buffers : 0;
+  return m && m->built ? m->buffers : NULL;
+}
+size_t dt_model_num_params(const dt_model *m) {
+  size_t n = 0;
+  if (m)
+    for (int i = 0; i < m->n_layers; i++) n += m->layers[i].n_params;
+  return n;
+}
+int dt_model_output_size(const dt_model *m) {
+  if (!m) return 0;
+  return m->n_layers ? (int)m->layers[m->n_layers - 1].out_numel : (int)m->sample_numel;
+}
+const int64_t *dt_model_input_shape(const dt_model *m, int *ndim) {
+  if (ndim) *ndim = m ? m->sample_ndim : 0;
+  return m ? m->sample_shape : NULL;
+}
+int dt_model_num_layers(const dt_model *m) { return m ? m->n_layers : 0; }
+const dt_layer *dt_model_layer(const dt_model *m, int i) {
+  return m && i >= 0 && i < m->n_layers ? &m->layers[i] : NULL;
+}
+
+int dt_model_num_tensors(const dt_model *m) { return m ? m->n_tensors : 0; }
+
+dt_status dt_model_tensor_info(const dt_model *m, int i, dt_tensor_info *out) {
+  if (!m || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_model_tensor_info: NULL argument");
+  if (i < 0 || i >= m->n_tensors)
+    return dt_error(DT_NOT_FOUND, "dt_model_tensor_info: index %d outside 0..%d", i, m->n_tensors - 1);
+  const dt_layer *l = &m->layers[m->tensors[i].layer];
+  const dt_layer_tensor *t = &l->t[m->tensors[i].k];
+  dt_tensor_info info;
+  memset(&info, 0, sizeof info);
+  info.name = t->name;
+  info.dtype = t->place == DT_PLACE_COUNTER ? DT_I64 : DT_F32;
+  info.ndim = t->ndim;
+  for (int d = 0; d < t->ndim; d++) info.shape[d] = t->shape[d];
+  info.trainable = t->place == DT_PLACE_PARAM;
+  info.offset = t->place == DT_PLACE_PARAM ? l->param_off + t->off
+                : t->place == DT_PLACE_BUFFER ? l->buffer_off + t->off
+                                              : 0;
+  *out = info;
+  return DT_OK;
+}
+
+void *dt_model_tensor_data(dt_model *m, int i) {
+  if (!m || !m->built || i < 0 || i >= m->n_tensors) return NULL;
+  const dt_layer *l = &m->layers[m->tensors[i].layer];
+  const dt_layer_tensor *t = &l->t[m->tensors[i].k];
+  switch (t->place) {
+  case DT_PLACE_PARAM: return m->params + l->param_off + t->off;
+  case DT_PLACE_BUFFER: return m->buffers + l->buffer_off + t->off;
+  case DT_PLACE_COUNTER: return m->counters + l->counter_off + t->off;
+  }
+  return NULL;
+}
+
+dt_status dt_model_find_tensor(const dt_model *m, const char *name, int *index) {
+  if (!m || !name || !index) return dt_error(DT_INVALID_ARGUMENT, "dt_model_find_tensor: NULL argument");
+  for (int i = 0; i < m->n_tensors; i++)
+    if (strcmp(m->layers[m->tensors[i].layer].t[m->tensors[i].k].name, name) == 0) {
+      *index = i;
+      return DT_OK;
+    }
+  return dt_error(DT_NOT_FOUND, "no tensor named \"%s\" in the model", name);
+}
+
+/* ---- summary ---------------------------------------------------------------------------- */
+
+static const char *with_commas(size_t v, char *buf, size_t len) {
+  char tmp[32];
+  int n = snprintf(tmp, sizeof tmp, "%zu", v), o = 0;
+  for (int i = 0; i < n && (size_t)o + 2 < len; i++) {
+    if (i && (n - i) % 3 == 0) buf[o++] = ',';
+    buf[o++] = tmp[i];
+  }
+  buf[o] = '\0';
+  return buf;
+}
+
+void dt_model_print_summary(const dt_model *m, FILE *f) {
+  if (!m || !f) return;
+  char shape[96], num[32];
+  const char *rule = "--------------------------------------------------------------------------------";
+  fprintf(f, "%s\n%-28s %-14s %-24s %12s\n", rule, "Layer (name)", "Kind", "Output Shape", "Param #");
+  fprintf(f, "================================================================================\n");
+  dt_shape_str(m->sample_ndim, m->sample_shape, shape, sizeof shape);
+  fprintf(f, "%-28s %-14s %-24s %12s\n", "input", "Input", shape, "0");
+  size_t trainable = 0, buffers = 0;
+  for (int i = 0; i < m->n_layers; i++) {
+    const dt_layer *l = &m->layers[i];
+    const char *name = l->name;
+    dt_shape_str(l->out_ndim, l->out_shape, shape, sizeof shape);
+    fprintf(f, "%-28s %-14s %-24s %12s\n", name, l->ops->label ? l->ops->label(l) : l->ops->kind, shape, with_commas(l->n_params, num, sizeof num));
+    trainable += l->n_params;
+    buffers += l->n_buffers + l->n_counters;
+  }
+  fprintf(f, "================================================================================\n");
+  fprintf(f, "Total params: %s\n", with_commas(trainable, num, sizeof num));
+  fprintf(f, "Trainable params: %s\n", with_commas(trainable, num, sizeof num));
+  fprintf(f, "Buffers (not trained): %s\n", with_commas(buffers, num, sizeof num));
+  fprintf(f, "Parameter arena: %.2f MiB\n%s\n", (double)trainable * 4.0 / (1024.0 * 1024.0), rule);
+}
