@@ -109,6 +109,20 @@ static size_t utf8_len(const unsigned char *s, size_t avail) {
   return n;
 }
 
+int dt_utf8_valid(const char *s, size_t n) {
+  const unsigned char *u = (const unsigned char *)s;
+  for (size_t i = 0; i < n;) {
+    if (u[i] < 0x80) {
+      i++;
+      continue;
+    }
+    size_t k = utf8_len(u + i, n - i);
+    if (!k) return 0;
+    i += k;
+  }
+  return 1;
+}
+
 /* At the opening quote: decodes into the pool. */
 static dt_status parse_string(parser *p, const char **out, size_t *out_len) {
   size_t start = p->pool_len;

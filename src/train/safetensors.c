@@ -370,6 +370,8 @@ static dt_status check_inputs(const char *path, const dt_named_tensor *t, int n,
   for (int i = 0; i < n; i++) {
     const dt_tensor *x = &t[i].tensor;
     if (!t[i].name || !t[i].name[0]) return dt_error(DT_INVALID_ARGUMENT, "%s: tensor %d has no name", path, i);
+    if (!dt_utf8_valid(t[i].name, strlen(t[i].name)))
+      return dt_error(DT_INVALID_ARGUMENT, "%s: tensor %d: name is not valid UTF-8", path, i);
     if (strcmp(t[i].name, "__metadata__") == 0)
       return dt_error(DT_INVALID_ARGUMENT, "%s: \"__metadata__\" is reserved and cannot name a tensor", path);
     if ((unsigned)x->dtype >= DT_DTYPE_COUNT || x->ndim < 0 || x->ndim > DT_MAX_DIMS || x->device != DT_CPU)
@@ -380,7 +382,11 @@ static dt_status check_inputs(const char *path, const dt_named_tensor *t, int n,
       return dt_error(DT_INVALID_ARGUMENT, "%s: tensor \"%s\" has no data", path, t[i].name);
   }
   for (int i = 0; i < n_meta; i++)
+  {
     if (!meta[i].key || !meta[i].value) return dt_error(DT_INVALID_ARGUMENT, "%s: metadata %d is NULL", path, i);
+    if (!dt_utf8_valid(meta[i].key, strlen(meta[i].key)) || !dt_utf8_valid(meta[i].value, strlen(meta[i].value)))
+      return dt_error(DT_INVALID_ARGUMENT, "%s: metadata \"%.100s\" is not valid UTF-8", path, meta[i].key);
+  }
   int most = n > n_meta ? n : n_meta;
   if (most < 2) return DT_OK;
   const char **names = NULL;

@@ -391,6 +391,11 @@ TEST(save_rejects_bad_input) {
   dt_kv meta[2] = {{"k", "1"}, {"k", "2"}};
   ASSERT_STATUS(dt_safetensors_save(path, t, 1, meta, 2), DT_INVALID_ARGUMENT);
   ASSERT_HAS(dt_last_error(), "metadata key \"k\"");
+  dt_kv bad_utf8 = {"k", "\xc3("};
+  ASSERT_STATUS(dt_safetensors_save(path, t, 1, &bad_utf8, 1), DT_INVALID_ARGUMENT);
+  ASSERT_HAS(dt_last_error(), "UTF-8");
+  t[0].name = "\xff";
+  ASSERT_STATUS(dt_safetensors_save(path, t, 1, NULL, 0), DT_INVALID_ARGUMENT);
   ASSERT(access(path, F_OK) != 0);
   ASSERT_EQ(count_temporaries(), 0);
 }
