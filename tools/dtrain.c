@@ -1,4 +1,750 @@
-/* dtrain command-line tool (placeholder until the trainer lands). */
+/* dtrain command-line tool: a registry of commands (train, eval, models, inspect, version, help) over flag tables. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
 #include "dtrain/dtrain.h"
-int main(void) { puts("dtrain " DTRAIN_VERSION); return 0; }
+
+/* Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 interrupted (128 + SIGINT). */
+enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
+
+/* ---- flag tables ------------------------------------------------------------ */
+/* What a flag's value must look like; each kind is checked by parse_value. */
+typedef enum flag_kind {
+  K_BOOL,      /* no value */
+  K_STR,       /* non-empty text */
+  K_POS_INT,   /* 1 .. INT_MAX */
+  K_NONNEG_INT, /* 0 .. INT_MAX */
+  K_POS_I64,   /* 1 .. INT64_MAX */
+  K_U64,       /* 0 .. UINT64_MAX */
+  K_POS_FLOAT, /* > 0 */
+  K_NONNEG_FLOAT, /* >= 0 */
+  K_UNIT_FLOAT, /* [0, 1) */
+  K_BETAS,     /* B1,B2 each in [0, 1) */
+  K_MEAN_STD,  /* MEAN,STD with STD > 0 */
+  K_WIDTHS,    /* W1,W2,... positive integers */
+  K_CHOICE,    /* one of choices ("a|b|c") */
+} flag_kind;
+
+typedef struct flag_spec {
+  const char *name;    /* "--batch-size" */
+  const char *metavar; /* "N" (NULL for K_BOOL) */
+  flag_kind kind;
+  const char *def;     /* default, as shown in help */
+  const char *example; /* a good value, for hints */
+  const char *help;
+  const char *choices; /* K_CHOICE: "sgd|adam|adamw" */
+} flag_spec;
+
+typedef struct flag_value {
+  int given;
+  const char *raw;
+  long long i;
+  unsigned long long u;
+  double f, pair[2];
+  int list[DT_TRAIN_MAX_HIDDEN], n_list;
+  int choice;
+} flag_value;
+
+#define MAX_FLAGS 48
+#define MAX_POSITIONAL 4
+
+typedef struct parsed {
+  const struct command *cmd;
+  flag_value v[MAX_FLAGS];
+  const char *pos[MAX_POSITIONAL];
+  int n_pos;
+} parsed;
+
+typedef struct command {
+  const char *name;
+  const char *summary;
+  const char *synopsis;    /* after "dtrain <name>" */
+  const char *description; /* a paragraph for help */
+  const flag_spec *flags;
+  int n_flags;
+  int n_pos_min, n_pos_max; /* positional arguments */
+  int (*run)(const parsed *p);
+} command;
+
+static const command *find_command(const char *name);
+static void print_usage(const command *c, FILE *f);
+
+/* One line on stderr: "dtrain <cmd>: <what> (<fix>)". Returns the usage exit code. */
+static int usage_error(const command *c, const char *fix, const char *fmt, ...) {
+  char what[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  if (c)
+    fprintf(stderr, "dtrain %s: %s (%s)\n", c->name, what, fix);
+  else
+    fprintf(stderr, "dtrain: %s (%s)\n", what, fix);
+  return EXIT_USAGE;
+}
+
+/* Hints for runtime failures, one row per status. */
+static const struct {
+  dt_status status;
+  const char *hint;
+} status_hints[] = {
+    {DT_INVALID_ARGUMENT, "check the flags against 'dtrain help'"},
+    {DT_OUT_OF_MEMORY, "use a smaller --batch-size or model"},
+    {DT_IO, "check the path, its permissions and the free disk space"},
+    {DT_NOT_FOUND, "check the name or path; named datasets are looked up under DT_DATA_DIR"},
+    {DT_CORRUPT, "the file is damaged or not in the expected format: fetch or write it again"},
+    {DT_SHAPE_MISMATCH, "the weights come from another model: give the --model and --hidden used in training"},
+    {DT_UNSUPPORTED, "this build of dtrain does not support it"},
+};
+
+/* One line on stderr: "dtrain: <detail> (<hint>)". Returns the runtime exit code. */
+static int runtime_error(dt_status s) {
+  char detail[1024];
+  const char *d = dt_last_error();
+  snprintf(detail, sizeof detail, "%s", (d && *d) ? d : dt_status_message(s));
+  for (char *c = detail; *c; c++)
+    if (*c == '\n' || *c == '\r') *c = ' ';
+  const char *hint = "run with DT_DEBUG=info for more detail";
+  for (size_t i = 0; i < sizeof status_hints / sizeof status_hints[0]; i++)
+    if (status_hints[i].status == s) hint = status_hints[i].hint;
+  fprintf(stderr, "dtrain: %s (%s)\n", detail, hint);
+  return EXIT_RUNTIME;
+}
+
+static int parse_ll(const char *s, long long *out) {
+  char *end;
+  errno = 0;
+  if (!*s || *s == ' ') return -1;
+  long long x = strtoll(s, &end, 10);
+  if (errno || *end) return -1;
+  *out = x;
+  return 0;
+}
+
+static int parse_double(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  if (!*s || *s == ' ') return -1;
+  double x = strtod(s, &end);
+  if (errno || *end || !isfinite(x)) return -1;
+  *out = x;
+  return 0;
+}
+
+/* "a,b" -> two doubles. */
+static int parse_pair(const char *s, double out[2]) {
+  const char *comma = strchr(s, ',');
+  char first[64];
+  if (!comma || (size_t)(comma - s) >= sizeof first) return -1;
+  memcpy(first, s, (size_t)(comma - s));
+  first[comma - s] = '\0';
+  return parse_double(first, &out[0]) || parse_double(comma + 1, &out[1]) ? -1 : 0;
+}
+
+static int choice_index(const char *choices, const char *s) {
+  size_t n = strlen(s);
+  int idx = 0;
+  for (const char *c = choices; *c; idx++) {
+    const char *bar = strchr(c, '|');
+    size_t len = bar ? (size_t)(bar - c) : strlen(c);
+    if (len == n && strncmp(c, s, n) == 0) return idx;
+    if (!bar) break;
+    c = bar + 1;
+  }
+  return -1;
+}
+
+/* Checks and stores one value; prints the error line and returns EXIT_USAGE if it is malformed. */
+static int parse_value(const command *c, const flag_spec *f, const char *s, flag_value *v) {
+  char eg[128];
+  snprintf(eg, sizeof eg, "e.g. %s %s", f->name, f->example ? f->example : "");
+  v->raw = s;
+  switch (f->kind) {
+  case K_BOOL:
+    return 0;
+  case K_STR:
+    if (!*s) return usage_error(c, eg, "%s: the value is empty", f->name);
+    return 0;
+  case K_POS_INT:
+  case K_NONNEG_INT:
+  case K_POS_I64: {
+    long long lo = f->kind == K_NONNEG_INT ? 0 : 1;
+    long long hi = f->kind == K_POS_I64 ? LLONG_MAX : INT_MAX;
+    if (parse_ll(s, &v->i) || v->i < lo || v->i > hi)
+      return usage_error(c, eg, "%s: '%s' is not a %s integer", f->name, s, lo ? "positive" : "non-negative");
+    return 0;
+  }
+  case K_U64: {
+    char *end;
+    errno = 0;
+    if (!*s || *s == '-' || *s == '+' || *s == ' ' || (v->u = strtoull(s, &end, 10), errno) || *end)
+      return usage_error(c, eg, "%s: '%s' is not a non-negative integer", f->name, s);
+    return 0;
+  }
+  case K_POS_FLOAT:
+    if (parse_double(s, &v->f) || !(v->f > 0)) return usage_error(c, eg, "%s: '%s' is not a positive number", f->name, s);
+    return 0;
+  case K_NONNEG_FLOAT:
+    if (parse_double(s, &v->f) || !(v->f >= 0))
+      return usage_error(c, eg, "%s: '%s' is not a non-negative number", f->name, s);
+    return 0;
+  case K_UNIT_FLOAT:
+    if (parse_double(s, &v->f) || !(v->f >= 0 && v->f < 1))
+      return usage_error(c, eg, "%s: '%s' is not a number in [0, 1)", f->name, s);
+    return 0;
+  case K_BETAS:
+    if (parse_pair(s, v->pair)) return usage_error(c, eg, "%s: '%s' is not two numbers B1,B2", f->name, s);
+    if (!(v->pair[0] >= 0 && v->pair[0] < 1 && v->pair[1] >= 0 && v->pair[1] < 1))
+      return usage_error(c, eg, "%s: '%s': both betas must be in [0, 1)", f->name, s);
+    return 0;
+  case K_MEAN_STD:
+    if (parse_pair(s, v->pair)) return usage_error(c, eg, "%s: '%s' is not two numbers MEAN,STD", f->name, s);
+    if (!(v->pair[1] > 0)) return usage_error(c, eg, "%s: '%s': STD must be positive", f->name, s);
+    return 0;
+  case K_WIDTHS: {
+    char buf[512];
+    if (strlen(s) >= sizeof buf) return usage_error(c, eg, "%s: the list is too long", f->name);
+    strcpy(buf, s);
+    v->n_list = 0;
+    char *save = NULL;
+    int empty = *s == '\0' || s[strlen(s) - 1] == ',' || *s == ',' || strstr(s, ",,") != NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok && !empty; tok = strtok_r(NULL, ",", &save)) {
+      long long w;
+      if (parse_ll(tok, &w) || w < 1 || w > (1 << 24))
+        return usage_error(c, eg, "%s: '%s' is not a list of positive widths", f->name, s);
+      if (v->n_list == DT_TRAIN_MAX_HIDDEN)
+        return usage_error(c, eg, "%s: '%s' has more than %d widths", f->name, s, DT_TRAIN_MAX_HIDDEN);
+      v->list[v->n_list++] = (int)w;
+    }
+    if (empty || v->n_list == 0) return usage_error(c, eg, "%s: '%s' is not a list of positive widths", f->name, s);
+    return 0;
+  }
+  case K_CHOICE: {
+    v->choice = choice_index(f->choices, s);
+    if (v->choice < 0) {
+      char list[128];
+      snprintf(list, sizeof list, "%s", f->choices);
+      for (char *p = list; *p; p++)
+        if (*p == '|') *p = '/';
+      return usage_error(c, eg, "%s: '%s' is not one of %s", f->name, s, list);
+    }
+    return 0;
+  }
+  }
+  return 0;
+}
+
+/* Parses argv (after the command name) against c's flag table. Returns 0, an
+ * exit code, or -1 when --help was printed. "--flag value" and "--flag=value"
+ * both work; a flag given twice is an error, not "last wins". */
+static int parse_args(const command *c, int argc, char **argv, parsed *p) {
+  memset(p, 0, sizeof *p);
+  p->cmd = c;
+  char hint[96];
+  snprintf(hint, sizeof hint, "see 'dtrain %s --help'", c->name);
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      print_usage(c, stdout);
+      return -1;
+    }
+    if (a[0] != '-' || a[1] == '\0') {
+      if (p->n_pos == c->n_pos_max || p->n_pos == MAX_POSITIONAL)
+        return usage_error(c, hint, "unexpected argument '%s'", a);
+      p->pos[p->n_pos++] = a;
+      continue;
+    }
+    char name[64];
+    const char *eq = strchr(a, '=');
+    size_t len = eq ? (size_t)(eq - a) : strlen(a);
+    if (len >= sizeof name) len = sizeof name - 1;
+    memcpy(name, a, len);
+    name[len] = '\0';
+    int k = -1;
+    for (int j = 0; j < c->n_flags; j++)
+      if (strcmp(c->flags[j].name, name) == 0) k = j;
+    if (k < 0) return usage_error(c, hint, "unknown flag '%s'", name);
+    const flag_spec *f = &c->flags[k];
+    flag_value *v = &p->v[k];
+    if (v->given) return usage_error(c, "give each flag once", "%s given twice", f->name);
+    v->given = 1;
+    if (f->kind == K_BOOL) {
+      if (eq) return usage_error(c, hint, "%s takes no value", f->name);
+      continue;
+    }
+    const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+    if (!val) {
+      char eg[128];
+      snprintf(eg, sizeof eg, "e.g. %s %s", f->name, f->example ? f->example : "");
+      return usage_error(c, eg, "%s needs a value", f->name);
+    }
+    int rc = parse_value(c, f, val, v);
+    if (rc) return rc;
+  }
+  if (p->n_pos < c->n_pos_min) return usage_error(c, hint, "missing argument: %s", c->synopsis);
+  return 0;
+}
+
+/* The value of flag `name` (which must be in the command's table). */
+static const flag_value *flag(const parsed *p, const char *name) {
+  for (int j = 0; j < p->cmd->n_flags; j++)
+    if (strcmp(p->cmd->flags[j].name, name) == 0) return &p->v[j];
+  fprintf(stderr, "dtrain: internal error: flag %s is not in the table of '%s'\n", name, p->cmd->name);
+  abort();
+}
+
+static void print_tunable(const char *name, const char *def, const char *doc, void *user) {
+  fprintf((FILE *)user, "  %-22s %s (default: %s)\n", name, doc, def);
+}
+
+static void print_usage(const command *c, FILE *f) {
+  fprintf(f, "usage: dtrain %s %s\n\n%s\n", c->name, c->synopsis, c->description);
+  fprintf(f, "\nflags:\n");
+  for (int i = 0; i < c->n_flags; i++) {
+    const flag_spec *s = &c->flags[i];
+    char left[64];
+    snprintf(left, sizeof left, "%s%s%s", s->name, s->metavar ? " " : "", s->metavar ? s->metavar : "");
+    fprintf(f, "  %-26s %s", left, s->help);
+    if (s->def) fprintf(f, " (default: %s)", s->def);
+    fputc('\n', f);
+  }
+  fprintf(f, "  %-26s %s\n", "--help, -h", "show this help and exit");
+  fprintf(f, "\nenvironment:\n");
+  dt_tunables_each(print_tunable, f);
+  fprintf(f, "\nexit status: 0 success, 1 runtime failure, 2 usage error, 130 interrupted\n");
+}
+
+/* ---- shared helpers --------------------------------------------------------- */
+typedef struct zoo_lookup {
+  const char *want;
+  int found;
+  char names[256];
+} zoo_lookup;
+
+static void zoo_visit(const char *name, const char *doc, void *user) {
+  zoo_lookup *z = user;
+  if (z->want && strcmp(z->want, name) == 0) z->found = 1;
+  size_t n = strlen(z->names);
+  snprintf(z->names + n, sizeof z->names - n, "%s%s", n ? ", " : "", name);
+}
+
+/* An unknown model is a usage error: say which ones exist. */
+static int check_model(const command *c, const char *name) {
+  zoo_lookup z = {.want = name};
+  dt_model_zoo_each(zoo_visit, &z);
+  if (z.found) return 0;
+  return usage_error(c, "see 'dtrain models'", "--model: unknown model '%s' (known: %s)", name,
+                     z.names[0] ? z.names : "none");
+}
+
+static void format_bytes(size_t b, char *buf, size_t len) {
+  if (b >= (size_t)1 << 30)
+    snprintf(buf, len, "%.2f GiB", (double)b / (1 << 30));
+  else
+    snprintf(buf, len, "%.1f MiB", (double)b / (1 << 20));
+}
+
+/* ---- train ------------------------------------------------------------------- */
+static const flag_spec train_flags[] = {
+    {"--model", "NAME", K_STR, "fashioncnn", "mlp", "model from the zoo (see 'dtrain models')", NULL},
+    {"--hidden", "W1,W2,...", K_WIDTHS, "the model's own", "256,128", "hidden layer widths of mlp", NULL},
+    {"--dropout", "P", K_UNIT_FLOAT, "the model's own", "0.2", "dropout probability, overriding the model's", NULL},
+    {"--data", "SOURCE", K_STR, "fashion-mnist", "fashion-mnist",
+     "dataset name (fashion-mnist, mnist; under DT_DATA_DIR) or a directory of IDX files", NULL},
+    {"--normalize", "MEAN,STD", K_MEAN_STD, "none: x/255", "0.2860,0.3530", "also normalise inputs as (x/255 - MEAN)/STD",
+     NULL},
+    {"--limit-train", "N", K_POS_I64, "all", "2000",
+     "train on the first N training samples only (shuffled among themselves each epoch)", NULL},
+    {"--limit-test", "N", K_POS_I64, "all", "500", "evaluate on the first N test samples only", NULL},
+    {"--epochs", "N", K_POS_INT, "1", "3", "passes over the training data", NULL},
+    {"--batch-size", "N", K_POS_INT, "64", "64", "samples per optimizer step", NULL},
+    {"--optimizer", "NAME", K_CHOICE, "sgd", "adam", "sgd, adam or adamw (PyTorch's update rules)", "sgd|adam|adamw"},
+    {"--lr", "X", K_POS_FLOAT, "0.01 for sgd, 0.001 for adam/adamw", "0.01", "base learning rate", NULL},
+    {"--momentum", "X", K_NONNEG_FLOAT, "0", "0.9", "SGD momentum (as torch.optim.SGD)", NULL},
+    {"--dampening", "X", K_NONNEG_FLOAT, "0", "0", "SGD momentum dampening", NULL},
+    {"--nesterov", NULL, K_BOOL, "off", NULL, "Nesterov momentum (needs --momentum > 0 and no dampening)", NULL},
+    {"--weight-decay", "X", K_NONNEG_FLOAT, "0; 0.01 for adamw", "0.0005",
+     "L2 penalty (sgd, adam) or decoupled weight decay (adamw)", NULL},
+    {"--betas", "B1,B2", K_BETAS, "0.9,0.999", "0.9,0.999", "Adam/AdamW moment decay rates", NULL},
+    {"--eps", "X", K_POS_FLOAT, "1e-8", "1e-8", "Adam/AdamW denominator epsilon", NULL},
+    {"--schedule", "NAME", K_CHOICE, "constant", "cosine", "learning-rate schedule: constant, step or cosine",
+     "constant|step|cosine"},
+    {"--step-size", "EPOCHS", K_POS_INT, "1", "10", "step schedule: multiply the lr by --gamma every EPOCHS epochs",
+     NULL},
+    {"--gamma", "X", K_POS_FLOAT, "0.1", "0.1", "step schedule: decay factor", NULL},
+    {"--min-lr", "X", K_NONNEG_FLOAT, "0", "0.0001", "cosine schedule: final learning rate (eta_min)", NULL},
+    {"--warmup-epochs", "N", K_NONNEG_INT, "0", "1",
+     "linear warm-up over the first N epochs, from lr/3 (torch LinearLR)", NULL},
+    {"--warmup-steps", "N", K_NONNEG_INT, "0", "500", "linear warm-up over the first N optimizer steps instead", NULL},
+    {"--clip-grad-norm", "X", K_POS_FLOAT, "off", "1.0", "clip the global gradient L2 norm to X", NULL},
+    {"--label-smoothing", "X", K_UNIT_FLOAT, "0", "0.1", "cross-entropy label smoothing in [0, 1)", NULL},
+    {"--threads", "N", K_NONNEG_INT, "0 = all cores (or DT_NUM_THREADS)", "4", "compute threads", NULL},
+    {"--seed", "N", K_U64, "0", "42", "seed of initialisation, shuffling and dropout", NULL},
+    {"--out", "DIR", K_STR, "runs/<model>-<yyyymmdd-hhmmss>", "runs/exp1",
+     "output directory: metrics.csv, metrics.jsonl, config.json, model.safetensors", NULL},
+    {"--progress", "MODE", K_CHOICE, "auto", "plain",
+     "auto (a bar on a terminal, else plain), bar, plain (a line per ~10% of an epoch) or none (epoch lines only)",
+     "auto|bar|plain|none"},
+    {"--quiet", NULL, K_BOOL, "off", NULL, "print nothing but errors", NULL},
+};
+
+static void on_sigint(int sig) {
+  (void)sig;
+  dt_train_request_stop(); /* SA_RESETHAND: a second Ctrl-C ends the process at once */
+}
+
+static void install_sigint(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigint;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+}
+
+static void print_train_summary(const dt_train_config *cfg, const dt_train_result *r, FILE *f) {
+  char rss[32];
+  format_bytes(r->peak_rss_bytes, rss, sizeof rss);
+  fprintf(f, "\nsummary (%s, %zu parameters, %d epoch(s)%s)\n", cfg->model, r->params, r->epochs_done,
+          r->interrupted ? ", interrupted" : "");
+  fprintf(f, "  %-22s %.2f s\n", "wall time", r->wall_seconds);
+  fprintf(f, "  %-22s %.2f s user, %.2f s sys\n", "CPU time", r->cpu_user_seconds, r->cpu_sys_seconds);
+  fprintf(f, "  %-22s %.2f s compute, %.2f s waiting for data, %.2f s communication\n", "training time",
+          r->compute_seconds, r->data_wait_seconds, r->comm_seconds);
+  fprintf(f, "  %-22s %.0f samples/s\n", "train throughput", r->train_samples_per_s);
+  fprintf(f, "  %-22s %.0f samples/s\n", "inference throughput", r->infer_samples_per_s);
+  fprintf(f, "  %-22s %.2f%%\n", "test top-1", 100 * r->test_acc1);
+  fprintf(f, "  %-22s %.2f%%\n", "test top-5", 100 * r->test_acc5);
+  fprintf(f, "  %-22s %s\n", "peak RSS", rss);
+  if (cfg->out_dir) fprintf(f, "  %-22s %s\n", "outputs", cfg->out_dir);
+}
+
+static int cmd_train(const parsed *p) {
+  const command *c = p->cmd;
+  dt_train_config cfg;
+  dt_train_config_default(&cfg);
+  const flag_value *v;
+  if ((v = flag(p, "--model"))->given) cfg.model = v->raw;
+  int rc = check_model(c, cfg.model);
+  if (rc) return rc;
+  if ((v = flag(p, "--hidden"))->given) {
+    /* Only mlp has widths to choose; the zoo would silently ignore them elsewhere. */
+    if (strcmp(cfg.model, "mlp") != 0)
+      return usage_error(c, "add --model mlp, or drop --hidden", "--hidden applies only to --model mlp, not %s",
+                         cfg.model);
+    cfg.n_hidden = v->n_list;
+    memcpy(cfg.hidden, v->list, sizeof v->list);
+  }
+  if ((v = flag(p, "--dropout"))->given) cfg.dropout = (float)v->f;
+  if ((v = flag(p, "--data"))->given) cfg.data = v->raw;
+  if ((v = flag(p, "--normalize"))->given) {
+    cfg.normalize.enabled = 1;
+    cfg.normalize.mean = (float)v->pair[0];
+    cfg.normalize.std = (float)v->pair[1];
+  }
+  if ((v = flag(p, "--limit-train"))->given) cfg.limit_train = v->i;
+  if ((v = flag(p, "--limit-test"))->given) cfg.limit_test = v->i;
+  if ((v = flag(p, "--epochs"))->given) cfg.epochs = (int)v->i;
+  if ((v = flag(p, "--batch-size"))->given) cfg.batch_size = (int)v->i;
+
+  /* Optimizer: its own defaults first, then the flags that apply to it. */
+  dt_optim_kind kind = DT_OPTIM_SGD;
+  if ((v = flag(p, "--optimizer"))->given) {
+    static const dt_optim_kind kinds[] = {DT_OPTIM_SGD, DT_OPTIM_ADAM, DT_OPTIM_ADAMW};
+    kind = kinds[v->choice];
+  }
+  dt_optim_config_default(kind, &cfg.optim);
+  cfg.lr = kind == DT_OPTIM_SGD ? 0.01f : 0.001f;
+  const char *sgd_only[] = {"--momentum", "--dampening", "--nesterov"};
+  const char *adam_only[] = {"--betas", "--eps"};
+  for (size_t i = 0; i < 3; i++)
+    if (kind != DT_OPTIM_SGD && flag(p, sgd_only[i])->given)
+      return usage_error(c, "use it with --optimizer sgd", "%s does not apply to --optimizer %s", sgd_only[i],
+                         dt_optim_kind_name(kind));
+  for (size_t i = 0; i < 2; i++)
+    if (kind == DT_OPTIM_SGD && flag(p, adam_only[i])->given)
+      return usage_error(c, "use it with --optimizer adam or adamw", "%s does not apply to --optimizer sgd",
+                         adam_only[i]);
+  if ((v = flag(p, "--lr"))->given) cfg.lr = (float)v->f;
+  if ((v = flag(p, "--momentum"))->given) cfg.optim.momentum = (float)v->f;
+  if ((v = flag(p, "--dampening"))->given) cfg.optim.dampening = (float)v->f;
+  if (flag(p, "--nesterov")->given) {
+    if (!(cfg.optim.momentum > 0) || cfg.optim.dampening != 0)
+      return usage_error(c, "e.g. --momentum 0.9 --nesterov", "--nesterov needs --momentum > 0 and zero --dampening");
+    cfg.optim.nesterov = 1;
+  }
+  if ((v = flag(p, "--weight-decay"))->given) cfg.optim.weight_decay = (float)v->f;
+  if ((v = flag(p, "--betas"))->given) {
+    cfg.optim.beta1 = (float)v->pair[0];
+    cfg.optim.beta2 = (float)v->pair[1];
+  }
+  if ((v = flag(p, "--eps"))->given) cfg.optim.eps = (float)v->f;
+
+  /* Schedule: flags of one schedule are errors under another. */
+  if ((v = flag(p, "--schedule"))->given) {
+    static const dt_sched_kind kinds[] = {DT_SCHED_CONSTANT, DT_SCHED_STEP, DT_SCHED_COSINE};
+    cfg.schedule = kinds[v->choice];
+  }
+  if (cfg.schedule != DT_SCHED_STEP && (flag(p, "--step-size")->given || flag(p, "--gamma")->given))
+    return usage_error(c, "add --schedule step", "--step-size and --gamma apply only to --schedule step");
+  if (cfg.schedule != DT_SCHED_COSINE && flag(p, "--min-lr")->given)
+    return usage_error(c, "add --schedule cosine", "--min-lr applies only to --schedule cosine");
+  if ((v = flag(p, "--step-size"))->given) cfg.step_size_epochs = (int)v->i;
+  if ((v = flag(p, "--gamma"))->given) cfg.gamma = (float)v->f;
+  if ((v = flag(p, "--min-lr"))->given) cfg.min_lr = (float)v->f;
+  if (flag(p, "--warmup-epochs")->given && flag(p, "--warmup-steps")->given)
+    return usage_error(c, "give one of them", "--warmup-epochs and --warmup-steps conflict");
+  if ((v = flag(p, "--warmup-epochs"))->given) cfg.warmup_epochs = (int)v->i;
+  if ((v = flag(p, "--warmup-steps"))->given) cfg.warmup_steps = v->i;
+  if ((v = flag(p, "--clip-grad-norm"))->given) cfg.clip_grad_norm = (float)v->f;
+  if ((v = flag(p, "--label-smoothing"))->given) cfg.label_smoothing = (float)v->f;
+  if ((v = flag(p, "--threads"))->given) cfg.threads = (int)v->i;
+  if ((v = flag(p, "--seed"))->given) cfg.seed = v->u;
+
+  char out_dir[512];
+  if ((v = flag(p, "--out"))->given) {
+    snprintf(out_dir, sizeof out_dir, "%s", v->raw);
+  } else {
+    time_t now = time(NULL);
+    struct tm tm;
+    char stamp[32];
+    localtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    snprintf(out_dir, sizeof out_dir, "runs/%s-%s", cfg.model, stamp);
+  }
+  cfg.out_dir = out_dir;
+
+  int quiet = flag(p, "--quiet")->given;
+  if (quiet && flag(p, "--progress")->given)
+    return usage_error(c, "give one of them", "--quiet and --progress conflict");
+  if ((v = flag(p, "--progress"))->given) {
+    static const dt_progress_mode modes[] = {DT_PROGRESS_AUTO, DT_PROGRESS_BAR, DT_PROGRESS_PLAIN, DT_PROGRESS_NONE};
+    cfg.progress_mode = modes[v->choice];
+  }
+  cfg.progress = quiet ? NULL : stdout;
+
+  /* What the library rejects about the combination is still a usage error. */
+  dt_status st = dt_train_config_check(&cfg);
+  if (st != DT_OK) return usage_error(c, "see 'dtrain train --help'", "%s", dt_last_error());
+
+  if (!quiet) {
+    printf("training %s on %s: %d epoch(s), batch %d, %s lr %g, %d thread(s), out %s\n", cfg.model, cfg.data,
+           cfg.epochs, cfg.batch_size, dt_optim_kind_name(kind), (double)cfg.lr,
+           cfg.threads > 0 ? cfg.threads : dt_num_cores(), cfg.out_dir);
+    fflush(stdout);
+  }
+  install_sigint();
+  dt_train_result res;
+  st = dt_train_run(&cfg, &res);
+  signal(SIGINT, SIG_DFL);
+  if (st != DT_OK) return runtime_error(st);
+  if (!quiet) print_train_summary(&cfg, &res, stdout);
+  if (res.interrupted) {
+    fprintf(stderr, "dtrain: interrupted after %lld step(s); metrics and weights are in %s\n", (long long)res.steps,
+            cfg.out_dir);
+    return EXIT_INTERRUPTED;
+  }
+  return 0;
+}
+
+/* ---- eval -------------------------------------------------------------------- */
+static const flag_spec eval_flags[] = {
+    {"--weights", "FILE", K_STR, "required", "runs/exp1/model.safetensors", "safetensors weights to evaluate", NULL},
+    {"--model", "NAME", K_STR, "from the file's metadata", "mlp", "model from the zoo the weights belong to", NULL},
+    {"--hidden", "W1,W2,...", K_WIDTHS, "from the file's metadata", "256,128", "hidden layer widths of mlp", NULL},
+    {"--data", "SOURCE", K_STR, "fashion-mnist", "fashion-mnist", "dataset name or a directory of IDX files", NULL},
+    {"--split", "NAME", K_CHOICE, "test", "train", "which split to evaluate: test or train", "test|train"},
+    {"--normalize", "MEAN,STD", K_MEAN_STD, "from the file's metadata", "0.2860,0.3530",
+     "input normalisation used in training", NULL},
+    {"--batch-size", "N", K_POS_INT, "256", "256", "samples per forward pass", NULL},
+    {"--threads", "N", K_NONNEG_INT, "0 = all cores (or DT_NUM_THREADS)", "4", "compute threads", NULL},
+    {"--limit", "N", K_POS_I64, "all", "500", "evaluate the first N samples only", NULL},
+};
+
+static int cmd_eval(const parsed *p) {
+  const command *c = p->cmd;
+  dt_eval_config cfg;
+  dt_eval_config_default(&cfg);
+  const flag_value *v;
+  if (!(v = flag(p, "--weights"))->given)
+    return usage_error(c, "e.g. --weights runs/exp1/model.safetensors", "--weights FILE is required");
+  cfg.weights = v->raw;
+  if ((v = flag(p, "--model"))->given) {
+    int rc = check_model(c, v->raw);
+    if (rc) return rc;
+    cfg.model = v->raw;
+  }
+  if ((v = flag(p, "--hidden"))->given) {
+    cfg.n_hidden = v->n_list;
+    memcpy(cfg.hidden, v->list, sizeof v->list);
+  }
+  if ((v = flag(p, "--data"))->given) cfg.data = v->raw;
+  if ((v = flag(p, "--split"))->given) cfg.split = v->choice == 0 ? DT_SPLIT_TEST : DT_SPLIT_TRAIN;
+  if ((v = flag(p, "--normalize"))->given) {
+    cfg.normalize_set = 1;
+    cfg.normalize.enabled = 1;
+    cfg.normalize.mean = (float)v->pair[0];
+    cfg.normalize.std = (float)v->pair[1];
+  }
+  if ((v = flag(p, "--batch-size"))->given) cfg.batch_size = (int)v->i;
+  if ((v = flag(p, "--threads"))->given) cfg.threads = (int)v->i;
+  if ((v = flag(p, "--limit"))->given) cfg.limit = v->i;
+  dt_eval_result r;
+  dt_status st = dt_eval_run(&cfg, &r);
+  if (st != DT_OK) return runtime_error(st);
+  printf("eval %s on %s %s (%lld samples): loss %.4f  top1 %.2f%%  top5 %.2f%%  %.2f s  %.0f samples/s\n", r.model,
+         cfg.data, cfg.split == DT_SPLIT_TEST ? "test" : "train", (long long)r.samples, r.loss, 100 * r.acc1,
+         100 * r.acc5, r.seconds, r.samples_per_s);
+  return 0;
+}
+
+/* ---- models ------------------------------------------------------------------ */
+static void print_model(const char *name, const char *doc, void *user) {
+  (void)user;
+  dt_zoo_config zc = {.sample_shape = {1, 28, 28}, .classes = 10, .hidden = NULL, .n_hidden = 0, .dropout = -1.0f};
+  dt_model *m = NULL;
+  char params[32] = "?";
+  if (dt_model_zoo_new(name, &zc, &m) == DT_OK && dt_model_build(m, 1, 0) == DT_OK)
+    snprintf(params, sizeof params, "%zu", dt_model_num_params(m));
+  dt_model_free(m);
+  printf("  %-14s %10s  %s\n", name, params, doc);
+}
+
+static int cmd_models(const parsed *p) {
+  (void)p;
+  printf("  %-14s %10s  %s\n", "model", "parameters", "description (parameters for 1x28x28 inputs, 10 classes)");
+  dt_model_zoo_each(print_model, NULL);
+  return 0;
+}
+
+/* ---- inspect ------------------------------------------------------------------ */
+static int cmd_inspect(const parsed *p) {
+  const char *path = p->pos[0];
+  dt_safetensors *f = NULL;
+  dt_status st = dt_safetensors_load(path, &f);
+  if (st != DT_OK) return runtime_error(st);
+  printf("%s\n", path);
+  int nm = dt_safetensors_meta_count(f);
+  printf("metadata (%d):\n", nm);
+  for (int i = 0; i < nm; i++) {
+    dt_kv kv = dt_safetensors_meta_at(f, i);
+    printf("  %s = %s\n", kv.key, kv.value);
+  }
+  int n = dt_safetensors_count(f);
+  int64_t total = 0;
+  printf("tensors (%d):\n", n);
+  for (int i = 0; i < n; i++) {
+    dt_named_tensor t;
+    st = dt_safetensors_get(f, i, &t);
+    if (st != DT_OK) {
+      dt_safetensors_free(f);
+      return runtime_error(st);
+    }
+    char shape[96];
+    int64_t numel = dt_tensor_numel(&t.tensor);
+    total += numel;
+    printf("  %-32s %-4s %-18s", t.name, dt_dtype_name(t.tensor.dtype), dt_tensor_shape_str(&t.tensor, shape, sizeof shape));
+    if (t.tensor.dtype == DT_F32 && numel > 0) {
+      const float *x = t.tensor.data;
+      double lo = x[0], hi = x[0], sum = 0;
+      for (int64_t k = 0; k < numel; k++) {
+        lo = fmin(lo, x[k]);
+        hi = fmax(hi, x[k]);
+        sum += x[k];
+      }
+      printf("  min %-+11.5g max %-+11.5g mean %+.5g", lo, hi, sum / (double)numel);
+    }
+    putchar('\n');
+  }
+  printf("total: %lld elements\n", (long long)total);
+  dt_safetensors_free(f);
+  return 0;
+}
+
+/* ---- version, help --------------------------------------------------------------- */
+static int cmd_version(const parsed *p) {
+  (void)p;
+  printf("dtrain %s\n", DTRAIN_VERSION);
+  return 0;
+}
+
+static void print_command_list(FILE *f);
+
+static void print_main_usage(FILE *f) {
+  fprintf(f, "usage: dtrain COMMAND [flags]\n\ndata-parallel neural-network training in C (version %s)\n\ncommands:\n",
+          DTRAIN_VERSION);
+  print_command_list(f);
+  fprintf(f, "\n'dtrain help COMMAND' or 'dtrain COMMAND --help' lists the flags of a command.\n");
+  fprintf(f, "\nenvironment:\n");
+  dt_tunables_each(print_tunable, f);
+  fprintf(f, "\nexit status: 0 success, 1 runtime failure, 2 usage error, 130 interrupted\n");
+}
+
+static int cmd_help(const parsed *p) {
+  if (p->n_pos == 0) {
+    print_main_usage(stdout);
+    return 0;
+  }
+  const command *c = find_command(p->pos[0]);
+  if (!c) return usage_error(p->cmd, "run 'dtrain help' for the list", "unknown command '%s'", p->pos[0]);
+  print_usage(c, stdout);
+  return 0;
+}
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static const command commands[] = {
+    {"train", "train a model from the zoo and write metrics and weights", "[flags]",
+     "Trains a zoo model on a dataset, evaluating on the test split after every epoch.\n"
+     "Writes DIR/metrics.csv and DIR/metrics.jsonl (one row per epoch, flushed at once),\n"
+     "DIR/config.json and DIR/model.safetensors. Ctrl-C stops at the next step, still\n"
+     "writes metrics and weights, and exits with 130; a second Ctrl-C ends at once.",
+     train_flags, COUNT(train_flags), 0, 0, cmd_train},
+    {"eval", "evaluate saved weights on a dataset split", "--weights FILE [flags]",
+     "Loads weights written by 'dtrain train' and reports loss, top-1 and top-5 accuracy.\n"
+     "Model, hidden widths and normalisation default to what the file's metadata records.",
+     eval_flags, COUNT(eval_flags), 0, 0, cmd_eval},
+    {"models", "list the model zoo with parameter counts", "", "Lists the registered models.", NULL, 0, 0, 0,
+     cmd_models},
+    {"inspect", "show a safetensors file: metadata, tensors, statistics", "FILE",
+     "Prints the metadata, then one line per tensor: name, dtype, shape and, for f32, min/max/mean.", NULL, 0, 1, 1,
+     cmd_inspect},
+    {"version", "print the version", "", "Prints the dtrain version.", NULL, 0, 0, 0, cmd_version},
+    {"help", "show help for dtrain or one command", "[COMMAND]", "Shows the commands, or every flag of one command.",
+     NULL, 0, 0, 1, cmd_help},
+};
+static const int n_commands = COUNT(commands);
+
+static void print_command_list(FILE *f) {
+  for (int i = 0; i < n_commands; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+}
+
+static const command *find_command(const char *name) {
+  for (int i = 0; i < n_commands; i++)
+    if (strcmp(commands[i].name, name) == 0) return &commands[i];
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    print_main_usage(stderr);
+    return EXIT_USAGE;
+  }
+  const char *name = argv[1];
+  if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) name = "help";
+  if (strcmp(name, "--version") == 0) name = "version";
+  const command *c = find_command(name);
+  if (!c) return usage_error(NULL, "run 'dtrain help' for the list of commands", "unknown command '%s'", name);
+  parsed p;
+  int rc = parse_args(c, argc - 2, argv + 2, &p);
+  if (rc < 0) return 0; /* --help */
+  if (rc) return rc;
+  return c->run(&p);
+}

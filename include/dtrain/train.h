@@ -16,8 +16,9 @@ extern "C" {
 
 #define DT_TRAIN_MAX_HIDDEN 16
 
-/* How progress is shown on dt_train_config.progress. AUTO: a bar when the
- * stream is a terminal, plain lines otherwise. */
+/* How progress within an epoch is shown on dt_train_config.progress. AUTO: a
+ * bar when the stream is a terminal, plain lines otherwise; NONE: only the
+ * line that closes each epoch. (progress = NULL prints nothing at all.) */
 typedef enum dt_progress_mode { DT_PROGRESS_AUTO, DT_PROGRESS_BAR, DT_PROGRESS_PLAIN, DT_PROGRESS_NONE } dt_progress_mode;
 
 /* Everything one training run needs. Strings are borrowed (the caller keeps

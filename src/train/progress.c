@@ -12,8 +12,9 @@
 void dt_progress_init(dt_progress *p, FILE *f, dt_progress_mode mode, int epochs) {
   memset(p, 0, sizeof *p);
   p->epochs = epochs;
-  if (!f || mode == DT_PROGRESS_NONE) return;
+  if (!f) return;
   p->f = f;
+  p->steps_off = mode == DT_PROGRESS_NONE;
   p->bar = mode == DT_PROGRESS_BAR || (mode == DT_PROGRESS_AUTO && isatty(fileno(f)));
 }
 
@@ -35,7 +36,7 @@ static void fmt_eta(double s, char *buf, size_t len) {
 }
 
 void dt_progress_step(dt_progress *p, int64_t step, double loss, int64_t samples) {
-  if (!p->f || p->steps <= 0) return;
+  if (!p->f || p->steps_off || p->steps <= 0) return;
   double now = dt_time_now(), el = now - p->t0;
   double rate = el > 0 ? (double)samples / el : 0;
   double eta = step > 0 ? el / (double)step * (double)(p->steps - step) : 0;
@@ -73,6 +74,6 @@ void dt_progress_epoch_end(dt_progress *p, const dt_epoch_metrics *m) {
   if (!p->f) return;
   char line[256];
   dt_progress_format_epoch(m, p->epochs, line, sizeof line);
-  fprintf(p->f, "%s%s\n", p->bar ? "\r\033[K" : "", line);
+  fprintf(p->f, "%s%s\n", p->bar && !p->steps_off ? "\r\033[K" : "", line);
   fflush(p->f);
 }

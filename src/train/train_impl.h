@@ -31,6 +31,7 @@ const char *dt_metrics_csv_header(void);
 typedef struct dt_progress {
   FILE *f;            /* NULL: silent */
   int bar;            /* 1: \r-updated bar line; 0: plain lines */
+  int steps_off;      /* DT_PROGRESS_NONE: epoch lines only */
   int epochs;         /* total epochs, for "epoch e/E" */
   int epoch;          /* current, 1-based */
   int64_t steps;      /* steps in this epoch */
