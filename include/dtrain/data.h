@@ -25,8 +25,15 @@ typedef struct dt_idx {
  * rank, every dimension (> 0, product without overflow, at most `max_bytes` of
  * data) and that the length matches exactly. DT_CORRUPT naming what is wrong. */
 dt_status dt_idx_parse(const uint8_t *buf, size_t len, size_t max_bytes, dt_idx *out);
-/* Reads `path`, gunzipping when it is gzip data (by magic, not by name). */
+/* Reads `path`, gunzipping when it is gzip data (by magic, not by name), with
+ * at most DT_IDX_MAX_BYTES of array data. Every error names the file. */
 dt_status dt_idx_load(const char *path, dt_idx *out);
+/* Same with an explicit bound on the array data: larger files, and gzip data
+ * that inflates beyond header + max_bytes (a gzip bomb), are DT_CORRUPT before
+ * more than that much memory is used. */
+dt_status dt_idx_load_max(const char *path, size_t max_bytes, dt_idx *out);
+/* The bound dt_idx_load uses (1 GiB: Fashion-MNIST's largest file is 47 MB). */
+#define DT_IDX_MAX_BYTES ((size_t)1 << 30)
 void dt_idx_free(dt_idx *idx);
 
 /* ---- datasets ------------------------------------------------------------ */
@@ -76,14 +83,24 @@ typedef struct dt_batch {
   int64_t index;       /* batch number within the epoch */
 } dt_batch;
 
+/* One background thread per loader gathers batches into a ring of prefetch + 1
+ * buffers (one held by the caller, up to `prefetch` ready ahead). The gather is
+ * memory-bound and single-threaded; this thread is outside the compute thread
+ * budget (dt_set_threads) but sleeps once the ring is full, so it costs a core
+ * only while the compute threads wait on data anyway. With a sampler, it is
+ * called on the caller's thread: once by dt_loader_new (epoch 0, to size the
+ * epoch) and once by every dt_loader_start_epoch. */
 typedef struct dt_loader dt_loader;
 dt_status dt_loader_new(const dt_dataset *ds, const dt_loader_config *cfg, dt_loader **out);
 void dt_loader_free(dt_loader *l);
 /* Starts epoch `epoch` (its order is a pure function of seed and epoch); the
- * background thread begins preparing batches at once. */
+ * background thread begins preparing batches at once. May be called at any
+ * time: batches of an unfinished epoch are discarded. */
 dt_status dt_loader_start_epoch(dt_loader *l, int64_t epoch);
 /* The next batch of the epoch; b->size == 0 once the epoch is done. The
- * buffers stay valid until the next call. */
+ * buffers stay valid until the next call (of dt_loader_next,
+ * dt_loader_start_epoch or dt_loader_free). DT_INVALID_ARGUMENT before the
+ * first dt_loader_start_epoch. */
 dt_status dt_loader_next(dt_loader *l, dt_batch *b);
 int64_t dt_loader_batches_per_epoch(const dt_loader *l);
 int64_t dt_loader_samples_per_epoch(const dt_loader *l);

@@ -1,0 +1,291 @@
+/* Batch loader: per-epoch order (sampler, Philox shuffle or sequential) and a prefetching background thread. */
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "core/impl.h"
+#include "dtrain/data.h"
+
+/* Loader threading. The caller's thread owns the order and the epoch; the
+ * worker only reads `order` while an epoch is active and it is busy, and the
+ * caller rewrites `order` only after waiting for the worker to go idle with
+ * the epoch stopped. Ring: batch k lives in slot k % nslots; the worker may
+ * fill batch k when k < released + nslots, where `released` counts batches
+ * the caller no longer holds (the last handed-out batch stays held until the
+ * next call). All counters below are guarded by mu. */
+typedef struct slot {
+  float *x;    /* (batch_size, C, H, W) */
+  int32_t *y;  /* (batch_size) */
+} slot;
+
+struct dt_loader {
+  const dt_dataset *ds;
+  dt_loader_config cfg;
+  size_t sample_elems;      /* C * H * W */
+  int64_t capacity;         /* entries of order */
+  int64_t *order;           /* (capacity) sample indices of the current epoch */
+  int64_t n_samples;        /* samples the current epoch visits */
+  int64_t n_batches;        /* batches of the current epoch */
+  int nslots;
+  slot *slots;
+
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t work;      /* to the worker: space freed, epoch started, stop */
+  pthread_cond_t ready;     /* to the caller: batch produced, worker idle */
+  int stop;
+  int active;               /* an epoch is running */
+  int busy;                 /* worker is gathering outside the lock */
+  uint64_t gen;             /* bumped by every epoch start: stale batches are dropped */
+  int64_t produced, handed, released;
+  int holding;              /* caller holds batch handed - 1 */
+  int started;              /* dt_loader_start_epoch has been called */
+
+  double wait_s;            /* caller-thread only */
+};
+
+/* Batch k of the current epoch: its first sample and size. */
+static int batch_size_of(const dt_loader *l, int64_t k) {
+  int64_t first = k * l->cfg.batch_size, left = l->n_samples - first;
+  return (int)(left < l->cfg.batch_size ? left : l->cfg.batch_size);
+}
+
+static void *worker(void *arg) {
+  dt_loader *l = arg;
+  pthread_mutex_lock(&l->mu);
+  for (;;) {
+    while (!l->stop && !(l->active && l->produced < l->n_batches && l->produced < l->released + l->nslots))
+      pthread_cond_wait(&l->work, &l->mu);
+    if (l->stop) break;
+    int64_t k = l->produced;
+    uint64_t gen = l->gen;
+    int n = batch_size_of(l, k);
+    slot *s = &l->slots[k % l->nslots];
+    const int64_t *idx = l->order + k * l->cfg.batch_size;
+    l->busy = 1;
+    pthread_mutex_unlock(&l->mu);
+
+    dt_dataset_gather(l->ds, idx, n, s->x, s->y);
+
+    pthread_mutex_lock(&l->mu);
+    l->busy = 0;
+    if (gen == l->gen) l->produced++;
+    pthread_cond_broadcast(&l->ready);
+  }
+  pthread_mutex_unlock(&l->mu);
+  return NULL;
+}
+
+/* Stops the running epoch and waits until the worker no longer reads order or slots. */
+static void quiesce(dt_loader *l) {
+  pthread_mutex_lock(&l->mu);
+  l->active = 0;
+  l->gen++;
+  while (l->busy) pthread_cond_wait(&l->ready, &l->mu);
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* Fills order[0..*n) for `epoch`. */
+static dt_status make_order(dt_loader *l, int64_t epoch, int64_t *n_out) {
+  int64_t size = dt_dataset_size(l->ds), n = size;
+  if (l->cfg.sampler) {
+    n = -1;
+    DT_CHECK(l->cfg.sampler(l->cfg.sampler_user, epoch, l->order, &n));
+    if (n < 0 || n > l->capacity)
+      return dt_error(DT_INVALID_ARGUMENT, "sampler returned %lld samples for epoch %lld; capacity is %lld",
+                      (long long)n, (long long)epoch, (long long)l->capacity);
+    for (int64_t i = 0; i < n; i++)
+      if (l->order[i] < 0 || l->order[i] >= size)
+        return dt_error(DT_INVALID_ARGUMENT, "sampler returned index %lld at position %lld, outside [0, %lld)",
+                        (long long)l->order[i], (long long)i, (long long)size);
+  } else {
+    for (int64_t i = 0; i < n; i++) l->order[i] = i;
+    if (l->cfg.shuffle) {
+      /* Fisher-Yates from the back, Philox keyed by (seed, epoch). */
+      dt_rng r;
+      dt_rng_init(&r, l->cfg.seed, (uint64_t)epoch);
+      for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = dt_rng_below(&r, (uint32_t)(i + 1));
+        int64_t t = l->order[i];
+        l->order[i] = l->order[j];
+        l->order[j] = t;
+      }
+    }
+  }
+  *n_out = n;
+  return DT_OK;
+}
+
+static int64_t batches_for(const dt_loader *l, int64_t n) {
+  int64_t b = l->cfg.batch_size;
+  return l->cfg.drop_last ? n / b : (n + b - 1) / b;
+}
+
+dt_status dt_loader_new(const dt_dataset *ds, const dt_loader_config *cfg, dt_loader **out) {
+  if (!ds || !cfg || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_loader_new: NULL dataset, config or out");
+  if (cfg->batch_size < 1) return dt_error(DT_INVALID_ARGUMENT, "loader: batch_size %d must be >= 1", cfg->batch_size);
+  if (cfg->prefetch < 0) return dt_error(DT_INVALID_ARGUMENT, "loader: prefetch %d must be >= 0", cfg->prefetch);
+  if (cfg->sampler_capacity < 0)
+    return dt_error(DT_INVALID_ARGUMENT, "loader: sampler_capacity %lld must be >= 0", (long long)cfg->sampler_capacity);
+  int64_t size = dt_dataset_size(ds);
+  if (size > (int64_t)UINT32_MAX)
+    return dt_error(DT_UNSUPPORTED, "loader: %lld samples; at most 2^32 - 1 are supported", (long long)size);
+  long prefetch = cfg->prefetch;
+  if (prefetch == 0) {
+    DT_CHECK(dt_tunable_int("DT_PREFETCH", &prefetch));
+    if (prefetch < 1 || prefetch > 1024)
+      return dt_error(DT_INVALID_ARGUMENT, "DT_PREFETCH=%ld must be between 1 and 1024", prefetch);
+  }
+  if (prefetch > 1024) return dt_error(DT_INVALID_ARGUMENT, "loader: prefetch %ld must be at most 1024", prefetch);
+
+  dt_status st;
+  dt_loader *l = NULL;
+  DT_CHECK(dt_alloc(sizeof *l, (void **)&l));
+  int sync_made = 0;
+  l->ds = ds;
+  l->cfg = *cfg;
+  l->cfg.prefetch = (int)prefetch;
+  int64_t shape[3];
+  dt_dataset_sample_shape(ds, shape);
+  l->sample_elems = (size_t)(shape[0] * shape[1] * shape[2]);
+  l->capacity = cfg->sampler ? (cfg->sampler_capacity ? cfg->sampler_capacity : size) : size;
+  l->nslots = (int)prefetch + 1;
+  DT_CHECK_GOTO(dt_alloc_array((size_t)(l->capacity ? l->capacity : 1), sizeof *l->order, "loader order", (void **)&l->order),
+                st, fail);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)l->nslots, sizeof *l->slots, "loader slots", (void **)&l->slots), st, fail);
+  size_t x_elems;
+  if (dt_mul_overflow((size_t)cfg->batch_size, l->sample_elems, &x_elems)) {
+    st = dt_error(DT_OUT_OF_MEMORY, "loader: batch of %d samples overflows", cfg->batch_size);
+    goto fail;
+  }
+  for (int i = 0; i < l->nslots; i++) {
+    DT_CHECK_GOTO(dt_alloc_array(x_elems, sizeof(float), "loader batch x", (void **)&l->slots[i].x), st, fail);
+    DT_CHECK_GOTO(dt_alloc_array((size_t)cfg->batch_size, sizeof(int32_t), "loader batch y", (void **)&l->slots[i].y),
+                  st, fail);
+  }
+  /* Size the epoch before any start (a sampler is asked for epoch 0). */
+  DT_CHECK_GOTO(make_order(l, 0, &l->n_samples), st, fail);
+  l->n_batches = batches_for(l, l->n_samples);
+
+  if (pthread_mutex_init(&l->mu, NULL) != 0) {
+    st = dt_error(DT_OUT_OF_MEMORY, "loader: cannot create a mutex");
+    goto fail;
+  }
+  if (pthread_cond_init(&l->work, NULL) != 0) {
+    pthread_mutex_destroy(&l->mu);
+    st = dt_error(DT_OUT_OF_MEMORY, "loader: cannot create a condition variable");
+    goto fail;
+  }
+  if (pthread_cond_init(&l->ready, NULL) != 0) {
+    pthread_cond_destroy(&l->work);
+    pthread_mutex_destroy(&l->mu);
+    st = dt_error(DT_OUT_OF_MEMORY, "loader: cannot create a condition variable");
+    goto fail;
+  }
+  sync_made = 1;
+  int err = pthread_create(&l->thread, NULL, worker, l);
+  if (err != 0) {
+    st = dt_error(DT_OUT_OF_MEMORY, "loader: cannot start the prefetch thread: %s", strerror(err));
+    goto fail;
+  }
+  *out = l;
+  return DT_OK;
+fail:
+  if (sync_made) {
+    pthread_cond_destroy(&l->ready);
+    pthread_cond_destroy(&l->work);
+    pthread_mutex_destroy(&l->mu);
+  }
+  for (int i = 0; l->slots && i < l->nslots; i++) {
+    dt_free(l->slots[i].y);
+    dt_free(l->slots[i].x);
+  }
+  dt_free(l->slots);
+  dt_free(l->order);
+  dt_free(l);
+  return st;
+}
+
+void dt_loader_free(dt_loader *l) {
+  if (!l) return;
+  pthread_mutex_lock(&l->mu);
+  l->stop = 1;
+  pthread_cond_broadcast(&l->work);
+  pthread_mutex_unlock(&l->mu);
+  pthread_join(l->thread, NULL);
+  pthread_cond_destroy(&l->ready);
+  pthread_cond_destroy(&l->work);
+  pthread_mutex_destroy(&l->mu);
+  for (int i = 0; i < l->nslots; i++) {
+    dt_free(l->slots[i].y);
+    dt_free(l->slots[i].x);
+  }
+  dt_free(l->slots);
+  dt_free(l->order);
+  dt_free(l);
+}
+
+dt_status dt_loader_start_epoch(dt_loader *l, int64_t epoch) {
+  if (!l) return dt_error(DT_INVALID_ARGUMENT, "dt_loader_start_epoch: NULL loader");
+  if (epoch < 0) return dt_error(DT_INVALID_ARGUMENT, "loader: epoch %lld must be >= 0", (long long)epoch);
+  quiesce(l);
+  /* The worker is idle and the epoch inactive: order is ours to rewrite. */
+  int64_t n = 0;
+  dt_status st = make_order(l, epoch, &n);
+  pthread_mutex_lock(&l->mu);
+  l->produced = l->handed = l->released = 0;
+  l->holding = 0;
+  if (st == DT_OK) {
+    l->n_samples = n;
+    l->n_batches = batches_for(l, n);
+    l->active = 1;
+    l->started = 1;
+  } else {
+    l->started = 0; /* a failed start leaves no epoch to read from */
+  }
+  pthread_cond_broadcast(&l->work);
+  pthread_mutex_unlock(&l->mu);
+  return st;
+}
+
+dt_status dt_loader_next(dt_loader *l, dt_batch *b) {
+  if (!l || !b) return dt_error(DT_INVALID_ARGUMENT, "dt_loader_next: NULL loader or batch");
+  pthread_mutex_lock(&l->mu);
+  if (!l->started) {
+    pthread_mutex_unlock(&l->mu);
+    return dt_error(DT_INVALID_ARGUMENT, "loader: call dt_loader_start_epoch before dt_loader_next");
+  }
+  if (l->holding) {
+    l->holding = 0;
+    l->released++;
+    pthread_cond_broadcast(&l->work);
+  }
+  if (l->handed >= l->n_batches) {
+    pthread_mutex_unlock(&l->mu);
+    memset(b, 0, sizeof *b);
+    b->index = l->n_batches;
+    return DT_OK;
+  }
+  if (l->produced <= l->handed) {
+    double t0 = dt_time_now();
+    while (l->produced <= l->handed) pthread_cond_wait(&l->ready, &l->mu);
+    l->wait_s += dt_time_now() - t0;
+  }
+  int64_t k = l->handed++;
+  l->holding = 1;
+  const slot *s = &l->slots[k % l->nslots];
+  b->x = s->x;
+  b->y = s->y;
+  b->size = batch_size_of(l, k);
+  b->index = k;
+  pthread_mutex_unlock(&l->mu);
+  return DT_OK;
+}
+
+int64_t dt_loader_batches_per_epoch(const dt_loader *l) { return l->n_batches; }
+
+int64_t dt_loader_samples_per_epoch(const dt_loader *l) {
+  return l->cfg.drop_last ? l->n_batches * l->cfg.batch_size : l->n_samples;
+}
+
+double dt_loader_wait_seconds(const dt_loader *l) { return l->wait_s; }
