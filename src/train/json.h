@@ -42,7 +42,9 @@ typedef struct dt_json {
 } dt_json;
 
 #define DT_JSON_MAX_DEPTH 64
-#define DT_JSON_MAX_NODES (1 << 24)
+/* 4M nodes (~256 MB) bound the memory a hostile header can claim; real headers
+ * hold about 10 nodes per tensor. */
+#define DT_JSON_MAX_NODES (1 << 22)
 
 /* Parses exactly one JSON value from text[0..len) (whitespace around it is
  * allowed, nothing else): strict RFC 8259 grammar, well-formed UTF-8, no lone
