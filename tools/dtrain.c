@@ -104,8 +104,9 @@ static const struct {
     {DT_UNSUPPORTED, "this build of dtrain does not support it"},
 };
 
-/* One line on stderr: "dtrain: <detail> (<hint>)". Returns the runtime exit code. */
-static int runtime_error(dt_status s) {
+/* One line on stderr: "dtrain: <detail> (<hint>)"; file_hint replaces the
+ * generic hint for a missing or unreadable file. Returns the runtime exit code. */
+static int runtime_error(dt_status s, const char *file_hint) {
   char detail[1024];
   const char *d = dt_last_error();
   snprintf(detail, sizeof detail, "%s", (d && *d) ? d : dt_status_message(s));
@@ -114,6 +115,7 @@ static int runtime_error(dt_status s) {
   const char *hint = "run with DT_DEBUG=info for more detail";
   for (size_t i = 0; i < sizeof status_hints / sizeof status_hints[0]; i++)
     if (status_hints[i].status == s) hint = status_hints[i].hint;
+  if (file_hint && (s == DT_NOT_FOUND || s == DT_IO)) hint = file_hint;
   fprintf(stderr, "dtrain: %s (%s)\n", detail, hint);
   return EXIT_RUNTIME;
 }
@@ -544,7 +546,7 @@ static int cmd_train(const parsed *p) {
   dt_train_result res;
   st = dt_train_run(&cfg, &res);
   signal(SIGINT, SIG_DFL);
-  if (st != DT_OK) return runtime_error(st);
+  if (st != DT_OK) return runtime_error(st, NULL);
   if (!quiet) print_train_summary(&cfg, &res, stdout);
   if (res.interrupted) {
     fprintf(stderr, "dtrain: interrupted after %lld step(s); metrics and weights are in %s\n", (long long)res.steps,
@@ -598,7 +600,8 @@ static int cmd_eval(const parsed *p) {
   if ((v = flag(p, "--limit"))->given) cfg.limit = v->i;
   dt_eval_result r;
   dt_status st = dt_eval_run(&cfg, &r);
-  if (st != DT_OK) return runtime_error(st);
+  if (st != DT_OK)
+    return runtime_error(st, "check --weights, and --data: named datasets are looked up under DT_DATA_DIR");
   printf("eval %s on %s %s (%lld samples): loss %.4f  top1 %.2f%%  top5 %.2f%%  %.2f s  %.0f samples/s\n", r.model,
          cfg.data, cfg.split == DT_SPLIT_TEST ? "test" : "train", (long long)r.samples, r.loss, 100 * r.acc1,
          100 * r.acc5, r.seconds, r.samples_per_s);
@@ -629,7 +632,7 @@ static int cmd_inspect(const parsed *p) {
   const char *path = p->pos[0];
   dt_safetensors *f = NULL;
   dt_status st = dt_safetensors_load(path, &f);
-  if (st != DT_OK) return runtime_error(st);
+  if (st != DT_OK) return runtime_error(st, "check the file name");
   printf("%s\n", path);
   int nm = dt_safetensors_meta_count(f);
   printf("metadata (%d):\n", nm);
@@ -645,7 +648,7 @@ static int cmd_inspect(const parsed *p) {
     st = dt_safetensors_get(f, i, &t);
     if (st != DT_OK) {
       dt_safetensors_free(f);
-      return runtime_error(st);
+      return runtime_error(st, NULL);
     }
     char shape[96];
     int64_t numel = dt_tensor_numel(&t.tensor);

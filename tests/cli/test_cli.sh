@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# dtrain CLI: usage errors (exit 2, one line), runtime errors (exit 1), help, a tiny real run, eval, inspect,
+# determinism and Ctrl-C (exit 130 with metrics and weights written).
+set -u
+DTRAIN="${DT_BUILD_DIR:?DT_BUILD_DIR must name the build directory}/dtrain"
+tmp=$(mktemp -d)
+bg_pid=
+cleanup() {
+  [ -n "$bg_pid" ] && kill -9 "$bg_pid" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# expect_exit CODE WANT_STDERR_TEXT ARGS...: exit code, exactly one stderr line, containing the text.
+expect_exit() {
+  local want_rc=$1 want=$2
+  shift 2
+  "$DTRAIN" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+  local rc=$?
+  local n
+  n=$(wc -l <"$tmp/err")
+  if [ "$rc" -ne "$want_rc" ]; then
+    fail "dtrain $* -> exit $rc, expected $want_rc (stderr: $(cat "$tmp/err"))"
+  elif [ "$n" -ne 1 ]; then
+    fail "dtrain $* -> $n stderr lines, expected 1: $(cat "$tmp/err")"
+  elif ! grep -qF -- "$want" "$tmp/err"; then
+    fail "dtrain $* -> stderr '$(cat "$tmp/err")' lacks '$want'"
+  fi
+}
+usage() { expect_exit 2 "$@"; }
+
+# ---- usage errors: exit 2, one line "dtrain <cmd>: <what> (<fix>)" ---------------------
+usage "dtrain train: --batch-size: 'abc' is not a positive integer (e.g. --batch-size 64)" train --batch-size abc
+usage "dtrain train: --epochs: '0' is not a positive integer (e.g. --epochs 3)" train --epochs 0
+usage "dtrain train: --lr: '-1' is not a positive number (e.g. --lr 0.01)" train --lr -1
+usage "--lr: '1e999' is not a positive number" train --lr 1e999
+usage "dtrain train: --optimizer: 'foo' is not one of sgd/adam/adamw (e.g. --optimizer adam)" train --optimizer foo
+usage "--betas: '0.9' is not two numbers B1,B2 (e.g. --betas 0.9,0.999)" train --optimizer adam --betas 0.9
+usage "--betas: '0.9,1.5': both betas must be in [0, 1)" train --optimizer adam --betas 0.9,1.5
+usage "--betas does not apply to --optimizer sgd" train --betas 0.9,0.999
+usage "--momentum does not apply to --optimizer adam" train --optimizer adam --momentum 0.9
+usage "--nesterov needs --momentum > 0 and zero --dampening" train --nesterov
+usage "--nesterov needs --momentum > 0 and zero --dampening" train --momentum 0.9 --dampening 0.1 --nesterov
+usage "dtrain train: unknown flag '--frobnicate' (see 'dtrain train --help')" train --frobnicate 3
+usage "--epochs needs a value (e.g. --epochs 3)" train --epochs
+usage "--lr given twice (give each flag once)" train --lr 0.1 --lr 0.2
+usage "--model: unknown model 'nope' (known: " train --model nope
+usage "--hidden: '32,,16' is not a list of positive widths" train --model mlp --hidden 32,,16
+usage "--hidden: '32,-4' is not a list of positive widths" train --model mlp --hidden 32,-4
+usage "--hidden applies only to --model mlp" train --hidden 32
+usage "--min-lr applies only to --schedule cosine" train --schedule step --min-lr 0.001
+usage "--step-size and --gamma apply only to --schedule step" train --gamma 0.5
+usage "--warmup-epochs and --warmup-steps conflict" train --warmup-epochs 1 --warmup-steps 5
+usage "--label-smoothing: '1' is not a number in [0, 1)" train --label-smoothing 1
+usage "--dropout: 'x' is not a number in [0, 1)" train --dropout x
+usage "--progress: 'loud' is not one of auto/bar/plain/none" train --progress loud
+usage "--threads: '-1' is not a non-negative integer" train --threads -1
+usage "--seed: '-5' is not a non-negative integer" train --seed -5
+usage "--limit-train: '0' is not a positive integer" train --limit-train 0
+usage "--normalize: '0.5,0': STD must be positive" train --normalize 0.5,0
+usage "--quiet takes no value" train --quiet=yes
+usage "--quiet and --progress conflict" train --quiet --progress plain
+usage "warm-up of 3 epochs leaves no room for the cosine schedule" train --schedule cosine --epochs 3 --warmup-epochs 3
+usage "dtrain train: unexpected argument 'extra'" train extra
+usage "dtrain: unknown command 'frobnicate' (run 'dtrain help' for the list of commands)" frobnicate
+usage "dtrain eval: --weights FILE is required" eval
+usage "dtrain eval: --split: 'dev' is not one of test/train" eval --weights x --split dev
+usage "dtrain inspect: missing argument: FILE" inspect
+usage "dtrain inspect: unexpected argument 'b'" inspect a b
+usage "dtrain help: unknown command 'nope'" help nope
+"$DTRAIN" >/dev/null 2>&1
+[ $? -eq 2 ] || fail "dtrain without a command should exit 2"
+
+# ---- help: every flag of the parser, with defaults, and the DT_* tunables ------------
+train_flags="--model --hidden --dropout --data --normalize --limit-train --limit-test --epochs --batch-size
+--optimizer --lr --momentum --dampening --nesterov --weight-decay --betas --eps --schedule --step-size --gamma
+--min-lr --warmup-epochs --warmup-steps --clip-grad-norm --label-smoothing --threads --seed --out --progress --quiet"
+eval_flags="--weights --model --hidden --data --split --normalize --batch-size --threads --limit"
+check_help() { # command, expected flags
+  local cmd=$1 want=$2
+  "$DTRAIN" "$cmd" --help >"$tmp/help" 2>&1 || fail "dtrain $cmd --help exited non-zero"
+  local listed
+  listed=$(grep -oE '^  --[a-z0-9-]+' "$tmp/help" | sed 's/^  //' | grep -v '^--help$' | sort | tr '\n' ' ')
+  local expected
+  expected=$(echo $want | tr ' ' '\n' | sort | tr '\n' ' ')
+  [ "$listed" = "$expected" ] || fail "dtrain $cmd --help lists [$listed], expected [$expected]"
+  for t in DT_NUM_THREADS DT_DATA_DIR DT_DEBUG; do
+    grep -q "$t" "$tmp/help" || fail "dtrain $cmd --help does not mention $t"
+  done
+  # every flag line but the booleans shows a default
+  local nodef
+  nodef=$(grep -E '^  --[a-z0-9-]+ [A-Z]' "$tmp/help" | grep -v '(default: ' || true)
+  [ -z "$nodef" ] || fail "dtrain $cmd --help: flags without a default: $nodef"
+}
+check_help train "$train_flags"
+check_help eval "$eval_flags"
+"$DTRAIN" help train | cmp -s - <("$DTRAIN" train --help) || fail "'dtrain help train' differs from 'dtrain train --help'"
+for c in train eval models inspect version help; do
+  "$DTRAIN" help | grep -q "^  $c " || fail "'dtrain help' does not list $c"
+done
+"$DTRAIN" version | grep -qE '^dtrain [0-9]+\.[0-9]+\.[0-9]+$' || fail "dtrain version"
+"$DTRAIN" models >"$tmp/models" || fail "dtrain models exited non-zero"
+grep -qE '^  mlp +235146 ' "$tmp/models" || fail "dtrain models: mlp (784-256-128-10) should have 235146 parameters: $(cat "$tmp/models")"
+grep -q '^  fashioncnn ' "$tmp/models" || fail "dtrain models lacks fashioncnn"
+
+# ---- runtime errors: exit 1, one line "dtrain: <detail> (<hint>)" ----------------------
+expect_exit 1 "$tmp/no-such-data" train --model mlp --data "$tmp/no-such-data" --out "$tmp/o1" --quiet
+# A small valid IDX set, then a truncated image file.
+mkdir -p "$tmp/idx"
+python3 - "$tmp/idx" <<'EOF'
+import struct, sys, os
+d = sys.argv[1]
+for split, n in (("train", 20), ("t10k", 10)):
+    with open(os.path.join(d, f"{split}-images-idx3-ubyte"), "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 28, 28) + bytes((i * 7) % 256 for i in range(n * 784)))
+    with open(os.path.join(d, f"{split}-labels-idx1-ubyte"), "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
+EOF
+"$DTRAIN" train --model mlp --hidden 8 --data "$tmp/idx" --batch-size 5 --out "$tmp/idx-run" --quiet 2>"$tmp/err" \
+  || fail "training on a valid synthetic IDX set failed: $(cat "$tmp/err")"
+: >"$tmp/plainfile"
+expect_exit 1 "$tmp/plainfile" train --model mlp --hidden 8 --data "$tmp/idx" --out "$tmp/plainfile/sub" --quiet
+[ ! -e "$tmp/plainfile/sub" ] || fail "unwritable --out: something was created"
+head -c 5000 "$tmp/idx/train-images-idx3-ubyte" >"$tmp/idx/cut" && mv "$tmp/idx/cut" "$tmp/idx/train-images-idx3-ubyte"
+expect_exit 1 "train-images-idx3-ubyte" train --model mlp --data "$tmp/idx" --out "$tmp/o2" --quiet
+grep -q '^dtrain: ' "$tmp/err" || fail "runtime error line should start with 'dtrain: ': $(cat "$tmp/err")"
+expect_exit 1 "$tmp/no.safetensors" eval --weights "$tmp/no.safetensors"
+printf 'not a safetensors file' >"$tmp/junk.safetensors"
+expect_exit 1 "junk.safetensors" inspect "$tmp/junk.safetensors"
+
+# ---- a tiny real run on Fashion-MNIST -----------------------------------------------------
+FMNIST=/usr/share/datasets/fashion-mnist
+if [ ! -f "$FMNIST/train-images-idx3-ubyte.gz" ] && [ ! -f "$FMNIST/train-images-idx3-ubyte" ]; then
+  echo "fashion-mnist not found under $FMNIST: real-run checks skipped"
+  [ "$failures" -eq 0 ] && exit 77
+  exit 1
+fi
+run_args=(train --model mlp --hidden 32 --epochs 2 --limit-train 2000 --limit-test 500 --batch-size 50 --threads 2
+  --seed 1)
+"$DTRAIN" "${run_args[@]}" --progress plain --out "$tmp/run" >"$tmp/run.out" 2>"$tmp/run.err" || fail "tiny run failed: $(cat "$tmp/run.err")"
+csv="$tmp/run/metrics.csv"
+[ "$(head -1 "$csv")" = "epoch,step,lr,train_loss,train_acc1,test_loss,test_acc1,test_acc5,epoch_seconds,train_samples_per_s" ] \
+  || fail "metrics.csv header: $(head -1 "$csv")"
+[ "$(wc -l <"$csv")" -eq 3 ] || fail "metrics.csv should have a header and 2 rows: $(cat "$csv")"
+awk -F, 'NR > 1 && NF != 10 { bad = 1 } END { exit bad }' "$csv" || fail "metrics.csv rows need 10 columns"
+[ "$(cut -d, -f1,2 "$csv" | tail -2 | tr '\n' ' ')" = "1,40 2,80 " ] || fail "metrics.csv epoch/step columns: $(cat "$csv")"
+python3 - "$tmp/run/metrics.jsonl" "$tmp/run/config.json" <<'EOF' || fail "metrics.jsonl / config.json are not valid"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 2, rows
+for r in rows:
+    for k in ("epoch", "step", "lr", "train_loss", "train_acc1", "test_loss", "test_acc1", "test_acc5",
+              "epoch_seconds", "train_samples_per_s"):
+        assert k in r, (k, r)
+    assert 0 <= r["test_acc1"] <= r["test_acc5"] <= 1
+assert rows[1]["test_acc1"] > 0.6, rows  # 2 epochs on 2000 samples: well above chance
+cfg = json.load(open(sys.argv[2]))
+assert cfg["model"] == "mlp" and cfg["hidden"] == [32] and cfg["epochs"] == 2 and cfg["batch_size"] == 50, cfg
+EOF
+[ -s "$tmp/run/model.safetensors" ] || fail "model.safetensors missing"
+grep -q "^epoch 2/2  train loss .* top5 .*samples/s$" "$tmp/run.out" || fail "no epoch line: $(cat "$tmp/run.out")"
+for k in "wall time" "CPU time" "train throughput" "inference throughput" "test top-1" "test top-5" "peak RSS"; do
+  grep -q "  $k " "$tmp/run.out" || fail "summary lacks '$k'"
+done
+steps=$(grep -c "step [0-9]*/40" "$tmp/run.out")
+[ "$steps" -ge 1 ] && [ "$steps" -le 18 ] || fail "plain progress: $steps step lines for 2 epochs (want 1..18)"
+
+# eval reports the test top-1 of the last metrics row
+"$DTRAIN" eval --weights "$tmp/run/model.safetensors" --limit 500 >"$tmp/eval.out" 2>&1 || fail "eval failed: $(cat "$tmp/eval.out")"
+want=$(tail -1 "$csv" | awk -F, '{ printf "%.2f%%", 100 * $7 }')
+got=$(grep -oE 'top1 [0-9.]+%' "$tmp/eval.out" | cut -d' ' -f2)
+[ "$got" = "$want" ] || fail "eval top1 $got != last metrics row $want ($(cat "$tmp/eval.out"))"
+grep -q "(500 samples)" "$tmp/eval.out" || fail "eval should use 500 samples: $(cat "$tmp/eval.out")"
+
+"$DTRAIN" inspect "$tmp/run/model.safetensors" >"$tmp/inspect.out" || fail "inspect failed"
+grep -qE '^  fc1\.weight +f32 +\(32, 784\) +min ' "$tmp/inspect.out" || fail "inspect: no fc1.weight line: $(cat "$tmp/inspect.out")"
+grep -q '^  model = mlp$' "$tmp/inspect.out" || fail "inspect: no model metadata"
+
+# same seed twice: identical metrics except the time columns
+"$DTRAIN" "${run_args[@]}" --out "$tmp/run2" --quiet >"$tmp/run2.out" 2>&1 || fail "second run failed"
+[ ! -s "$tmp/run2.out" ] || fail "--quiet printed: $(cat "$tmp/run2.out")"
+cmp -s <(cut -d, -f1-8 "$csv") <(cut -d, -f1-8 "$tmp/run2/metrics.csv") \
+  || fail "same seed, different metrics: $(cat "$csv" "$tmp/run2/metrics.csv")"
+
+# Ctrl-C: stops at a step boundary, writes metrics and weights, exits 130
+"$DTRAIN" train --model mlp --hidden 32 --epochs 1000 --batch-size 50 --limit-train 2000 --limit-test 200 \
+  --threads 2 --out "$tmp/int" --progress none >"$tmp/int.out" 2>"$tmp/int.err" &
+bg_pid=$!
+for _ in $(seq 200); do # until the first epoch row is there (at most 20 s)
+  [ -f "$tmp/int/metrics.csv" ] && [ "$(wc -l <"$tmp/int/metrics.csv")" -ge 2 ] && break
+  sleep 0.1
+done
+kill -INT "$bg_pid"
+for _ in $(seq 200); do kill -0 "$bg_pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$bg_pid" 2>/dev/null; then
+  fail "dtrain did not stop within 20 s of SIGINT"
+  kill -9 "$bg_pid"
+fi
+wait "$bg_pid"
+rc=$?
+bg_pid=
+[ "$rc" -eq 130 ] || fail "SIGINT: exit $rc, expected 130 ($(cat "$tmp/int.err"))"
+[ "$(wc -l <"$tmp/int/metrics.csv")" -ge 2 ] || fail "SIGINT: metrics.csv has no rows"
+[ -s "$tmp/int/model.safetensors" ] || fail "SIGINT: no weights written"
+grep -q "interrupted" "$tmp/int.err" || fail "SIGINT: no note on stderr: $(cat "$tmp/int.err")"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all CLI checks passed"
