@@ -408,6 +408,14 @@ TEST(save_into_missing_or_unwritable_directory_fails_cleanly) {
   ASSERT_STATUS(dt_safetensors_save(path, &t, 1, NULL, 0), DT_IO);
   ASSERT_HAS(dt_last_error(), path);
   ASSERT_HAS(dt_last_error(), strerror(ENOENT));
+  /* A directory in the way: the rename fails, the temporary goes. */
+  ASSERT_STATUS(dt_safetensors_save(tmpdir, &t, 1, NULL, 0), DT_IO);
+  ASSERT_HAS(dt_last_error(), "renaming");
+  char dir_tmp[128];
+  snprintf(dir_tmp, sizeof dir_tmp, "%s.tmp.%ld", tmpdir, (long)getpid());
+  ASSERT(access(dir_tmp, F_OK) != 0);
+  struct stat sb;
+  ASSERT(stat(tmpdir, &sb) == 0 && S_ISDIR(sb.st_mode));
   /* /proc refuses new files even for root. */
   ASSERT_STATUS(dt_safetensors_save("/proc/dtrain_test.safetensors", &t, 1, NULL, 0), DT_IO);
   ASSERT_HAS(dt_last_error(), "/proc/dtrain_test.safetensors");
