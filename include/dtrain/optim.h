@@ -36,7 +36,9 @@ const char *dt_optim_kind_name(dt_optim_kind k);
 typedef struct dt_optim dt_optim;
 dt_status dt_optim_new(const dt_optim_config *cfg, size_t count, dt_optim **out);
 void dt_optim_free(dt_optim *o);
-/* One update of params (count) from grads (count) at learning rate lr. */
+/* One update of params (count) from grads (count) at learning rate lr
+ * (finite, >= 0, else DT_INVALID_ARGUMENT). Bit-compatible with torch.optim
+ * 1.13 on CPU (foreach off) when the hyper-parameters are float values. */
 dt_status dt_optim_step(dt_optim *o, float *params, const float *grads, float lr);
 /* Steps taken so far (Adam's bias correction uses it). */
 int64_t dt_optim_step_count(const dt_optim *o);
@@ -63,12 +65,23 @@ typedef struct dt_lr_schedule {
  * first warmup_steps steps, then the main schedule starts at its own step 0
  * (torch SequentialLR of LinearLR and the main scheduler). */
 float dt_lr_at(const dt_lr_schedule *s, int64_t step);
-/* Checks a schedule: DT_INVALID_ARGUMENT naming the bad field. */
+/* Checks a schedule: DT_INVALID_ARGUMENT naming the bad field. The main
+ * schedule's fields are checked only for its kind (step: step_size >= 1,
+ * gamma > 0; cosine: total_steps >= 1, 0 <= min_lr <= base_lr); warmup_start
+ * must be in (0, 1] when warmup_steps > 0, as LinearLR's start_factor. */
 dt_status dt_lr_schedule_check(const dt_lr_schedule *s);
+/* "constant", "step", "cosine" */
+dt_status dt_sched_kind_parse(const char *s, dt_sched_kind *out);
+const char *dt_sched_kind_name(dt_sched_kind k);
 
 /* Scales grads so their global L2 norm is at most max_norm (torch
  * clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied when < 1).
- * Returns the norm before clipping in *norm. */
+ * Returns the norm before clipping in *norm (may be NULL); the sum of squares
+ * is accumulated in double and has the same bits for any thread count.
+ * max_norm <= 0 or NaN is DT_INVALID_ARGUMENT (+inf only measures). A
+ * non-finite norm (NaN/inf gradients) is returned as is and the gradients are
+ * left untouched, unlike torch, which would scale them all to NaN: check
+ * isfinite(*norm) and skip the step. */
 dt_status dt_clip_grad_norm(float *grads, size_t count, float max_norm, float *norm);
 
 #ifdef __cplusplus

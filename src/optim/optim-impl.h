@@ -1,0 +1,30 @@
+/* Internal to src/optim: the optimizer object and the per-kind update loops. */
+#ifndef DT_OPTIM_IMPL_H
+#define DT_OPTIM_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/optim.h"
+
+/* Parallel loops below this many elements run on one thread: the fork/join
+ * costs more than the arithmetic (the updates are memory bound, ~5 ns/elem). */
+#define DT_OPTIM_PAR_MIN 32768
+
+#define DT_OPTIM_MAX_STATES 2
+
+struct dt_optim {
+  dt_optim_config cfg;
+  size_t count;              /* floats in the parameter arena */
+  int64_t steps;             /* updates taken so far */
+  int num_states;
+  float *state[DT_OPTIM_MAX_STATES]; /* each (count), parallel to params */
+  const char *state_name[DT_OPTIM_MAX_STATES];
+};
+
+/* One update at learning rate lr; o->steps is already the 1-based number of
+ * this update. params and grads are o->count floats each. */
+void dt_sgd_update(dt_optim *o, float *params, const float *grads, float lr);
+void dt_adam_update(dt_optim *o, float *params, const float *grads, float lr);
+
+#endif

@@ -1,0 +1,125 @@
+/* The optimizer object: configuration defaults and checks, state buffers, step dispatch. */
+#include <math.h>
+#include <string.h>
+
+#include "core/impl.h"
+#include "optim/optim-impl.h"
+
+static const char *const kind_names[] = {"sgd", "adam", "adamw"};
+#define NUM_KINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
+
+void dt_optim_config_default(dt_optim_kind kind, dt_optim_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->kind = kind;
+  if (kind == DT_OPTIM_ADAM || kind == DT_OPTIM_ADAMW) {
+    cfg->beta1 = 0.9f;
+    cfg->beta2 = 0.999f;
+    cfg->eps = 1e-8f;
+    if (kind == DT_OPTIM_ADAMW) cfg->weight_decay = 0.01f;
+  }
+}
+
+dt_status dt_optim_kind_parse(const char *s, dt_optim_kind *out) {
+  if (!s || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_optim_kind_parse: NULL argument");
+  for (int k = 0; k < NUM_KINDS; k++) {
+    if (strcmp(s, kind_names[k]) == 0) {
+      *out = (dt_optim_kind)k;
+      return DT_OK;
+    }
+  }
+  return dt_error(DT_INVALID_ARGUMENT, "unknown optimizer \"%s\": choose one of sgd, adam, adamw", s);
+}
+
+const char *dt_optim_kind_name(dt_optim_kind k) {
+  return (int)k >= 0 && (int)k < NUM_KINDS ? kind_names[k] : "unknown";
+}
+
+/* The hyper-parameter checks of torch.optim's constructors (SGD, Adam, AdamW),
+ * plus finiteness, which torch leaves to chance. */
+static dt_status check_config(const dt_optim_config *c) {
+  const char *kind = dt_optim_kind_name(c->kind);
+  if ((int)c->kind < 0 || (int)c->kind >= NUM_KINDS)
+    return dt_error(DT_INVALID_ARGUMENT, "unknown optimizer kind %d: choose one of sgd, adam, adamw", (int)c->kind);
+  if (!isfinite(c->weight_decay) || c->weight_decay < 0)
+    return dt_error(DT_INVALID_ARGUMENT, "%s: invalid weight_decay %g: must be finite and >= 0", kind,
+                    (double)c->weight_decay);
+  if (c->kind == DT_OPTIM_SGD) {
+    if (!isfinite(c->momentum) || c->momentum < 0)
+      return dt_error(DT_INVALID_ARGUMENT, "sgd: invalid momentum %g: must be finite and >= 0", (double)c->momentum);
+    if (!isfinite(c->dampening))
+      return dt_error(DT_INVALID_ARGUMENT, "sgd: invalid dampening %g: must be finite", (double)c->dampening);
+    if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
+      return dt_error(DT_INVALID_ARGUMENT,
+                      "sgd: nesterov momentum requires momentum > 0 and dampening 0 (got momentum %g, dampening %g)",
+                      (double)c->momentum, (double)c->dampening);
+    return DT_OK;
+  }
+  if (!(c->beta1 >= 0 && c->beta1 < 1))
+    return dt_error(DT_INVALID_ARGUMENT, "%s: invalid beta1 %g: must be in [0, 1)", kind, (double)c->beta1);
+  if (!(c->beta2 >= 0 && c->beta2 < 1))
+    return dt_error(DT_INVALID_ARGUMENT, "%s: invalid beta2 %g: must be in [0, 1)", kind, (double)c->beta2);
+  if (!isfinite(c->eps) || c->eps < 0)
+    return dt_error(DT_INVALID_ARGUMENT, "%s: invalid eps %g: must be finite and >= 0", kind, (double)c->eps);
+  return DT_OK;
+}
+
+dt_status dt_optim_new(const dt_optim_config *cfg, size_t count, dt_optim **out) {
+  if (!cfg || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_optim_new: NULL argument");
+  DT_CHECK(check_config(cfg));
+  dt_status st;
+  dt_optim *o = NULL;
+  DT_CHECK(dt_alloc_array(1, sizeof *o, "optimizer", (void **)&o));
+  o->cfg = *cfg;
+  o->count = count;
+  if (cfg->kind == DT_OPTIM_SGD) {
+    /* torch keeps no buffer without momentum */
+    if (cfg->momentum != 0) o->state_name[o->num_states++] = "momentum_buffer";
+  } else {
+    o->state_name[o->num_states++] = "exp_avg";
+    o->state_name[o->num_states++] = "exp_avg_sq";
+  }
+  for (int i = 0; i < o->num_states; i++)
+    DT_CHECK_GOTO(dt_alloc_array(count, sizeof(float), o->state_name[i], (void **)&o->state[i]), st, fail);
+  *out = o;
+  return DT_OK;
+fail:
+  dt_optim_free(o);
+  return st;
+}
+
+void dt_optim_free(dt_optim *o) {
+  if (!o) return;
+  for (int i = DT_OPTIM_MAX_STATES - 1; i >= 0; i--) dt_free(o->state[i]);
+  dt_free(o);
+}
+
+dt_status dt_optim_step(dt_optim *o, float *params, const float *grads, float lr) {
+  if (!o || (o->count > 0 && (!params || !grads)))
+    return dt_error(DT_INVALID_ARGUMENT, "dt_optim_step: NULL argument");
+  if (!isfinite(lr) || lr < 0)
+    return dt_error(DT_INVALID_ARGUMENT, "%s: invalid learning rate %g at step %lld: must be finite and >= 0",
+                    dt_optim_kind_name(o->cfg.kind), (double)lr, (long long)o->steps + 1);
+  o->steps++;
+  if (o->cfg.kind == DT_OPTIM_SGD)
+    dt_sgd_update(o, params, grads, lr);
+  else
+    dt_adam_update(o, params, grads, lr);
+  return DT_OK;
+}
+
+int64_t dt_optim_step_count(const dt_optim *o) { return o ? o->steps : 0; }
+
+int dt_optim_num_states(const dt_optim *o) { return o ? o->num_states : 0; }
+
+float *dt_optim_state(dt_optim *o, int i, const char **name) {
+  if (!o || i < 0 || i >= o->num_states) {
+    if (name) *name = NULL;
+    return NULL;
+  }
+  if (name) *name = o->state_name[i];
+  return o->state[i];
+}
+
+void dt_optim_set_step_count(dt_optim *o, int64_t steps) {
+  if (o) o->steps = steps < 0 ? 0 : steps;
+}
