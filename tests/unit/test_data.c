@@ -414,7 +414,7 @@ TEST(dataset_loads_fake_dir_and_normalises_exactly) {
   dt_dataset_free(tr);
   dt_dataset_free(te);
   dt_dataset_free(NULL);
-  remove_dir(dir, (const char **)fake_names, 4);
+  remove_dir(dir, fake_names, 4);
 }
 
 TEST(dataset_rejects_bad_files) {
