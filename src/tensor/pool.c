@@ -1,0 +1,131 @@
+/* 2-D max and average pooling kernels (floor mode, zero/-inf padding as PyTorch), one (n, c) plane per task. */
+#include <math.h>
+#include <string.h>
+
+#include "core/impl.h"
+#include "tensor/kernels.h"
+
+dt_status dt_pool2d_geom_init(dt_pool2d_geom *g, int N, int C, int H, int W, int K, int stride, int pad) {
+  if (N < 1 || C < 1 || H < 1 || W < 1 || K < 1 || stride < 1 || pad < 0)
+    return dt_error(DT_INVALID_ARGUMENT,
+                    "pool2d: bad geometry N=%d C=%d H=%d W=%d kernel=%d stride=%d pad=%d "
+                    "(sizes and stride must be >= 1, pad >= 0)",
+                    N, C, H, W, K, stride, pad);
+  if (pad > K / 2)
+    return dt_error(DT_INVALID_ARGUMENT, "pool2d: pad %d must be at most half the kernel size %d", pad, K);
+  if ((int64_t)H + 2 * pad < K || (int64_t)W + 2 * pad < K)
+    return dt_error(DT_INVALID_ARGUMENT, "pool2d: kernel %d is larger than the padded input %dx%d (pad %d)", K, H,
+                    W, pad);
+  g->N = N;
+  g->C = C;
+  g->H = H;
+  g->W = W;
+  g->K = K;
+  g->stride = stride;
+  g->pad = pad;
+  g->OH = (int)(((int64_t)H + 2 * pad - K) / stride + 1);
+  g->OW = (int)(((int64_t)W + 2 * pad - K) / stride + 1);
+  return DT_OK;
+}
+
+void dt_maxpool2d_forward(const dt_pool2d_geom *g, float *out, int32_t *argmax, const float *inp) {
+  const int planes = g->N * g->C, P = g->OH * g->OW;
+  const size_t HW = (size_t)g->H * g->W;
+#pragma omp parallel for schedule(static)
+  for (int pl = 0; pl < planes; pl++) {
+    const float *x = inp + (size_t)pl * HW;
+    float *y = out + (size_t)pl * P;
+    int32_t *am = argmax + (size_t)pl * P;
+    for (int oh = 0; oh < g->OH; oh++) {
+      int h0 = oh * g->stride - g->pad, h1 = h0 + g->K;
+      if (h0 < 0) h0 = 0;
+      if (h1 > g->H) h1 = g->H;
+      for (int ow = 0; ow < g->OW; ow++) {
+        int w0 = ow * g->stride - g->pad, w1 = w0 + g->K;
+        if (w0 < 0) w0 = 0;
+        if (w1 > g->W) w1 = g->W;
+        /* As PyTorch: padding is -inf, the first maximum wins, NaN propagates. */
+        float best = -INFINITY;
+        int32_t at = h0 * g->W + w0;
+        for (int ih = h0; ih < h1; ih++) {
+          for (int iw = w0; iw < w1; iw++) {
+            const float v = x[ih * g->W + iw];
+            if (v > best || isnan(v)) {
+              best = v;
+              at = ih * g->W + iw;
+              if (isnan(v)) goto found;
+            }
+          }
+        }
+      found:
+        y[oh * g->OW + ow] = best;
+        am[oh * g->OW + ow] = at;
+      }
+    }
+  }
+}
+
+void dt_maxpool2d_backward(const dt_pool2d_geom *g, float *dinp, const float *dout, const int32_t *argmax) {
+  const int planes = g->N * g->C, P = g->OH * g->OW;
+  const size_t HW = (size_t)g->H * g->W;
+#pragma omp parallel for schedule(static)
+  for (int pl = 0; pl < planes; pl++) {
+    float *dx = dinp + (size_t)pl * HW;
+    const float *dy = dout + (size_t)pl * P;
+    const int32_t *am = argmax + (size_t)pl * P;
+    memset(dx, 0, HW * sizeof(float));
+    for (int p = 0; p < P; p++) dx[am[p]] += dy[p];
+  }
+}
+
+/* Window rows [*a, *b) clipped to the input and its divisor (count_include_pad: the padded extent). */
+static int window(int o, int stride, int pad, int K, int size, int *a, int *b) {
+  int start = o * stride - pad, end = start + K;
+  if (end > size + pad) end = size + pad;
+  int extent = end - start;
+  *a = start < 0 ? 0 : start;
+  *b = end > size ? size : end;
+  return extent;
+}
+
+void dt_avgpool2d_forward(const dt_pool2d_geom *g, float *out, const float *inp) {
+  const int planes = g->N * g->C, P = g->OH * g->OW;
+  const size_t HW = (size_t)g->H * g->W;
+#pragma omp parallel for schedule(static)
+  for (int pl = 0; pl < planes; pl++) {
+    const float *x = inp + (size_t)pl * HW;
+    float *y = out + (size_t)pl * P;
+    for (int oh = 0; oh < g->OH; oh++) {
+      int h0, h1, w0, w1;
+      const int eh = window(oh, g->stride, g->pad, g->K, g->H, &h0, &h1);
+      for (int ow = 0; ow < g->OW; ow++) {
+        const int ew = window(ow, g->stride, g->pad, g->K, g->W, &w0, &w1);
+        float sum = 0.0f;
+        for (int ih = h0; ih < h1; ih++)
+          for (int iw = w0; iw < w1; iw++) sum += x[ih * g->W + iw];
+        y[oh * g->OW + ow] = sum / (float)(eh * ew);
+      }
+    }
+  }
+}
+
+void dt_avgpool2d_backward(const dt_pool2d_geom *g, float *dinp, const float *dout) {
+  const int planes = g->N * g->C, P = g->OH * g->OW;
+  const size_t HW = (size_t)g->H * g->W;
+#pragma omp parallel for schedule(static)
+  for (int pl = 0; pl < planes; pl++) {
+    float *dx = dinp + (size_t)pl * HW;
+    const float *dy = dout + (size_t)pl * P;
+    memset(dx, 0, HW * sizeof(float));
+    for (int oh = 0; oh < g->OH; oh++) {
+      int h0, h1, w0, w1;
+      const int eh = window(oh, g->stride, g->pad, g->K, g->H, &h0, &h1);
+      for (int ow = 0; ow < g->OW; ow++) {
+        const int ew = window(ow, g->stride, g->pad, g->K, g->W, &w0, &w1);
+        const float d = dy[oh * g->OW + ow] / (float)(eh * ew);
+        for (int ih = h0; ih < h1; ih++)
+          for (int iw = w0; iw < w1; iw++) dx[ih * g->W + iw] += d;
+      }
+    }
+  }
+}
