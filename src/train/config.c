@@ -43,12 +43,30 @@ dt_status dt_train_config_check(const dt_train_config *c) {
   if (bad_float(c->lr) || c->lr <= 0) return dt_error(DT_INVALID_ARGUMENT, "learning rate = %g must be > 0", (double)c->lr);
   if (c->optim.kind != DT_OPTIM_SGD && c->optim.kind != DT_OPTIM_ADAM && c->optim.kind != DT_OPTIM_ADAMW)
     return dt_error(DT_INVALID_ARGUMENT, "unknown optimizer kind %d", (int)c->optim.kind);
+  const dt_optim_config *o = &c->optim;
+  if (bad_float(o->weight_decay) || o->weight_decay < 0)
+    return dt_error(DT_INVALID_ARGUMENT, "weight decay = %g must be >= 0", (double)o->weight_decay);
+  if (o->kind == DT_OPTIM_SGD) {
+    if (bad_float(o->momentum) || o->momentum < 0)
+      return dt_error(DT_INVALID_ARGUMENT, "momentum = %g must be >= 0", (double)o->momentum);
+    if (bad_float(o->dampening) || o->dampening < 0)
+      return dt_error(DT_INVALID_ARGUMENT, "dampening = %g must be >= 0", (double)o->dampening);
+    if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
+      return dt_error(DT_INVALID_ARGUMENT, "nesterov momentum needs momentum > 0 and dampening 0");
+  } else {
+    if (bad_float(o->beta1) || o->beta1 < 0 || o->beta1 >= 1 || bad_float(o->beta2) || o->beta2 < 0 || o->beta2 >= 1)
+      return dt_error(DT_INVALID_ARGUMENT, "betas = (%g, %g) must be in [0, 1)", (double)o->beta1, (double)o->beta2);
+    if (bad_float(o->eps) || o->eps <= 0) return dt_error(DT_INVALID_ARGUMENT, "eps = %g must be > 0", (double)o->eps);
+  }
   if (c->schedule != DT_SCHED_CONSTANT && c->schedule != DT_SCHED_STEP && c->schedule != DT_SCHED_COSINE)
     return dt_error(DT_INVALID_ARGUMENT, "unknown schedule kind %d", (int)c->schedule);
   if (c->schedule == DT_SCHED_STEP && c->step_size_epochs < 1)
     return dt_error(DT_INVALID_ARGUMENT, "step size = %d epochs must be >= 1", c->step_size_epochs);
   if (bad_float(c->gamma) || c->gamma <= 0) return dt_error(DT_INVALID_ARGUMENT, "gamma = %g must be > 0", (double)c->gamma);
   if (bad_float(c->min_lr) || c->min_lr < 0) return dt_error(DT_INVALID_ARGUMENT, "min lr = %g must be >= 0", (double)c->min_lr);
+  if (c->schedule == DT_SCHED_COSINE && c->min_lr > c->lr)
+    return dt_error(DT_INVALID_ARGUMENT, "min lr = %g must not exceed the learning rate %g", (double)c->min_lr,
+                    (double)c->lr);
   if (c->warmup_epochs < 0 || c->warmup_steps < 0)
     return dt_error(DT_INVALID_ARGUMENT, "warm-up length must be >= 0");
   if (c->warmup_epochs > 0 && c->warmup_steps > 0)
