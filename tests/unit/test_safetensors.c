@@ -525,6 +525,111 @@ TEST(json_writer_escapes_round_trip) {
   dt_buf_free(&b);
 }
 
+/* ---- models --------------------------------------------------------------------- */
+
+/* conv(c_out) -> bn -> relu -> flatten -> fc(3) over 1x4x4 samples; seeded init. */
+static dt_status small_model(int c_out, int extra_fc, uint64_t seed, dt_model **out) {
+  dt_model *m = NULL;
+  dt_status st;
+  DT_CHECK(dt_model_new(3, (int64_t[]){1, 4, 4}, &m));
+  DT_CHECK_GOTO(dt_model_add_conv2d(m, "conv", c_out, 3, 1, 1, 1), st, fail);
+  DT_CHECK_GOTO(dt_model_add_batchnorm2d(m, "bn", 1e-5f, 0.1f), st, fail);
+  DT_CHECK_GOTO(dt_model_add_activation(m, "relu", DT_RELU), st, fail);
+  DT_CHECK_GOTO(dt_model_add_flatten(m, "flat"), st, fail);
+  DT_CHECK_GOTO(dt_model_add_linear(m, "fc", 3, 1), st, fail);
+  if (extra_fc) DT_CHECK_GOTO(dt_model_add_linear(m, "fc2", 2, 1), st, fail);
+  DT_CHECK_GOTO(dt_model_build(m, 2, seed), st, fail);
+  *out = m;
+  return DT_OK;
+fail:
+  dt_model_free(m);
+  return st;
+}
+
+/* Every tensor of a and b holds the same bytes. */
+static int same_weights(dt_model *a, dt_model *b) {
+  if (dt_model_num_tensors(a) != dt_model_num_tensors(b)) return 0;
+  for (int i = 0; i < dt_model_num_tensors(a); i++) {
+    dt_tensor_info ia;
+    dt_tensor t;
+    if (dt_model_tensor_info(a, i, &ia) != DT_OK) return 0;
+    if (dt_tensor_view(&t, NULL, ia.dtype, ia.ndim, ia.shape) != DT_OK) return 0;
+    if (memcmp(dt_model_tensor_data(a, i), dt_model_tensor_data(b, i), dt_tensor_bytes(&t)) != 0) return 0;
+  }
+  return 1;
+}
+
+TEST(model_round_trip_restores_every_tensor) {
+  dt_model *a = NULL, *b = NULL;
+  ASSERT_OK(small_model(2, 0, 1, &a));
+  ASSERT_OK(small_model(2, 0, 2, &b));
+  ASSERT_EQ(dt_model_num_tensors(a), 9); /* conv w,b; bn w,b,mean,var,count; fc w,b */
+  ASSERT(!same_weights(a, b));
+  /* Make the buffers and the i64 counter distinctive too. */
+  int idx;
+  ASSERT_OK(dt_model_find_tensor(a, "bn.num_batches_tracked", &idx));
+  *(int64_t *)dt_model_tensor_data(a, idx) = 77;
+  ASSERT_OK(dt_model_find_tensor(a, "bn.running_mean", &idx));
+  ((float *)dt_model_tensor_data(a, idx))[1] = 0.375f;
+  const char *path = tmp_path("model.safetensors");
+  dt_kv meta[1] = {{"model", "small"}};
+  ASSERT_OK(dt_model_save(a, path, meta, 1));
+  ASSERT_OK(dt_model_load(b, path));
+  ASSERT(same_weights(a, b));
+  ASSERT_OK(dt_model_find_tensor(b, "bn.num_batches_tracked", &idx));
+  ASSERT_EQ(*(int64_t *)dt_model_tensor_data(b, idx), 77);
+
+  /* The file holds the model's names, dtypes and shapes in state_dict order. */
+  dt_safetensors *f = NULL;
+  ASSERT_OK(dt_safetensors_load(path, &f));
+  ASSERT_EQ(dt_safetensors_count(f), dt_model_num_tensors(a));
+  for (int i = 0; i < dt_safetensors_count(f); i++) {
+    dt_named_tensor t;
+    dt_tensor_info info;
+    ASSERT_OK(dt_safetensors_get(f, i, &t));
+    ASSERT_OK(dt_model_tensor_info(a, i, &info));
+    ASSERT_STR_EQ(t.name, info.name);
+    ASSERT_EQ(t.tensor.dtype, info.dtype);
+  }
+  ASSERT_STR_EQ(dt_safetensors_meta(f, "model"), "small");
+  dt_safetensors_free(f);
+  dt_model_free(a);
+  dt_model_free(b);
+}
+
+TEST(model_load_mismatches_name_the_tensor_and_change_nothing) {
+  dt_model *a = NULL, *a_copy = NULL, *wide = NULL, *wide_copy = NULL, *deeper = NULL;
+  ASSERT_OK(small_model(2, 0, 1, &a));
+  ASSERT_OK(small_model(2, 0, 1, &a_copy));
+  ASSERT_OK(small_model(3, 0, 2, &wide));
+  ASSERT_OK(small_model(3, 0, 2, &wide_copy));
+  ASSERT_OK(small_model(2, 1, 2, &deeper));
+  const char *path = tmp_path("model_a.safetensors");
+  ASSERT_OK(dt_model_save(a, path, NULL, 0));
+
+  ASSERT_STATUS(dt_model_load(wide, path), DT_SHAPE_MISMATCH);
+  ASSERT_HAS(dt_last_error(), "conv.weight: shape (2, 1, 3, 3) in file, (3, 1, 3, 3) in model");
+  ASSERT_HAS(dt_last_error(), path);
+  ASSERT(same_weights(wide, wide_copy));
+
+  ASSERT_STATUS(dt_model_load(deeper, path), DT_NOT_FOUND);
+  ASSERT_HAS(dt_last_error(), "fc2.weight of the model is missing");
+
+  /* A file with tensors the model lacks; the matching ones must not be copied either. */
+  const char *path2 = tmp_path("model_deeper.safetensors");
+  ASSERT_OK(dt_model_save(deeper, path2, NULL, 0));
+  ASSERT_STATUS(dt_model_load(a, path2), DT_NOT_FOUND);
+  ASSERT_HAS(dt_last_error(), "fc2.weight in the file is not in the model (2 unexpected)");
+  ASSERT(same_weights(a, a_copy));
+
+  ASSERT_STATUS(dt_model_load(a, tmp_path("absent.safetensors")), DT_NOT_FOUND);
+  dt_model_free(a);
+  dt_model_free(a_copy);
+  dt_model_free(wide);
+  dt_model_free(wide_copy);
+  dt_model_free(deeper);
+}
+
 int main(int argc, char **argv) {
   static const dt_test_case cases[] = {
       TEST_ENTRY(round_trip_all_dtypes_scalar_and_empty),
@@ -540,6 +645,8 @@ int main(int argc, char **argv) {
       TEST_ENTRY(failed_save_keeps_previous_file),
       TEST_ENTRY(json_decodes_escapes_numbers_and_structure),
       TEST_ENTRY(json_writer_escapes_round_trip),
+      TEST_ENTRY(model_round_trip_restores_every_tensor),
+      TEST_ENTRY(model_load_mismatches_name_the_tensor_and_change_nothing),
   };
   int rc = dt_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
   remove_tmpdir();
