@@ -1,0 +1,521 @@
+/* Tests of dt_model: fashioncnn names and layout, arenas, grad-ready events, init, gradient check, BN, dropout, errors. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/impl.h"
+#include "harness.h"
+#include "nn/layer.h"
+
+static void fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi) {
+  dt_rng r;
+  dt_rng_init(&r, seed, 99);
+  for (size_t i = 0; i < n; i++) x[i] = dt_rng_uniform_range(&r, lo, hi);
+}
+
+static dt_status fashioncnn(float dropout, dt_model **out) {
+  dt_zoo_config cfg = {.sample_shape = {1, 28, 28}, .classes = 10, .dropout = dropout};
+  return dt_model_zoo_new("fashioncnn", &cfg, out);
+}
+
+TEST(fashioncnn_tensor_names_order_shapes_and_count) {
+  dt_model *m = NULL;
+  ASSERT_OK(fashioncnn(-1, &m));
+  static const struct {
+    const char *name;
+    int ndim;
+    int64_t shape[4];
+    int trainable;
+    dt_dtype dtype;
+  } want[] = {
+      {"layer1.0.weight", 4, {32, 1, 3, 3}, 1, DT_F32},  {"layer1.0.bias", 1, {32}, 1, DT_F32},
+      {"layer1.1.weight", 1, {32}, 1, DT_F32},           {"layer1.1.bias", 1, {32}, 1, DT_F32},
+      {"layer1.1.running_mean", 1, {32}, 0, DT_F32},     {"layer1.1.running_var", 1, {32}, 0, DT_F32},
+      {"layer1.1.num_batches_tracked", 0, {0}, 0, DT_I64}, {"layer2.0.weight", 4, {64, 32, 3, 3}, 1, DT_F32},
+      {"layer2.0.bias", 1, {64}, 1, DT_F32},             {"layer2.1.weight", 1, {64}, 1, DT_F32},
+      {"layer2.1.bias", 1, {64}, 1, DT_F32},             {"layer2.1.running_mean", 1, {64}, 0, DT_F32},
+      {"layer2.1.running_var", 1, {64}, 0, DT_F32},      {"layer2.1.num_batches_tracked", 0, {0}, 0, DT_I64},
+      {"fc1.weight", 2, {600, 2304}, 1, DT_F32},         {"fc1.bias", 1, {600}, 1, DT_F32},
+      {"fc2.weight", 2, {120, 600}, 1, DT_F32},          {"fc2.bias", 1, {120}, 1, DT_F32},
+      {"fc3.weight", 2, {10, 120}, 1, DT_F32},           {"fc3.bias", 1, {10}, 1, DT_F32},
+  };
+  int n = (int)(sizeof want / sizeof want[0]);
+  ASSERT_EQ(dt_model_num_tensors(m), n);
+  for (int i = 0; i < n; i++) {
+    dt_tensor_info ti;
+    ASSERT_OK(dt_model_tensor_info(m, i, &ti));
+    ASSERT_STR_EQ(ti.name, want[i].name);
+    ASSERT_EQ(ti.ndim, want[i].ndim);
+    for (int d = 0; d < ti.ndim; d++) ASSERT_EQ(ti.shape[d], want[i].shape[d]);
+    ASSERT_EQ(ti.trainable, want[i].trainable);
+    ASSERT_EQ(ti.dtype, want[i].dtype);
+  }
+  /* conv1 32*1*9+32, bn1 2*32, conv2 64*32*9+64, bn2 2*64, fc1 2304*600+600, fc2 600*120+120, fc3 120*10+10 */
+  size_t expect = (32 * 9 + 32) + 64 + (64 * 32 * 9 + 64) + 128 + (2304 * 600 + 600) + (600 * 120 + 120) + (1200 + 10);
+  ASSERT_EQ(expect, 1475338);
+  ASSERT_EQ(dt_model_num_params(m), expect);
+  ASSERT_EQ(dt_model_output_size(m), 10);
+  int idx = -1;
+  ASSERT_OK(dt_model_find_tensor(m, "fc2.bias", &idx));
+  ASSERT_EQ(idx, 17);
+  ASSERT_STATUS(dt_model_find_tensor(m, "fc4.bias", &idx), DT_NOT_FOUND);
+  ASSERT_EQ(dt_model_tensor_data(m, 0), NULL); /* not built yet */
+  dt_model_free(m);
+}
+
+TEST(arena_is_in_reverse_layer_order) {
+  dt_model *m = NULL;
+  ASSERT_OK(fashioncnn(-1, &m));
+  ASSERT_OK(dt_model_build(m, 2, 1));
+  size_t total = 0, nb = 0;
+  float *p = dt_model_params(m, &total);
+  ASSERT(p != NULL);
+  ASSERT_EQ(total, 1475338);
+  ASSERT(dt_model_buffers(m, &nb) != NULL);
+  ASSERT_EQ(nb, 2 * 32 + 2 * 64);
+  static const struct {
+    const char *name;
+    size_t off;
+  } want[] = {
+      {"fc3.weight", 0},
+      {"fc3.bias", 1200},
+      {"fc2.weight", 1210},
+      {"fc2.bias", 1210 + 72000},
+      {"fc1.weight", 1210 + 72120},
+      {"layer2.1.weight", 1210 + 72120 + 1383000},
+      {"layer2.1.bias", 1210 + 72120 + 1383000 + 64},
+      {"layer2.0.weight", 1210 + 72120 + 1383000 + 128},
+      {"layer1.1.weight", 1475338 - 320 - 64},
+      {"layer1.0.weight", 1475338 - 320},
+      {"layer1.0.bias", 1475338 - 32},
+      {"layer1.1.running_mean", 0}, /* buffers: layer order */
+      {"layer1.1.running_var", 32},
+      {"layer2.1.running_mean", 64},
+      {"layer2.1.running_var", 128},
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    int idx;
+    dt_tensor_info ti;
+    ASSERT_OK(dt_model_find_tensor(m, want[i].name, &idx));
+    ASSERT_OK(dt_model_tensor_info(m, idx, &ti));
+    if (ti.offset != want[i].off) FAIL_("%s at %zu, expected %zu", want[i].name, ti.offset, want[i].off);
+    float *data = dt_model_tensor_data(m, idx);
+    ASSERT(data == (ti.trainable ? p : dt_model_buffers(m, NULL)) + want[i].off);
+  }
+  int idx;
+  ASSERT_OK(dt_model_find_tensor(m, "layer2.1.num_batches_tracked", &idx));
+  ASSERT_EQ(*(int64_t *)dt_model_tensor_data(m, idx), 0);
+  dt_model_free(m);
+}
+
+typedef struct ranges {
+  size_t off[64], cnt[64];
+  int n;
+} ranges;
+
+static void record_range(void *user, size_t offset, size_t count) {
+  ranges *r = user;
+  if (r->n < 64) {
+    r->off[r->n] = offset;
+    r->cnt[r->n] = count;
+  }
+  r->n++;
+}
+
+TEST(grad_ready_ranges_increase_and_tile_the_arena) {
+  dt_model *m = NULL;
+  ASSERT_OK(fashioncnn(0.25f, &m));
+  ASSERT_OK(dt_model_build(m, 3, 7));
+  ranges r = {.n = 0};
+  dt_model_on_grad_ready(m, record_range, &r);
+  float x[3 * 784], dout[3 * 10];
+  fill_uniform(x, 3 * 784, 1, 0, 1);
+  fill_uniform(dout, 3 * 10, 2, -1, 1);
+  const float *y;
+  ASSERT_OK(dt_model_forward(m, x, 3, &y));
+  dt_model_zero_grad(m);
+  ASSERT_OK(dt_model_backward(m, dout));
+  ASSERT_EQ(r.n, 7); /* conv, bn, conv, bn, fc1, fc2, fc3 */
+  size_t next = 0;
+  for (int i = 0; i < r.n; i++) {
+    ASSERT_EQ(r.off[i], next);
+    ASSERT(r.cnt[i] > 0);
+    next += r.cnt[i];
+  }
+  ASSERT_EQ(next, dt_model_num_params(m));
+  ASSERT_EQ(r.cnt[0], 1210);       /* fc3 first */
+  ASSERT_EQ(r.cnt[r.n - 1], 320); /* layer1.0 last */
+  /* every gradient range was written: no tensor's gradient is all zero */
+  float *g = dt_model_grads(m, NULL);
+  for (int i = 0; i < r.n; i++) {
+    double s = 0;
+    for (size_t k = 0; k < r.cnt[i]; k++) s += fabs(g[r.off[i] + k]);
+    ASSERT(s > 0);
+  }
+  dt_model_free(m);
+}
+
+TEST(init_is_seeded_and_bounded_like_pytorch) {
+  dt_model *a = NULL, *b = NULL, *c = NULL;
+  ASSERT_OK(fashioncnn(-1, &a));
+  ASSERT_OK(fashioncnn(-1, &b));
+  ASSERT_OK(fashioncnn(-1, &c));
+  ASSERT_OK(dt_model_build(a, 1, 42));
+  ASSERT_OK(dt_model_build(b, 1, 42));
+  ASSERT_OK(dt_model_build(c, 1, 43));
+  size_t n;
+  float *pa = dt_model_params(a, &n), *pb = dt_model_params(b, NULL), *pc = dt_model_params(c, NULL);
+  ASSERT(memcmp(pa, pb, n * sizeof(float)) == 0);
+  size_t differ = 0;
+  for (size_t i = 0; i < n; i++) differ += pa[i] != pc[i];
+  ASSERT(differ > n * 9 / 10); /* BN weights/biases (192) are constants */
+  static const struct {
+    const char *name;
+    double fan_in;
+  } fan[] = {{"layer1.0.weight", 9},   {"layer1.0.bias", 9},   {"layer2.0.weight", 288}, {"layer2.0.bias", 288},
+             {"fc1.weight", 2304},     {"fc1.bias", 2304},     {"fc2.weight", 600},      {"fc3.bias", 120}};
+  for (size_t k = 0; k < sizeof fan / sizeof fan[0]; k++) {
+    int idx;
+    dt_tensor_info ti;
+    ASSERT_OK(dt_model_find_tensor(a, fan[k].name, &idx));
+    ASSERT_OK(dt_model_tensor_info(a, idx, &ti));
+    size_t numel = 1;
+    for (int d = 0; d < ti.ndim; d++) numel *= (size_t)ti.shape[d];
+    const float *w = dt_model_tensor_data(a, idx);
+    double bound = 1.0 / sqrt(fan[k].fan_in), mx = 0, mean = 0;
+    for (size_t i = 0; i < numel; i++) {
+      if (fabs(w[i]) > bound) FAIL_("%s[%zu] = %g exceeds 1/sqrt(%g)", fan[k].name, i, w[i], fan[k].fan_in);
+      mx = fmax(mx, fabs(w[i]));
+      mean += w[i];
+    }
+    mean /= (double)numel;
+    ASSERT(mx > 0.8 * bound);                                  /* the full range is used */
+    ASSERT(fabs(mean) < 4 * bound / sqrt(3.0 * (double)numel)); /* centred: 4 sigma of the mean */
+  }
+  static const struct {
+    const char *name;
+    float v;
+  } consts[] = {{"layer1.1.weight", 1}, {"layer1.1.bias", 0}, {"layer2.1.running_mean", 0}, {"layer2.1.running_var", 1}};
+  for (size_t k = 0; k < sizeof consts / sizeof consts[0]; k++) {
+    int idx;
+    ASSERT_OK(dt_model_find_tensor(a, consts[k].name, &idx));
+    const float *w = dt_model_tensor_data(a, idx);
+    for (int i = 0; i < 32; i++) ASSERT(w[i] == consts[k].v);
+  }
+  dt_model_free(a);
+  dt_model_free(b);
+  dt_model_free(c);
+}
+
+/* ---- model-level finite-difference gradient check ---- */
+
+enum { GC_B = 3, GC_CLASSES = 4 };
+static const int32_t gc_labels[GC_B] = {1, 3, 0};
+
+static dt_status gc_model(dt_model **out) {
+  int64_t shape[3] = {2, 6, 6};
+  dt_model *m = NULL;
+  dt_status st = DT_OK;
+  DT_CHECK(dt_model_new(3, shape, &m));
+  DT_CHECK_GOTO(dt_model_add_conv2d(m, "conv", 3, 3, 2, 1, 1), st, fail); /* (3, 3, 3) */
+  DT_CHECK_GOTO(dt_model_add_batchnorm2d(m, "bn", 1e-5f, 0.1f), st, fail);
+  DT_CHECK_GOTO(dt_model_add_activation(m, "relu", DT_RELU), st, fail);
+  DT_CHECK_GOTO(dt_model_add_maxpool2d(m, "pool", 2, 1, 0), st, fail); /* (3, 2, 2) */
+  DT_CHECK_GOTO(dt_model_add_flatten(m, "flat"), st, fail);            /* (12,) */
+  DT_CHECK_GOTO(dt_model_add_linear(m, "fc1", 8, 1), st, fail);
+  DT_CHECK_GOTO(dt_model_begin_residual(m, "res"), st, fail);
+  DT_CHECK_GOTO(dt_model_add_linear(m, "res.fc", 8, 1), st, fail);
+  DT_CHECK_GOTO(dt_model_add_activation(m, "res.act", DT_TANH), st, fail);
+  DT_CHECK_GOTO(dt_model_end_residual(m), st, fail);
+  DT_CHECK_GOTO(dt_model_add_linear(m, "head", GC_CLASSES, 1), st, fail);
+  DT_CHECK_GOTO(dt_model_build(m, GC_B, 5), st, fail);
+  *out = m;
+  return DT_OK;
+fail:
+  dt_model_free(m);
+  return st;
+}
+
+static dt_status gc_loss(dt_model *m, const float *x, float *loss, float *dlogits) {
+  const float *y;
+  DT_CHECK(dt_model_forward(m, x, GC_B, &y));
+  return dt_loss_cross_entropy(y, gc_labels, GC_B, GC_CLASSES, 0.0f, loss, dlogits);
+}
+
+/* Central differences in f32 with eps 1e-3: one ulp of the loss (~1.4) is
+ * 1.2e-7, which the quotient turns into 1.2e-7 / 2e-3 = 6e-5; the forward's
+ * sums leave a few ulp, and O(eps^2) truncation adds ~1e-6. We allow
+ * |fd - analytic| <= 5e-4 + 1e-2 |analytic| (about 8 ulp of the loss; the
+ * observed worst case is 6e-5), and the checked entries together must agree
+ * to 5e-3 in relative L2 norm (observed 2e-4). A wrong backward (e.g. a
+ * residual that drops the skip gradient) is off by 0.1..0.3. */
+TEST(model_gradient_matches_finite_differences) {
+  dt_model *m = NULL;
+  ASSERT_OK(gc_model(&m));
+  float x[GC_B * 72], dlogits[GC_B * GC_CLASSES], loss0;
+  fill_uniform(x, GC_B * 72, 11, -1, 1);
+  dt_model_ctx_want_input_grad(dt_model_default_ctx(m), 1);
+  ASSERT_OK(gc_loss(m, x, &loss0, dlogits));
+  dt_model_zero_grad(m);
+  ASSERT_OK(dt_model_backward(m, dlogits));
+  size_t n;
+  float *p = dt_model_params(m, &n);
+  const float *g = dt_model_grads(m, NULL);
+  float dx[GC_B * 72];
+  memcpy(dx, dt_model_ctx_input_grad(dt_model_default_ctx(m)), sizeof dx);
+  const float eps = 1e-3f;
+  double num = 0, den = 0;
+  int checked = 0;
+  for (int ti = 0; ti <= dt_model_num_tensors(m); ti++) {
+    float *v;
+    const float *an;
+    size_t numel;
+    const char *name;
+    if (ti < dt_model_num_tensors(m)) {
+      dt_tensor_info info;
+      ASSERT_OK(dt_model_tensor_info(m, ti, &info));
+      if (!info.trainable) continue;
+      numel = 1;
+      for (int d = 0; d < info.ndim; d++) numel *= (size_t)info.shape[d];
+      v = p + info.offset;
+      an = g + info.offset;
+      name = info.name;
+    } else {
+      v = x;
+      an = dx;
+      numel = GC_B * 72;
+      name = "input";
+    }
+    size_t picks[4] = {0, numel / 3, 2 * numel / 3, numel - 1};
+    for (int k = 0; k < 4; k++) {
+      size_t i = picks[k];
+      float keep = v[i], lp, lm;
+      v[i] = keep + eps;
+      ASSERT_OK(gc_loss(m, x, &lp, NULL));
+      v[i] = keep - eps;
+      ASSERT_OK(gc_loss(m, x, &lm, NULL));
+      v[i] = keep;
+      double fd = ((double)lp - (double)lm) / (2.0 * eps);
+      double a = an[i];
+      if (fabs(fd - a) > 5e-4 + 1e-2 * fabs(a)) FAIL_("%s[%zu]: finite difference %.6g, backward %.6g", name, i, fd, a);
+      num += (fd - a) * (fd - a);
+      den += a * a;
+      checked++;
+    }
+  }
+  ASSERT_EQ(checked, 4 * (10 + 1)); /* 10 parameter tensors and the input */
+  ASSERT(den > 1e-4);               /* the gradients are not trivially zero */
+  if (sqrt(num / den) > 5e-3) FAIL_("relative L2 error %.3g over %d entries", sqrt(num / den), checked);
+  dt_model_free(m);
+}
+
+TEST(batchnorm_train_and_eval) {
+  int64_t shape[3] = {2, 1, 2}; /* C = 2, HW = 2 */
+  dt_model *m = NULL;
+  ASSERT_OK(dt_model_new(3, shape, &m));
+  ASSERT_OK(dt_model_add_batchnorm2d(m, "bn", 1e-5f, 0.1f));
+  ASSERT_OK(dt_model_add_flatten(m, "flat"));
+  ASSERT_OK(dt_model_build(m, 2, 0));
+  /* x (N=2, C=2, HW=2): channel 0 values {1, 3, 5, 7}, channel 1 {2, 2, 4, 4} */
+  const float x[8] = {1, 3, 2, 2, 5, 7, 4, 4};
+  const float *y;
+  ASSERT_OK(dt_model_forward(m, x, 2, &y));
+  /* channel 0: mean 4, biased var 5; channel 1: mean 3, var 1 */
+  const float want[8] = {-3 / sqrtf(5 + 1e-5f), -1 / sqrtf(5 + 1e-5f), -1 / sqrtf(1 + 1e-5f), -1 / sqrtf(1 + 1e-5f),
+                         1 / sqrtf(5 + 1e-5f),  3 / sqrtf(5 + 1e-5f),  1 / sqrtf(1 + 1e-5f),  1 / sqrtf(1 + 1e-5f)};
+  for (int i = 0; i < 8; i++) ASSERT_NEAR(y[i], want[i], 1e-5);
+  int irm, irv, inb;
+  ASSERT_OK(dt_model_find_tensor(m, "bn.running_mean", &irm));
+  ASSERT_OK(dt_model_find_tensor(m, "bn.running_var", &irv));
+  ASSERT_OK(dt_model_find_tensor(m, "bn.num_batches_tracked", &inb));
+  const float *rm = dt_model_tensor_data(m, irm), *rv = dt_model_tensor_data(m, irv);
+  const int64_t *nbt = dt_model_tensor_data(m, inb);
+  /* running = 0.9 * old + 0.1 * stat, with the unbiased variance (20/3 and 4/3) */
+  ASSERT_NEAR(rm[0], 0.4, 1e-6);
+  ASSERT_NEAR(rm[1], 0.3, 1e-6);
+  ASSERT_NEAR(rv[0], 0.9 + 0.1 * 20.0 / 3.0, 1e-6);
+  ASSERT_NEAR(rv[1], 0.9 + 0.1 * 4.0 / 3.0, 1e-6);
+  ASSERT_EQ(*nbt, 1);
+  ASSERT_OK(dt_model_forward(m, x, 2, &y));
+  ASSERT_EQ(*nbt, 2);
+  float rm0 = rm[0], rv0 = rv[0];
+  dt_model_set_training(m, 0);
+  ASSERT_OK(dt_model_forward(m, x, 1, &y)); /* eval: batch 1 is fine, statistics untouched */
+  ASSERT_EQ(*nbt, 2);
+  ASSERT(rm[0] == rm0 && rv[0] == rv0);
+  ASSERT_NEAR(y[0], (1 - rm[0]) / sqrt(rv[0] + 1e-5), 1e-5);
+  ASSERT_NEAR(y[3], (2 - rm[1]) / sqrt(rv[1] + 1e-5), 1e-5);
+  /* backward needs the training forward's batch statistics */
+  float dout[8] = {0};
+  ASSERT_STATUS(dt_model_backward(m, dout), DT_INVALID_ARGUMENT);
+  ASSERT(strstr(dt_last_error(), "bn") && strstr(dt_last_error(), "evaluation"));
+  dt_model_free(m);
+  /* training statistics of a single value per channel are undefined (torch raises too) */
+  int64_t one[3] = {2, 1, 1};
+  ASSERT_OK(dt_model_new(3, one, &m));
+  ASSERT_OK(dt_model_add_batchnorm2d(m, "bn1x1", 1e-5f, 0.1f));
+  ASSERT_OK(dt_model_build(m, 2, 0));
+  ASSERT_STATUS(dt_model_forward(m, x, 1, &y), DT_INVALID_ARGUMENT);
+  ASSERT(strstr(dt_last_error(), "bn1x1"));
+  ASSERT_OK(dt_model_forward(m, x, 2, &y));
+  dt_model_free(m);
+}
+
+TEST(dropout_masks_follow_seed_stream_and_step) {
+  int64_t shape[1] = {1000};
+  dt_model *a = NULL, *b = NULL;
+  ASSERT_OK(dt_model_new(1, shape, &a));
+  ASSERT_OK(dt_model_new(1, shape, &b));
+  ASSERT_OK(dt_model_add_dropout(a, "drop", 0.5f));
+  ASSERT_OK(dt_model_add_dropout(b, "drop", 0.5f));
+  ASSERT_OK(dt_model_build(a, 1, 9));
+  ASSERT_OK(dt_model_build(b, 1, 9));
+  static float x[1000], ya[1000], yb[1000];
+  for (int i = 0; i < 1000; i++) x[i] = 1.0f;
+  const float *y;
+  ASSERT_OK(dt_model_forward(a, x, 1, &y));
+  memcpy(ya, y, sizeof ya);
+  int kept = 0;
+  for (int i = 0; i < 1000; i++) {
+    ASSERT(ya[i] == 0.0f || ya[i] == 2.0f);
+    kept += ya[i] != 0.0f;
+  }
+  ASSERT(kept > 420 && kept < 580); /* Binomial(1000, 0.5): > 5 sigma */
+  ASSERT_OK(dt_model_forward(b, x, 1, &y));
+  ASSERT(memcmp(y, ya, sizeof ya) == 0); /* same seed, stream and step */
+  ASSERT_OK(dt_model_forward(b, x, 1, &y));
+  ASSERT(memcmp(y, ya, sizeof ya) != 0); /* the step advanced */
+  dt_model_set_rng_stream(a, 1);
+  ASSERT_OK(dt_model_forward(a, x, 1, &y));
+  memcpy(yb, y, sizeof yb);
+  ASSERT(memcmp(yb, ya, sizeof ya) != 0);
+  /* backward routes the gradient through the same mask */
+  float ones[1000];
+  for (int i = 0; i < 1000; i++) ones[i] = 1.0f;
+  dt_model_ctx_want_input_grad(dt_model_default_ctx(a), 1);
+  ASSERT_OK(dt_model_backward(a, ones));
+  const float *dx = dt_model_ctx_input_grad(dt_model_default_ctx(a));
+  for (int i = 0; i < 1000; i++) ASSERT(dx[i] == yb[i]);
+  dt_model_set_training(a, 0);
+  ASSERT_OK(dt_model_forward(a, x, 1, &y));
+  for (int i = 0; i < 1000; i++) ASSERT(y[i] == 1.0f);
+  dt_model_free(a);
+  dt_model_free(b);
+}
+
+TEST(error_cases_name_layers_and_numbers) {
+  int64_t flat[1] = {784};
+  dt_model *m = NULL;
+  ASSERT_OK(dt_model_new(1, flat, &m));
+  ASSERT_STATUS(dt_model_add_conv2d(m, "c1", 8, 3, 1, 0, 1), DT_SHAPE_MISMATCH);
+  ASSERT(strstr(dt_last_error(), "c1") && strstr(dt_last_error(), "(784,)"));
+  ASSERT_STATUS(dt_model_add_batchnorm2d(m, "bn", 1e-5f, 0.1f), DT_SHAPE_MISMATCH);
+  ASSERT_OK(dt_model_add_linear(m, "fc1", 16, 1));
+  ASSERT_STATUS(dt_model_add_linear(m, "fc1", 16, 1), DT_INVALID_ARGUMENT); /* duplicate name */
+  ASSERT_STATUS(dt_model_add_linear(m, "fc2", 0, 1), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_model_add_dropout(m, "d", 1.0f), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_model_end_residual(m), DT_INVALID_ARGUMENT);
+  ASSERT_OK(dt_model_begin_residual(m, "res"));
+  ASSERT_OK(dt_model_add_linear(m, "res.fc", 8, 1));
+  ASSERT_STATUS(dt_model_end_residual(m), DT_SHAPE_MISMATCH);
+  ASSERT(strstr(dt_last_error(), "(8,)") && strstr(dt_last_error(), "(16,)"));
+  ASSERT_STATUS(dt_model_build(m, 4, 0), DT_INVALID_ARGUMENT); /* branch still open */
+  ASSERT_OK(dt_model_add_linear(m, "res.fc2", 16, 1));
+  ASSERT_OK(dt_model_end_residual(m));
+  ASSERT_STATUS(dt_model_backward(m, NULL), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_model_build(m, 0, 0), DT_INVALID_ARGUMENT);
+  ASSERT_OK(dt_model_build(m, 4, 0));
+  ASSERT_STATUS(dt_model_build(m, 4, 0), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_model_add_linear(m, "late", 2, 1), DT_INVALID_ARGUMENT);
+  static float x[5 * 784];
+  float dout[16] = {0};
+  const float *y;
+  ASSERT_STATUS(dt_model_backward(m, dout), DT_INVALID_ARGUMENT); /* before any forward */
+  ASSERT(strstr(dt_last_error(), "forward"));
+  ASSERT_STATUS(dt_model_forward(m, x, 5, &y), DT_INVALID_ARGUMENT);
+  ASSERT(strstr(dt_last_error(), "5") && strstr(dt_last_error(), "4"));
+  ASSERT_STATUS(dt_model_forward(m, x, 0, &y), DT_INVALID_ARGUMENT);
+  ASSERT_OK(dt_model_forward(m, x, 4, &y));
+  dt_model_free(m);
+
+  int64_t img[3] = {1, 4, 4};
+  ASSERT_OK(dt_model_new(3, img, &m));
+  ASSERT_STATUS(dt_model_add_linear(m, "fc", 3, 1), DT_SHAPE_MISMATCH);
+  ASSERT(strstr(dt_last_error(), "(1, 4, 4)"));
+  ASSERT_STATUS(dt_model_add_conv2d(m, "big", 2, 7, 1, 0, 1), DT_SHAPE_MISMATCH);
+  ASSERT_STATUS(dt_model_add_maxpool2d(m, "pool", 2, 2, 2), DT_INVALID_ARGUMENT); /* pad > kernel/2 */
+  dt_model_free(m);
+
+  dt_zoo_config cfg = {.sample_shape = {1, 28, 28}, .classes = 10, .dropout = -1};
+  ASSERT_STATUS(dt_model_zoo_new("resnet999", &cfg, &m), DT_NOT_FOUND);
+  ASSERT(strstr(dt_last_error(), "resnet999") && strstr(dt_last_error(), "mlp") &&
+         strstr(dt_last_error(), "fashioncnn"));
+}
+
+TEST(mlp_zoo_model_and_summary) {
+  dt_zoo_config cfg = {.sample_shape = {1, 28, 28}, .classes = 10, .dropout = -1};
+  dt_model *m = NULL;
+  ASSERT_OK(dt_model_zoo_new("mlp", &cfg, &m));
+  ASSERT_EQ(dt_model_num_params(m), (784 * 256 + 256) + (256 * 128 + 128) + (128 * 10 + 10));
+  dt_tensor_info ti;
+  ASSERT_OK(dt_model_tensor_info(m, 0, &ti));
+  ASSERT_STR_EQ(ti.name, "fc1.weight");
+  ASSERT_OK(dt_model_tensor_info(m, 5, &ti));
+  ASSERT_STR_EQ(ti.name, "fc3.bias");
+  ASSERT_EQ(dt_model_num_tensors(m), 6);
+  dt_model_free(m);
+  int hidden[1] = {32};
+  cfg.hidden = hidden;
+  cfg.n_hidden = 1;
+  ASSERT_OK(dt_model_zoo_new("mlp", &cfg, &m));
+  ASSERT_EQ(dt_model_num_params(m), 784 * 32 + 32 + 32 * 10 + 10);
+  dt_model_free(m);
+
+  ASSERT_OK(fashioncnn(-1, &m));
+  char buf[8192] = {0};
+  FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+  ASSERT(f != NULL);
+  dt_model_print_summary(m, f);
+  fclose(f);
+  ASSERT(strstr(buf, "Total params: 1,475,338"));
+  ASSERT(strstr(buf, "layer2.0") && strstr(buf, "Conv2d") && strstr(buf, "(64, 12, 12)"));
+  ASSERT(strstr(buf, "(64, 6, 6)") && strstr(buf, "(2304,)") && strstr(buf, "MaxPool2d") && strstr(buf, "ReLU"));
+  dt_model_free(m);
+}
+
+/* A second context over the same parameters (what data-parallel workers use)
+ * computes the same outputs and gradients, into its own arenas. */
+TEST(second_context_shares_parameters) {
+  dt_model *m = NULL;
+  ASSERT_OK(gc_model(&m));
+  dt_model_ctx *c2 = NULL;
+  ASSERT_OK(dt_model_ctx_new(m, GC_B, 0, &c2));
+  float x[GC_B * 72], dout[GC_B * GC_CLASSES];
+  fill_uniform(x, GC_B * 72, 3, -1, 1);
+  fill_uniform(dout, GC_B * GC_CLASSES, 4, -1, 1);
+  const float *y1, *y2;
+  ASSERT_OK(dt_model_forward(m, x, GC_B, &y1));
+  ASSERT_OK(dt_model_ctx_forward(m, c2, x, GC_B, &y2));
+  ASSERT(y1 != y2);
+  ASSERT(memcmp(y1, y2, sizeof(float) * GC_B * GC_CLASSES) == 0);
+  dt_model_zero_grad(m);
+  dt_model_ctx_zero_grad(m, c2);
+  ASSERT_OK(dt_model_backward(m, dout));
+  ASSERT_OK(dt_model_ctx_backward(m, c2, dout));
+  size_t n;
+  const float *g1 = dt_model_grads(m, &n), *g2 = dt_model_ctx_grads(c2);
+  ASSERT(g1 != g2);
+  ASSERT(memcmp(g1, g2, n * sizeof(float)) == 0);
+  int inb;
+  ASSERT_OK(dt_model_find_tensor(m, "bn.num_batches_tracked", &inb));
+  ASSERT_EQ(*(int64_t *)dt_model_tensor_data(m, inb), 1); /* only the updating context counted */
+  dt_model_ctx_free(c2);
+  dt_model_free(m);
+}
+
+TEST_MAIN(TEST_ENTRY(fashioncnn_tensor_names_order_shapes_and_count), TEST_ENTRY(arena_is_in_reverse_layer_order),
+          TEST_ENTRY(grad_ready_ranges_increase_and_tile_the_arena), TEST_ENTRY(init_is_seeded_and_bounded_like_pytorch),
+          TEST_ENTRY(model_gradient_matches_finite_differences), TEST_ENTRY(batchnorm_train_and_eval),
+          TEST_ENTRY(dropout_masks_follow_seed_stream_and_step), TEST_ENTRY(error_cases_name_layers_and_numbers),
+          TEST_ENTRY(mlp_zoo_model_and_summary), TEST_ENTRY(second_context_shares_parameters))
