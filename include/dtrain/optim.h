@@ -37,8 +37,9 @@ typedef struct dt_optim dt_optim;
 dt_status dt_optim_new(const dt_optim_config *cfg, size_t count, dt_optim **out);
 void dt_optim_free(dt_optim *o);
 /* One update of params (count) from grads (count) at learning rate lr
- * (finite, >= 0, else DT_INVALID_ARGUMENT). Bit-compatible with torch.optim
- * 1.13 on CPU (foreach off) when the hyper-parameters are float values. */
+ * (finite, >= 0, else DT_INVALID_ARGUMENT). params and grads must not
+ * overlap. Bit-compatible with torch.optim 1.13 on CPU (foreach off) when the
+ * hyper-parameters are float values. */
 dt_status dt_optim_step(dt_optim *o, float *params, const float *grads, float lr);
 /* Steps taken so far (Adam's bias correction uses it). */
 int64_t dt_optim_step_count(const dt_optim *o);
