@@ -561,7 +561,8 @@ static const flag_spec eval_flags[] = {
     {"--weights", "FILE", K_STR, "required", "runs/exp1/model.safetensors", "safetensors weights to evaluate", NULL},
     {"--model", "NAME", K_STR, "from the file's metadata", "mlp", "model from the zoo the weights belong to", NULL},
     {"--hidden", "W1,W2,...", K_WIDTHS, "from the file's metadata", "256,128", "hidden layer widths of mlp", NULL},
-    {"--data", "SOURCE", K_STR, "fashion-mnist", "fashion-mnist", "dataset name or a directory of IDX files", NULL},
+    {"--data", "SOURCE", K_STR, "from the file's metadata, else fashion-mnist", "fashion-mnist",
+     "dataset name or a directory of IDX files", NULL},
     {"--split", "NAME", K_CHOICE, "test", "train", "which split to evaluate: test or train", "test|train"},
     {"--normalize", "MEAN,STD", K_MEAN_STD, "from the file's metadata", "0.2860,0.3530",
      "input normalisation used in training", NULL},
@@ -603,7 +604,7 @@ static int cmd_eval(const parsed *p) {
   if (st != DT_OK)
     return runtime_error(st, "check --weights, and --data: named datasets are looked up under DT_DATA_DIR");
   printf("eval %s on %s %s (%lld samples): loss %.4f  top1 %.2f%%  top5 %.2f%%  %.2f s  %.0f samples/s\n", r.model,
-         cfg.data, cfg.split == DT_SPLIT_TEST ? "test" : "train", (long long)r.samples, r.loss, 100 * r.acc1,
+         r.data, cfg.split == DT_SPLIT_TEST ? "test" : "train", (long long)r.samples, r.loss, 100 * r.acc1,
          100 * r.acc5, r.seconds, r.samples_per_s);
   return 0;
 }
@@ -712,7 +713,7 @@ static const command commands[] = {
      train_flags, COUNT(train_flags), 0, 0, cmd_train},
     {"eval", "evaluate saved weights on a dataset split", "--weights FILE [flags]",
      "Loads weights written by 'dtrain train' and reports loss, top-1 and top-5 accuracy.\n"
-     "Model, hidden widths and normalisation default to what the file's metadata records.",
+     "Model, hidden widths, dataset and normalisation default to what the file's metadata records.",
      eval_flags, COUNT(eval_flags), 0, 0, cmd_eval},
     {"models", "list the model zoo with parameter counts", "", "Lists the registered models.", NULL, 0, 0, 0,
      cmd_models},

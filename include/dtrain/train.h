@@ -119,7 +119,7 @@ typedef struct dt_eval_config {
   const char *model;   /* NULL: from the file's metadata "model" */
   int hidden[DT_TRAIN_MAX_HIDDEN];
   int n_hidden;          /* 0: from the file's metadata "hidden" (or the model's default) */
-  const char *data;      /* dataset name or directory */
+  const char *data;      /* dataset name or directory; NULL: metadata "data", else "fashion-mnist" */
   dt_split split;
   dt_normalize normalize; /* used when normalize_set; otherwise from metadata "normalize" (or none) */
   int normalize_set;
@@ -133,6 +133,7 @@ typedef struct dt_eval_result {
   double loss, acc1, acc5; /* plain cross entropy; fractions */
   double seconds, samples_per_s;
   char model[64];          /* the model evaluated */
+  char data[512];          /* the dataset it was evaluated on */
 } dt_eval_result;
 
 void dt_eval_config_default(dt_eval_config *cfg);

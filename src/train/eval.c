@@ -57,7 +57,7 @@ done:
 
 void dt_eval_config_default(dt_eval_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  cfg->data = "fashion-mnist";
+  cfg->data = NULL;
   cfg->split = DT_SPLIT_TEST;
   cfg->batch_size = 256;
 }
@@ -91,7 +91,7 @@ dt_status dt_eval_run(const dt_eval_config *cfg, dt_eval_result *res) {
   dt_loader *loader = NULL;
   dt_eval_result r;
   memset(&r, 0, sizeof r);
-  char model_name[64];
+  char model_name[64], data[512];
   int hidden[DT_TRAIN_MAX_HIDDEN], n_hidden = cfg->n_hidden;
   memcpy(hidden, cfg->hidden, sizeof hidden);
   dt_normalize norm = cfg->normalize;
@@ -130,10 +130,18 @@ dt_status dt_eval_run(const dt_eval_config *cfg, dt_eval_result *res) {
       norm.enabled = 1;
     }
   }
+  const char *src = cfg->data;
+  if (!src || !*src) src = dt_safetensors_meta(file, "data");
+  if (!src || !*src) src = "fashion-mnist";
+  if (strlen(src) >= sizeof data) {
+    st = dt_error(DT_INVALID_ARGUMENT, "data source '%.40s...' too long", src);
+    goto done;
+  }
+  strcpy(data, src);
   dt_safetensors_free(file);
   file = NULL;
 
-  DT_CHECK_GOTO(dt_dataset_load(cfg->data, cfg->split, &norm, &ds), st, done);
+  DT_CHECK_GOTO(dt_dataset_load(data, cfg->split, &norm, &ds), st, done);
   int64_t n = dt_dataset_size(ds);
   if (cfg->limit > 0 && cfg->limit < n) n = cfg->limit;
   dt_zoo_config zc;
@@ -166,6 +174,7 @@ dt_status dt_eval_run(const dt_eval_config *cfg, dt_eval_result *res) {
   r.seconds = sums.seconds;
   r.samples_per_s = sums.seconds > 0 ? (double)sums.samples / sums.seconds : 0;
   strcpy(r.model, model_name);
+  strcpy(r.data, data);
   *res = r;
 done:
   dt_loader_free(loader);

@@ -123,8 +123,13 @@ for split, n in (("train", 20), ("t10k", 10)):
     with open(os.path.join(d, f"{split}-labels-idx1-ubyte"), "wb") as f:
         f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
 EOF
-"$DTRAIN" train --model mlp --hidden 8 --data "$tmp/idx" --batch-size 5 --out "$tmp/idx-run" --quiet 2>"$tmp/err" \
-  || fail "training on a valid synthetic IDX set failed: $(cat "$tmp/err")"
+"$DTRAIN" train --model mlp --hidden 8 --data "$tmp/idx" --batch-size 5 --out "$tmp/idx-run" --progress bar \
+  >"$tmp/bar.out" 2>"$tmp/err" || fail "training on a valid synthetic IDX set failed: $(cat "$tmp/err")"
+grep -q $'\repoch 1/1 \[#' "$tmp/bar.out" || fail "--progress bar: no updating bar line: $(od -c "$tmp/bar.out" | head)"
+grep -q $'\r\033\[Kepoch 1/1  train loss' "$tmp/bar.out" || fail "--progress bar: the epoch line does not replace the bar"
+# eval takes model, widths and dataset from the file's metadata
+"$DTRAIN" eval --weights "$tmp/idx-run/model.safetensors" >"$tmp/eval0.out" 2>&1 || fail "eval from metadata: $(cat "$tmp/eval0.out")"
+grep -q "^eval mlp on $tmp/idx test (10 samples): " "$tmp/eval0.out" || fail "eval from metadata: $(cat "$tmp/eval0.out")"
 : >"$tmp/plainfile"
 expect_exit 1 "$tmp/plainfile" train --model mlp --hidden 8 --data "$tmp/idx" --out "$tmp/plainfile/sub" --quiet
 [ ! -e "$tmp/plainfile/sub" ] || fail "unwritable --out: something was created"
