@@ -320,7 +320,8 @@ static void print_usage(const command *c, FILE *f) {
   fprintf(f, "  %-26s %s\n", "--help, -h", "show this help and exit");
   fprintf(f, "\nenvironment:\n");
   dt_tunables_each(print_tunable, f);
-  fprintf(f, "\nexit status: 0 success, 1 runtime failure, 2 usage error, 130 interrupted\n");
+  fprintf(f, "\nA flag takes its value as '--flag VALUE' or '--flag=VALUE'; giving a flag twice is an error.\n");
+  fprintf(f, "exit status: 0 success, 1 runtime failure, 2 usage error, 130 interrupted\n");
 }
 
 /* ---- shared helpers --------------------------------------------------------- */
@@ -509,6 +510,7 @@ static int cmd_train(const parsed *p) {
   if ((v = flag(p, "--label-smoothing"))->given) cfg.label_smoothing = (float)v->f;
   if ((v = flag(p, "--threads"))->given) cfg.threads = (int)v->i;
   if ((v = flag(p, "--seed"))->given) cfg.seed = v->u;
+  if (dt_set_threads(cfg.threads) != DT_OK) return usage_error(c, "e.g. --threads 4", "%s", dt_last_error());
 
   char out_dir[512];
   if ((v = flag(p, "--out"))->given) {
@@ -599,10 +601,11 @@ static int cmd_eval(const parsed *p) {
   if ((v = flag(p, "--batch-size"))->given) cfg.batch_size = (int)v->i;
   if ((v = flag(p, "--threads"))->given) cfg.threads = (int)v->i;
   if ((v = flag(p, "--limit"))->given) cfg.limit = v->i;
+  if (dt_set_threads(cfg.threads) != DT_OK) return usage_error(c, "e.g. --threads 4", "%s", dt_last_error());
   dt_eval_result r;
   dt_status st = dt_eval_run(&cfg, &r);
   if (st != DT_OK)
-    return runtime_error(st, "check --weights, and --data: named datasets are looked up under DT_DATA_DIR");
+    return runtime_error(st, "check --weights and --data; --model and --hidden must match the training run");
   printf("eval %s on %s %s (%lld samples): loss %.4f  top1 %.2f%%  top5 %.2f%%  %.2f s  %.0f samples/s\n", r.model,
          r.data, cfg.split == DT_SPLIT_TEST ? "test" : "train", (long long)r.samples, r.loss, 100 * r.acc1,
          100 * r.acc5, r.seconds, r.samples_per_s);

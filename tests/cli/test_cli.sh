@@ -2,6 +2,8 @@
 # dtrain CLI: usage errors (exit 2, one line), runtime errors (exit 1), help, a tiny real run, eval, inspect,
 # determinism and Ctrl-C (exit 130 with metrics and weights written).
 set -u
+# Passive OpenMP waiting: spinning workers crawl on a loaded shared machine.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 DTRAIN="${DT_BUILD_DIR:?DT_BUILD_DIR must name the build directory}/dtrain"
 [ -x "$DTRAIN" ] || { echo "FAIL: $DTRAIN is not built" >&2; exit 1; }
 tmp=$(mktemp -d)
@@ -63,6 +65,9 @@ usage "--progress: 'loud' is not one of auto/bar/plain/none" train --progress lo
 usage "--threads: '-1' is not a non-negative integer" train --threads -1
 usage "--seed: '-5' is not a non-negative integer" train --seed -5
 usage "--limit-train: '0' is not a positive integer" train --limit-train 0
+usage "thread count 9999 is too large" train --threads 9999
+DT_NUM_THREADS=abc "$DTRAIN" train --quiet 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "DT_NUM_THREADS" "$tmp/err" || fail "malformed DT_NUM_THREADS: $(cat "$tmp/err")"
 usage "--normalize: '0.5,0': STD must be positive" train --normalize 0.5,0
 usage "--quiet takes no value" train --quiet=yes
 usage "--quiet and --progress conflict" train --quiet --progress plain
@@ -184,6 +189,9 @@ want=$(tail -1 "$csv" | awk -F, '{ printf "%.2f%%", 100 * $7 }')
 got=$(grep -oE 'top1 [0-9.]+%' "$tmp/eval.out" | cut -d' ' -f2)
 [ "$got" = "$want" ] || fail "eval top1 $got != last metrics row $want ($(cat "$tmp/eval.out"))"
 grep -q "(500 samples)" "$tmp/eval.out" || fail "eval should use 500 samples: $(cat "$tmp/eval.out")"
+expect_exit 1 "fc1.weight" eval --weights "$tmp/run/model.safetensors" \
+  --hidden 16 --limit 10
+grep -q "give the --model and --hidden used in training" "$tmp/err" || fail "shape mismatch hint: $(cat "$tmp/err")"
 
 "$DTRAIN" inspect "$tmp/run/model.safetensors" >"$tmp/inspect.out" || fail "inspect failed"
 grep -qE '^  fc1\.weight +f32 +\(32, 784\) +min ' "$tmp/inspect.out" || fail "inspect: no fc1.weight line: $(cat "$tmp/inspect.out")"
