@@ -5,14 +5,14 @@
 #include "dtrain/model.h"
 #include "tensor/kernels.h"
 
-/* log(sum_c exp(x_c)) of one row, stable. */
-static double row_lse(const float *x, int C) {
+/* Row maximum and sum_c exp(x_c - max) (>= 1), so logp_c = (x_c - max) - log(sum) stays exact for large logits. */
+static float row_stats(const float *x, int C, double *sum) {
   float mx = -INFINITY;
   for (int c = 0; c < C; c++) mx = x[c] > mx ? x[c] : mx;
-  if (isinf(mx)) return mx; /* all -inf (or +inf present): nothing finite to subtract */
-  double sum = 0.0;
-  for (int c = 0; c < C; c++) sum += exp((double)(x[c] - mx));
-  return (double)mx + log(sum);
+  double s = 0.0;
+  for (int c = 0; c < C; c++) s += exp((double)(x[c] - mx));
+  *sum = s;
+  return mx;
 }
 
 dt_status dt_cross_entropy(float *loss, float *dlogits, const float *logits, const int32_t *labels, int B, int C,
@@ -27,10 +27,12 @@ dt_status dt_cross_entropy(float *loss, float *dlogits, const float *logits, con
   double total = 0.0;
   for (int b = 0; b < B; b++) {
     const float *x = logits + (size_t)b * C;
-    const double lse = row_lse(x, C);
-    double sum_x = 0.0;
-    for (int c = 0; c < C; c++) sum_x += x[c];
-    const double nll = lse - x[labels[b]], smooth = lse - sum_x / C;
+    double sum;
+    const float mx = row_stats(x, C, &sum);
+    const double ls = log(sum);
+    double sum_shift = 0.0; /* sum_c (x_c - max) */
+    for (int c = 0; c < C; c++) sum_shift += (double)(x[c] - mx);
+    const double nll = ls - (double)(x[labels[b]] - mx), smooth = ls - sum_shift / C;
     total += (1.0 - eps) * nll + (double)eps * smooth;
   }
   if (dlogits) {
@@ -40,8 +42,10 @@ dt_status dt_cross_entropy(float *loss, float *dlogits, const float *logits, con
     for (int b = 0; b < B; b++) {
       const float *x = logits + (size_t)b * C;
       float *dx = dlogits + (size_t)b * C;
-      const float lse = (float)row_lse(x, C);
-      for (int c = 0; c < C; c++) dx[c] = (expf(x[c] - lse) - off) * invB;
+      double sum;
+      const float mx = row_stats(x, C, &sum);
+      const float inv = (float)(1.0 / sum);
+      for (int c = 0; c < C; c++) dx[c] = (expf(x[c] - mx) * inv - off) * invB;
       dx[labels[b]] -= on * invB;
     }
   }

@@ -45,8 +45,9 @@ void dt_log_softmax_forward(float *out, const float *inp, int B, int C) {
     for (int c = 0; c < C; c++) mx = x[c] > mx ? x[c] : mx;
     double sum = 0.0;
     for (int c = 0; c < C; c++) sum += expf(x[c] - mx);
-    const float lse = mx + (float)log(sum);
-    for (int c = 0; c < C; c++) y[c] = x[c] - lse;
+    /* (x - max) - log(sum): adding max back first would round it away for large logits */
+    const float ls = (float)log(sum);
+    for (int c = 0; c < C; c++) y[c] = (x[c] - mx) - ls;
   }
 }
 

@@ -1,0 +1,584 @@
+/* CPU kernel tests: finite-difference gradients of every kernel, accumulation, exact small cases, errors. */
+#include <stdint.h>
+
+#include "harness.h"
+#include "tensor/kernels.h"
+
+/* ---- finite differences ---------------------------------------------------
+ * Objective L = sum(dout * out), summed in double. The numeric gradient of a
+ * buffer element is (L(x+h) - L(x-h)) / 2h; it must match the analytic one
+ * within tol * max(1, max |analytic|). Returns the number of mismatches. */
+typedef void (*fwd_fn)(void *ctx, float *out);
+
+typedef struct fd_spec {
+  fwd_fn fwd;
+  void *ctx;
+  float *out;        /* (n_out) scratch for the forward */
+  const float *dout; /* (n_out) */
+  size_t n_out;
+  double h, tol;
+} fd_spec;
+
+static double objective(const fd_spec *s) {
+  s->fwd(s->ctx, s->out);
+  double L = 0.0;
+  for (size_t i = 0; i < s->n_out; i++) L += (double)s->dout[i] * s->out[i];
+  return L;
+}
+
+static int fd_check(const char *what, const fd_spec *s, float *x, const float *analytic, size_t n) {
+  double scale = 1.0;
+  for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(analytic[i]));
+  int bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    const float save = x[i];
+    x[i] = (float)(save + s->h);
+    const double lp = objective(s);
+    x[i] = (float)(save - s->h);
+    const double lm = objective(s);
+    x[i] = save;
+    /* divide by the step actually taken after float rounding */
+    const double num = (lp - lm) / ((double)(float)(save + s->h) - (double)(float)(save - s->h));
+    if (!(fabs(num - analytic[i]) <= s->tol * scale)) {
+      if (bad < 3) fprintf(stderr, "  %s[%zu]: analytic %.7g numeric %.7g\n", what, i, analytic[i], num);
+      bad++;
+    }
+  }
+  objective(s); /* leave out as the unperturbed forward */
+  return bad;
+}
+
+static dt_rng rng;
+static float *randf(size_t n, float lo, float hi) {
+  float *p = calloc(n ? n : 1, sizeof(float));
+  for (size_t i = 0; i < n; i++) p[i] = dt_rng_uniform_range(&rng, lo, hi);
+  return p;
+}
+static float *zeros(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+/* values spaced >= step apart in random order: no ties or kinks within a finite-difference step */
+static float *spaced(size_t n, float step) {
+  float *p = zeros(n);
+  for (size_t i = 0; i < n; i++) p[i] = ((float)i - (float)n / 2) * step;
+  for (size_t i = n; i > 1; i--) {
+    size_t j = dt_rng_below(&rng, (uint32_t)i);
+    float t = p[i - 1];
+    p[i - 1] = p[j];
+    p[j] = t;
+  }
+  return p;
+}
+
+/* ---- linear ---- */
+typedef struct lin_ctx {
+  float *x, *w, *b;
+  int B, I, O;
+} lin_ctx;
+static void lin_fwd(void *c, float *out) {
+  lin_ctx *k = c;
+  dt_linear_forward(out, k->x, k->w, k->b, k->B, k->I, k->O);
+}
+
+TEST(linear_grad) {
+  dt_rng_init(&rng, 1, 0);
+  lin_ctx k = {randf(12, -1, 1), randf(20, -1, 1), randf(5, -1, 1), 3, 4, 5};
+  float *dy = randf(15, -1, 1), *y = zeros(15), *dx = zeros(12), *dw = zeros(20), *db = zeros(5);
+  lin_fwd(&k, y);
+  /* exact value of out[0][0] */
+  double ref = k.b[0];
+  for (int i = 0; i < 4; i++) ref += (double)k.x[i] * k.w[i];
+  ASSERT_NEAR(y[0], ref, 1e-6);
+  dt_linear_backward(dx, dw, db, dy, k.x, k.w, 3, 4, 5);
+  fd_spec s = {lin_fwd, &k, y, dy, 15, 1e-2, 1e-4};
+  ASSERT_EQ(fd_check("dx", &s, k.x, dx, 12), 0);
+  ASSERT_EQ(fd_check("dw", &s, k.w, dw, 20), 0);
+  ASSERT_EQ(fd_check("db", &s, k.b, db, 5), 0);
+  /* accumulation: a second backward doubles dw and db, rewrites dx */
+  float *dx2 = zeros(12), *dw2 = zeros(20), *db2 = zeros(5);
+  memcpy(dw2, dw, 20 * sizeof(float));
+  memcpy(db2, db, 5 * sizeof(float));
+  dt_linear_backward(dx2, dw2, db2, dy, k.x, k.w, 3, 4, 5);
+  for (int i = 0; i < 20; i++) ASSERT_NEAR(dw2[i], 2 * dw[i], 1e-6);
+  for (int i = 0; i < 5; i++) ASSERT_NEAR(db2[i], 2 * db[i], 1e-6);
+  for (int i = 0; i < 12; i++) ASSERT_EQ(dx2[i] == dx[i], 1);
+  /* NULL gradients are skipped; no bias */
+  dt_linear_backward(NULL, NULL, NULL, dy, k.x, k.w, 3, 4, 5);
+  k.b = NULL;
+  lin_fwd(&k, y);
+  ref = 0;
+  for (int i = 0; i < 4; i++) ref += (double)k.x[i] * k.w[i];
+  ASSERT_NEAR(y[0], ref, 1e-6);
+  free(k.x), free(k.w), free(dy), free(y), free(dx), free(dw), free(db), free(dx2), free(dw2), free(db2);
+}
+
+/* ---- conv2d ---- */
+typedef struct conv_ctx {
+  dt_conv2d_geom g;
+  float *x, *w, *b, *col, *scratch;
+} conv_ctx;
+static void conv_fwd(void *c, float *out) {
+  conv_ctx *k = c;
+  dt_conv2d_forward(&k->g, out, k->col, k->scratch, k->x, k->w, k->b);
+}
+
+static int conv_grad_case(int N, int C, int H, int W, int OC, int K, int s, int p, int bias) {
+  conv_ctx k;
+  if (dt_conv2d_geom_init(&k.g, N, C, H, W, OC, K, K, s, p) != DT_OK) return 100;
+  const size_t nx = (size_t)N * C * H * W, nw = (size_t)OC * C * K * K, ny = (size_t)N * OC * k.g.OH * k.g.OW;
+  k.x = randf(nx, -1, 1);
+  k.w = randf(nw, -1, 1);
+  k.b = bias ? randf(OC, -1, 1) : NULL;
+  k.col = zeros(dt_conv2d_col_floats(&k.g));
+  k.scratch = zeros(dt_conv2d_scratch_floats(&k.g));
+  float *dy = randf(ny, -1, 1), *y = zeros(ny), *dx = randf(nx, 5, 6), *dw = zeros(nw), *db = zeros(OC);
+  conv_fwd(&k, y);
+  dt_conv2d_backward(&k.g, dx, dw, bias ? db : NULL, k.scratch, dy, k.col, k.w);
+  fd_spec sp = {conv_fwd, &k, y, dy, ny, 1e-2, 1e-4};
+  int bad = fd_check("conv dx", &sp, k.x, dx, nx) + fd_check("conv dw", &sp, k.w, dw, nw);
+  if (bias) bad += fd_check("conv db", &sp, k.b, db, OC);
+  /* accumulation: dw, db double; dx (garbage-filled first) is overwritten, not added to */
+  float *dw2 = zeros(nw), *db2 = zeros(OC), *dx2 = randf(nx, 5, 6);
+  memcpy(dw2, dw, nw * sizeof(float));
+  memcpy(db2, db, OC * sizeof(float));
+  conv_fwd(&k, y);
+  dt_conv2d_backward(&k.g, dx2, dw2, bias ? db2 : NULL, k.scratch, dy, k.col, k.w);
+  for (size_t i = 0; i < nw; i++) bad += fabsf(dw2[i] - 2 * dw[i]) > 1e-5f * fmaxf(1, fabsf(dw[i]));
+  for (int i = 0; i < OC; i++) bad += fabsf(db2[i] - 2 * db[i]) > 1e-5f * fmaxf(1, fabsf(db[i]));
+  for (size_t i = 0; i < nx; i++) bad += dx2[i] != dx[i];
+  free(k.x), free(k.w), free(k.b), free(k.col), free(k.scratch), free(dy), free(y), free(dx), free(dw), free(db);
+  free(dw2), free(db2), free(dx2);
+  return bad;
+}
+
+TEST(conv2d_grad) {
+  dt_rng_init(&rng, 2, 0);
+  ASSERT_EQ(conv_grad_case(2, 3, 5, 6, 4, 3, 1, 1, 1), 0); /* stride 1, pad 1, bias */
+  ASSERT_EQ(conv_grad_case(2, 2, 7, 6, 3, 3, 2, 1, 1), 0); /* stride 2, pad 1 */
+  ASSERT_EQ(conv_grad_case(1, 2, 6, 6, 2, 2, 2, 0, 0), 0); /* stride 2, no pad, no bias */
+  ASSERT_EQ(conv_grad_case(2, 1, 5, 5, 2, 5, 3, 2, 1), 0); /* stride 3, pad 2 */
+}
+
+TEST(conv2d_exact) {
+  /* input 1..9 as 3x3, kernel 2x2 of ones */
+  float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, w[4] = {1, 1, 1, 1}, b[1] = {0.5f}, y[4];
+  dt_conv2d_geom g;
+  ASSERT_OK(dt_conv2d_geom_init(&g, 1, 1, 3, 3, 1, 2, 2, 1, 0));
+  ASSERT_EQ(g.OH, 2);
+  ASSERT_EQ(g.OW, 2);
+  float col[16], scratch[32];
+  ASSERT_EQ(dt_conv2d_col_floats(&g), 16);
+  ASSERT(dt_conv2d_scratch_floats(&g) <= 32);
+  dt_conv2d_forward(&g, y, col, scratch, x, w, b);
+  ASSERT_EQ(y[0], 12.5);
+  ASSERT_EQ(y[1], 16.5);
+  ASSERT_EQ(y[2], 24.5);
+  ASSERT_EQ(y[3], 28.5);
+  /* stride 2, pad 1: windows start at -1 and 1 */
+  ASSERT_OK(dt_conv2d_geom_init(&g, 1, 1, 3, 3, 1, 2, 2, 2, 1));
+  ASSERT_EQ(g.OH, 2);
+  dt_conv2d_forward(&g, y, col, scratch, x, w, NULL);
+  ASSERT_EQ(y[0], 1);
+  ASSERT_EQ(y[1], 5);
+  ASSERT_EQ(y[2], 11);
+  ASSERT_EQ(y[3], 28);
+  /* backward of all-ones dout: each input counted once per window covering it */
+  float dy[4] = {1, 1, 1, 1}, dx[9], dw[4] = {0};
+  dt_conv2d_backward(&g, dx, dw, NULL, scratch, dy, col, w);
+  for (int i = 0; i < 9; i++) ASSERT_EQ(dx[i], 1);
+  /* dw[0] sums the windows' top-left taps: x[-1,-1], x[-1,1], x[1,-1] are padding, x[1,1] = 5 */
+  ASSERT_EQ(dw[0], 5);
+  ASSERT_EQ(dw[3], 1 + 3 + 7 + 9); /* bottom-right taps x[0,0], x[0,2], x[2,0], x[2,2] */
+}
+
+TEST(conv2d_geom_rejects) {
+  dt_conv2d_geom g;
+  ASSERT_STATUS(dt_conv2d_geom_init(&g, 0, 1, 5, 5, 1, 3, 3, 1, 0), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_conv2d_geom_init(&g, 1, 0, 5, 5, 1, 3, 3, 1, 0), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_conv2d_geom_init(&g, 1, 1, 5, 5, 0, 3, 3, 1, 0), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_conv2d_geom_init(&g, 1, 1, 5, 5, 1, 3, 3, 0, 0), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_conv2d_geom_init(&g, 1, 1, 5, 5, 1, 3, 3, 1, -1), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_conv2d_geom_init(&g, 1, 1, 2, 2, 1, 5, 5, 1, 1), DT_INVALID_ARGUMENT); /* kernel > padded input */
+  ASSERT_STATUS(dt_conv2d_geom_init(&g, 1, 1, 5, 5, 1, 0, 3, 1, 0), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_conv2d_geom_init(&g, 1 << 20, 64, 64, 64, 1, 3, 3, 1, 1), DT_INVALID_ARGUMENT); /* GEMM > int */
+  ASSERT_OK(dt_conv2d_geom_init(&g, 1, 1, 2, 2, 1, 4, 4, 1, 1)); /* exactly fits: 1x1 output */
+  ASSERT_EQ(g.OH, 1);
+  ASSERT_EQ(g.OW, 1);
+}
+
+/* ---- pooling ---- */
+typedef struct pool_ctx {
+  dt_pool2d_geom g;
+  float *x;
+  int32_t *am;
+  int avg;
+} pool_ctx;
+static void pool_fwd(void *c, float *out) {
+  pool_ctx *k = c;
+  if (k->avg)
+    dt_avgpool2d_forward(&k->g, out, k->x);
+  else
+    dt_maxpool2d_forward(&k->g, out, k->am, k->x);
+}
+
+static int pool_grad_case(int avg, int N, int C, int H, int W, int K, int s, int p) {
+  pool_ctx k = {.avg = avg};
+  if (dt_pool2d_geom_init(&k.g, N, C, H, W, K, s, p) != DT_OK) return 100;
+  const size_t nx = (size_t)N * C * H * W, ny = (size_t)N * C * k.g.OH * k.g.OW;
+  k.x = avg ? randf(nx, -1, 1) : spaced(nx, 0.05f);
+  k.am = calloc(ny, sizeof(int32_t));
+  float *dy = randf(ny, -1, 1), *y = zeros(ny), *dx = randf(nx, 5, 6);
+  pool_fwd(&k, y);
+  if (avg)
+    dt_avgpool2d_backward(&k.g, dx, dy);
+  else
+    dt_maxpool2d_backward(&k.g, dx, dy, k.am);
+  fd_spec sp = {pool_fwd, &k, y, dy, ny, 1e-2, 1e-4};
+  int bad = fd_check(avg ? "avgpool dx" : "maxpool dx", &sp, k.x, dx, nx);
+  free(k.x), free(k.am), free(dy), free(y), free(dx);
+  return bad;
+}
+
+TEST(pool_grad) {
+  dt_rng_init(&rng, 3, 0);
+  for (int avg = 0; avg < 2; avg++) {
+    ASSERT_EQ(pool_grad_case(avg, 2, 2, 6, 6, 2, 2, 0), 0);
+    ASSERT_EQ(pool_grad_case(avg, 2, 2, 7, 6, 3, 2, 1), 0); /* padding */
+    ASSERT_EQ(pool_grad_case(avg, 1, 3, 5, 5, 3, 1, 1), 0); /* overlapping windows */
+  }
+}
+
+TEST(pool_exact) {
+  float x[9] = {1, 2, 3, 4, 9, 6, 7, 8, 5}, y[4];
+  int32_t am[4];
+  dt_pool2d_geom g;
+  ASSERT_OK(dt_pool2d_geom_init(&g, 1, 1, 3, 3, 3, 2, 1));
+  ASSERT_EQ(g.OH, 2);
+  ASSERT_EQ(g.OW, 2);
+  dt_maxpool2d_forward(&g, y, am, x);
+  ASSERT_EQ(y[0], 9);
+  ASSERT_EQ(am[0], 4);
+  ASSERT_EQ(y[3], 9);
+  /* avg counts the padding: the top-left window holds 1, 2, 4, 9 of its 9 cells */
+  dt_avgpool2d_forward(&g, y, x);
+  ASSERT_NEAR(y[0], 16.0 / 9.0, 1e-7);
+  ASSERT_NEAR(y[3], 28.0 / 9.0, 1e-7);
+  /* ties: the first maximum in the window wins, as PyTorch */
+  float t[4] = {2, 2, 2, 2}, dy[1] = {3}, dx[4];
+  ASSERT_OK(dt_pool2d_geom_init(&g, 1, 1, 2, 2, 2, 2, 0));
+  dt_maxpool2d_forward(&g, y, am, t);
+  ASSERT_EQ(am[0], 0);
+  dt_maxpool2d_backward(&g, dx, dy, am);
+  ASSERT_EQ(dx[0], 3);
+  ASSERT_EQ(dx[1], 0);
+  ASSERT_EQ(dx[3], 0);
+}
+
+TEST(pool_geom_rejects) {
+  dt_pool2d_geom g;
+  ASSERT_STATUS(dt_pool2d_geom_init(&g, 1, 1, 4, 4, 2, 2, 2), DT_INVALID_ARGUMENT); /* pad > K/2 */
+  ASSERT_STATUS(dt_pool2d_geom_init(&g, 1, 1, 2, 2, 5, 1, 1), DT_INVALID_ARGUMENT); /* empty output */
+  ASSERT_STATUS(dt_pool2d_geom_init(&g, 1, 1, 4, 4, 0, 1, 0), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_pool2d_geom_init(&g, 1, 1, 4, 4, 2, 0, 0), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_pool2d_geom_init(&g, 0, 1, 4, 4, 2, 2, 0), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_pool2d_geom_init(&g, 1, 1, 4, 4, 2, 2, -1), DT_INVALID_ARGUMENT);
+  ASSERT_OK(dt_pool2d_geom_init(&g, 1, 1, 5, 5, 2, 2, 1));
+  ASSERT_EQ(g.OH, 3);
+}
+
+/* ---- batchnorm ---- */
+typedef struct bn_ctx {
+  float *x, *gamma, *beta, *mean, *invstd;
+  int N, C, HW;
+} bn_ctx;
+static void bn_fwd(void *c, float *out) {
+  bn_ctx *k = c;
+  dt_batchnorm_forward_train(out, k->mean, k->invstd, NULL, NULL, k->x, k->gamma, k->beta, k->N, k->C, k->HW, 0.1f,
+                             1e-5f);
+}
+
+TEST(batchnorm_grad) {
+  dt_rng_init(&rng, 4, 0);
+  bn_ctx k = {randf(2 * 3 * 4, -2, 2), randf(3, 0.5f, 1.5f), randf(3, -1, 1), zeros(3), zeros(3), 2, 3, 4};
+  const size_t n = 24;
+  float *dy = randf(n, -1, 1), *y = zeros(n), *dx = zeros(n), *dg = zeros(3), *db = zeros(3);
+  bn_fwd(&k, y);
+  dt_batchnorm_backward(dx, dg, db, dy, k.x, k.mean, k.invstd, k.gamma, 2, 3, 4);
+  fd_spec sp = {bn_fwd, &k, y, dy, n, 1e-3, 2e-3};
+  ASSERT_EQ(fd_check("bn dx", &sp, k.x, dx, n), 0);
+  ASSERT_EQ(fd_check("bn dgamma", &sp, k.gamma, dg, 3), 0);
+  ASSERT_EQ(fd_check("bn dbeta", &sp, k.beta, db, 3), 0);
+  /* normalised output: per channel mean 0 and biased variance 1 (before gamma/beta) */
+  for (int c = 0; c < 3; c++) {
+    double s = 0, s2 = 0;
+    for (int b = 0; b < 2; b++)
+      for (int i = 0; i < 4; i++) {
+        double v = (y[(b * 3 + c) * 4 + i] - k.beta[c]) / k.gamma[c];
+        s += v, s2 += v * v;
+      }
+    ASSERT_NEAR(s / 8, 0, 1e-5);
+    ASSERT_NEAR(s2 / 8, 1, 1e-3); /* eps 1e-5 shrinks it slightly */
+  }
+  /* accumulation of dgamma/dbeta */
+  float g0 = dg[0], b0 = db[0];
+  dt_batchnorm_backward(NULL, dg, db, dy, k.x, k.mean, k.invstd, k.gamma, 2, 3, 4);
+  ASSERT_NEAR(dg[0], 2 * g0, 1e-6);
+  ASSERT_NEAR(db[0], 2 * b0, 1e-6);
+  free(k.x), free(k.gamma), free(k.beta), free(k.mean), free(k.invstd), free(dy), free(y), free(dx), free(dg), free(db);
+}
+
+TEST(batchnorm_running_stats) {
+  /* one channel, values 1, 2 | 3, 4: mean 2.5, biased var 1.25, unbiased var 5/3 */
+  float x[4] = {1, 2, 3, 4}, y[4], mean[1], invstd[1], rm[1] = {0}, rv[1] = {1}, g[1] = {2}, b[1] = {1};
+  dt_batchnorm_forward_train(y, mean, invstd, rm, rv, x, g, b, 2, 1, 2, 0.1f, 0.0f);
+  ASSERT_NEAR(mean[0], 2.5, 1e-7);
+  ASSERT_NEAR(invstd[0], 1.0 / sqrt(1.25), 1e-6);
+  ASSERT_NEAR(rm[0], 0.25, 1e-7);
+  ASSERT_NEAR(rv[0], 0.9 + 0.1 * 5.0 / 3.0, 1e-6);
+  ASSERT_NEAR(y[0], 2 * (1 - 2.5) / sqrt(1.25) + 1, 1e-6);
+  /* eval: running statistics, not the batch's */
+  float rm2[1] = {1}, rv2[1] = {4};
+  dt_batchnorm_forward_eval(y, x, g, b, rm2, rv2, 2, 1, 2, 0.0f);
+  ASSERT_NEAR(y[0], 1, 1e-7);
+  ASSERT_NEAR(y[3], 2 * 3 / 2.0 + 1, 1e-6);
+}
+
+/* ---- activations ---- */
+typedef struct act_ctx {
+  dt_act_kind kind;
+  float *x;
+  size_t n;
+} act_ctx;
+static void act_fwd(void *c, float *out) {
+  act_ctx *k = c;
+  dt_act_forward(k->kind, out, k->x, k->n);
+}
+
+TEST(activation_grad) {
+  dt_rng_init(&rng, 5, 0);
+  const dt_act_kind kinds[] = {DT_ACT_RELU, DT_ACT_GELU, DT_ACT_GELU_TANH, DT_ACT_TANH, DT_ACT_SIGMOID};
+  const char *names[] = {"relu", "gelu", "gelu_tanh", "tanh", "sigmoid"};
+  const size_t n = 64;
+  for (int i = 0; i < 5; i++) {
+    act_ctx k = {kinds[i], randf(n, -4, 4), n};
+    for (size_t j = 0; j < n; j++)
+      if (fabsf(k.x[j]) < 0.05f) k.x[j] += k.x[j] < 0 ? -0.05f : 0.05f; /* keep relu's kink out of the step */
+    float *dy = randf(n, -1, 1), *y = zeros(n), *dx = zeros(n);
+    act_fwd(&k, y);
+    dt_act_backward(kinds[i], dx, dy, k.x, y, n);
+    fd_spec sp = {act_fwd, &k, y, dy, n, 1e-3, 1e-3};
+    int bad = fd_check(names[i], &sp, k.x, dx, n);
+    free(k.x), free(dy), free(y), free(dx);
+    ASSERT_EQ(bad, 0);
+  }
+  /* exact points */
+  float x[3] = {-1, 0, 2}, y[3];
+  dt_act_forward(DT_ACT_RELU, y, x, 3);
+  ASSERT(y[0] == 0 && y[1] == 0 && y[2] == 2);
+  dt_act_forward(DT_ACT_GELU, y, x, 3);
+  ASSERT_NEAR(y[2], 2 * 0.5 * (1 + erf(2 / sqrt(2.0))), 1e-6);
+  dt_act_forward(DT_ACT_GELU_TANH, y, x, 3);
+  ASSERT_NEAR(y[2], 0.5 * 2 * (1 + tanh(sqrt(2 / M_PI) * (2 + 0.044715 * 8))), 1e-6);
+  dt_act_forward(DT_ACT_SIGMOID, y, x, 3);
+  ASSERT_NEAR(y[1], 0.5, 1e-7);
+  dt_act_forward(DT_ACT_TANH, y, x, 3);
+  ASSERT_NEAR(y[0], tanh(-1.0), 1e-7);
+}
+
+/* ---- softmax family ---- */
+typedef struct sm_ctx {
+  float *x;
+  int B, C, log;
+} sm_ctx;
+static void sm_fwd(void *c, float *out) {
+  sm_ctx *k = c;
+  if (k->log)
+    dt_log_softmax_forward(out, k->x, k->B, k->C);
+  else
+    dt_softmax_forward(out, k->x, k->B, k->C);
+}
+
+TEST(softmax_grad) {
+  dt_rng_init(&rng, 6, 0);
+  for (int lg = 0; lg < 2; lg++) {
+    sm_ctx k = {randf(3 * 7, -3, 3), 3, 7, lg};
+    float *dy = randf(21, -1, 1), *y = zeros(21), *dx = zeros(21);
+    sm_fwd(&k, y);
+    if (lg)
+      dt_log_softmax_backward(dx, dy, y, 3, 7);
+    else
+      dt_softmax_backward(dx, dy, y, 3, 7);
+    fd_spec sp = {sm_fwd, &k, y, dy, 21, 1e-3, 1e-3};
+    int bad = fd_check(lg ? "log_softmax" : "softmax", &sp, k.x, dx, 21);
+    free(k.x), free(dy), free(y), free(dx);
+    ASSERT_EQ(bad, 0);
+  }
+  /* stability: huge logits give finite probabilities summing to 1 */
+  float x[3] = {1000, 1000, -1000}, y[3];
+  dt_softmax_forward(y, x, 1, 3);
+  ASSERT_NEAR(y[0], 0.5, 1e-7);
+  ASSERT_NEAR(y[2], 0, 1e-7);
+  dt_log_softmax_forward(y, x, 1, 3);
+  ASSERT_NEAR(y[0], -log(2.0), 1e-6);
+  ASSERT(isfinite(y[2]));
+}
+
+/* ---- cross entropy ---- */
+typedef struct ce_ctx {
+  float *x;
+  int32_t *y;
+  int B, C;
+  float eps;
+} ce_ctx;
+static void ce_fwd(void *c, float *out) {
+  ce_ctx *k = c;
+  dt_cross_entropy(out, NULL, k->x, k->y, k->B, k->C, k->eps);
+}
+
+TEST(cross_entropy_grad) {
+  dt_rng_init(&rng, 7, 0);
+  int32_t labels[4] = {0, 3, 5, 2};
+  for (int e = 0; e < 2; e++) {
+    ce_ctx k = {randf(4 * 6, -3, 3), labels, 4, 6, e ? 0.1f : 0.0f};
+    float loss = 0, one = 1, *dx = zeros(24);
+    ASSERT_OK(dt_cross_entropy(&loss, dx, k.x, labels, 4, 6, k.eps));
+    fd_spec sp = {ce_fwd, &k, &loss, &one, 1, 1e-3, 1e-3};
+    int bad = fd_check("cross entropy", &sp, k.x, dx, 24);
+    /* each row of the gradient sums to 0 */
+    for (int b = 0; b < 4; b++) {
+      double s = 0;
+      for (int c = 0; c < 6; c++) s += dx[b * 6 + c];
+      bad += fabs(s) > 1e-6;
+    }
+    free(k.x), free(dx);
+    ASSERT_EQ(bad, 0);
+  }
+  /* exact: uniform logits give log C for any smoothing; a hand-computed row */
+  float z[8] = {0}, loss;
+  int32_t y2[2] = {1, 3};
+  ASSERT_OK(dt_cross_entropy(&loss, NULL, z, y2, 2, 4, 0.3f));
+  ASSERT_NEAR(loss, log(4.0), 1e-6);
+  float x[3] = {1, 2, 3};
+  int32_t y1[1] = {0};
+  const double lse = log(exp(1.0) + exp(2.0) + exp(3.0));
+  ASSERT_OK(dt_loss_cross_entropy(x, y1, 1, 3, 0.1f, &loss, NULL));
+  ASSERT_NEAR(loss, 0.9 * (lse - 1) + 0.1 * (lse - 2), 1e-6);
+  /* stability: huge logits */
+  float big[4] = {1000, 0, 0, 1000}, dbig[4];
+  int32_t yb[2] = {0, 0};
+  ASSERT_OK(dt_cross_entropy(&loss, dbig, big, yb, 2, 2, 0));
+  ASSERT_NEAR(loss, 500, 1e-6);
+  ASSERT_NEAR(dbig[2], -0.5, 1e-7);
+  ASSERT_NEAR(dbig[3], 0.5, 1e-7);
+}
+
+TEST(cross_entropy_rejects) {
+  float x[6] = {0}, loss = 42, dx[6];
+  int32_t bad_hi[2] = {0, 3}, bad_lo[2] = {-1, 0}, ok[2] = {0, 2};
+  ASSERT_STATUS(dt_cross_entropy(&loss, dx, x, bad_hi, 2, 3, 0), DT_INVALID_ARGUMENT);
+  ASSERT(strstr(dt_last_error(), "sample 1") != NULL);
+  ASSERT_STATUS(dt_loss_cross_entropy(x, bad_lo, 2, 3, 0, &loss, dx), DT_INVALID_ARGUMENT);
+  ASSERT_EQ(loss, 42); /* untouched on failure */
+  ASSERT_STATUS(dt_loss_cross_entropy(x, ok, 0, 3, 0, &loss, dx), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_loss_cross_entropy(x, ok, 2, 0, 0, &loss, dx), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_loss_cross_entropy(x, ok, 2, 3, -0.5f, &loss, dx), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_loss_cross_entropy(NULL, ok, 2, 3, 0, &loss, dx), DT_INVALID_ARGUMENT);
+  ASSERT_OK(dt_loss_cross_entropy(x, ok, 2, 3, 0, &loss, dx));
+}
+
+TEST(topk_correct) {
+  /* label ranks: 0; 1; 1 (tied with a lower index, which wins); 0 (tied with a higher index); 2 (three-way tie) */
+  float x[5 * 3] = {5, 1, 0, 3, 1, 2, 2, 2, 0, 1, 1, 0, 1, 1, 1};
+  int32_t y[5] = {0, 2, 1, 0, 2};
+  int64_t t1 = -1, tk = -1;
+  dt_topk_correct(x, y, 5, 3, 1, &t1, &tk);
+  ASSERT_EQ(t1, 2);
+  ASSERT_EQ(tk, 2);
+  dt_topk_correct(x, y, 5, 3, 2, &t1, &tk);
+  ASSERT_EQ(t1, 2);
+  ASSERT_EQ(tk, 4);
+  dt_topk_correct(x, y, 5, 3, 3, &t1, &tk);
+  ASSERT_EQ(tk, 5);
+  /* an out-of-range label counts as wrong */
+  int32_t yb[1] = {7};
+  dt_topk_correct(x, yb, 1, 3, 3, &t1, &tk);
+  ASSERT_EQ(t1 + tk, 0);
+}
+
+/* ---- dropout ---- */
+typedef struct drop_ctx {
+  float *x;
+  uint8_t *mask;
+  size_t n;
+  float p;
+} drop_ctx;
+static void drop_fwd(void *c, float *out) {
+  drop_ctx *k = c;
+  dt_dropout_forward(out, k->mask, k->x, k->n, k->p, 11, 3);
+}
+
+TEST(dropout) {
+  dt_rng_init(&rng, 8, 0);
+  const size_t n = 100003; /* not a multiple of 4, large enough for the parallel path */
+  const float p = 0.3f;
+  float *x = randf(n, 0.5f, 1.5f), *y1 = zeros(n), *y2 = zeros(n);
+  uint8_t *m1 = calloc(n, 1), *m2 = calloc(n, 1);
+  const int threads = dt_get_threads();
+  ASSERT_OK(dt_set_threads(1));
+  dt_dropout_forward(y1, m1, x, n, p, 11, 3);
+  ASSERT_OK(dt_set_threads(2));
+  dt_dropout_forward(y2, m2, x, n, p, 11, 3);
+  ASSERT_OK(dt_set_threads(threads));
+  ASSERT(memcmp(m1, m2, n) == 0);
+  ASSERT(memcmp(y1, y2, n * sizeof(float)) == 0);
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    kept += m1[i];
+    ASSERT_EQ(y1[i] == (m1[i] ? x[i] * (1.0f / (1.0f - p)) : 0.0f), 1); /* as torch: x * (1/(1-p)) */
+  }
+  /* keep rate 1 - p within 5 standard deviations (sd = sqrt(n p (1-p)) ~ 145) */
+  ASSERT(fabs((double)kept - 0.7 * n) < 5 * sqrt(n * 0.21));
+  /* element i follows word i%4 of Philox block i/4 */
+  dt_rng r;
+  dt_rng_init(&r, 11, 3);
+  uint32_t w[4];
+  dt_philox4x32(r.key, 5, w);
+  ASSERT_EQ(m1[22], (w[2] >> 8) >= (uint32_t)(0.3 * 16777216.0 + 0.5));
+  /* another stream gives another mask */
+  dt_dropout_forward(y2, m2, x, n, p, 11, 4);
+  ASSERT(memcmp(m1, m2, n) != 0);
+  /* p = 0 keeps everything unchanged */
+  dt_dropout_forward(y2, m2, x, 1000, 0.0f, 11, 3);
+  for (size_t i = 0; i < 1000; i++) ASSERT_EQ(y2[i] == x[i] && m2[i] == 1, 1);
+  /* gradient by finite differences: the same (seed, stream) reuses the mask */
+  drop_ctx k = {x, m1, 40, 0.5f};
+  float *dy = randf(40, -1, 1), *y = zeros(40), *dx = zeros(40);
+  drop_fwd(&k, y);
+  dt_dropout_backward(dx, dy, m1, 40, 0.5f);
+  fd_spec sp = {drop_fwd, &k, y, dy, 40, 1e-2, 1e-4};
+  ASSERT_EQ(fd_check("dropout", &sp, x, dx, 40), 0);
+  int zeros_seen = 0;
+  for (int i = 0; i < 40; i++) zeros_seen += dx[i] == 0 && m1[i] == 0;
+  ASSERT(zeros_seen > 0);
+  free(x), free(y1), free(y2), free(m1), free(m2), free(dy), free(y), free(dx);
+}
+
+TEST(elementwise) {
+  float a[5] = {1, 2, 3, 4, 5}, b[5] = {10, 20, 30, 40, 50}, out[5];
+  dt_add_forward(out, a, b, 5);
+  ASSERT(out[0] == 11 && out[4] == 55);
+  dt_axpy(out, -2, a, 5);
+  ASSERT(out[0] == 9 && out[4] == 45);
+  dt_fill(out, 7, 5);
+  ASSERT(out[0] == 7 && out[4] == 7);
+  float *big = zeros(200000), *big2 = zeros(200000);
+  dt_fill(big, 1.5f, 200000);
+  dt_axpy(big2, 2, big, 200000);
+  dt_add_forward(big2, big2, big, 200000); /* in place */
+  ASSERT(big2[0] == 4.5f && big2[199999] == 4.5f);
+  free(big), free(big2);
+}
+
+TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_exact), TEST_ENTRY(conv2d_geom_rejects),
+          TEST_ENTRY(pool_grad), TEST_ENTRY(pool_exact), TEST_ENTRY(pool_geom_rejects), TEST_ENTRY(batchnorm_grad),
+          TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
+          TEST_ENTRY(cross_entropy_grad), TEST_ENTRY(cross_entropy_rejects), TEST_ENTRY(topk_correct),
+          TEST_ENTRY(dropout), TEST_ENTRY(elementwise))
