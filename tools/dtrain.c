@@ -512,18 +512,18 @@ static int cmd_train(const parsed *p) {
   if ((v = flag(p, "--seed"))->given) cfg.seed = v->u;
   if (dt_set_threads(cfg.threads) != DT_OK) return usage_error(c, "e.g. --threads 4", "%s", dt_last_error());
 
-  char out_dir[512];
+  char out_dir[256];
   if ((v = flag(p, "--out"))->given) {
-    snprintf(out_dir, sizeof out_dir, "%s", v->raw);
+    cfg.out_dir = v->raw;
   } else {
     time_t now = time(NULL);
     struct tm tm;
     char stamp[32];
     localtime_r(&now, &tm);
     strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-    snprintf(out_dir, sizeof out_dir, "runs/%s-%s", cfg.model, stamp);
+    snprintf(out_dir, sizeof out_dir, "runs/%.200s-%s", cfg.model, stamp);
+    cfg.out_dir = out_dir;
   }
-  cfg.out_dir = out_dir;
 
   int quiet = flag(p, "--quiet")->given;
   if (quiet && flag(p, "--progress")->given)

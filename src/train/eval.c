@@ -112,7 +112,9 @@ dt_status dt_eval_run(const dt_eval_config *cfg, dt_eval_result *res) {
     goto done;
   }
   strcpy(model_name, name);
-  if (n_hidden == 0 && (!cfg->model || !*cfg->model || strcmp(cfg->model, model_name) == 0)) {
+  /* The file's widths apply only when it holds the model being built. */
+  const char *file_model = dt_safetensors_meta(file, "model");
+  if (n_hidden == 0 && file_model && strcmp(file_model, model_name) == 0) {
     const char *h = dt_safetensors_meta(file, "hidden");
     if (h && *h && parse_widths(h, hidden, &n_hidden) != 0) {
       st = dt_error(DT_CORRUPT, "%s: metadata hidden=\"%.60s\" is not a list of widths", cfg->weights, h);

@@ -301,6 +301,13 @@ TEST(tiny_run_learns_and_writes_outputs) {
   ASSERT_EQ(er.samples, 100);
   ASSERT_NEAR(er.acc1, r.test_acc1, 1e-12);
   ASSERT_NEAR(er.loss, r.test_loss, 1e-5);
+  ec.model = "mlp"; /* named explicitly: the widths still come from the file */
+  ec.limit = 40;
+  ASSERT_OK(dt_eval_run(&ec, &er));
+  ASSERT_EQ(er.samples, 40);
+  ec.model = "fashioncnn"; /* another model: its tensors are not in the file */
+  ASSERT(dt_eval_run(&ec, &er) != DT_OK);
+  ASSERT(strstr(dt_last_error(), "layer1.0.weight") != NULL);
   dt_safetensors *f = NULL;
   ASSERT_OK(dt_safetensors_load(path, &f));
   ASSERT_STR_EQ(dt_safetensors_meta(f, "model"), "mlp");
