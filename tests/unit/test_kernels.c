@@ -102,12 +102,13 @@ TEST(linear_grad) {
   for (int i = 0; i < 12; i++) ASSERT_EQ(dx2[i] == dx[i], 1);
   /* NULL gradients are skipped; no bias */
   dt_linear_backward(NULL, NULL, NULL, dy, k.x, k.w, 3, 4, 5);
+  float *bias = k.b;
   k.b = NULL;
   lin_fwd(&k, y);
   ref = 0;
   for (int i = 0; i < 4; i++) ref += (double)k.x[i] * k.w[i];
   ASSERT_NEAR(y[0], ref, 1e-6);
-  free(k.x), free(k.w), free(dy), free(y), free(dx), free(dw), free(db), free(dx2), free(dw2), free(db2);
+  free(k.x), free(k.w), free(bias), free(dy), free(y), free(dx), free(dw), free(db), free(dx2), free(dw2), free(db2);
 }
 
 /* ---- conv2d ---- */
