@@ -56,46 +56,63 @@ static void valid_cols(const dt_conv2d_geom *g, int kw, int *lo, int *hi) {
   *hi = h;
 }
 
-/* col (C*KH*KW, N, OH, OW) from inp (N, C, H, W); zero where the window hits padding. */
+/* One output row of the unfolded input: d[ow] = row[ow*s + off] on [lo, hi), zero elsewhere (padding). */
+static inline void unfold_row(float *restrict d, const float *restrict row, int OW, int s, int off, int lo, int hi) {
+  for (int ow = 0; ow < lo; ow++) d[ow] = 0.0f;
+  if (s == 1) {
+    for (int ow = lo; ow < hi; ow++) d[ow] = row[ow + off];
+  } else {
+    for (int ow = lo; ow < hi; ow++) d[ow] = row[ow * s + off];
+  }
+  for (int ow = hi; ow < OW; ow++) d[ow] = 0.0f;
+}
+
+/* row[ow*s + off] += d[ow] on [lo, hi): the adjoint of unfold_row. */
+static inline void fold_row(float *restrict row, const float *restrict d, int s, int off, int lo, int hi) {
+  if (s == 1) {
+    for (int ow = lo; ow < hi; ow++) row[ow + off] += d[ow];
+  } else {
+    for (int ow = lo; ow < hi; ow++) row[ow * s + off] += d[ow];
+  }
+}
+
+/* col (C*KH*KW, N, OH, OW) from inp (N, C, H, W); zero where the window hits padding.
+ * Channel-major iteration: each thread streams through the KH*KW rows of col of its channels in order
+ * (few, sequential streams), and one (n, c) input plane stays in L1 while its pieces are written. */
 static void im2col(const dt_conv2d_geom *g, float *col, const float *inp) {
-  const int KK = g->KH * g->KW, R = g->C * KK, P = g->OH * g->OW, s = g->stride;
+  const int KK = g->KH * g->KW, P = g->OH * g->OW, s = g->stride;
   const size_t NP = (size_t)g->N * P, HW = (size_t)g->H * g->W;
 #pragma omp parallel for collapse(2) schedule(static)
-  for (int r = 0; r < R; r++) {
+  for (int c = 0; c < g->C; c++) {
     for (int n = 0; n < g->N; n++) {
-      const int c = r / KK, kh = (r / g->KW) % g->KH, kw = r % g->KW;
       const float *plane = inp + ((size_t)n * g->C + c) * HW;
-      float *dst = col + (size_t)r * NP + (size_t)n * P;
-      int lo, hi;
-      valid_cols(g, kw, &lo, &hi);
-      for (int oh = 0; oh < g->OH; oh++) {
-        float *d = dst + (size_t)oh * g->OW;
-        const int ih = oh * s - g->pad + kh;
-        if (ih < 0 || ih >= g->H) {
-          memset(d, 0, (size_t)g->OW * sizeof(float));
-          continue;
+      for (int kh = 0; kh < g->KH; kh++) {
+        for (int kw = 0; kw < g->KW; kw++) {
+          float *dst = col + ((size_t)c * KK + (size_t)kh * g->KW + kw) * NP + (size_t)n * P;
+          int lo, hi;
+          valid_cols(g, kw, &lo, &hi);
+          for (int oh = 0; oh < g->OH; oh++) {
+            float *d = dst + (size_t)oh * g->OW;
+            const int ih = oh * s - g->pad + kh;
+            if (ih < 0 || ih >= g->H)
+              memset(d, 0, (size_t)g->OW * sizeof(float));
+            else
+              unfold_row(d, plane + (size_t)ih * g->W, g->OW, s, kw - g->pad, lo, hi);
+          }
         }
-        const float *row = plane + (size_t)ih * g->W;
-        const int off = kw - g->pad; /* input column = ow*s + off */
-        for (int ow = 0; ow < lo; ow++) d[ow] = 0.0f;
-        if (s == 1) {
-          for (int ow = lo; ow < hi; ow++) d[ow] = row[ow + off];
-        } else {
-          for (int ow = lo; ow < hi; ow++) d[ow] = row[ow * s + off];
-        }
-        for (int ow = hi; ow < g->OW; ow++) d[ow] = 0.0f;
       }
     }
   }
 }
 
-/* dinp (N, C, H, W) = sum of dcol (C*KH*KW, N, OH, OW) over the windows; one (n, c) plane per iteration. */
+/* dinp (N, C, H, W) = sum of dcol (C*KH*KW, N, OH, OW) over the windows; one (n, c) plane per iteration,
+ * channel-major like im2col so the reads of dcol are a few sequential streams. */
 static void col2im(const dt_conv2d_geom *g, float *dinp, const float *dcol) {
   const int KK = g->KH * g->KW, P = g->OH * g->OW, s = g->stride;
   const size_t NP = (size_t)g->N * P, HW = (size_t)g->H * g->W;
 #pragma omp parallel for collapse(2) schedule(static)
-  for (int n = 0; n < g->N; n++) {
-    for (int c = 0; c < g->C; c++) {
+  for (int c = 0; c < g->C; c++) {
+    for (int n = 0; n < g->N; n++) {
       float *plane = dinp + ((size_t)n * g->C + c) * HW;
       memset(plane, 0, HW * sizeof(float));
       for (int kh = 0; kh < g->KH; kh++) {
@@ -103,17 +120,10 @@ static void col2im(const dt_conv2d_geom *g, float *dinp, const float *dcol) {
           const float *src = dcol + ((size_t)c * KK + (size_t)kh * g->KW + kw) * NP + (size_t)n * P;
           int lo, hi;
           valid_cols(g, kw, &lo, &hi);
-          const int off = kw - g->pad;
           for (int oh = 0; oh < g->OH; oh++) {
             const int ih = oh * s - g->pad + kh;
             if (ih < 0 || ih >= g->H) continue;
-            float *row = plane + (size_t)ih * g->W;
-            const float *sr = src + (size_t)oh * g->OW;
-            if (s == 1) {
-              for (int ow = lo; ow < hi; ow++) row[ow + off] += sr[ow];
-            } else {
-              for (int ow = lo; ow < hi; ow++) row[ow * s + off] += sr[ow];
-            }
+            fold_row(plane + (size_t)ih * g->W, src + (size_t)oh * g->OW, s, kw - g->pad, lo, hi);
           }
         }
       }
