@@ -152,3 +152,23 @@ void dt_metrics_close(dt_metrics_writer *w) {
   if (w->csv) fclose(w->csv);
   dt_free(w);
 }
+
+dt_status dt_train_write_summary(const char *dir, const char *model, const dt_train_result *r) {
+  char path[4096], text[2048];
+  size_t pos = 0;
+  if ((size_t)snprintf(path, sizeof path, "%s/summary.json", dir) >= sizeof path)
+    return dt_error(DT_INVALID_ARGUMENT, "output directory path too long: %s", dir);
+  pos += (size_t)snprintf(text, sizeof text, "{\"model\":");
+  if (!dt_train_json_str(text, sizeof text, &pos, model)) return dt_error(DT_INVALID_ARGUMENT, "model name too long");
+  snprintf(text + pos, sizeof text - pos,
+           ",\"epochs_done\":%d,\"interrupted\":%s,\"steps\":%lld,\"params\":%zu,"
+           "\"wall_seconds\":%.3f,\"cpu_user_seconds\":%.3f,\"cpu_sys_seconds\":%.3f,"
+           "\"train_samples_per_s\":%.1f,\"infer_samples_per_s\":%.1f,"
+           "\"compute_seconds\":%.3f,\"data_wait_seconds\":%.3f,\"comm_seconds\":%.3f,"
+           "\"test_loss\":%.6f,\"test_acc1\":%.6f,\"test_acc5\":%.6f,\"peak_rss_bytes\":%zu}\n",
+           r->epochs_done, r->interrupted ? "true" : "false", (long long)r->steps, r->params, r->wall_seconds,
+           r->cpu_user_seconds, r->cpu_sys_seconds, r->train_samples_per_s, r->infer_samples_per_s,
+           r->compute_seconds, r->data_wait_seconds, r->comm_seconds, r->test_loss, r->test_acc1, r->test_acc5,
+           r->peak_rss_bytes);
+  return dt_train_write_file(path, text);
+}

@@ -24,6 +24,8 @@ dt_status dt_metrics_open(const char *dir, dt_metrics_writer **out);
 /* One row in both files, flushed. */
 dt_status dt_metrics_write(dt_metrics_writer *w, const dt_epoch_metrics *m);
 void dt_metrics_close(dt_metrics_writer *w);
+/* DIR/summary.json: the figures of the end-of-run table, for scripts and benchmarks. */
+dt_status dt_train_write_summary(const char *dir, const char *model, const dt_train_result *r);
 /* The CSV header line (without newline); the column order of every row. */
 const char *dt_metrics_csv_header(void);
 

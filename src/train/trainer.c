@@ -269,6 +269,7 @@ dt_status dt_train_run(const dt_train_config *c, dt_train_result *res) {
   out.cpu_sys_seconds = cpu_s1 - cpu_s0;
   out.peak_rss_bytes = dt_peak_rss();
   out.wall_seconds = dt_time_now() - t_start;
+  if (c->out_dir) DT_CHECK_GOTO(dt_train_write_summary(c->out_dir, c->model, &out), st, done);
   *res = out;
 done:
   run_free(&r);

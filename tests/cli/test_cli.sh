@@ -161,7 +161,7 @@ csv="$tmp/run/metrics.csv"
 [ "$(wc -l <"$csv")" -eq 3 ] || fail "metrics.csv should have a header and 2 rows: $(cat "$csv")"
 awk -F, 'NR > 1 && NF != 10 { bad = 1 } END { exit bad }' "$csv" || fail "metrics.csv rows need 10 columns"
 [ "$(cut -d, -f1,2 "$csv" | tail -2 | tr '\n' ' ')" = "1,40 2,80 " ] || fail "metrics.csv epoch/step columns: $(cat "$csv")"
-python3 - "$tmp/run/metrics.jsonl" "$tmp/run/config.json" <<'EOF' || fail "metrics.jsonl / config.json are not valid"
+python3 - "$tmp/run/metrics.jsonl" "$tmp/run/config.json" "$tmp/run/summary.json" <<'EOF' || fail "metrics.jsonl / config.json / summary.json are not valid"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 assert len(rows) == 2, rows
@@ -174,6 +174,9 @@ assert rows[1]["test_acc1"] > 0.55, rows  # 2 epochs on 2000 samples: far above 
 assert rows[1]["train_loss"] < rows[0]["train_loss"], rows
 cfg = json.load(open(sys.argv[2]))
 assert cfg["model"] == "mlp" and cfg["hidden"] == [32] and cfg["epochs"] == 2 and cfg["batch_size"] == 50, cfg
+summary = json.load(open(sys.argv[3]))
+assert summary["model"] == "mlp" and summary["epochs_done"] == 2 and summary["steps"] == 80, summary
+assert summary["test_acc1"] == rows[1]["test_acc1"] and summary["train_samples_per_s"] > 0, summary
 EOF
 [ -s "$tmp/run/model.safetensors" ] || fail "model.safetensors missing"
 grep -q "^epoch 2/2  train loss .* top5 .*samples/s$" "$tmp/run.out" || fail "no epoch line: $(cat "$tmp/run.out")"
