@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# make bench: every benchmark, side by side with its reference, on this machine.
+# Long (about 10-15 minutes on 2 cores); results go to stdout: copy them into docs/benchmarks.md.
+set -euo pipefail
+build=${1:-build}
+here=$(cd "$(dirname "$0")" && pwd)
+echo "# $(date -u +%Y-%m-%d) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo
+echo "## GEMM-bound MLP vs OpenBLAS sgemm"
+"$build/bench/mlp_vs_sgemm"
+echo
+echo "## fashioncnn, Fashion-MNIST, batch 64, SGD momentum 0.9, one epoch: dtrain vs PyTorch"
+DT_BUILD_DIR=$build /usr/bin/python3 "$here/train_vs_torch.py" --reps "${REPS:-3}"
+echo
+echo "## mlp 784-2048-2048-10, batch 256, one epoch: dtrain vs PyTorch"
+DT_BUILD_DIR=$build /usr/bin/python3 "$here/train_vs_torch.py" --model mlp --hidden 2048,2048 --batch-size 256 --reps "${REPS:-3}"
