@@ -131,6 +131,18 @@ static void col2im(const dt_conv2d_geom *g, float *dinp, const float *dcol) {
   }
 }
 
+/* sum of x (n); 8 independent lanes so the compiler vectorises it without reassociating on its own. */
+static double sum_floats(const float *x, int n) {
+  float lane[8] = {0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; j++) lane[j] += x[i + j];
+  double s = 0.0;
+  for (int j = 0; j < 8; j++) s += lane[j];
+  for (; i < n; i++) s += x[i];
+  return s;
+}
+
 void dt_conv2d_forward(const dt_conv2d_geom *g, float *out, float *col, float *scratch, const float *inp,
                        const float *w, const float *b) {
   const int R = g->C * g->KH * g->KW, P = g->OH * g->OW, NP = g->N * P;
@@ -151,28 +163,22 @@ void dt_conv2d_forward(const dt_conv2d_geom *g, float *out, float *col, float *s
 void dt_conv2d_backward(const dt_conv2d_geom *g, float *dinp, float *dw, float *db, float *scratch,
                         const float *dout, const float *col, const float *w) {
   const int R = g->C * g->KH * g->KW, P = g->OH * g->OW, NP = g->N * P;
-  if (db) {
+  float *dmat = dw || dinp ? scratch : NULL;  /* (OC, N*P) */
+  float *dcol = scratch + (size_t)g->OC * NP; /* (R, N*P) */
+  /* One pass over dout: reorder it to dmat and sum it into db (while the plane is in L1). */
+  if (dmat || db) {
 #pragma omp parallel for schedule(static)
     for (int oc = 0; oc < g->OC; oc++) {
       double sum = 0.0;
       for (int n = 0; n < g->N; n++) {
         const float *src = dout + ((size_t)n * g->OC + oc) * P;
-        float part = 0.0f;
-        for (int p = 0; p < P; p++) part += src[p];
-        sum += part;
+        if (dmat) memcpy(dmat + (size_t)oc * NP + (size_t)n * P, src, (size_t)P * sizeof(float));
+        if (db) sum += sum_floats(src, P);
       }
-      db[oc] += (float)sum;
+      if (db) db[oc] += (float)sum;
     }
   }
-  if (!dw && !dinp) return;
-  float *dmat = scratch;                    /* (OC, N*P) */
-  float *dcol = scratch + (size_t)g->OC * NP; /* (R, N*P) */
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int n = 0; n < g->N; n++) {
-    for (int oc = 0; oc < g->OC; oc++) {
-      memcpy(dmat + (size_t)oc * NP + (size_t)n * P, dout + ((size_t)n * g->OC + oc) * P, (size_t)P * sizeof(float));
-    }
-  }
+  if (!dmat) return;
   if (dw) dt_sgemm(0, 1, g->OC, R, NP, 1.0f, dmat, NP, col, NP, 1.0f, dw, R); /* += (OC, NP) @ (NP, R) */
   if (dinp) {
     dt_sgemm(1, 0, R, NP, g->OC, 1.0f, w, R, dmat, NP, 0.0f, dcol, NP); /* (R, OC) @ (OC, NP) */
