@@ -14,12 +14,14 @@ void dt_batchnorm_forward_train(float *out, float *mean, float *invstd, float *r
     double sum = 0.0;
     for (int n = 0; n < N; n++) {
       const float *x = inp + ((size_t)n * C + c) * HW;
+#pragma omp simd reduction(+ : sum)
       for (int i = 0; i < HW; i++) sum += x[i];
     }
     const double mu = sum / (double)M;
     double sq = 0.0;
     for (int n = 0; n < N; n++) {
       const float *x = inp + ((size_t)n * C + c) * HW;
+#pragma omp simd reduction(+ : sq)
       for (int i = 0; i < HW; i++) {
         const double d = x[i] - mu;
         sq += d * d;
@@ -71,6 +73,7 @@ void dt_batchnorm_backward(float *dinp, float *dgamma, float *dbeta, const float
     for (int n = 0; n < N; n++) {
       const float *x = inp + ((size_t)n * C + c) * HW;
       const float *dy = dout + ((size_t)n * C + c) * HW;
+#pragma omp simd reduction(+ : sdy, sdyx)
       for (int i = 0; i < HW; i++) {
         sdy += dy[i];
         sdyx += (double)dy[i] * ((x[i] - m) * is);

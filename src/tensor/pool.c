@@ -28,14 +28,60 @@ dt_status dt_pool2d_geom_init(dt_pool2d_geom *g, int N, int C, int H, int W, int
   return DT_OK;
 }
 
+/* Takes v at index i over (best, at) as PyTorch does: a larger value, or the
+ * first NaN (NaN propagates). Written as selects so loops compile branch-free. */
+static inline void max_take(float v, int32_t i, float *best, int32_t *at) {
+  const int take = (v > *best) | ((v != v) & (*best == *best));
+  *best = take ? v : *best;
+  *at = take ? i : *at;
+}
+
+/* The common 2x2, stride 2, unpadded window over a plane without NaN: plain
+ * compares, a vectorisable loop over output columns (first maximum wins). */
+static void maxpool_2x2(const dt_pool2d_geom *g, float *y, int32_t *am, const float *x) {
+  const int W = g->W;
+  for (int oh = 0; oh < g->OH; oh++) {
+    const float *r0 = x + (size_t)(2 * oh) * W, *r1 = r0 + W;
+    float *yo = y + (size_t)oh * g->OW;
+    int32_t *ao = am + (size_t)oh * g->OW;
+    const int32_t base = 2 * oh * W;
+#pragma omp simd
+    for (int ow = 0; ow < g->OW; ow++) {
+      const float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+      float m = a;
+      int32_t k = 0;
+      k = b > m ? 1 : k;
+      m = b > m ? b : m;
+      k = c > m ? W : k;
+      m = c > m ? c : m;
+      k = d > m ? W + 1 : k;
+      m = d > m ? d : m;
+      yo[ow] = m;
+      ao[ow] = base + 2 * ow + k;
+    }
+  }
+}
+
+static int has_nan(const float *x, size_t n) {
+  int any = 0;
+#pragma omp simd reduction(| : any)
+  for (size_t i = 0; i < n; i++) any |= x[i] != x[i];
+  return any;
+}
+
 void dt_maxpool2d_forward(const dt_pool2d_geom *g, float *out, int32_t *argmax, const float *inp) {
   const int planes = g->N * g->C, P = g->OH * g->OW;
   const size_t HW = (size_t)g->H * g->W;
+  const int fast = g->K == 2 && g->stride == 2 && g->pad == 0;
 #pragma omp parallel for schedule(static)
   for (int pl = 0; pl < planes; pl++) {
     const float *x = inp + (size_t)pl * HW;
     float *y = out + (size_t)pl * P;
     int32_t *am = argmax + (size_t)pl * P;
+    if (fast && !has_nan(x, HW)) {
+      maxpool_2x2(g, y, am, x);
+      continue;
+    }
     for (int oh = 0; oh < g->OH; oh++) {
       int h0 = oh * g->stride - g->pad, h1 = h0 + g->K;
       if (h0 < 0) h0 = 0;
@@ -44,20 +90,11 @@ void dt_maxpool2d_forward(const dt_pool2d_geom *g, float *out, int32_t *argmax, 
         int w0 = ow * g->stride - g->pad, w1 = w0 + g->K;
         if (w0 < 0) w0 = 0;
         if (w1 > g->W) w1 = g->W;
-        /* As PyTorch: padding is -inf, the first maximum wins, NaN propagates. */
+        /* Padding is -inf, as PyTorch's. */
         float best = -INFINITY;
         int32_t at = h0 * g->W + w0;
-        for (int ih = h0; ih < h1; ih++) {
-          for (int iw = w0; iw < w1; iw++) {
-            const float v = x[ih * g->W + iw];
-            if (v > best || isnan(v)) {
-              best = v;
-              at = ih * g->W + iw;
-              if (isnan(v)) goto found;
-            }
-          }
-        }
-      found:
+        for (int ih = h0; ih < h1; ih++)
+          for (int iw = w0; iw < w1; iw++) max_take(x[ih * g->W + iw], ih * g->W + iw, &best, &at);
         y[oh * g->OW + ow] = best;
         am[oh * g->OW + ow] = at;
       }

@@ -273,6 +273,32 @@ TEST(pool_exact) {
   ASSERT_EQ(dx[3], 0);
 }
 
+/* The 2x2/stride-2 fast path and the general path agree with PyTorch on NaN
+ * (the first NaN wins and propagates) and on ties (the first maximum wins). */
+TEST(maxpool_nan_and_ties_both_paths) {
+  /* 2 x 4 plane: windows {1, 5, 3, 5} -> 5 at 1 (tie: first), {NaN, 2, NaN, 9} -> NaN at 2 */
+  const float x[8] = {1, 5, NAN, 2, 3, 5, NAN, 9};
+  float y[2];
+  int32_t am[2];
+  dt_pool2d_geom g;
+  ASSERT_OK(dt_pool2d_geom_init(&g, 1, 1, 2, 4, 2, 2, 0)); /* fast path */
+  dt_maxpool2d_forward(&g, y, am, x);
+  ASSERT_EQ(y[0], 5);
+  ASSERT_EQ(am[0], 1);
+  ASSERT(isnan(y[1]));
+  ASSERT_EQ(am[1], 2);
+  /* general path: 3x3 windows with padding over a plane holding a NaN late in the window */
+  const float z[9] = {1, 2, 3, 4, 7, 6, 7, NAN, 5};
+  float y2[4];
+  int32_t am2[4];
+  ASSERT_OK(dt_pool2d_geom_init(&g, 1, 1, 3, 3, 3, 2, 1));
+  dt_maxpool2d_forward(&g, y2, am2, z);
+  ASSERT_EQ(y2[0], 7);
+  ASSERT_EQ(am2[0], 4);
+  ASSERT(isnan(y2[2]));
+  ASSERT_EQ(am2[2], 7);
+}
+
 TEST(pool_geom_rejects) {
   dt_pool2d_geom g;
   ASSERT_STATUS(dt_pool2d_geom_init(&g, 1, 1, 4, 4, 2, 2, 2), DT_INVALID_ARGUMENT); /* pad > K/2 */
@@ -579,7 +605,7 @@ TEST(elementwise) {
 }
 
 TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_exact), TEST_ENTRY(conv2d_geom_rejects),
-          TEST_ENTRY(pool_grad), TEST_ENTRY(pool_exact), TEST_ENTRY(pool_geom_rejects), TEST_ENTRY(batchnorm_grad),
+          TEST_ENTRY(pool_grad), TEST_ENTRY(pool_exact), TEST_ENTRY(maxpool_nan_and_ties_both_paths), TEST_ENTRY(pool_geom_rejects), TEST_ENTRY(batchnorm_grad),
           TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
           TEST_ENTRY(cross_entropy_grad), TEST_ENTRY(cross_entropy_rejects), TEST_ENTRY(topk_correct),
           TEST_ENTRY(dropout), TEST_ENTRY(elementwise))
