@@ -391,7 +391,7 @@ static const flag_spec train_flags[] = {
     {"--threads", "N", K_NONNEG_INT, "0 = all cores (or DT_NUM_THREADS)", "4", "compute threads", NULL},
     {"--seed", "N", K_U64, "0", "42", "seed of initialisation, shuffling and dropout", NULL},
     {"--out", "DIR", K_STR, "runs/<model>-<yyyymmdd-hhmmss>", "runs/exp1",
-     "output directory: metrics.csv, metrics.jsonl, config.json, model.safetensors", NULL},
+     "output directory: metrics.csv, metrics.jsonl, config.json, summary.json, model.safetensors", NULL},
     {"--progress", "MODE", K_CHOICE, "auto", "plain",
      "auto (a bar on a terminal, else plain), bar, plain (a line per ~10% of an epoch) or none (epoch lines only)",
      "auto|bar|plain|none"},
@@ -711,8 +711,9 @@ static const command commands[] = {
     {"train", "train a model from the zoo and write metrics and weights", "[flags]",
      "Trains a zoo model on a dataset, evaluating on the test split after every epoch.\n"
      "Writes DIR/metrics.csv and DIR/metrics.jsonl (one row per epoch, flushed at once),\n"
-     "DIR/config.json and DIR/model.safetensors. Ctrl-C stops at the next step, still\n"
-     "writes metrics and weights, and exits with 130; a second Ctrl-C ends at once.",
+     "DIR/config.json, and at the end DIR/summary.json and DIR/model.safetensors. Ctrl-C\n"
+     "stops at the next step, still writes metrics and weights, and exits with 130; a\n"
+     "second Ctrl-C ends at once.",
      train_flags, COUNT(train_flags), 0, 0, cmd_train},
     {"eval", "evaluate saved weights on a dataset split", "--weights FILE [flags]",
      "Loads weights written by 'dtrain train' and reports loss, top-1 and top-5 accuracy.\n"

@@ -17,7 +17,6 @@ static const tunable tunables[] = {
     {"DT_NUM_THREADS", "0", 1, "compute threads per process when --threads is not given (0: all cores)"},
     {"DT_DATA_DIR", "/usr/share/datasets", 0, "where named datasets (fashion-mnist, mnist) are looked up"},
     {"DT_PREFETCH", "2", 1, "batches the data loader prepares ahead of training"},
-    {"DT_TIMEOUT", "300", 1, "seconds any wait on a peer may take before it is an error"},
 };
 
 static const tunable *find(const char *name) {
