@@ -36,6 +36,10 @@ static void act_backward(const dt_layer *l, const dt_layer_io *io, const float *
   if (dinp) dt_act_backward(p->kind, dinp, dout, in, out, l->in_numel * (size_t)io->batch);
 }
 
+int dt_activation_is_relu(const dt_layer *l) {
+  return l->ops == &dt_activation_ops && ((const act_priv *)l->priv)->kind == DT_ACT_RELU;
+}
+
 static const char *act_label(const dt_layer *l) { return ((const act_priv *)l->priv)->label; }
 
 const dt_layer_ops dt_activation_ops = {

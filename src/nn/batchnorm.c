@@ -56,6 +56,43 @@ static void bn_backward(const dt_layer *l, const dt_layer_io *io, const float *i
   dt_batchnorm_backward(dinp, io->grads, io->grads + C, dout, in, mean, invstd, io->params, io->batch, C, HW);
 }
 
+/* ---- fused BatchNorm2d -> ReLU -> MaxPool2d(2) (run by the model executor) ---- */
+
+int dt_bn_relu_pool_fusable(const dt_layer *bn, const dt_layer *act, const dt_layer *pool) {
+  return bn->ops == &dt_batchnorm2d_ops && dt_activation_is_relu(act) && dt_maxpool2d_is_2x2(pool) &&
+         act->in_numel == bn->out_numel && pool->in_numel == act->out_numel;
+}
+
+dt_status dt_bn_relu_pool_forward(const dt_layer *bn, const dt_layer_io *io, int32_t *argmax, float *xsel,
+                                  const float *in, float *out) {
+  const bn_priv *p = bn->priv;
+  int C = (int)bn->in_shape[0], H = (int)bn->in_shape[1], W = (int)bn->in_shape[2];
+  const float *gamma = io->params, *beta = io->params + C;
+  float *rmean = io->buffers, *rvar = io->buffers + C;
+  if (!io->training) {
+    dt_bn_relu_maxpool2x2_forward_eval(out, argmax, in, gamma, beta, rmean, rvar, io->batch, C, H, W, p->eps);
+    return DT_OK;
+  }
+  if ((int64_t)io->batch * H * W < 2)
+    return dt_error(DT_INVALID_ARGUMENT,
+                    "%s: BatchNorm2d in training needs more than 1 value per channel, got batch %d x %d positions",
+                    bn->name, io->batch, H * W);
+  float *mean = io->ws, *invstd = (float *)io->ws + C;
+  dt_bn_relu_maxpool2x2_forward_train(out, argmax, xsel, mean, invstd, io->update_buffers ? rmean : NULL,
+                                      io->update_buffers ? rvar : NULL, in, gamma, beta, io->batch, C, H, W,
+                                      p->momentum, p->eps);
+  if (io->update_buffers) io->counters[0]++;
+  return DT_OK;
+}
+
+void dt_bn_relu_pool_backward(const dt_layer *bn, const dt_layer_io *io, const int32_t *argmax, const float *xsel,
+                              const float *in, const float *out, const float *dout, float *dinp) {
+  int C = (int)bn->in_shape[0], H = (int)bn->in_shape[1], W = (int)bn->in_shape[2];
+  const float *mean = io->ws, *invstd = (const float *)io->ws + C;
+  dt_bn_relu_maxpool2x2_backward(dinp, io->grads, io->grads + C, dout, out, argmax, xsel, in, mean, invstd, io->params,
+                                 io->batch, C, H, W);
+}
+
 const dt_layer_ops dt_batchnorm2d_ops = {.kind = "BatchNorm2d",
                                          .infer = bn_infer,
                                          .ws_bytes = bn_ws_bytes,

@@ -50,6 +50,8 @@ struct dt_model_ctx {
   void *on_ready_user;
   int want_input_grad;
   const float *input_grad;
+  int no_fusion;     /* 1: run every layer on its own */
+  int fused_forward; /* the last forward ran the fusions (backward must match it) */
 };
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -384,6 +386,14 @@ void dt_model_ctx_on_grad_ready(dt_model_ctx *c, dt_grad_ready_fn fn, void *user
 void dt_model_ctx_want_input_grad(dt_model_ctx *c, int on) {
   if (c) c->want_input_grad = on != 0;
 }
+void dt_model_ctx_set_fusion(dt_model_ctx *c, int on) {
+  if (c) c->no_fusion = on == 0;
+}
+/* Whether layers i, i+1, i+2 form a fused BatchNorm2d -> ReLU -> MaxPool2d(2) group. */
+static int fused_group(const dt_model *m, int i) {
+  return i >= 0 && i + 2 < m->n_layers &&
+         dt_bn_relu_pool_fusable(&m->layers[i], &m->layers[i + 1], &m->layers[i + 2]);
+}
 const float *dt_model_ctx_input_grad(const dt_model_ctx *c) { return c ? c->input_grad : NULL; }
 void dt_model_ctx_zero_grad(const dt_model *m, dt_model_ctx *c) {
   if (m && c && m->n_params) memset(c->grads, 0, m->n_params * sizeof(float));
@@ -418,9 +428,18 @@ dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const float *x, int
   c->batch = batch;
   c->forward_training = m->training;
   memcpy(c->act[0], x, (size_t)batch * m->sample_numel * sizeof(float));
+  c->fused_forward = !c->no_fusion;
   for (int i = 0; i < m->n_layers; i++) {
     dt_layer_io io;
     fill_io(m, c, i, &io);
+    if (c->fused_forward && fused_group(m, i)) {
+      /* The BN output slot (unused by the group) holds xsel. */
+      dt_status st =
+          dt_bn_relu_pool_forward(&m->layers[i], &io, c->ws[i + 2], c->act[i + 1], c->act[i], c->act[i + 3]);
+      if (st != DT_OK) return dt_error_prefix(st, "forward of %s (%s)", m->layers[i].name, m->layers[i].ops->kind);
+      i += 2;
+      continue;
+    }
     dt_status st = m->layers[i].ops->forward(&m->layers[i], &io, c->act[i], c->act[i + 1]);
     if (st != DT_OK) return dt_error_prefix(st, "forward of %s (%s)", m->layers[i].name, m->layers[i].ops->kind);
   }
@@ -457,6 +476,17 @@ dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout)
     const dt_layer *l = &m->layers[i];
     dt_layer_io io;
     fill_io(m, c, i, &io);
+    if (c->fused_forward && fused_group(m, i - 2)) { /* the pool of a fused group: run the group */
+      i -= 2;
+      l = &m->layers[i];
+      fill_io(m, c, i, &io);
+      float *dinp = (i > lowest || c->want_input_grad) ? c->gbuf[which] : NULL;
+      dt_bn_relu_pool_backward(l, &io, c->ws[i + 2], c->act[i + 1], c->act[i], c->act[i + 3], cur, dinp);
+      if (c->on_ready) c->on_ready(c->on_ready_user, l->param_off, l->n_params);
+      cur = dinp;
+      which ^= 1;
+      continue;
+    }
     float *dinp = (i > lowest || c->want_input_grad) ? c->gbuf[which] : NULL;
     l->ops->backward(l, &io, c->act[i], c->act[i + 1], cur, dinp);
     if (l->n_params && c->on_ready) c->on_ready(c->on_ready_user, l->param_off, l->n_params);

@@ -61,6 +61,11 @@ const dt_layer_ops dt_maxpool2d_ops = {.kind = "MaxPool2d",
                                        .forward = maxpool_forward,
                                        .backward = maxpool_backward};
 
+int dt_maxpool2d_is_2x2(const dt_layer *l) {
+  const pool_priv *p = l->priv;
+  return l->ops == &dt_maxpool2d_ops && p->kernel == 2 && p->stride == 2 && p->padding == 0;
+}
+
 dt_status dt_model_add_maxpool2d(dt_model *m, const char *name, int kernel, int stride, int padding) {
   if (kernel < 1 || stride < 0 || padding < 0)
     return dt_error(DT_INVALID_ARGUMENT, "%s: MaxPool2d kernel %d, stride %d, padding %d: expected >= 1, >= 0, >= 0",

@@ -1,47 +1,58 @@
-/* Batch normalisation kernels over (N, C, HW): training, evaluation, backward; one channel per task. */
+/* Batch normalisation kernels over (N, C, HW): training, evaluation, backward; one channel per task.
+ * Also BatchNorm -> ReLU -> MaxPool(2, stride 2) fused (one pass where three would write full tensors). */
 #include <math.h>
+#include <string.h>
 
 #include "tensor/kernels.h"
+
+/* Statistics of channel c of inp (N, C, HW), two passes in double: the mean, then the biased variance
+ * around it. Writes mean/invstd (may be NULL) and updates the running statistics (may be NULL) as
+ * PyTorch does, with the UNBIASED variance. Returns the mean and invstd as floats. */
+static void channel_stats(int c, float *m_out, float *is_out, float *mean, float *invstd, float *running_mean,
+                          float *running_var, const float *inp, int N, int C, int HW, float momentum, float eps) {
+  const size_t M = (size_t)N * HW; /* values per channel */
+  double sum = 0.0;
+  for (int n = 0; n < N; n++) {
+    const float *x = inp + ((size_t)n * C + c) * HW;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < HW; i++) sum += x[i];
+  }
+  const double mu = sum / (double)M;
+  double sq = 0.0;
+  for (int n = 0; n < N; n++) {
+    const float *x = inp + ((size_t)n * C + c) * HW;
+#pragma omp simd reduction(+ : sq)
+    for (int i = 0; i < HW; i++) {
+      const double d = x[i] - mu;
+      sq += d * d;
+    }
+  }
+  const double var = sq / (double)M;
+  const float is = (float)(1.0 / sqrt(var + (double)eps)), m = (float)mu;
+  if (mean) mean[c] = m;
+  if (invstd) invstd[c] = is;
+  if (running_mean) running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * m;
+  if (running_var) {
+    const double unbiased = M > 1 ? sq / (double)(M - 1) : var;
+    running_var[c] = (1.0f - momentum) * running_var[c] + momentum * (float)unbiased;
+  }
+  *m_out = m;
+  *is_out = is;
+}
 
 /* gamma/beta may be NULL (affine=False): scale 1, shift 0. */
 void dt_batchnorm_forward_train(float *out, float *mean, float *invstd, float *running_mean, float *running_var,
                                 const float *inp, const float *gamma, const float *beta, int N, int C, int HW,
                                 float momentum, float eps) {
-  const size_t M = (size_t)N * HW; /* values per channel */
 #pragma omp parallel for schedule(static)
   for (int c = 0; c < C; c++) {
-    /* Two passes in double: mean, then the biased variance around it. */
-    double sum = 0.0;
-    for (int n = 0; n < N; n++) {
-      const float *x = inp + ((size_t)n * C + c) * HW;
-#pragma omp simd reduction(+ : sum)
-      for (int i = 0; i < HW; i++) sum += x[i];
-    }
-    const double mu = sum / (double)M;
-    double sq = 0.0;
-    for (int n = 0; n < N; n++) {
-      const float *x = inp + ((size_t)n * C + c) * HW;
-#pragma omp simd reduction(+ : sq)
-      for (int i = 0; i < HW; i++) {
-        const double d = x[i] - mu;
-        sq += d * d;
-      }
-    }
-    const double var = sq / (double)M;
-    const float is = (float)(1.0 / sqrt(var + (double)eps));
-    const float m = (float)mu, scale = (gamma ? gamma[c] : 1.0f) * is, shift = beta ? beta[c] : 0.0f;
+    float m, is;
+    channel_stats(c, &m, &is, mean, invstd, running_mean, running_var, inp, N, C, HW, momentum, eps);
+    const float scale = (gamma ? gamma[c] : 1.0f) * is, shift = beta ? beta[c] : 0.0f;
     for (int n = 0; n < N; n++) {
       const float *x = inp + ((size_t)n * C + c) * HW;
       float *y = out + ((size_t)n * C + c) * HW;
       for (int i = 0; i < HW; i++) y[i] = (x[i] - m) * scale + shift;
-    }
-    if (mean) mean[c] = m;
-    if (invstd) invstd[c] = is;
-    /* PyTorch updates the running variance with the unbiased estimate (M-1 divisor). */
-    if (running_mean) running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * m;
-    if (running_var) {
-      const double unbiased = M > 1 ? sq / (double)(M - 1) : var;
-      running_var[c] = (1.0f - momentum) * running_var[c] + momentum * (float)unbiased;
     }
   }
 }
@@ -89,6 +100,144 @@ void dt_batchnorm_backward(float *dinp, float *dgamma, float *dbeta, const float
         const float *dy = dout + ((size_t)n * C + c) * HW;
         float *dx = dinp + ((size_t)n * C + c) * HW;
         for (int i = 0; i < HW; i++) dx[i] = k * (dy[i] - a - (x[i] - m) * is * b);
+      }
+    }
+  }
+}
+
+/* ---- BatchNorm -> ReLU -> MaxPool(2, stride 2, no padding), fused ------------------------------------ */
+
+/* The pooled planes are walked as flat runs of up to CHUNK outputs p = oh*OW + ow, each with the offset
+ * 2*oh*W + 2*ow of its window in the input plane: full-width vector loops (gathers) where the rows
+ * (OW = 14, 6 in fashioncnn) are too short for them. */
+#define CHUNK 1024
+
+static void window_offsets(int32_t *off, int p0, int np, int W, int OW) {
+  for (int i = 0; i < np; i++) off[i] = 2 * ((p0 + i) / OW) * W + 2 * ((p0 + i) % OW);
+}
+
+/* np pooled outputs of one plane: y = relu((x - m) * scale + shift) (ReLU as dt_act_forward: NaN -> 0),
+ * then the 2x2 max with the first maximum winning, as dt_maxpool2d_forward (ReLU output holds no NaN);
+ * xs (NULL to skip) = (x - m) * is at the argmax, for backward. */
+static void bn_relu_pool_run(float *restrict y, int32_t *restrict am, float *restrict xs, const float *restrict x,
+                             const int32_t *restrict off, int np, float m, float is, float scale, float shift,
+                             int W) {
+#pragma omp simd
+  for (int i = 0; i < np; i++) {
+    const int32_t o = off[i];
+    const float xa = x[o], xb = x[o + 1], xc = x[o + W], xd = x[o + W + 1];
+    float a = (xa - m) * scale + shift, b = (xb - m) * scale + shift;
+    float c = (xc - m) * scale + shift, d = (xd - m) * scale + shift;
+    a = a > 0.0f ? a : 0.0f;
+    b = b > 0.0f ? b : 0.0f;
+    c = c > 0.0f ? c : 0.0f;
+    d = d > 0.0f ? d : 0.0f;
+    float v = a, xv = xa;
+    int32_t k = 0;
+    k = b > v ? 1 : k;
+    xv = b > v ? xb : xv;
+    v = b > v ? b : v;
+    k = c > v ? W : k;
+    xv = c > v ? xc : xv;
+    v = c > v ? c : v;
+    k = d > v ? W + 1 : k;
+    xv = d > v ? xd : xv;
+    v = d > v ? d : v;
+    y[i] = v;
+    am[i] = o + k;
+    if (xs) xs[i] = (xv - m) * is;
+  }
+}
+
+/* Planes n = 0..N-1 of channel c (N = 1 with the plane pointers for one plane). */
+static void bn_relu_pool_planes(float *out, int32_t *argmax, float *xsel, const float *inp, int N, int C, int c,
+                                int H, int W, float m, float is, float scale, float shift) {
+  const int HW = H * W, OW = W / 2, P = (H / 2) * OW;
+  int32_t off[CHUNK];
+  for (int p0 = 0; p0 < P; p0 += CHUNK) {
+    const int np = P - p0 < CHUNK ? P - p0 : CHUNK;
+    window_offsets(off, p0, np, W, OW);
+    for (int n = 0; n < N; n++) {
+      const size_t pl = (size_t)n * C + c;
+      bn_relu_pool_run(out + pl * P + p0, argmax + pl * P + p0, xsel ? xsel + pl * P + p0 : NULL, inp + pl * HW,
+                       off, np, m, is, scale, shift, W);
+    }
+  }
+}
+
+void dt_bn_relu_maxpool2x2_forward_train(float *out, int32_t *argmax, float *xsel, float *mean, float *invstd,
+                                         float *running_mean, float *running_var, const float *inp,
+                                         const float *gamma, const float *beta, int N, int C, int H, int W,
+                                         float momentum, float eps) {
+  const int HW = H * W;
+  /* One channel per task: its N planes (N*HW floats) stay in L2 across the three passes. */
+#pragma omp parallel for schedule(static)
+  for (int c = 0; c < C; c++) {
+    float m, is;
+    channel_stats(c, &m, &is, mean, invstd, running_mean, running_var, inp, N, C, HW, momentum, eps);
+    const float scale = (gamma ? gamma[c] : 1.0f) * is, shift = beta ? beta[c] : 0.0f;
+    bn_relu_pool_planes(out, argmax, xsel, inp, N, C, c, H, W, m, is, scale, shift);
+  }
+}
+
+void dt_bn_relu_maxpool2x2_forward_eval(float *out, int32_t *argmax, const float *inp, const float *gamma,
+                                        const float *beta, const float *running_mean, const float *running_var,
+                                        int N, int C, int H, int W, float eps) {
+  const int HW = H * W, OH = H / 2, OW = W / 2, P = OH * OW;
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)N * C * HW >= 65536)
+  for (int n = 0; n < N; n++) {
+    for (int c = 0; c < C; c++) {
+      const float is = (float)(1.0 / sqrt((double)running_var[c] + (double)eps));
+      const float scale = (gamma ? gamma[c] : 1.0f) * is, shift = beta ? beta[c] : 0.0f;
+      const size_t pl = (size_t)n * C + c;
+      bn_relu_pool_planes(out + pl * P, argmax + pl * P, NULL, inp + pl * HW, 1, 1, 0, H, W, running_mean[c], is,
+                          scale, shift);
+    }
+  }
+}
+
+/* The BN gradient dy is the pooled gradient scattered to the argmax where the pooled output is positive
+ * (ReLU passes it) and zero elsewhere, so the sums run over the pooled positions only (with xhat at the
+ * argmax saved by the forward) and dinp is the dy = 0 formula everywhere, rewritten at the argmax
+ * positions. Same per-element arithmetic as the three backward kernels in turn; the sums add the same
+ * terms without the zeros. */
+void dt_bn_relu_maxpool2x2_backward(float *dinp, float *dgamma, float *dbeta, const float *dout, const float *out,
+                                    const int32_t *argmax, const float *xsel, const float *inp, const float *mean,
+                                    const float *invstd, const float *gamma, int N, int C, int H, int W) {
+  const int HW = H * W, P = (H / 2) * (W / 2);
+  const size_t M = (size_t)N * HW;
+#pragma omp parallel for schedule(static)
+  for (int c = 0; c < C; c++) {
+    const float m = mean[c], is = invstd[c];
+    double sdy = 0.0, sdyx = 0.0;
+    for (int n = 0; n < N; n++) {
+      const size_t pl = (size_t)n * C + c;
+      const float *restrict dy = dout + pl * P, *restrict y = out + pl * P, *restrict xs = xsel + pl * P;
+#pragma omp simd reduction(+ : sdy, sdyx)
+      for (int p = 0; p < P; p++) {
+        const float g = y[p] > 0.0f ? dy[p] : 0.0f; /* what ReLU passes back to the argmax */
+        sdy += g;
+        sdyx += (double)g * xs[p];
+      }
+    }
+    if (dbeta) dbeta[c] += (float)sdy;
+    if (dgamma) dgamma[c] += (float)sdyx;
+    if (!dinp) continue;
+    const float k = (gamma ? gamma[c] : 1.0f) * is;
+    const float a = (float)(sdy / (double)M), b = (float)(sdyx / (double)M), na = 0.0f - a;
+    for (int n = 0; n < N; n++) {
+      const size_t pl = (size_t)n * C + c;
+      const float *restrict x = inp + pl * HW, *restrict dy = dout + pl * P, *restrict y = out + pl * P;
+      const float *restrict xs = xsel + pl * P;
+      const int32_t *restrict am = argmax + pl * P;
+      float *restrict dx = dinp + pl * HW;
+#pragma omp simd
+      for (int i = 0; i < HW; i++) dx[i] = k * (na - (x[i] - m) * is * b);
+      /* The argmax positions (distinct: the windows do not overlap) get their gradient. */
+#pragma omp simd
+      for (int p = 0; p < P; p++) {
+        const float g = y[p] > 0.0f ? dy[p] : 0.0f;
+        dx[am[p]] = k * (g - a - xs[p] * b);
       }
     }
   }

@@ -77,6 +77,25 @@ void dt_batchnorm_forward_eval(float *out, const float *inp, const float *gamma,
 void dt_batchnorm_backward(float *dinp, float *dgamma, float *dbeta, const float *dout, const float *inp,
                            const float *mean, const float *invstd, const float *gamma, int N, int C, int HW);
 
+/* BatchNorm2d (gamma/beta may be NULL) -> ReLU -> MaxPool2d(2, stride 2, no padding) in one pass over
+ * inp (N, C, H, W): out and argmax (N, C, H/2, W/2) exactly as the three forward kernels in turn would
+ * write them (the BN and ReLU outputs are not materialised). Training: batch statistics, mean/invstd
+ * saved and running statistics updated as dt_batchnorm_forward_train, and xsel (N, C, H/2, W/2) = the
+ * normalised input (x - mean) * invstd at the argmax, for backward; eval: running statistics. */
+void dt_bn_relu_maxpool2x2_forward_train(float *out, int32_t *argmax, float *xsel, float *mean, float *invstd,
+                                         float *running_mean, float *running_var, const float *inp,
+                                         const float *gamma, const float *beta, int N, int C, int H, int W,
+                                         float momentum, float eps);
+void dt_bn_relu_maxpool2x2_forward_eval(float *out, int32_t *argmax, const float *inp, const float *gamma,
+                                        const float *beta, const float *running_mean, const float *running_var,
+                                        int N, int C, int H, int W, float eps);
+/* Backward of the training composition: dout (N, C, H/2, W/2) and the forward's out/argmax/xsel; dinp (N, C, H, W)
+ * = (NULL to skip); dgamma, dbeta (C) +=. Agrees with the three backward kernels in turn up to the order
+ * of the (double) channel sums. */
+void dt_bn_relu_maxpool2x2_backward(float *dinp, float *dgamma, float *dbeta, const float *dout, const float *out,
+                                    const int32_t *argmax, const float *xsel, const float *inp, const float *mean,
+                                    const float *invstd, const float *gamma, int N, int C, int H, int W);
+
 /* ---- activations -------------------------------------------------------- */
 typedef enum dt_act_kind {
   DT_ACT_RELU,

@@ -1,5 +1,6 @@
 /* CPU kernel tests: finite-difference gradients of every kernel, accumulation, exact small cases, errors. */
 #include <stdint.h>
+#include <string.h>
 
 #include "harness.h"
 #include "tensor/kernels.h"
@@ -352,6 +353,73 @@ TEST(batchnorm_grad) {
   free(k.x), free(k.gamma), free(k.beta), free(k.mean), free(k.invstd), free(dy), free(y), free(dx), free(dg), free(db);
 }
 
+/* BatchNorm -> ReLU -> MaxPool(2) fused vs the three kernels in turn: forward bit-identical (outputs,
+ * argmax, saved and running statistics; with NaN inputs, ReLU ties at 0 and odd H, W), eval too;
+ * backward equal up to the order of the channel sums. */
+static void bn_relu_pool_check(int N, int C, int H, int W, int with_nan, int *dt_test_failed_) {
+  const int HW = H * W, OH = H / 2, OW = W / 2, P = OH * OW;
+  const size_t nx = (size_t)N * C * HW, ny = (size_t)N * C * P;
+  float *x = randf(nx, -2, 2), *gamma = randf(C, 0.5f, 1.5f), *beta = randf(C, -0.5f, 0.5f);
+  if (with_nan) x[3] = NAN; /* channel 0 becomes NaN throughout: ReLU turns it to 0, ties everywhere */
+  for (size_t i = 5; i < nx; i += 7) x[i] = x[i - 1]; /* ties between neighbours */
+  float *bn = zeros(nx), *r = zeros(nx), *y = zeros(ny), *y2 = zeros(ny), *xs = zeros(ny);
+  float *mean = zeros(C), *is = zeros(C), *mean2 = zeros(C), *is2 = zeros(C);
+  float *rm = zeros(C), *rv = randf(C, 0.5f, 1.0f), *rm2 = zeros(C), *rv2 = zeros(C);
+  memcpy(rv2, rv, C * sizeof(float));
+  int32_t *am = calloc(ny, sizeof(int32_t)), *am2 = calloc(ny, sizeof(int32_t));
+  dt_pool2d_geom g;
+  ASSERT_OK(dt_pool2d_geom_init(&g, N, C, H, W, 2, 2, 0));
+  dt_batchnorm_forward_train(bn, mean, is, rm, rv, x, gamma, beta, N, C, HW, 0.1f, 1e-5f);
+  dt_act_forward(DT_ACT_RELU, r, bn, nx);
+  dt_maxpool2d_forward(&g, y, am, r);
+  dt_bn_relu_maxpool2x2_forward_train(y2, am2, xs, mean2, is2, rm2, rv2, x, gamma, beta, N, C, H, W, 0.1f, 1e-5f);
+  ASSERT(memcmp(y, y2, ny * sizeof(float)) == 0);
+  ASSERT(memcmp(am, am2, ny * sizeof(int32_t)) == 0);
+  ASSERT(memcmp(mean, mean2, C * sizeof(float)) == 0 && memcmp(is, is2, C * sizeof(float)) == 0);
+  ASSERT(memcmp(rm, rm2, C * sizeof(float)) == 0 && memcmp(rv, rv2, C * sizeof(float)) == 0);
+  if (with_nan) ASSERT(isnan(mean2[0]) && y2[0] == 0.0f && am2[0] == 0);
+  /* backward: pool -> relu -> bn vs fused */
+  float *dy = randf(ny, -1, 1), *d1 = zeros(nx), *d2 = zeros(nx), *dx = zeros(nx), *dx2 = zeros(nx);
+  float *dg = zeros(C), *db = zeros(C), *dg2 = zeros(C), *db2 = zeros(C);
+  dt_maxpool2d_backward(&g, d1, dy, am);
+  dt_act_backward(DT_ACT_RELU, d2, d1, bn, r, nx);
+  dt_batchnorm_backward(dx, dg, db, d2, x, mean, is, gamma, N, C, HW);
+  dt_bn_relu_maxpool2x2_backward(dx2, dg2, db2, dy, y2, am2, xs, x, mean2, is2, gamma, N, C, H, W);
+  for (int c = with_nan; c < C; c++) {
+    ASSERT_NEAR(dg2[c], dg[c], 1e-5 * (1 + fabs(dg[c])));
+    ASSERT_NEAR(db2[c], db[c], 1e-5 * (1 + fabs(db[c])));
+  }
+  for (size_t i = (size_t)with_nan * HW; i < nx; i++)
+    if ((i / HW) % C >= (size_t)with_nan && !(fabs(dx2[i] - dx[i]) <= 1e-5 * (1 + fabs(dx[i])))) {
+      fprintf(stderr, "  dx[%zu]: fused %.8g, unfused %.8g\n", i, dx2[i], dx[i]);
+      ASSERT(0);
+      break;
+    }
+  /* dinp NULL: parameter gradients only */
+  dt_bn_relu_maxpool2x2_backward(NULL, dg2, db2, dy, y2, am2, xs, x, mean2, is2, gamma, N, C, H, W);
+  ASSERT_NEAR(db2[C - 1], 2 * db[C - 1], 1e-5 * (1 + fabs(db[C - 1])));
+  /* eval: running statistics */
+  dt_batchnorm_forward_eval(bn, x, gamma, beta, rm, rv, N, C, HW, 1e-5f);
+  dt_act_forward(DT_ACT_RELU, r, bn, nx);
+  dt_maxpool2d_forward(&g, y, am, r);
+  dt_bn_relu_maxpool2x2_forward_eval(y2, am2, x, gamma, beta, rm, rv, N, C, H, W, 1e-5f);
+  ASSERT(memcmp(y, y2, ny * sizeof(float)) == 0);
+  ASSERT(memcmp(am, am2, ny * sizeof(int32_t)) == 0);
+  float *all[] = {x, gamma, beta, bn, r, y, y2, xs, mean, is, mean2, is2, rm, rv, rm2, rv2,
+                  dy, d1, d2, dx, dx2, dg, db, dg2, db2};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+  free(am);
+  free(am2);
+}
+
+TEST(bn_relu_maxpool_fused_matches_composition) {
+  dt_rng_init(&rng, 21, 0);
+  bn_relu_pool_check(3, 4, 6, 8, 0, dt_test_failed_);
+  bn_relu_pool_check(2, 3, 7, 5, 0, dt_test_failed_); /* odd: last row and column dropped */
+  bn_relu_pool_check(2, 3, 4, 4, 1, dt_test_failed_); /* NaN in channel 0 */
+  bn_relu_pool_check(1, 2, 72, 72, 0, dt_test_failed_); /* 1296 outputs: more than one run of offsets */
+}
+
 TEST(batchnorm_running_stats) {
   /* one channel, values 1, 2 | 3, 4: mean 2.5, biased var 1.25, unbiased var 5/3 */
   float x[4] = {1, 2, 3, 4}, y[4], mean[1], invstd[1], rm[1] = {0}, rv[1] = {1}, g[1] = {2}, b[1] = {1};
@@ -606,6 +674,6 @@ TEST(elementwise) {
 
 TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_exact), TEST_ENTRY(conv2d_geom_rejects),
           TEST_ENTRY(pool_grad), TEST_ENTRY(pool_exact), TEST_ENTRY(maxpool_nan_and_ties_both_paths), TEST_ENTRY(pool_geom_rejects), TEST_ENTRY(batchnorm_grad),
-          TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
+          TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(bn_relu_maxpool_fused_matches_composition), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
           TEST_ENTRY(cross_entropy_grad), TEST_ENTRY(cross_entropy_rejects), TEST_ENTRY(topk_correct),
           TEST_ENTRY(dropout), TEST_ENTRY(elementwise))

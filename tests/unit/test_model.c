@@ -514,8 +514,69 @@ TEST(second_context_shares_parameters) {
   dt_model_free(m);
 }
 
+/* fashioncnn runs BatchNorm -> ReLU -> MaxPool(2) fused; a context with fusion off runs the layers one by
+ * one. Outputs (training and eval), running statistics and the input gradient agree (forward exactly,
+ * gradients up to the order of the BN channel sums). */
+TEST(fused_bn_relu_pool_matches_layer_by_layer) {
+  enum { B = 4 };
+  dt_model *m = NULL;
+  ASSERT_OK(fashioncnn(0.0f, &m));
+  ASSERT_OK(dt_model_build(m, B, 5));
+  dt_model_ctx *c1 = NULL, *c2 = NULL;
+  ASSERT_OK(dt_model_ctx_new(m, B, 0, &c1));
+  ASSERT_OK(dt_model_ctx_new(m, B, 0, &c2));
+  dt_model_ctx_set_fusion(c2, 0);
+  dt_model_ctx_want_input_grad(c1, 1);
+  dt_model_ctx_want_input_grad(c2, 1);
+  static float x[B * 784], dout[B * 10];
+  fill_uniform(x, B * 784, 8, -1, 1);
+  fill_uniform(dout, B * 10, 9, -1, 1);
+  x[100] = NAN; /* one NaN pixel: ReLU and pooling keep their semantics on both paths */
+  for (int mode = 1; mode >= 0; mode--) {
+    dt_model_set_training(m, mode);
+    const float *y1, *y2;
+    ASSERT_OK(dt_model_ctx_forward(m, c1, x, B, &y1));
+    ASSERT_OK(dt_model_ctx_forward(m, c2, x, B, &y2));
+    ASSERT(memcmp(y1, y2, sizeof(float) * B * 10) == 0);
+    x[100] = 0.5f;
+  }
+  /* training step with finite inputs: parameter and input gradients */
+  dt_model_set_training(m, 1);
+  const float *y1, *y2;
+  ASSERT_OK(dt_model_ctx_forward(m, c1, x, B, &y1));
+  ASSERT_OK(dt_model_ctx_forward(m, c2, x, B, &y2));
+  ASSERT(memcmp(y1, y2, sizeof(float) * B * 10) == 0);
+  dt_model_ctx_zero_grad(m, c1);
+  dt_model_ctx_zero_grad(m, c2);
+  ASSERT_OK(dt_model_ctx_backward(m, c1, dout));
+  ASSERT_OK(dt_model_ctx_backward(m, c2, dout));
+  size_t n = dt_model_num_params(m);
+  const float *g1 = dt_model_ctx_grads(c1), *g2 = dt_model_ctx_grads(c2);
+  double scale = 0.0;
+  for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(g2[i]));
+  ASSERT(scale > 0.0);
+  int bad = 0;
+  for (size_t i = 0; i < n; i++) bad += !(fabs(g1[i] - g2[i]) <= 1e-5 * scale);
+  ASSERT_EQ(bad, 0);
+  const float *d1 = dt_model_ctx_input_grad(c1), *d2 = dt_model_ctx_input_grad(c2);
+  ASSERT(d1 && d2);
+  for (int i = 0; i < B * 784; i++) bad += !(fabs(d1[i] - d2[i]) <= 1e-5 * (1.0 + fabs(d2[i])));
+  ASSERT_EQ(bad, 0);
+  /* fusion switched off between forward and backward: backward follows the forward's path */
+  ASSERT_OK(dt_model_ctx_forward(m, c1, x, B, &y1));
+  dt_model_ctx_set_fusion(c1, 0);
+  dt_model_ctx_zero_grad(m, c1);
+  ASSERT_OK(dt_model_ctx_backward(m, c1, dout));
+  for (size_t i = 0; i < n; i++) bad += !(fabs(g1[i] - g2[i]) <= 1e-5 * scale);
+  ASSERT_EQ(bad, 0);
+  dt_model_ctx_free(c1);
+  dt_model_ctx_free(c2);
+  dt_model_free(m);
+}
+
 TEST_MAIN(TEST_ENTRY(fashioncnn_tensor_names_order_shapes_and_count), TEST_ENTRY(arena_is_in_reverse_layer_order),
           TEST_ENTRY(grad_ready_ranges_increase_and_tile_the_arena), TEST_ENTRY(init_is_seeded_and_bounded_like_pytorch),
           TEST_ENTRY(model_gradient_matches_finite_differences), TEST_ENTRY(batchnorm_train_and_eval),
           TEST_ENTRY(dropout_masks_follow_seed_stream_and_step), TEST_ENTRY(error_cases_name_layers_and_numbers),
-          TEST_ENTRY(mlp_zoo_model_and_summary), TEST_ENTRY(second_context_shares_parameters))
+          TEST_ENTRY(mlp_zoo_model_and_summary), TEST_ENTRY(second_context_shares_parameters),
+          TEST_ENTRY(fused_bn_relu_pool_matches_layer_by_layer))
