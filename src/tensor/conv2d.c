@@ -1,5 +1,6 @@
 /* conv2d kernels: im2col over the whole batch, one GEMM, reorder to NCHW (and the reverse for backward). */
 #include <limits.h>
+#include <omp.h>
 #include <string.h>
 
 #include "core/impl.h"
@@ -40,9 +41,10 @@ size_t dt_conv2d_col_floats(const dt_conv2d_geom *g) {
   return (size_t)g->C * g->KH * g->KW * (size_t)g->N * g->OH * g->OW;
 }
 
-/* forward: the GEMM result (OC, N*OH*OW); backward: dout as (OC, N*OH*OW) plus dcol (C*KH*KW, N*OH*OW) */
+/* backward, per thread (at most N threads): one sample's dcol (C*KH*KW, OH*OW) and a partial dw (OC, C*KH*KW) */
 size_t dt_conv2d_scratch_floats(const dt_conv2d_geom *g) {
-  return ((size_t)g->OC + (size_t)g->C * g->KH * g->KW) * (size_t)g->N * g->OH * g->OW;
+  const size_t R = (size_t)g->C * g->KH * g->KW;
+  return (size_t)g->N * (R * g->OH * g->OW + (size_t)g->OC * R);
 }
 
 /* Output columns ow whose input column ow*stride - pad + kw lies inside [0, W): [*lo, *hi). */
@@ -105,26 +107,22 @@ static void im2col(const dt_conv2d_geom *g, float *col, const float *inp) {
   }
 }
 
-/* dinp (N, C, H, W) = sum of dcol (C*KH*KW, N, OH, OW) over the windows; one (n, c) plane per iteration,
- * channel-major like im2col so the reads of dcol are a few sequential streams. */
-static void col2im(const dt_conv2d_geom *g, float *dinp, const float *dcol) {
+/* dinp_n (C, H, W) of one sample = sum of its dcol (C*KH*KW, OH*OW) over the windows. */
+static void col2im_sample(const dt_conv2d_geom *g, float *dinp_n, const float *dcol) {
   const int KK = g->KH * g->KW, P = g->OH * g->OW, s = g->stride;
-  const size_t NP = (size_t)g->N * P, HW = (size_t)g->H * g->W;
-#pragma omp parallel for collapse(2) schedule(static)
+  const size_t HW = (size_t)g->H * g->W;
   for (int c = 0; c < g->C; c++) {
-    for (int n = 0; n < g->N; n++) {
-      float *plane = dinp + ((size_t)n * g->C + c) * HW;
-      memset(plane, 0, HW * sizeof(float));
-      for (int kh = 0; kh < g->KH; kh++) {
-        for (int kw = 0; kw < g->KW; kw++) {
-          const float *src = dcol + ((size_t)c * KK + (size_t)kh * g->KW + kw) * NP + (size_t)n * P;
-          int lo, hi;
-          valid_cols(g, kw, &lo, &hi);
-          for (int oh = 0; oh < g->OH; oh++) {
-            const int ih = oh * s - g->pad + kh;
-            if (ih < 0 || ih >= g->H) continue;
-            fold_row(plane + (size_t)ih * g->W, src + (size_t)oh * g->OW, s, kw - g->pad, lo, hi);
-          }
+    float *plane = dinp_n + (size_t)c * HW;
+    memset(plane, 0, HW * sizeof(float));
+    for (int kh = 0; kh < g->KH; kh++) {
+      for (int kw = 0; kw < g->KW; kw++) {
+        const float *src = dcol + ((size_t)c * KK + (size_t)kh * g->KW + kw) * P;
+        int lo, hi;
+        valid_cols(g, kw, &lo, &hi);
+        for (int oh = 0; oh < g->OH; oh++) {
+          const int ih = oh * s - g->pad + kh;
+          if (ih < 0 || ih >= g->H) continue;
+          fold_row(plane + (size_t)ih * g->W, src + (size_t)oh * g->OW, s, kw - g->pad, lo, hi);
         }
       }
     }
@@ -143,45 +141,63 @@ static double sum_floats(const float *x, int n) {
   return s;
 }
 
+/* One GEMM per sample straight into the NCHW output (no reorder pass): out_n (OC, P) = w (OC, R) @ col_n,
+ * col_n the sample's columns of col (R, N*P). Samples are spread over the threads, one GEMM each. */
 void dt_conv2d_forward(const dt_conv2d_geom *g, float *out, float *col, float *scratch, const float *inp,
                        const float *w, const float *b) {
   const int R = g->C * g->KH * g->KW, P = g->OH * g->OW, NP = g->N * P;
+  (void)scratch;
   im2col(g, col, inp);
-  float *omat = scratch; /* (OC, N*P) = w (OC, R) @ col (R, N*P) */
-  dt_sgemm(0, 0, g->OC, NP, R, 1.0f, w, R, col, NP, 0.0f, omat, NP);
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for schedule(static)
   for (int n = 0; n < g->N; n++) {
-    for (int oc = 0; oc < g->OC; oc++) {
-      const float *src = omat + (size_t)oc * NP + (size_t)n * P;
-      float *dst = out + ((size_t)n * g->OC + oc) * P;
-      const float bias = b ? b[oc] : 0.0f;
-      for (int p = 0; p < P; p++) dst[p] = src[p] + bias;
-    }
+    float *o = out + (size_t)n * g->OC * P;
+    if (b)
+      for (int oc = 0; oc < g->OC; oc++)
+        for (int p = 0; p < P; p++) o[(size_t)oc * P + p] = b[oc];
+    dt_sgemm(0, 0, g->OC, P, R, 1.0f, w, R, col + (size_t)n * P, NP, b ? 1.0f : 0.0f, o, P);
   }
 }
 
+/* Per sample, from dout in NCHW (no reorder): dw += dout_n (OC, P) @ col_n^T, dcol_n = w^T @ dout_n and its
+ * col2im while dcol_n is in cache. Samples are spread over the threads; with more than one thread each
+ * sums its dw into its own partial, added to dw at the end. */
 void dt_conv2d_backward(const dt_conv2d_geom *g, float *dinp, float *dw, float *db, float *scratch,
                         const float *dout, const float *col, const float *w) {
-  const int R = g->C * g->KH * g->KW, P = g->OH * g->OW, NP = g->N * P;
-  float *dmat = dw || dinp ? scratch : NULL;  /* (OC, N*P) */
-  float *dcol = scratch + (size_t)g->OC * NP; /* (R, N*P) */
-  /* One pass over dout: reorder it to dmat and sum it into db (while the plane is in L1). */
-  if (dmat || db) {
+  const int R = g->C * g->KH * g->KW, P = g->OH * g->OW, NP = g->N * P, OC = g->OC;
+  const size_t HW = (size_t)g->H * g->W;
+  if (db) {
 #pragma omp parallel for schedule(static)
-    for (int oc = 0; oc < g->OC; oc++) {
+    for (int oc = 0; oc < OC; oc++) {
       double sum = 0.0;
-      for (int n = 0; n < g->N; n++) {
-        const float *src = dout + ((size_t)n * g->OC + oc) * P;
-        if (dmat) memcpy(dmat + (size_t)oc * NP + (size_t)n * P, src, (size_t)P * sizeof(float));
-        if (db) sum += sum_floats(src, P);
-      }
-      if (db) db[oc] += (float)sum;
+      for (int n = 0; n < g->N; n++) sum += sum_floats(dout + ((size_t)n * OC + oc) * P, P);
+      db[oc] += (float)sum;
     }
   }
-  if (!dmat) return;
-  if (dw) dt_sgemm(0, 1, g->OC, R, NP, 1.0f, dmat, NP, col, NP, 1.0f, dw, R); /* += (OC, NP) @ (NP, R) */
-  if (dinp) {
-    dt_sgemm(1, 0, R, NP, g->OC, 1.0f, w, R, dmat, NP, 0.0f, dcol, NP); /* (R, OC) @ (OC, NP) */
-    col2im(g, dinp, dcol);
+  if (!dw && !dinp) return;
+  int T = omp_get_max_threads();
+  if (T > g->N) T = g->N;
+  float *part = scratch + (size_t)T * R * P; /* T partial dw (OC, R) */
+#pragma omp parallel num_threads(T)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    float *dcol = scratch + (size_t)t * R * P, *mydw = nt > 1 ? part + (size_t)t * OC * R : dw;
+    if (dw && nt > 1) memset(mydw, 0, (size_t)OC * R * sizeof(float));
+#pragma omp for schedule(static)
+    for (int n = 0; n < g->N; n++) {
+      const float *dy = dout + (size_t)n * OC * P;
+      if (dw) dt_sgemm(0, 1, OC, R, P, 1.0f, dy, P, col + (size_t)n * P, NP, 1.0f, mydw, R);
+      if (dinp) {
+        dt_sgemm(1, 0, R, P, OC, 1.0f, w, R, dy, P, 0.0f, dcol, P);
+        col2im_sample(g, dinp + (size_t)n * g->C * HW, dcol);
+      }
+    }
+    if (dw && nt > 1) {
+#pragma omp for schedule(static)
+      for (int i = 0; i < OC * R; i++) {
+        float acc = dw[i];
+        for (int k = 0; k < nt; k++) acc += part[(size_t)k * OC * R + i];
+        dw[i] = acc;
+      }
+    }
   }
 }

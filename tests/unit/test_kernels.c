@@ -159,6 +159,16 @@ TEST(conv2d_grad) {
   ASSERT_EQ(conv_grad_case(2, 1, 5, 5, 2, 5, 3, 2, 1), 0); /* stride 3, pad 2 */
 }
 
+/* Backward spreads samples over threads, each with its own dw partial (threads capped at N). */
+TEST(conv2d_grad_threads) {
+  dt_rng_init(&rng, 12, 0);
+  ASSERT_OK(dt_set_threads(3));
+  ASSERT_EQ(conv_grad_case(5, 2, 6, 5, 3, 3, 1, 1, 1), 0); /* 5 samples over 3 threads */
+  ASSERT_EQ(conv_grad_case(1, 2, 5, 5, 2, 3, 1, 0, 1), 0); /* 1 sample: one thread */
+  ASSERT_OK(dt_set_threads(1));
+  ASSERT_EQ(conv_grad_case(5, 2, 6, 5, 3, 3, 1, 1, 1), 0);
+}
+
 TEST(conv2d_exact) {
   /* input 1..9 as 3x3, kernel 2x2 of ones */
   float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, w[4] = {1, 1, 1, 1}, b[1] = {0.5f}, y[4];
@@ -672,7 +682,7 @@ TEST(elementwise) {
   free(big), free(big2);
 }
 
-TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_exact), TEST_ENTRY(conv2d_geom_rejects),
+TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_grad_threads), TEST_ENTRY(conv2d_exact), TEST_ENTRY(conv2d_geom_rejects),
           TEST_ENTRY(pool_grad), TEST_ENTRY(pool_exact), TEST_ENTRY(maxpool_nan_and_ties_both_paths), TEST_ENTRY(pool_geom_rejects), TEST_ENTRY(batchnorm_grad),
           TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(bn_relu_maxpool_fused_matches_composition), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
           TEST_ENTRY(cross_entropy_grad), TEST_ENTRY(cross_entropy_rejects), TEST_ENTRY(topk_correct),
