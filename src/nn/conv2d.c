@@ -36,20 +36,19 @@ static dt_status conv2d_infer(dt_layer *l) {
   return DT_OK;
 }
 
-/* Workspace: col (kept from forward to backward), then scratch. */
+/* Workspace: the kernels' scratch (nothing is kept from forward to backward). */
 static size_t conv2d_ws_bytes(const dt_layer *l, int max_batch) {
   dt_conv2d_geom g;
   if (conv_geom(l, max_batch, &g) != DT_OK) return 0;
-  return DT_ALIGN_UP(dt_conv2d_col_floats(&g) * sizeof(float)) + dt_conv2d_scratch_floats(&g) * sizeof(float);
+  return dt_conv2d_scratch_floats(&g) * sizeof(float);
 }
 
 static dt_status conv2d_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
   const conv2d_priv *p = l->priv;
   dt_conv2d_geom g;
   DT_CHECK(conv_geom(l, io->batch, &g));
-  float *col = io->ws, *scratch = (float *)((char *)io->ws + DT_ALIGN_UP(dt_conv2d_col_floats(&g) * sizeof(float)));
   const float *w = io->params, *b = p->bias ? io->params + l->t[0].numel : NULL;
-  dt_conv2d_forward(&g, out, col, scratch, in, w, b);
+  dt_conv2d_forward(&g, out, io->ws, in, w, b);
   return DT_OK;
 }
 
@@ -58,9 +57,8 @@ static void conv2d_backward(const dt_layer *l, const dt_layer_io *io, const floa
   const conv2d_priv *p = l->priv;
   dt_conv2d_geom g;
   if (conv_geom(l, io->batch, &g) != DT_OK) return; /* validated by the forward */
-  float *col = io->ws, *scratch = (float *)((char *)io->ws + DT_ALIGN_UP(dt_conv2d_col_floats(&g) * sizeof(float)));
   float *dw = io->grads, *db = p->bias ? io->grads + l->t[0].numel : NULL;
-  dt_conv2d_backward(&g, dinp, dw, db, scratch, dout, col, io->params);
+  dt_conv2d_backward(&g, dinp, dw, db, io->ws, dout, in, io->params);
 }
 
 const dt_layer_ops dt_conv2d_ops = {.kind = "Conv2d",

@@ -1,4 +1,4 @@
-/* conv2d kernels: im2col over the whole batch, one GEMM, reorder to NCHW (and the reverse for backward). */
+/* conv2d kernels: per sample, im2col into a per-thread buffer and GEMMs on NCHW data (col2im for backward). */
 #include <limits.h>
 #include <omp.h>
 #include <string.h>
@@ -36,15 +36,10 @@ dt_status dt_conv2d_geom_init(dt_conv2d_geom *g, int N, int C, int H, int W, int
   return DT_OK;
 }
 
-/* (C*KH*KW, N*OH*OW) */
-size_t dt_conv2d_col_floats(const dt_conv2d_geom *g) {
-  return (size_t)g->C * g->KH * g->KW * (size_t)g->N * g->OH * g->OW;
-}
-
-/* backward, per thread (at most N threads): one sample's dcol (C*KH*KW, OH*OW) and a partial dw (OC, C*KH*KW) */
+/* Per thread (at most N threads): one sample's col and dcol (C*KH*KW, OH*OW) and a partial dw (OC, C*KH*KW). */
 size_t dt_conv2d_scratch_floats(const dt_conv2d_geom *g) {
   const size_t R = (size_t)g->C * g->KH * g->KW;
-  return (size_t)g->N * (R * g->OH * g->OW + (size_t)g->OC * R);
+  return (size_t)g->N * (2 * R * g->OH * g->OW + (size_t)g->OC * R);
 }
 
 /* Output columns ow whose input column ow*stride - pad + kw lies inside [0, W): [*lo, *hi). */
@@ -78,29 +73,24 @@ static inline void fold_row(float *restrict row, const float *restrict d, int s,
   }
 }
 
-/* col (C*KH*KW, N, OH, OW) from inp (N, C, H, W); zero where the window hits padding.
- * Channel-major iteration: each thread streams through the KH*KW rows of col of its channels in order
- * (few, sequential streams), and one (n, c) input plane stays in L1 while its pieces are written. */
-static void im2col(const dt_conv2d_geom *g, float *col, const float *inp) {
+/* col (C*KH*KW, OH*OW) of one sample from inp_n (C, H, W); zero where the window hits padding. */
+static void im2col_sample(const dt_conv2d_geom *g, float *col, const float *inp_n) {
   const int KK = g->KH * g->KW, P = g->OH * g->OW, s = g->stride;
-  const size_t NP = (size_t)g->N * P, HW = (size_t)g->H * g->W;
-#pragma omp parallel for collapse(2) schedule(static)
+  const size_t HW = (size_t)g->H * g->W;
   for (int c = 0; c < g->C; c++) {
-    for (int n = 0; n < g->N; n++) {
-      const float *plane = inp + ((size_t)n * g->C + c) * HW;
-      for (int kh = 0; kh < g->KH; kh++) {
-        for (int kw = 0; kw < g->KW; kw++) {
-          float *dst = col + ((size_t)c * KK + (size_t)kh * g->KW + kw) * NP + (size_t)n * P;
-          int lo, hi;
-          valid_cols(g, kw, &lo, &hi);
-          for (int oh = 0; oh < g->OH; oh++) {
-            float *d = dst + (size_t)oh * g->OW;
-            const int ih = oh * s - g->pad + kh;
-            if (ih < 0 || ih >= g->H)
-              memset(d, 0, (size_t)g->OW * sizeof(float));
-            else
-              unfold_row(d, plane + (size_t)ih * g->W, g->OW, s, kw - g->pad, lo, hi);
-          }
+    const float *plane = inp_n + (size_t)c * HW;
+    for (int kh = 0; kh < g->KH; kh++) {
+      for (int kw = 0; kw < g->KW; kw++) {
+        float *dst = col + ((size_t)c * KK + (size_t)kh * g->KW + kw) * P;
+        int lo, hi;
+        valid_cols(g, kw, &lo, &hi);
+        for (int oh = 0; oh < g->OH; oh++) {
+          float *d = dst + (size_t)oh * g->OW;
+          const int ih = oh * s - g->pad + kh;
+          if (ih < 0 || ih >= g->H)
+            memset(d, 0, (size_t)g->OW * sizeof(float));
+          else
+            unfold_row(d, plane + (size_t)ih * g->W, g->OW, s, kw - g->pad, lo, hi);
         }
       }
     }
@@ -141,29 +131,39 @@ static double sum_floats(const float *x, int n) {
   return s;
 }
 
-/* One GEMM per sample straight into the NCHW output (no reorder pass): out_n (OC, P) = w (OC, R) @ col_n,
- * col_n the sample's columns of col (R, N*P). Samples are spread over the threads, one GEMM each. */
-void dt_conv2d_forward(const dt_conv2d_geom *g, float *out, float *col, float *scratch, const float *inp,
-                       const float *w, const float *b) {
-  const int R = g->C * g->KH * g->KW, P = g->OH * g->OW, NP = g->N * P;
-  (void)scratch;
-  im2col(g, col, inp);
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < g->N; n++) {
-    float *o = out + (size_t)n * g->OC * P;
-    if (b)
-      for (int oc = 0; oc < g->OC; oc++)
-        for (int p = 0; p < P; p++) o[(size_t)oc * P + p] = b[oc];
-    dt_sgemm(0, 0, g->OC, P, R, 1.0f, w, R, col + (size_t)n * P, NP, b ? 1.0f : 0.0f, o, P);
+/* Threads used: one sample each at a time, at most N (the scratch holds N per-thread blocks). */
+static int conv_threads(const dt_conv2d_geom *g) {
+  const int t = omp_get_max_threads();
+  return t < g->N ? t : g->N;
+}
+
+/* Per sample, the unfolded input stays in cache for its GEMM, written straight into the NCHW output:
+ * out_n (OC, P) = w (OC, R) @ col_n (R, P). Samples are spread over the threads, one GEMM each. */
+void dt_conv2d_forward(const dt_conv2d_geom *g, float *out, float *scratch, const float *inp, const float *w,
+                       const float *b) {
+  const int R = g->C * g->KH * g->KW, P = g->OH * g->OW;
+  const size_t HW = (size_t)g->H * g->W;
+#pragma omp parallel num_threads(conv_threads(g))
+  {
+    float *col = scratch + (size_t)omp_get_thread_num() * R * P;
+#pragma omp for schedule(static)
+    for (int n = 0; n < g->N; n++) {
+      float *o = out + (size_t)n * g->OC * P;
+      im2col_sample(g, col, inp + (size_t)n * g->C * HW);
+      if (b)
+        for (int oc = 0; oc < g->OC; oc++)
+          for (int p = 0; p < P; p++) o[(size_t)oc * P + p] = b[oc];
+      dt_sgemm(0, 0, g->OC, P, R, 1.0f, w, R, col, P, b ? 1.0f : 0.0f, o, P);
+    }
   }
 }
 
-/* Per sample, from dout in NCHW (no reorder): dw += dout_n (OC, P) @ col_n^T, dcol_n = w^T @ dout_n and its
- * col2im while dcol_n is in cache. Samples are spread over the threads; with more than one thread each
- * sums its dw into its own partial, added to dw at the end. */
+/* Per sample, from dout in NCHW: dw += dout_n (OC, P) @ col_n^T (col_n unfolded again, into cache),
+ * dcol_n = w^T @ dout_n and its col2im while dcol_n is in cache. Samples are spread over the threads;
+ * with more than one thread each sums its dw into its own partial, added to dw at the end. */
 void dt_conv2d_backward(const dt_conv2d_geom *g, float *dinp, float *dw, float *db, float *scratch,
-                        const float *dout, const float *col, const float *w) {
-  const int R = g->C * g->KH * g->KW, P = g->OH * g->OW, NP = g->N * P, OC = g->OC;
+                        const float *dout, const float *inp, const float *w) {
+  const int R = g->C * g->KH * g->KW, P = g->OH * g->OW, OC = g->OC;
   const size_t HW = (size_t)g->H * g->W;
   if (db) {
 #pragma omp parallel for schedule(static)
@@ -174,18 +174,21 @@ void dt_conv2d_backward(const dt_conv2d_geom *g, float *dinp, float *dw, float *
     }
   }
   if (!dw && !dinp) return;
-  int T = omp_get_max_threads();
-  if (T > g->N) T = g->N;
-  float *part = scratch + (size_t)T * R * P; /* T partial dw (OC, R) */
+  const int T = conv_threads(g);
+  float *part = scratch + (size_t)T * 2 * R * P; /* T partial dw (OC, R) */
 #pragma omp parallel num_threads(T)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    float *dcol = scratch + (size_t)t * R * P, *mydw = nt > 1 ? part + (size_t)t * OC * R : dw;
+    float *col = scratch + (size_t)t * 2 * R * P, *dcol = col + (size_t)R * P;
+    float *mydw = nt > 1 ? part + (size_t)t * OC * R : dw;
     if (dw && nt > 1) memset(mydw, 0, (size_t)OC * R * sizeof(float));
 #pragma omp for schedule(static)
     for (int n = 0; n < g->N; n++) {
       const float *dy = dout + (size_t)n * OC * P;
-      if (dw) dt_sgemm(0, 1, OC, R, P, 1.0f, dy, P, col + (size_t)n * P, NP, 1.0f, mydw, R);
+      if (dw) {
+        im2col_sample(g, col, inp + (size_t)n * g->C * HW);
+        dt_sgemm(0, 1, OC, R, P, 1.0f, dy, P, col, P, 1.0f, mydw, R);
+      }
       if (dinp) {
         dt_sgemm(1, 0, R, P, OC, 1.0f, w, R, dy, P, 0.0f, dcol, P);
         col2im_sample(g, dinp + (size_t)n * g->C * HW, dcol);

@@ -37,16 +37,14 @@ typedef struct dt_conv2d_geom {
 /* Fills OH/OW; DT_INVALID_ARGUMENT if any size is < 1 or the output would be empty. */
 dt_status dt_conv2d_geom_init(dt_conv2d_geom *g, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
                               int pad);
-/* Floats of `col`, written by forward and read by backward (the unfolded input). */
-size_t dt_conv2d_col_floats(const dt_conv2d_geom *g);
-/* Floats of `scratch`, temporary within one forward or backward call. */
+/* Floats of `scratch`, temporary within one forward or backward call (the backward unfolds the input again). */
 size_t dt_conv2d_scratch_floats(const dt_conv2d_geom *g);
 /* out (N, OC, OH, OW) = conv(inp (N, C, H, W), w (OC, C, KH, KW)) + b (OC) [b may be NULL] */
-void dt_conv2d_forward(const dt_conv2d_geom *g, float *out, float *col, float *scratch, const float *inp,
-                       const float *w, const float *b);
-/* dinp (N, C, H, W) =;  dw (OC, C, KH, KW) +=;  db (OC) += ;  col from the matching forward */
+void dt_conv2d_forward(const dt_conv2d_geom *g, float *out, float *scratch, const float *inp, const float *w,
+                       const float *b);
+/* dinp (N, C, H, W) =;  dw (OC, C, KH, KW) +=;  db (OC) += ;  inp the forward's input */
 void dt_conv2d_backward(const dt_conv2d_geom *g, float *dinp, float *dw, float *db, float *scratch,
-                        const float *dout, const float *col, const float *w);
+                        const float *dout, const float *inp, const float *w);
 
 /* ---- pooling (floor mode, like PyTorch's default ceil_mode=False) -------- */
 typedef struct dt_pool2d_geom {

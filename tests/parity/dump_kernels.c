@@ -63,9 +63,9 @@ static void conv_case(const char *tag, int N, int C, int H, int W, int OC, int K
   const size_t nx = (size_t)N * C * H * W, nw = (size_t)OC * C * KH * KW, ny = (size_t)N * OC * g.OH * g.OW;
   float *x = randf(nx, -1, 1), *w = randf(nw, -1, 1), *b = bias ? randf(OC, -1, 1) : NULL;
   float *dy = randf(ny, -1, 1), *y = zeros(ny), *dx = zeros(nx), *dw = zeros(nw), *db = zeros(OC);
-  float *col = zeros(dt_conv2d_col_floats(&g)), *scratch = zeros(dt_conv2d_scratch_floats(&g));
-  dt_conv2d_forward(&g, y, col, scratch, x, w, b);
-  dt_conv2d_backward(&g, dx, dw, bias ? db : NULL, scratch, dy, col, w);
+  float *scratch = zeros(dt_conv2d_scratch_floats(&g));
+  dt_conv2d_forward(&g, y, scratch, x, w, b);
+  dt_conv2d_backward(&g, dx, dw, bias ? db : NULL, scratch, dy, x, w);
   char name[64];
 #define NAME(t) (snprintf(name, sizeof name, "%s.%s", tag, t), name)
   int meta[4] = {s, p, bias, 0};
@@ -78,7 +78,7 @@ static void conv_case(const char *tag, int N, int C, int H, int W, int OC, int K
   PUTF(NAME("dx"), dx, N, C, H, W);
   PUTF(NAME("dw"), dw, OC, C, KH, KW);
   if (bias) PUTF(NAME("db"), db, OC);
-  free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db), free(col), free(scratch);
+  free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db), free(scratch);
 }
 
 static void pool_case(const char *tag, int N, int C, int H, int W, int K, int s, int p) {

@@ -115,11 +115,11 @@ TEST(linear_grad) {
 /* ---- conv2d ---- */
 typedef struct conv_ctx {
   dt_conv2d_geom g;
-  float *x, *w, *b, *col, *scratch;
+  float *x, *w, *b, *scratch;
 } conv_ctx;
 static void conv_fwd(void *c, float *out) {
   conv_ctx *k = c;
-  dt_conv2d_forward(&k->g, out, k->col, k->scratch, k->x, k->w, k->b);
+  dt_conv2d_forward(&k->g, out, k->scratch, k->x, k->w, k->b);
 }
 
 static int conv_grad_case(int N, int C, int H, int W, int OC, int K, int s, int p, int bias) {
@@ -129,11 +129,10 @@ static int conv_grad_case(int N, int C, int H, int W, int OC, int K, int s, int 
   k.x = randf(nx, -1, 1);
   k.w = randf(nw, -1, 1);
   k.b = bias ? randf(OC, -1, 1) : NULL;
-  k.col = zeros(dt_conv2d_col_floats(&k.g));
   k.scratch = zeros(dt_conv2d_scratch_floats(&k.g));
   float *dy = randf(ny, -1, 1), *y = zeros(ny), *dx = randf(nx, 5, 6), *dw = zeros(nw), *db = zeros(OC);
   conv_fwd(&k, y);
-  dt_conv2d_backward(&k.g, dx, dw, bias ? db : NULL, k.scratch, dy, k.col, k.w);
+  dt_conv2d_backward(&k.g, dx, dw, bias ? db : NULL, k.scratch, dy, k.x, k.w);
   fd_spec sp = {conv_fwd, &k, y, dy, ny, 1e-2, 1e-4};
   int bad = fd_check("conv dx", &sp, k.x, dx, nx) + fd_check("conv dw", &sp, k.w, dw, nw);
   if (bias) bad += fd_check("conv db", &sp, k.b, db, OC);
@@ -142,11 +141,11 @@ static int conv_grad_case(int N, int C, int H, int W, int OC, int K, int s, int 
   memcpy(dw2, dw, nw * sizeof(float));
   memcpy(db2, db, OC * sizeof(float));
   conv_fwd(&k, y);
-  dt_conv2d_backward(&k.g, dx2, dw2, bias ? db2 : NULL, k.scratch, dy, k.col, k.w);
+  dt_conv2d_backward(&k.g, dx2, dw2, bias ? db2 : NULL, k.scratch, dy, k.x, k.w);
   for (size_t i = 0; i < nw; i++) bad += fabsf(dw2[i] - 2 * dw[i]) > 1e-5f * fmaxf(1, fabsf(dw[i]));
   for (int i = 0; i < OC; i++) bad += fabsf(db2[i] - 2 * db[i]) > 1e-5f * fmaxf(1, fabsf(db[i]));
   for (size_t i = 0; i < nx; i++) bad += dx2[i] != dx[i];
-  free(k.x), free(k.w), free(k.b), free(k.col), free(k.scratch), free(dy), free(y), free(dx), free(dw), free(db);
+  free(k.x), free(k.w), free(k.b), free(k.scratch), free(dy), free(y), free(dx), free(dw), free(db);
   free(dw2), free(db2), free(dx2);
   return bad;
 }
@@ -176,10 +175,9 @@ TEST(conv2d_exact) {
   ASSERT_OK(dt_conv2d_geom_init(&g, 1, 1, 3, 3, 1, 2, 2, 1, 0));
   ASSERT_EQ(g.OH, 2);
   ASSERT_EQ(g.OW, 2);
-  float col[16], scratch[32];
-  ASSERT_EQ(dt_conv2d_col_floats(&g), 16);
-  ASSERT(dt_conv2d_scratch_floats(&g) <= 32);
-  dt_conv2d_forward(&g, y, col, scratch, x, w, b);
+  float scratch[40];
+  ASSERT(dt_conv2d_scratch_floats(&g) <= 40);
+  dt_conv2d_forward(&g, y, scratch, x, w, b);
   ASSERT_EQ(y[0], 12.5);
   ASSERT_EQ(y[1], 16.5);
   ASSERT_EQ(y[2], 24.5);
@@ -187,14 +185,14 @@ TEST(conv2d_exact) {
   /* stride 2, pad 1: windows start at -1 and 1 */
   ASSERT_OK(dt_conv2d_geom_init(&g, 1, 1, 3, 3, 1, 2, 2, 2, 1));
   ASSERT_EQ(g.OH, 2);
-  dt_conv2d_forward(&g, y, col, scratch, x, w, NULL);
+  dt_conv2d_forward(&g, y, scratch, x, w, NULL);
   ASSERT_EQ(y[0], 1);
   ASSERT_EQ(y[1], 5);
   ASSERT_EQ(y[2], 11);
   ASSERT_EQ(y[3], 28);
   /* backward of all-ones dout: each input counted once per window covering it */
   float dy[4] = {1, 1, 1, 1}, dx[9], dw[4] = {0};
-  dt_conv2d_backward(&g, dx, dw, NULL, scratch, dy, col, w);
+  dt_conv2d_backward(&g, dx, dw, NULL, scratch, dy, x, w);
   for (int i = 0; i < 9; i++) ASSERT_EQ(dx[i], 1);
   /* dw[0] sums the windows' top-left taps: x[-1,-1], x[-1,1], x[1,-1] are padding, x[1,1] = 5 */
   ASSERT_EQ(dw[0], 5);
