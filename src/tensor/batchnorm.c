@@ -5,6 +5,12 @@
 
 #include "tensor/kernels.h"
 
+/* A channel's planes lie C*HW floats apart, each too short for the hardware prefetcher to get going:
+ * ask for the next plane while working on this one. */
+static inline void prefetch_plane(const float *p, size_t n) {
+  for (size_t i = 0; i < n; i += 16) __builtin_prefetch(p + i);
+}
+
 /* Statistics of channel c of inp (N, C, HW), two passes in double: the mean, then the biased variance
  * around it. Writes mean/invstd (may be NULL) and updates the running statistics (may be NULL) as
  * PyTorch does, with the UNBIASED variance. Returns the mean and invstd as floats. */
@@ -14,6 +20,7 @@ static void channel_stats(int c, float *m_out, float *is_out, float *mean, float
   double sum = 0.0;
   for (int n = 0; n < N; n++) {
     const float *x = inp + ((size_t)n * C + c) * HW;
+    if (n + 1 < N) prefetch_plane(x + (size_t)C * HW, HW);
 #pragma omp simd reduction(+ : sum)
     for (int i = 0; i < HW; i++) sum += x[i];
   }
@@ -213,6 +220,11 @@ void dt_bn_relu_maxpool2x2_backward(float *dinp, float *dgamma, float *dbeta, co
     for (int n = 0; n < N; n++) {
       const size_t pl = (size_t)n * C + c;
       const float *restrict dy = dout + pl * P, *restrict y = out + pl * P, *restrict xs = xsel + pl * P;
+      if (n + 1 < N) {
+        prefetch_plane(dy + (size_t)C * P, P);
+        prefetch_plane(y + (size_t)C * P, P);
+        prefetch_plane(xs + (size_t)C * P, P);
+      }
 #pragma omp simd reduction(+ : sdy, sdyx)
       for (int p = 0; p < P; p++) {
         const float g = y[p] > 0.0f ? dy[p] : 0.0f; /* what ReLU passes back to the argmax */
@@ -231,6 +243,7 @@ void dt_bn_relu_maxpool2x2_backward(float *dinp, float *dgamma, float *dbeta, co
       const float *restrict xs = xsel + pl * P;
       const int32_t *restrict am = argmax + pl * P;
       float *restrict dx = dinp + pl * HW;
+      if (n + 1 < N) prefetch_plane(x + (size_t)C * HW, HW);
 #pragma omp simd
       for (int i = 0; i < HW; i++) dx[i] = k * (na - (x[i] - m) * is * b);
       /* The argmax positions (distinct: the windows do not overlap) get their gradient. */
