@@ -1,4 +1,4 @@
-/* Flatten layer (torch.nn.Flatten / x.view(N, -1)): (C, H, W) -> (C*H*W,), a copy. */
+/* Flatten layer (torch.nn.Flatten / x.view(N, -1)): (C, H, W) -> (C*H*W,); a view (the executor aliases it). */
 #include <string.h>
 
 #include "core/impl.h"
@@ -11,7 +11,7 @@ static dt_status flatten_infer(dt_layer *l) {
 }
 
 static dt_status flatten_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
-  memcpy(out, in, l->in_numel * (size_t)io->batch * sizeof(float));
+  if (out != in) memcpy(out, in, l->in_numel * (size_t)io->batch * sizeof(float));
   return DT_OK;
 }
 
@@ -21,7 +21,7 @@ static void flatten_backward(const dt_layer *l, const dt_layer_io *io, const flo
 }
 
 const dt_layer_ops dt_flatten_ops = {
-    .kind = "Flatten", .infer = flatten_infer, .forward = flatten_forward, .backward = flatten_backward};
+    .kind = "Flatten", .infer = flatten_infer, .forward = flatten_forward, .backward = flatten_backward, .is_view = 1};
 
 dt_status dt_model_add_flatten(dt_model *m, const char *name) {
   return dt_model_add_layer(m, &dt_flatten_ops, name, NULL);

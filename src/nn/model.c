@@ -326,13 +326,17 @@ dt_status dt_model_ctx_new(dt_model *m, int max_batch, int update_buffers, dt_mo
   for (int i = 0; i < n; i++) {
     size_t e = m->layers[i].out_numel;
     if (e > biggest) biggest = e;
-    bytes += DT_ALIGN_UP(e * (size_t)max_batch * sizeof(float));
+    if (!m->layers[i].ops->is_view) bytes += DT_ALIGN_UP(e * (size_t)max_batch * sizeof(float));
   }
   DT_CHECK_GOTO(dt_alloc_array(bytes, 1, "activations", &c->act_block), st, fail);
   char *p = c->act_block;
   c->act[0] = (float *)p;
   p += DT_ALIGN_UP(m->sample_numel * (size_t)max_batch * sizeof(float));
   for (int i = 0; i < n; i++) {
+    if (m->layers[i].ops->is_view) { /* the same floats as its input */
+      c->act[i + 1] = c->act[i];
+      continue;
+    }
     c->act[i + 1] = (float *)p;
     p += DT_ALIGN_UP(m->layers[i].out_numel * (size_t)max_batch * sizeof(float));
   }
@@ -430,6 +434,7 @@ dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const float *x, int
   memcpy(c->act[0], x, (size_t)batch * m->sample_numel * sizeof(float));
   c->fused_forward = !c->no_fusion;
   for (int i = 0; i < m->n_layers; i++) {
+    if (m->layers[i].ops->is_view) continue;
     dt_layer_io io;
     fill_io(m, c, i, &io);
     if (c->fused_forward && fused_group(m, i)) {
@@ -474,6 +479,7 @@ dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout)
   c->input_grad = NULL;
   for (int i = m->n_layers - 1; i >= lowest; i--) {
     const dt_layer *l = &m->layers[i];
+    if (l->ops->is_view && i > lowest) continue; /* the gradient passes as it is */
     dt_layer_io io;
     fill_io(m, c, i, &io);
     if (c->fused_forward && fused_group(m, i - 2)) { /* the pool of a fused group: run the group */

@@ -574,9 +574,56 @@ TEST(fused_bn_relu_pool_matches_layer_by_layer) {
   dt_model_free(m);
 }
 
+/* Flatten is a view: its output aliases its input (no copy); gradients pass through it unchanged, and as
+ * the lowest layer it still hands back an input gradient of its own. */
+TEST(flatten_is_a_zero_copy_view) {
+  const int64_t shape[3] = {2, 1, 3};
+  dt_model *m = NULL;
+  ASSERT_OK(dt_model_new(3, shape, &m));
+  ASSERT_OK(dt_model_add_flatten(m, "flat"));
+  ASSERT_OK(dt_model_add_linear(m, "fc", 2, 0));
+  ASSERT_OK(dt_model_build(m, 2, 3));
+  dt_model_ctx *c = dt_model_default_ctx(m);
+  dt_model_ctx_want_input_grad(c, 1);
+  const float x[12] = {1, 2, 3, 4, 5, 6, -1, -2, -3, -4, -5, -6}, dout[4] = {1, 0, 0, 2};
+  const float *y;
+  ASSERT_OK(dt_model_forward(m, x, 2, &y));
+  size_t np;
+  const float *w = dt_model_params(m, &np); /* fc.weight (2, 6) */
+  ASSERT_EQ(np, 12);
+  for (int b = 0; b < 2; b++)
+    for (int o = 0; o < 2; o++) {
+      double acc = 0.0;
+      for (int i = 0; i < 6; i++) acc += (double)x[b * 6 + i] * w[o * 6 + i];
+      ASSERT_NEAR(y[b * 2 + o], acc, 1e-5);
+    }
+  dt_model_zero_grad(m);
+  ASSERT_OK(dt_model_backward(m, dout));
+  const float *dx = dt_model_ctx_input_grad(c);
+  ASSERT(dx != NULL);
+  for (int i = 0; i < 6; i++) { /* dx = dout @ w */
+    ASSERT_NEAR(dx[i], w[i], 1e-6);
+    ASSERT_NEAR(dx[6 + i], 2 * w[6 + i], 1e-6);
+  }
+  dt_model_free(m);
+  /* Flatten alone: output = input; the input gradient is dout, in the context's own buffer */
+  ASSERT_OK(dt_model_new(3, shape, &m));
+  ASSERT_OK(dt_model_add_flatten(m, "flat"));
+  ASSERT_OK(dt_model_build(m, 2, 3));
+  c = dt_model_default_ctx(m);
+  dt_model_ctx_want_input_grad(c, 1);
+  ASSERT_OK(dt_model_forward(m, x, 2, &y));
+  ASSERT(memcmp(y, x, sizeof x) == 0);
+  ASSERT_OK(dt_model_backward(m, x));
+  dx = dt_model_ctx_input_grad(c);
+  ASSERT(dx != NULL && dx != x);
+  ASSERT(memcmp(dx, x, sizeof x) == 0);
+  dt_model_free(m);
+}
+
 TEST_MAIN(TEST_ENTRY(fashioncnn_tensor_names_order_shapes_and_count), TEST_ENTRY(arena_is_in_reverse_layer_order),
           TEST_ENTRY(grad_ready_ranges_increase_and_tile_the_arena), TEST_ENTRY(init_is_seeded_and_bounded_like_pytorch),
           TEST_ENTRY(model_gradient_matches_finite_differences), TEST_ENTRY(batchnorm_train_and_eval),
           TEST_ENTRY(dropout_masks_follow_seed_stream_and_step), TEST_ENTRY(error_cases_name_layers_and_numbers),
           TEST_ENTRY(mlp_zoo_model_and_summary), TEST_ENTRY(second_context_shares_parameters),
-          TEST_ENTRY(fused_bn_relu_pool_matches_layer_by_layer))
+          TEST_ENTRY(fused_bn_relu_pool_matches_layer_by_layer), TEST_ENTRY(flatten_is_a_zero_copy_view))
