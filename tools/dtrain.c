@@ -539,9 +539,9 @@ static int cmd_train(const parsed *p) {
   if (st != DT_OK) return usage_error(c, "see 'dtrain train --help'", "%s", dt_last_error());
 
   if (!quiet) {
-    printf("training %s on %s: %d epoch(s), batch %d, %s lr %g, %d thread(s), out %s\n", cfg.model, cfg.data,
-           cfg.epochs, cfg.batch_size, dt_optim_kind_name(kind), (double)cfg.lr,
-           cfg.threads > 0 ? cfg.threads : dt_num_cores(), cfg.out_dir);
+    printf("training %s on %s: %d epoch(s), batch %d, %s lr %g, %d thread(s) (OpenBLAS %s), out %s\n", cfg.model,
+           cfg.data, cfg.epochs, cfg.batch_size, dt_optim_kind_name(kind), (double)cfg.lr,
+           cfg.threads > 0 ? cfg.threads : dt_num_cores(), dt_blas_corename(), cfg.out_dir);
     fflush(stdout);
   }
   install_sigint();

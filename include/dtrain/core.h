@@ -21,6 +21,11 @@ int dt_get_threads(void);
 /* Online cores of this machine. */
 int dt_num_cores(void);
 
+/* ---- BLAS ----------------------------------------------------------- */
+/* The OpenBLAS kernel family in use ("Haswell", "SkylakeX", "Cooperlake", ...): chosen
+ * by OpenBLAS for the CPU when it loads, or forced by OPENBLAS_CORETYPE. */
+const char *dt_blas_corename(void);
+
 /* ---- logging ---------------------------------------------------------- */
 typedef enum dt_log_level { DT_LOG_LEVEL_ERROR = 0, DT_LOG_LEVEL_WARN, DT_LOG_LEVEL_INFO, DT_LOG_LEVEL_TRACE } dt_log_level;
 /* Current level: from DT_DEBUG=error|warn|info|trace (default warn), or as set. */

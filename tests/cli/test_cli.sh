@@ -228,6 +228,14 @@ bg_pid=
 [ -s "$tmp/int/model.safetensors" ] || fail "SIGINT: no weights written"
 grep -q "interrupted" "$tmp/int.err" || fail "SIGINT: no note on stderr: $(cat "$tmp/int.err")"
 
+# The banner names the OpenBLAS kernels in use; OPENBLAS_CORETYPE forces them.
+blas_core() { # prints the "(OpenBLAS X)" of the banner of a tiny run
+  env "$@" "$DTRAIN" train --model mlp --hidden 8 --limit-train 64 --limit-test 64 --out "$tmp/blas" \
+    --progress none 2>/dev/null | sed -n 's/.*(OpenBLAS \([A-Za-z0-9]*\)).*/\1/p'
+}
+[ "$(blas_core OPENBLAS_CORETYPE=Haswell)" = "Haswell" ] || fail "banner does not show OPENBLAS_CORETYPE=Haswell"
+[ -n "$(blas_core -u OPENBLAS_CORETYPE)" ] || fail "banner does not name the OpenBLAS kernels"
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
   exit 1
