@@ -79,6 +79,9 @@ def main():
     ncores = os.cpu_count()
     print(f"# model {a.model}{' ' + a.hidden if a.model == 'mlp' else ''}, batch {a.batch_size}, SGD lr {a.lr} "
           f"momentum 0.9, {a.epochs} epoch(s), {a.limit_train or 60000} train samples, median of {a.reps}")
+    print("# OpenBLAS kernels (dtrain's GEMMs, PyTorch's Linear layers): "
+          + (f"OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']}" if os.environ.get("OPENBLAS_CORETYPE")
+             else "chosen by OpenBLAS for this CPU") + "; PyTorch's convolutions use oneDNN")
     cols = ("threads", "impl", "train samp/s", "infer samp/s", "top-1 %", "top-5 %", "peak RSS MiB")
     print("%-8s %-8s %13s %13s %8s %8s %13s" % cols)
     for t in a.threads.split(","):
