@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dtrain/core.h"
 #include "dtrain/status.h"
@@ -61,6 +62,13 @@ dt_status dt_alloc_array(size_t n, size_t size, const char *what, void **out);
 static inline int dt_mul_overflow(size_t a, size_t b, size_t *out) {
   return __builtin_mul_overflow(a, b, out);
 }
+
+/* ---- files ------------------------------------------------------------------- */
+/* Opens path for reading if it is a regular file; *len is its size. DT_NOT_FOUND
+ * or DT_IO naming the path otherwise. The caller fcloses *out. */
+dt_status dt_file_open_regular(const char *path, FILE **out, size_t *len);
+/* Reads exactly n bytes: DT_IO on a read error, DT_CORRUPT if the file ended early. */
+dt_status dt_file_read_exact(FILE *f, const char *path, void *buf, size_t n);
 
 #define DT_ALIGN 64
 #define DT_ALIGN_UP(n) (((n) + (DT_ALIGN - 1)) & ~(size_t)(DT_ALIGN - 1))

@@ -106,29 +106,17 @@ dt_status dt_idx_parse(const uint8_t *buf, size_t len, size_t max_bytes, dt_idx 
 
 /* Reads the whole file; refuses files longer than max_file bytes before reading. */
 static dt_status read_file(const char *path, size_t max_file, uint8_t **out, size_t *out_len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return dt_error(errno == ENOENT ? DT_NOT_FOUND : DT_IO, "%s: %s", path, strerror(errno));
+  FILE *f;
+  size_t len;
+  DT_CHECK(dt_file_open_regular(path, &f, &len));
   dt_status st = DT_OK;
   uint8_t *buf = NULL;
-  struct stat sb;
-  if (fstat(fileno(f), &sb) != 0) {
-    st = dt_error(DT_IO, "%s: %s", path, strerror(errno));
-    goto done;
-  }
-  if (!S_ISREG(sb.st_mode)) {
-    st = dt_error(DT_IO, "%s: not a regular file", path);
-    goto done;
-  }
-  size_t len = (size_t)sb.st_size;
-  if ((uint64_t)sb.st_size > (uint64_t)max_file) {
+  if (len > max_file) {
     st = dt_error(DT_CORRUPT, "%s: file of %zu bytes exceeds the limit of %zu bytes", path, len, max_file);
     goto done;
   }
   DT_CHECK_GOTO(dt_alloc_array(len ? len : 1, 1, path, (void **)&buf), st, done);
-  if (len && fread(buf, 1, len, f) != len) {
-    st = dt_error(DT_IO, "%s: short read (%s)", path, ferror(f) ? strerror(errno) : "file shrank");
-    goto done;
-  }
+  DT_CHECK_GOTO(dt_file_read_exact(f, path, buf, len), st, done);
   *out = buf;
   *out_len = len;
   buf = NULL;

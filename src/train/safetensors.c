@@ -286,18 +286,9 @@ dt_status dt_safetensors_load(const char *path, dt_safetensors **out) {
   dt_status st = DT_OK;
   dt_safetensors *f = NULL;
   if (!path || !out) return dt_error(DT_INVALID_ARGUMENT, "safetensors load: NULL argument");
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return dt_error(errno == ENOENT ? DT_NOT_FOUND : DT_IO, "%s: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fileno(fp), &sb) != 0) {
-    st = dt_error(DT_IO, "%s: %s", path, strerror(errno));
-    goto done;
-  }
-  if (!S_ISREG(sb.st_mode)) {
-    st = dt_error(DT_IO, "%s: not a regular file", path);
-    goto done;
-  }
-  size_t len = (size_t)sb.st_size;
+  FILE *fp;
+  size_t len;
+  DT_CHECK(dt_file_open_regular(path, &fp, &len));
   uint8_t head[8];
   if (len < 8 || fread(head, 1, 8, fp) != 8) {
     st = dt_error(DT_CORRUPT, "%s: %zu bytes, shorter than the 8-byte header length", path, len);
@@ -310,11 +301,7 @@ dt_status dt_safetensors_load(const char *path, dt_safetensors **out) {
   uint8_t *img;
   DT_CHECK_GOTO(alloc_image(len, n, &f->block, &img), st, done);
   memcpy(img, head, 8);
-  if (fread(img + 8, 1, len - 8, fp) != len - 8) {
-    st = ferror(fp) ? dt_error(DT_IO, "%s: read failed: %s", path, strerror(errno))
-                    : dt_error(DT_CORRUPT, "%s: file shrank while reading", path);
-    goto done;
-  }
+  DT_CHECK_GOTO(dt_file_read_exact(fp, path, img + 8, len - 8), st, done);
   DT_CHECK_GOTO(parse_image(path, f, img, len), st, done);
 done:
   fclose(fp);
