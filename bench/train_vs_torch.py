@@ -7,15 +7,6 @@ import argparse, json, os, shutil, statistics, subprocess, sys, tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(cmd):
-    """Runs cmd; returns (stdout, peak RSS in MiB of that process tree's largest child)."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = p.communicate()
-    if p.returncode != 0:
-        sys.exit(f"train_vs_torch: {' '.join(cmd)} failed ({p.returncode}):\n{err[-2000:]}")
-    return out
-
-
 def dtrain_once(dtrain, a, threads, extra):
     out_dir = tempfile.mkdtemp(prefix="dtrain-bench-")
     try:
@@ -27,21 +18,39 @@ def dtrain_once(dtrain, a, threads, extra):
             cmd += ["--hidden", a.hidden]
         if a.limit_train:
             cmd += ["--limit-train", str(a.limit_train)]
-        cmd = ["/usr/bin/time", "-f", "RSS_KB=%M"] + cmd
-        p = subprocess.run(cmd, capture_output=True, text=True)
-        if p.returncode != 0:
-            sys.exit(f"train_vs_torch: dtrain failed ({p.returncode}):\n{p.stderr[-2000:]}")
-        rss_kb = int([l for l in p.stderr.splitlines() if l.startswith("RSS_KB=")][-1].split("=")[1])
+        _, rss, cores = timed(cmd, budget_env(threads))
         summary = json.load(open(os.path.join(out_dir, "summary.json")))
         return {
             "train_samples_per_s": summary["train_samples_per_s"],
             "infer_samples_per_s": summary["infer_samples_per_s"],
             "test_acc1": 100.0 * summary["test_acc1"],
             "test_acc5": 100.0 * summary["test_acc5"],
-            "peak_rss_mb": rss_kb / 1024.0,
+            "peak_rss_mb": rss,
+            "cpu_per_wall": cores,
         }
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def budget_env(threads):
+    """The environment that holds a process to `threads` threads in every pool:
+    PyTorch's BLAS is Debian's generic libblas (OpenBLAS, pthread build), which
+    torch.set_num_threads does not reach and which otherwise uses every core."""
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = str(threads)
+    return env
+
+
+def timed(cmd, env):
+    """Runs cmd under /usr/bin/time; returns (stdout, peak RSS MiB, CPU seconds / wall seconds)."""
+    p = subprocess.run(["/usr/bin/time", "-f", "RSS_KB=%M CPU=%U+%S WALL=%e"] + cmd, capture_output=True,
+                       text=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"train_vs_torch: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
+    fields = dict(f.split("=") for f in p.stderr.strip().splitlines()[-1].split())
+    cpu = sum(float(x) for x in fields["CPU"].split("+"))
+    return p.stdout, int(fields["RSS_KB"]) / 1024.0, cpu / max(float(fields["WALL"]), 1e-9)
 
 
 def torch_once(a, threads):
@@ -50,7 +59,10 @@ def torch_once(a, threads):
            "--batch-size", str(a.batch_size), "--lr", str(a.lr), "--momentum", "0.9"]
     if a.limit_train:
         cmd += ["--limit-train", str(a.limit_train)]
-    return json.loads(run(cmd).strip().splitlines()[-1])
+    out, rss, cores = timed(cmd, budget_env(threads))
+    r = json.loads(out.strip().splitlines()[-1])
+    r["peak_rss_mb"], r["cpu_per_wall"] = rss, cores
+    return r
 
 
 def median_of(runs, key):
@@ -82,8 +94,10 @@ def main():
     print("# OpenBLAS kernels (dtrain's GEMMs, PyTorch's Linear layers): "
           + (f"OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']}" if os.environ.get("OPENBLAS_CORETYPE")
              else "chosen by OpenBLAS for this CPU") + "; PyTorch's convolutions use oneDNN")
-    cols = ("threads", "impl", "train samp/s", "infer samp/s", "top-1 %", "top-5 %", "peak RSS MiB")
-    print("%-8s %-8s %13s %13s %8s %8s %13s" % cols)
+    print("# both sides held to the same thread budget (OMP/OpenBLAS/MKL_NUM_THREADS, torch.set_num_threads, "
+          "dtrain --threads); CPU/wall = cores the whole process kept busy")
+    cols = ("threads", "impl", "train samp/s", "infer samp/s", "top-1 %", "top-5 %", "peak RSS MiB", "CPU/wall")
+    print("%-8s %-8s %13s %13s %8s %8s %13s %9s" % cols)
     for t in a.threads.split(","):
         threads = ncores if t == "all" else int(t)
         ours = [dtrain_once(a.dtrain, a, threads, []) for _ in range(a.reps)]
@@ -91,9 +105,10 @@ def main():
         if have_torch:
             rows.append(("pytorch", [torch_once(a, threads) for _ in range(a.reps)]))
         for name, runs in rows:
-            print("%-8d %-8s %13.0f %13.0f %8.2f %8.2f %13.1f" % (
+            print("%-8d %-8s %13.0f %13.0f %8.2f %8.2f %13.1f %9.2f" % (
                 threads, name, median_of(runs, "train_samples_per_s"), median_of(runs, "infer_samples_per_s"),
-                median_of(runs, "test_acc1"), median_of(runs, "test_acc5"), median_of(runs, "peak_rss_mb")))
+                median_of(runs, "test_acc1"), median_of(runs, "test_acc5"), median_of(runs, "peak_rss_mb"),
+                median_of(runs, "cpu_per_wall")))
         if have_torch:
             theirs = rows[1][1]
             print("%-8d %-8s %13.2fx %12.2fx %+8.2f %8s %12.2fx" % (
