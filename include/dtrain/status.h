@@ -20,6 +20,7 @@ extern "C" {
   X(TIMEOUT, "timed out")                                                    \
   X(PEER_LOST, "peer lost")                                                  \
   X(INTERRUPTED, "interrupted")                                              \
+  X(MISMATCH, "ranks disagree (collective, world size or model differs)")    \
   X(INTERNAL, "internal error (a bug in dtrain: please report it)")
 
 typedef enum dt_status {

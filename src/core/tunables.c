@@ -17,6 +17,10 @@ static const tunable tunables[] = {
     {"DT_NUM_THREADS", "0", 1, "compute threads per process when --threads is not given (0: all cores)"},
     {"DT_DATA_DIR", "/usr/share/datasets", 0, "where named datasets (fashion-mnist, mnist) are looked up"},
     {"DT_PREFETCH", "2", 1, "batches the data loader prepares ahead of training"},
+    {"DT_TIMEOUT", "300", 1, "seconds a rendezvous or collective may wait for the other ranks before it fails"},
+    {"DT_RUN_ID", "default", 0, "job identity: store clients with another run id are refused"},
+    {"DT_HOST_ID", "", 0, "overrides this host's identity (ranks with the same id share memory; default: hostname + network namespace)"},
+    {"DT_STORE_SERVED", "0", 1, "1 when a launcher (dtrun) serves the store; rank 0 then connects instead of serving"},
 };
 
 static const tunable *find(const char *name) {

@@ -1,0 +1,158 @@
+/* dtrain distributed runtime: key-value store, rendezvous, process groups and
+ * collectives (the equivalent of PyTorch's c10d store + process group).
+ *
+ *   dt_group *g;
+ *   dt_group_init(NULL, &g);                  // from the environment dtrun/torchrun/mpirun/srun set
+ *   dt_allreduce(g, buf, buf, n, DT_F32, DT_SUM, NULL);   // NULL work: blocks
+ *   dt_work *w; dt_allreduce(g, a, a, n, DT_F32, DT_AVG, &w); ...; dt_work_wait(w, 0); dt_work_free(w);
+ *   dt_group_destroy(g);
+ *
+ * Every rank must issue the same collectives in the same order (with the same
+ * count, dtype, op and root). A rank that does not is detected and reported
+ * (DT_MISMATCH), a lost peer gives DT_PEER_LOST naming it, a silent one
+ * DT_TIMEOUT after the group's deadline. After such an error the group is
+ * broken: later collectives fail at once; destroy it (or abort it first). */
+#ifndef DTRAIN_DIST_H
+#define DTRAIN_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/status.h"
+#include "dtrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- key-value store --------------------------------------------------------
+ * A small TCP key-value store (like c10d's TCPStore): one server, many
+ * clients, each request with a deadline. Clients identify the job by its run
+ * id; a client of another job, or one that sends a malformed message, is
+ * dropped (and logged) without disturbing the others. */
+typedef struct dt_store dt_store;
+typedef struct dt_store_server dt_store_server;
+
+/* Longest key and value the store accepts. */
+#define DT_STORE_MAX_KEY 1024
+#define DT_STORE_MAX_VALUE (16u << 20)
+
+/* Serves a store on host:port (host NULL or "" = all interfaces; port 0 = a free
+ * port, see dt_store_server_port) in a background thread. DT_IO naming the
+ * address if the port is in use. */
+dt_status dt_store_server_start(const char *host, int port, const char *run_id, dt_store_server **out);
+int dt_store_server_port(const dt_store_server *s);
+void dt_store_server_stop(dt_store_server *s);
+
+/* Connects to the store at host:port, retrying until timeout_s (the server may
+ * not be up yet); timeout_s is also the default deadline of later requests.
+ * DT_TIMEOUT naming the address if nothing answers in time, DT_INVALID_ARGUMENT
+ * if the server belongs to another run id. */
+dt_status dt_store_connect(const char *host, int port, const char *run_id, double timeout_s, dt_store **out);
+dt_status dt_store_set(dt_store *s, const char *key, const void *value, size_t len);
+/* Waits until key exists (up to timeout_s; <= 0: the store's default) and returns
+ * a copy of its value in *value (release with dt_free), its length in *len. */
+dt_status dt_store_get(dt_store *s, const char *key, void **value, size_t *len, double timeout_s);
+/* Adds delta to the integer stored at key (missing = 0) and returns the new value. */
+dt_status dt_store_add(dt_store *s, const char *key, int64_t delta, int64_t *out);
+/* *present = 1 if every key exists now (no waiting). */
+dt_status dt_store_check(dt_store *s, const char *const *keys, int n, int *present);
+/* *existed = 1 if key was there (existed may be NULL). */
+dt_status dt_store_delete(dt_store *s, const char *key, int *existed);
+/* Waits until every key exists. */
+dt_status dt_store_wait(dt_store *s, const char *const *keys, int n, double timeout_s);
+void dt_store_close(dt_store *s);
+
+/* ---- rendezvous: who am I, who is the master -------------------------------- */
+typedef struct dt_dist_env {
+  int rank, world_size;
+  int local_rank, local_world_size;
+  int node_rank;            /* GROUP_RANK under dtrun/torchrun; -1 if unknown */
+  char master_addr[256];
+  int master_port;
+  char run_id[128];         /* DT_RUN_ID, TORCHELASTIC_RUN_ID, or "default" */
+  int restart_count;        /* DT_RESTART_COUNT / TORCHELASTIC_RESTART_COUNT, else 0 */
+  int store_served;         /* 1: the launcher serves the store (DT_STORE_SERVED=1) */
+  const char *source;       /* "torchrun", "openmpi", "slurm", "tcp" */
+} dt_dist_env;
+
+/* Fills env from init_method: NULL or "env://" reads the environment (torchrun's
+ * RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, else Open MPI's OMPI_COMM_WORLD_*,
+ * else Slurm's SLURM_*); "tcp://host:port" uses rank and world_size as given.
+ * A missing or malformed variable is DT_INVALID_ARGUMENT naming it. */
+dt_status dt_dist_env_detect(const char *init_method, int rank, int world_size, dt_dist_env *env);
+
+/* ---- process groups -------------------------------------------------------- */
+typedef enum dt_redop { DT_SUM = 0, DT_AVG, DT_MIN, DT_MAX, DT_REDOP_COUNT } dt_redop;
+const char *dt_redop_name(dt_redop op);
+/* "sum", "avg", "min", "max"; DT_INVALID_ARGUMENT otherwise. */
+dt_status dt_redop_parse(const char *s, dt_redop *out);
+
+typedef struct dt_group dt_group;
+typedef struct dt_work dt_work;
+
+typedef struct dt_group_options {
+  const char *backend;     /* "auto" (default), "shm", "tcp", "mpi" */
+  const char *init_method; /* NULL / "env://" or "tcp://host:port" */
+  int rank, world_size;    /* with tcp:// (ignored otherwise) */
+  double timeout_s;        /* rendezvous and collective deadline; <= 0: DT_TIMEOUT */
+} dt_group_options;
+void dt_group_options_default(dt_group_options *o);
+
+/* Rendezvous (rank 0 serves the store unless a launcher does), checks that
+ * every rank agrees on the world size, picks and connects the backend.
+ * opts NULL = defaults. */
+dt_status dt_group_init(const dt_group_options *opts, dt_group **out);
+/* Same from a detected environment (dt_dist_env_detect). */
+dt_status dt_group_init_env(const dt_dist_env *env, const dt_group_options *opts, dt_group **out);
+int dt_group_rank(const dt_group *g);
+int dt_group_size(const dt_group *g);
+int dt_group_local_rank(const dt_group *g);
+int dt_group_local_size(const dt_group *g);
+/* "shm", "tcp", "mpi" or "shm+tcp" (hierarchical). */
+const char *dt_group_backend(const dt_group *g);
+/* The store of the group (for launch-level agreement); owned by the group. */
+dt_store *dt_group_store(dt_group *g);
+
+/* Block partition used by reduce-scatter and all-gather: rank r owns
+ * elements [off, off+len) of count, len = count/size (+1 for r < count%size). */
+void dt_group_block(const dt_group *g, size_t count, int r, size_t *off, size_t *len);
+
+/* Collectives. Each is queued and run in issue order by the group's
+ * communication thread. If w is non-NULL it receives a work handle (wait on it,
+ * then dt_work_free); if NULL the call waits itself. Buffers must stay valid
+ * and untouched until the work is complete. send == recv is in place. */
+dt_status dt_allreduce(dt_group *g, const void *send, void *recv, size_t count, dt_dtype dtype,
+                       dt_redop op, dt_work **w);
+/* buf of count elements; root's data ends up on every rank. */
+dt_status dt_broadcast(dt_group *g, void *buf, size_t count, dt_dtype dtype, int root, dt_work **w);
+/* send holds this rank's block of count (dt_group_block); recv all count
+ * elements. In place: send == recv + off of this rank's block. */
+dt_status dt_allgather(dt_group *g, const void *send, void *recv, size_t count, dt_dtype dtype,
+                       dt_work **w);
+/* send holds count elements; recv receives this rank's block of the reduction.
+ * In place: recv == send + off of this rank's block. */
+dt_status dt_reduce_scatter(dt_group *g, const void *send, void *recv, size_t count, dt_dtype dtype,
+                            dt_redop op, dt_work **w);
+dt_status dt_barrier(dt_group *g, dt_work **w);
+
+/* Waits for the work to finish, up to timeout_s (<= 0: the group's deadline);
+ * returns its status (DT_TIMEOUT if this wait expired with the work still running). */
+dt_status dt_work_wait(dt_work *w, double timeout_s);
+/* 1 if the work has finished (successfully or not), 0 if not yet. */
+int dt_work_test(dt_work *w);
+/* Sequence number of the collective in its group (1, 2, ...). */
+uint64_t dt_work_seq(const dt_work *w);
+/* Releases the handle; a work still running finishes on its own. */
+void dt_work_free(dt_work *w);
+
+/* Fails every queued and running collective with DT_INTERRUPTED and breaks
+ * the group; safe from any thread. */
+void dt_group_abort(dt_group *g);
+/* Aborts if work is pending, stops the communication thread, disconnects. */
+void dt_group_destroy(dt_group *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,146 @@
+/* Internals of the distributed runtime shared by store, rendezvous, group and
+ * the backends: sockets with deadlines, the collective descriptor, the
+ * backend ops table and the reduction kernels. */
+#ifndef DT_DIST_IMPL_H
+#define DT_DIST_IMPL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/impl.h"
+#include "dtrain/dist.h"
+
+/* ---- sockets (net.c) ---------------------------------------------------------
+ * All blocking calls take an absolute deadline on the dt_time_now() clock
+ * (deadline <= 0: none) and an optional abort flag polled at least every
+ * 100 ms, so nothing here can wait forever. `what` names the peer in errors
+ * ("rank 3", "store 10.0.0.1:29500"). */
+
+/* Listens on host:port (host NULL/"" = any; port 0 = ephemeral), TCP, nonblocking
+ * accept, SO_REUSEADDR. DT_IO "address host:port already in use" etc. */
+dt_status dt_net_listen(const char *host, int port, int backlog, int *fd_out, int *port_out);
+/* Connects with retries until the deadline (connection refused is retried: the
+ * peer may not listen yet). TCP_NODELAY set; the returned fd is blocking-mode
+ * agnostic (callers use dt_net_send_all/recv_all). */
+dt_status dt_net_connect(const char *host, int port, double deadline, const atomic_int *abort_flag,
+                         const char *what, int *fd_out);
+/* Accepts one connection before the deadline. */
+dt_status dt_net_accept(int listen_fd, double deadline, const atomic_int *abort_flag, int *fd_out);
+/* Sends / receives exactly n bytes (poll + nonblocking I/O). A closed or reset
+ * connection is DT_PEER_LOST naming `what`; the deadline gives DT_TIMEOUT; the
+ * abort flag DT_INTERRUPTED. */
+dt_status dt_net_send_all(int fd, const void *buf, size_t n, double deadline, const atomic_int *abort_flag,
+                          const char *what);
+dt_status dt_net_recv_all(int fd, void *buf, size_t n, double deadline, const atomic_int *abort_flag,
+                          const char *what);
+/* Sends sbuf to sfd while receiving rbuf from rfd, both exactly, interleaved
+ * (no deadlock when both sides send large messages at once). sfd == rfd allowed. */
+dt_status dt_net_sendrecv(int sfd, const void *sbuf, size_t sn, const char *swhat, int rfd, void *rbuf,
+                          size_t rn, const char *rwhat, double deadline, const atomic_int *abort_flag);
+/* The address of this host other ranks should use to reach a socket that is
+ * connected to `peer_fd` (getsockname of that connection), as text. */
+dt_status dt_net_local_addr(int connected_fd, char *buf, size_t len);
+void dt_net_set_nodelay(int fd);
+void dt_net_close(int *fd);
+
+/* ---- collective descriptors ----------------------------------------------- */
+typedef enum dt_coll_kind {
+  DT_COLL_ALLREDUCE = 0,
+  DT_COLL_BROADCAST,
+  DT_COLL_ALLGATHER,
+  DT_COLL_REDUCE_SCATTER,
+  DT_COLL_BARRIER,
+  DT_COLL_KIND_COUNT
+} dt_coll_kind;
+const char *dt_coll_name(dt_coll_kind k);
+
+/* One collective as the backend sees it. Buffers follow dist.h. */
+typedef struct dt_coll {
+  dt_coll_kind kind;
+  uint64_t seq;     /* 1, 2, ... per group, identical on every rank */
+  const void *send; /* NULL for broadcast/barrier */
+  void *recv;       /* broadcast: the buffer */
+  size_t count;     /* elements (the whole tensor; see dt_group_block) */
+  dt_dtype dtype;
+  dt_redop op;
+  int root;         /* broadcast: root rank within the backend's ranks */
+  double deadline;  /* absolute, dt_time_now() clock */
+} dt_coll;
+
+/* What ranks compare to detect a mismatch: fixed 32 bytes, little endian. */
+typedef struct dt_coll_sig {
+  uint64_t seq;
+  uint64_t count;
+  uint32_t kind, dtype, op;
+  int32_t root;
+} dt_coll_sig;
+void dt_coll_sig_make(const dt_coll *c, dt_coll_sig *s);
+/* DT_MISMATCH naming both sides if theirs differs from mine ("allreduce #17:
+ * this rank has count 1000 f32 sum, rank 2 has broadcast count 10 root 0"). */
+dt_status dt_coll_sig_check(const dt_coll_sig *mine, const dt_coll_sig *theirs, int their_rank);
+
+/* ---- reductions (reduce.c) -------------------------------------------------- *
+ * bf16/f16 are reduced in f32 and rounded once per call. AVG is SUM here; the
+ * group divides at the end with dt_reduce_scale (integers: truncating). */
+/* dst[i] = op(dst[i], src[i]) */
+void dt_reduce_into(void *dst, const void *src, size_t n, dt_dtype t, dt_redop op);
+/* dst[i] = op(a[i], b[i]) (dst may alias a or b) */
+void dt_reduce_pair(void *dst, const void *a, const void *b, size_t n, dt_dtype t, dt_redop op);
+/* dst[i] = op over k sources srcs[j][i] (dst may alias srcs[0]); one rounding for bf16/f16. */
+void dt_reduce_many(void *dst, const void *const *srcs, int k, size_t n, dt_dtype t, dt_redop op);
+/* dst[i] /= divisor (for DT_AVG). */
+void dt_reduce_scale(void *dst, size_t n, dt_dtype t, int divisor);
+
+/* ---- backends ---------------------------------------------------------------- */
+typedef struct dt_backend dt_backend;
+
+/* One entry per collective; each runs it to completion (or error) before the
+ * deadline in c, on the group's communication thread (or a waiting caller),
+ * never two at once. Errors: DT_PEER_LOST / DT_TIMEOUT / DT_MISMATCH /
+ * DT_INTERRUPTED with a detail naming the rank; the group adds the collective
+ * and its sequence number. abort() may be called from any thread at any time:
+ * a running collective must then return DT_INTERRUPTED promptly. */
+typedef struct dt_backend_ops {
+  const char *name;
+  dt_status (*allreduce)(dt_backend *b, const dt_coll *c);
+  dt_status (*broadcast)(dt_backend *b, const dt_coll *c);
+  dt_status (*allgather)(dt_backend *b, const dt_coll *c);
+  dt_status (*reduce_scatter)(dt_backend *b, const dt_coll *c);
+  dt_status (*barrier)(dt_backend *b, const dt_coll *c);
+  void (*abort)(dt_backend *b);
+  void (*destroy)(dt_backend *b);
+} dt_backend_ops;
+
+/* Every backend struct starts with this. */
+struct dt_backend {
+  const dt_backend_ops *ops;
+  int rank, size;    /* within this backend */
+  const int *global; /* global[i] = group rank of backend rank i (for messages) */
+  atomic_int aborted;
+};
+
+/* What a backend is built from. The store is shared (not owned); keys live
+ * under prefix, unique per group, backend instance and restart. */
+typedef struct dt_backend_ctx {
+  dt_store *store;
+  const char *prefix;   /* "dt/<run>/<restart>/g<id>/<backend>" */
+  const char *job_tag;  /* short text safe for file names: run id hash + restart (shm names) */
+  int rank, size;       /* within this backend */
+  const int *global;    /* size entries, copied by the backend */
+  double timeout_s;     /* setup deadline */
+  const char *host_addr; /* address peers use to reach this process (tcp) */
+} dt_backend_ctx;
+
+dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out);
+dt_status dt_backend_tcp_new(const dt_backend_ctx *ctx, dt_backend **out);
+/* DT_UNSUPPORTED when libdtrain was built without MPI or not launched by mpirun. */
+dt_status dt_backend_mpi_new(const dt_backend_ctx *ctx, dt_backend **out);
+/* 1 if this process was started by mpirun/mpiexec (Open MPI's variables are set). */
+int dt_mpi_launched(void);
+
+/* Runs c on b through the ops table (switch on kind); used by the group and
+ * by backends composed of others (hierarchical). */
+dt_status dt_backend_run(dt_backend *b, const dt_coll *c);
+
+#endif
