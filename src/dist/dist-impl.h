@@ -134,6 +134,10 @@ typedef struct dt_backend_ctx {
 
 dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out);
 dt_status dt_backend_tcp_new(const dt_backend_ctx *ctx, dt_backend **out);
+/* Ranks on several hosts: shm inside each host, tcp between one leader per
+ * host (and among all ranks for all-gather / reduce-scatter). host_of[r] is
+ * the host of rank r, hosts numbered in order of their lowest rank. */
+dt_status dt_backend_hier_new(const dt_backend_ctx *ctx, const int *host_of, dt_backend **out);
 /* DT_UNSUPPORTED when libdtrain was built without MPI or not launched by mpirun. */
 dt_status dt_backend_mpi_new(const dt_backend_ctx *ctx, dt_backend **out);
 /* 1 if this process was started by mpirun/mpiexec (Open MPI's variables are set). */
