@@ -30,6 +30,11 @@ typedef struct dt_test_case {
   do {               \
     if (!(cond)) FAIL_("assertion failed: %s", #cond); \
   } while (0)
+/* Same, showing msg (e.g. the error detail) on failure. */
+#define ASSERT_MSG(cond, msg) \
+  do {                        \
+    if (!(cond)) FAIL_("assertion failed: %s (%s)", #cond, (msg)); \
+  } while (0)
 #define ASSERT_EQ(a, b)                                                              \
   do {                                                                               \
     long long a_ = (long long)(a), b_ = (long long)(b);                              \

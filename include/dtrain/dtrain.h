@@ -5,6 +5,7 @@
 #include "dtrain/checkpoint.h"
 #include "dtrain/core.h"
 #include "dtrain/data.h"
+#include "dtrain/dist.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
 #include "dtrain/status.h"

@@ -1,0 +1,128 @@
+/* Multi-process test scaffolding: the parent serves a store, forks `world`
+ * children that each join a group through it, runs fn in every child and
+ * collects exit codes (a child that hangs is killed at the deadline). */
+#ifndef DT_TESTS_DIST_FORK_H
+#define DT_TESTS_DIST_FORK_H
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dtrain/dist.h"
+
+#define DF_MAX_WORLD 8
+
+typedef struct df_job {
+  int port;            /* the parent's store */
+  const char *run_id;
+  int round;           /* distinct per job: keys never collide */
+  const char *backend;
+  double timeout_s;    /* the group's deadline */
+  pid_t pids[DF_MAX_WORLD];
+  int status[DF_MAX_WORLD]; /* waitpid status */
+} df_job;
+
+static dt_store_server *df_server;
+
+static inline int df_start_store(const char *run_id) {
+  if (df_server) return dt_store_server_port(df_server);
+  if (dt_store_server_start("127.0.0.1", 0, run_id, &df_server) != DT_OK) {
+    fprintf(stderr, "cannot start a store: %s\n", dt_last_error());
+    exit(1);
+  }
+  return dt_store_server_port(df_server);
+}
+
+/* Joins the group of the job as rank r (in a child). */
+static inline dt_status df_join(const df_job *j, int r, int world, dt_group **g) {
+  dt_dist_env env;
+  memset(&env, 0, sizeof env);
+  env.rank = r;
+  env.world_size = world;
+  env.local_rank = env.local_world_size = env.node_rank = -1;
+  snprintf(env.master_addr, sizeof env.master_addr, "127.0.0.1");
+  env.master_port = j->port;
+  snprintf(env.run_id, sizeof env.run_id, "%s", j->run_id);
+  env.restart_count = j->round;
+  env.store_served = 1;
+  env.source = "tcp";
+  dt_group_options o;
+  dt_group_options_default(&o);
+  o.backend = j->backend;
+  o.timeout_s = j->timeout_s;
+  return dt_group_init_env(&env, &o, g);
+}
+
+/* Forks world children running fn(job, rank, world) -> exit code; returns at
+ * once (see df_wait). */
+static inline void df_spawn(df_job *j, int world, int (*fn)(df_job *, int, int, void *), void *arg) {
+  fflush(stdout);
+  fflush(stderr);
+  for (int r = 0; r < world; r++) {
+    pid_t p = fork();
+    if (p == 0) {
+      alarm(120); /* never outlive a broken test */
+      _exit(fn(j, r, world, arg));
+    }
+    j->pids[r] = p;
+  }
+}
+
+/* Waits for all children up to timeout_s, killing stragglers; returns how many
+ * did not exit 0. */
+static inline int df_wait(df_job *j, int world, double timeout_s) {
+  int left = world, bad = 0;
+  for (int r = 0; r < world; r++) j->status[r] = -1;
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  while (left > 0) {
+    int st;
+    pid_t p = waitpid(-1, &st, WNOHANG);
+    if (p > 0) {
+      for (int r = 0; r < world; r++)
+        if (j->pids[r] == p) {
+          j->status[r] = st;
+          left--;
+          if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) bad++;
+        }
+      continue;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) * 1e-9 > timeout_s) {
+      for (int r = 0; r < world; r++)
+        if (j->status[r] == -1) {
+          fprintf(stderr, "rank %d (pid %d) still running after %.0f s: killed\n", r, (int)j->pids[r], timeout_s);
+          kill(j->pids[r], SIGKILL);
+        }
+      timeout_s += 30;
+    }
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return bad;
+}
+
+static inline int df_run(df_job *j, int world, int (*fn)(df_job *, int, int, void *), void *arg) {
+  df_spawn(j, world, fn, arg);
+  return df_wait(j, world, 90);
+}
+
+/* Entries in /dev/shm of run id (segments are named dt-<run id>-...). */
+static inline int df_shm_leftovers(const char *run_id) {
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "ls /dev/shm 2>/dev/null | grep -c '^dt-%s-'", run_id);
+  FILE *p = popen(cmd, "r");
+  int n = 0;
+  if (p) {
+    if (fscanf(p, "%d", &n) != 1) n = 0;
+    pclose(p);
+  }
+  return n;
+}
+
+#endif
