@@ -1,0 +1,666 @@
+/* Shared-memory backend: ranks on one host exchange data through one POSIX
+ * shared-memory segment (per-rank slots, a result area, per-rank arrival
+ * counters) and synchronise with C11 atomics plus a futex for sleeping.
+ *
+ * Every collective is a sequence of "syncs": a rank publishes its arrival
+ * counter (and the collective's signature) and waits until every rank has
+ * arrived. Between sync c and sync c+1 (phase c) a rank reads only half c%2 of
+ * the double-buffered slots and result area and writes only half (c+1)%2, so
+ * one sync per step is enough: a half written in phase c is read in phase c+1,
+ * and nobody writes it again before everyone has passed sync c+2 — i.e. before
+ * everyone has finished reading it. Large messages are pipelined in chunks
+ * (copy chunk s in, reduce this rank's share of chunk s-1 from every slot,
+ * copy chunk s-2 of the result out, all in one phase). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dist/dist-impl.h"
+
+#define SHM_MAGIC 0x68737464u /* "dtsh" little endian */
+#define SHM_VERSION 1u
+#define SHM_MAX_RANKS 1024
+#define SHM_PAGE 4096
+/* Two cache lines: adjacent-line prefetchers would otherwise couple neighbours. */
+#define SHM_LINE 128
+/* Bytes of one half of a rank's slot (and of the result area): the pipeline
+ * chunk. Small enough that slots + result of a few ranks stay in L2/L3, large
+ * enough that a sync (~1 us) is noise next to copying it. */
+#define SHM_HALF (512u << 10)
+/* Allreduce up to this many bytes: one sync, every rank reduces all slots. */
+#define SHM_SMALL_MAX (32u << 10)
+/* Waiting: spin this long (s) when every rank has a core, then yield this long,
+ * then sleep on the futex in slices of at most SHM_SLICE_S (s). Peers' liveness
+ * is checked every SHM_HEALTH_S (s) while waiting. */
+#define SHM_SPIN_S 50e-6
+#define SHM_YIELD_S 1e-3
+#define SHM_YIELD_OVERSUB_S 50e-6
+#define SHM_SLICE_S 0.02
+#define SHM_HEALTH_S 0.02
+
+typedef struct shm_header {
+  uint32_t magic, version;
+  uint32_t size, pad;
+  uint64_t seg_bytes, half_bytes;
+  alignas(SHM_LINE) _Atomic uint32_t mapped; /* ranks that have mapped the segment */
+  alignas(SHM_LINE) _Atomic uint32_t epoch;  /* futex word: bumped to wake sleepers */
+  alignas(SHM_LINE) _Atomic uint32_t sleepers;
+} shm_header;
+
+/* One per rank, written only by that rank. */
+typedef struct shm_ctrl {
+  alignas(SHM_LINE) _Atomic uint64_t arrive; /* syncs this rank has reached */
+  dt_coll_sig sig[2];                        /* collective at sync c, in sig[c % 2] */
+  int32_t pid;
+  _Atomic int32_t gone; /* 1: the rank aborted or destroyed its backend */
+} shm_ctrl;
+
+typedef struct shm_backend {
+  dt_backend base;
+  char name[96];
+  void *seg;
+  size_t seg_bytes, half;
+  shm_header *hdr;
+  shm_ctrl *ctrl;
+  char *slots;  /* size ranks x 2 halves */
+  char *result; /* 2 halves */
+  int *global;
+  int *pidfd; /* -1: no pidfd (kernel without pidfd_open): kill(pid, 0) instead */
+  const void **srcs;
+  uint64_t syncs; /* syncs this rank has passed */
+  int spin;       /* every rank has a core: spinning briefly pays */
+  double t0;      /* start of the running collective (for the timeout message) */
+  dt_status broken;
+  char broken_msg[256];
+} shm_backend;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static long futex_op(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
+  /* Shared (not FUTEX_PRIVATE): waiters and wakers are different processes. */
+  return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+static void wake_all(shm_backend *b) {
+  atomic_fetch_add(&b->hdr->epoch, 1);
+  futex_op(&b->hdr->epoch, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+static inline char *slot(const shm_backend *b, int rank, uint64_t half) {
+  return b->slots + ((size_t)rank * 2 + (size_t)(half & 1)) * b->half;
+}
+static inline char *result(const shm_backend *b, uint64_t half) {
+  return b->result + (size_t)(half & 1) * b->half;
+}
+
+static inline int all_arrived(const shm_backend *b, uint64_t v) {
+  for (int j = 0; j < b->base.size; j++)
+    if (atomic_load_explicit(&b->ctrl[j].arrive, memory_order_acquire) < v) return 0;
+  return 1;
+}
+
+static int pid_exited(const shm_backend *b, int j) {
+  pid_t pid = b->ctrl[j].pid;
+  if (b->pidfd[j] >= 0) {
+    struct pollfd p = {.fd = b->pidfd[j], .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+  }
+  if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+  /* A zombie still answers kill(); its state in /proc says it has exited. */
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *paren = strrchr(buf, ')');
+  return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+/* DT_PEER_LOST if a rank that has not arrived at sync v left or exited. */
+static dt_status check_peers(const shm_backend *b, uint64_t v) {
+  for (int j = 0; j < b->base.size; j++) {
+    if (j == b->base.rank || atomic_load_explicit(&b->ctrl[j].arrive, memory_order_acquire) >= v) continue;
+    if (atomic_load(&b->ctrl[j].gone))
+      return dt_error(DT_PEER_LOST, "rank %d (pid %d) left the group (aborted or shut down)", b->global[j],
+                      (int)b->ctrl[j].pid);
+    if (pid_exited(b, j))
+      return dt_error(DT_PEER_LOST, "rank %d (pid %d) exited", b->global[j], (int)b->ctrl[j].pid);
+  }
+  return DT_OK;
+}
+
+static dt_status timeout_error(const shm_backend *b, const dt_coll *c, uint64_t v) {
+  char who[256] = "";
+  size_t at = 0;
+  int behind = 0;
+  for (int j = 0; j < b->base.size && at < sizeof who - 16; j++) {
+    if (atomic_load_explicit(&b->ctrl[j].arrive, memory_order_acquire) >= v) continue;
+    at += (size_t)snprintf(who + at, sizeof who - at, "%s%d", behind ? ", " : "", b->global[j]);
+    behind++;
+  }
+  return dt_error(DT_TIMEOUT, "%s %s did not arrive at %s #%llu within %.3g s", behind > 1 ? "ranks" : "rank",
+                  who, dt_coll_name(c->kind), (unsigned long long)c->seq, c->deadline - b->t0);
+}
+
+/* Waits until every rank has reached sync v, giving the CPU away quickly when
+ * ranks share cores; checks abort, liveness and the deadline while waiting. */
+static dt_status wait_all(shm_backend *b, const dt_coll *c, uint64_t v) {
+  if (all_arrived(b, v)) return DT_OK;
+  double t0 = dt_time_now(), next_check = t0 + SHM_HEALTH_S;
+  if (b->spin) {
+    for (unsigned i = 1;; i++) {
+      cpu_relax();
+      if (all_arrived(b, v)) return DT_OK;
+      if ((i & 63) == 0 && dt_time_now() - t0 > SHM_SPIN_S) break;
+    }
+  }
+  double yield_s = b->spin ? SHM_YIELD_S : SHM_YIELD_OVERSUB_S;
+  for (;;) {
+    if (all_arrived(b, v)) return DT_OK;
+    if (atomic_load(&b->base.aborted))
+      return dt_error(DT_INTERRUPTED, "shm: aborted while waiting at %s #%llu", dt_coll_name(c->kind),
+                      (unsigned long long)c->seq);
+    double now = dt_time_now();
+    if (now >= next_check) {
+      DT_CHECK(check_peers(b, v));
+      next_check = now + SHM_HEALTH_S;
+    }
+    if (c->deadline > 0 && now >= c->deadline) {
+      if (all_arrived(b, v)) return DT_OK;
+      return timeout_error(b, c, v);
+    }
+    if (now - t0 < yield_s) {
+      sched_yield();
+      continue;
+    }
+    double slice = SHM_SLICE_S;
+    if (c->deadline > 0 && c->deadline - now < slice) slice = c->deadline - now;
+    if (next_check - now < slice) slice = next_check - now;
+    if (slice < 1e-6) slice = 1e-6;
+    struct timespec ts = {.tv_sec = (time_t)slice, .tv_nsec = (long)((slice - (double)(time_t)slice) * 1e9)};
+    /* Announce the sleeper before re-checking, so a poster that missed it
+     * (seq_cst on both sides) bumps the epoch and wakes us. */
+    atomic_fetch_add(&b->hdr->sleepers, 1);
+    atomic_thread_fence(memory_order_seq_cst);
+    uint32_t e = atomic_load(&b->hdr->epoch);
+    if (!all_arrived(b, v) && !atomic_load(&b->base.aborted)) futex_op(&b->hdr->epoch, FUTEX_WAIT, e, &ts);
+    atomic_fetch_sub(&b->hdr->sleepers, 1);
+  }
+}
+
+/* Arrives at the next sync with this collective's signature, waits for every
+ * rank and checks that all of them run the same collective. */
+static dt_status sync_all(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig) {
+  uint64_t v = b->syncs + 1;
+  shm_ctrl *me = &b->ctrl[b->base.rank];
+  me->sig[v & 1] = *sig;
+  atomic_store_explicit(&me->arrive, v, memory_order_release);
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&b->hdr->sleepers, memory_order_relaxed) > 0) wake_all(b);
+  b->syncs = v;
+  DT_CHECK(wait_all(b, c, v));
+  /* sig[v%2] of a peer that reached v stays intact until we reach v+1. */
+  for (int j = 0; j < b->base.size; j++)
+    if (j != b->base.rank) DT_CHECK(dt_coll_sig_check(sig, &b->ctrl[j].sig[v & 1], b->global[j]));
+  return DT_OK;
+}
+
+static dt_status begin(shm_backend *b, const dt_coll *c, dt_coll_sig *sig) {
+  if (b->broken)
+    return dt_error(b->broken, "shm: the group failed earlier and is unusable (%s)", b->broken_msg);
+  if (atomic_load(&b->base.aborted)) return dt_error(DT_INTERRUPTED, "shm: the group was aborted");
+  if (c->kind != DT_COLL_BARRIER) {
+    size_t bytes;
+    if ((unsigned)c->dtype >= DT_DTYPE_COUNT || dt_mul_overflow(c->count, dt_dtype_size(c->dtype), &bytes))
+      return dt_error(DT_INVALID_ARGUMENT, "shm: %s of %zu elements of dtype %d", dt_coll_name(c->kind),
+                      c->count, (int)c->dtype);
+  }
+  dt_coll_sig_make(c, sig);
+  b->t0 = dt_time_now();
+  return DT_OK;
+}
+
+/* After a failure the ranks' sync counters no longer line up: the backend
+ * refuses further collectives. */
+static dt_status finish(shm_backend *b, dt_status st) {
+  if (st != DT_OK && !b->broken) {
+    b->broken = st;
+    snprintf(b->broken_msg, sizeof b->broken_msg, "%s", dt_last_error());
+  }
+  return st;
+}
+
+/* Rank r's share of m elements, in whole 64-byte units (aligned vector loops). */
+static void share(size_t m, size_t es, int n, int r, size_t *off, size_t *len) {
+  size_t unit = es >= 64 ? 1 : 64 / es, units = (m + unit - 1) / unit;
+  size_t lo = units / (size_t)n * (size_t)r + ((size_t)r < units % (size_t)n ? (size_t)r : units % (size_t)n);
+  size_t cnt = units / (size_t)n + ((size_t)r < units % (size_t)n);
+  size_t a = lo * unit, e = (lo + cnt) * unit;
+  if (a > m) a = m;
+  if (e > m) e = m;
+  *off = a;
+  *len = e - a;
+}
+
+static void block(size_t count, int n, int r, size_t *off, size_t *len) {
+  size_t q = count / (size_t)n, rem = count % (size_t)n;
+  *off = q * (size_t)r + ((size_t)r < rem ? (size_t)r : rem);
+  *len = q + ((size_t)r < rem);
+}
+
+static dt_status allreduce_small(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig, size_t es) {
+  uint64_t h = b->syncs + 1; /* written now, read after the next sync */
+  int n = b->base.size;
+  if (c->count) memcpy(slot(b, b->base.rank, h), c->send, c->count * es);
+  DT_CHECK(sync_all(b, c, sig));
+  /* Every rank reduces the slots in rank order: identical bits everywhere. */
+  for (int j = 0; j < n; j++) b->srcs[j] = slot(b, j, h);
+  dt_reduce_many(c->recv, b->srcs, n, c->count, c->dtype, c->op);
+  return DT_OK;
+}
+
+static dt_status allreduce_chunked(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig, size_t es) {
+  int n = b->base.size, me = b->base.rank;
+  size_t per = b->half / es, chunks = (c->count + per - 1) / per;
+  const char *send = c->send;
+  char *recv = c->recv;
+  for (size_t s = 0; s <= chunks + 1; s++) {
+    uint64_t rd = b->syncs, wr = rd + 1;
+    if (s >= 2) { /* chunk s-2 is reduced: copy it out */
+      size_t at = (s - 2) * per, m = c->count - at < per ? c->count - at : per;
+      memcpy(recv + at * es, result(b, rd), m * es);
+    }
+    if (s >= 1 && s - 1 < chunks) { /* reduce this rank's share of chunk s-1 */
+      size_t at = (s - 1) * per, m = c->count - at < per ? c->count - at : per, off, len;
+      share(m, es, n, me, &off, &len);
+      for (int j = 0; j < n; j++) b->srcs[j] = slot(b, j, rd) + off * es;
+      dt_reduce_many(result(b, wr) + off * es, b->srcs, n, len, c->dtype, c->op);
+    }
+    if (s < chunks) {
+      size_t at = s * per, m = c->count - at < per ? c->count - at : per;
+      memcpy(slot(b, me, wr), send + at * es, m * es);
+    }
+    if (s <= chunks) DT_CHECK(sync_all(b, c, sig));
+  }
+  return DT_OK;
+}
+
+static dt_status shm_allreduce(dt_backend *base, const dt_coll *c) {
+  shm_backend *b = (shm_backend *)base;
+  dt_coll_sig sig;
+  DT_CHECK(begin(b, c, &sig));
+  size_t es = dt_dtype_size(c->dtype);
+  dt_status st = c->count * es <= SHM_SMALL_MAX ? allreduce_small(b, c, &sig, es)
+                                                : allreduce_chunked(b, c, &sig, es);
+  return finish(b, st);
+}
+
+/* Rounds of P elements per destination: in round s every rank copies piece s
+ * of every rank's block into its slot, then (next phase) each rank reduces
+ * piece s of its own block from all slots straight into recv. */
+static dt_status shm_reduce_scatter(dt_backend *base, const dt_coll *c) {
+  shm_backend *b = (shm_backend *)base;
+  dt_coll_sig sig;
+  DT_CHECK(begin(b, c, &sig));
+  int n = b->base.size, me = b->base.rank;
+  size_t es = dt_dtype_size(c->dtype), piece = b->half / (size_t)n / es;
+  size_t maxlen = c->count / (size_t)n + (c->count % (size_t)n != 0);
+  size_t rounds = maxlen ? (maxlen + piece - 1) / piece : 1;
+  size_t my_len, my_off;
+  block(c->count, n, me, &my_off, &my_len);
+  const char *send = c->send;
+  char *recv = c->recv;
+  dt_status st = DT_OK;
+  for (size_t s = 0; s <= rounds && st == DT_OK; s++) {
+    uint64_t rd = b->syncs, wr = rd + 1;
+    if (s >= 1 && (s - 1) * piece < my_len) {
+      size_t at = (s - 1) * piece, m = my_len - at < piece ? my_len - at : piece;
+      for (int j = 0; j < n; j++) b->srcs[j] = slot(b, j, rd) + (size_t)me * piece * es;
+      dt_reduce_many(recv + at * es, b->srcs, n, m, c->dtype, c->op);
+    }
+    if (s < rounds) {
+      for (int d = 0; d < n; d++) {
+        size_t off, len;
+        block(c->count, n, d, &off, &len);
+        size_t at = s * piece;
+        if (at >= len) continue;
+        size_t m = len - at < piece ? len - at : piece;
+        memcpy(slot(b, me, wr) + (size_t)d * piece * es, send + (off + at) * es, m * es);
+      }
+      st = sync_all(b, c, &sig);
+    }
+  }
+  return finish(b, st);
+}
+
+static dt_status shm_allgather(dt_backend *base, const dt_coll *c) {
+  shm_backend *b = (shm_backend *)base;
+  dt_coll_sig sig;
+  DT_CHECK(begin(b, c, &sig));
+  int n = b->base.size, me = b->base.rank;
+  size_t es = dt_dtype_size(c->dtype), piece = b->half / es;
+  size_t maxlen = c->count / (size_t)n + (c->count % (size_t)n != 0);
+  size_t rounds = maxlen ? (maxlen + piece - 1) / piece : 1;
+  size_t my_off, my_len;
+  block(c->count, n, me, &my_off, &my_len);
+  const char *send = c->send;
+  char *recv = c->recv;
+  if (my_len && send != recv + my_off * es) memcpy(recv + my_off * es, send, my_len * es);
+  dt_status st = DT_OK;
+  for (size_t s = 0; s <= rounds && st == DT_OK; s++) {
+    uint64_t rd = b->syncs, wr = rd + 1;
+    if (s >= 1)
+      for (int j = 0; j < n; j++) {
+        size_t off, len, at = (s - 1) * piece;
+        block(c->count, n, j, &off, &len);
+        if (j == me || at >= len) continue;
+        size_t m = len - at < piece ? len - at : piece;
+        memcpy(recv + (off + at) * es, slot(b, j, rd), m * es);
+      }
+    if (s < rounds) {
+      size_t at = s * piece;
+      if (at < my_len) memcpy(slot(b, me, wr), send + at * es, (my_len - at < piece ? my_len - at : piece) * es);
+      st = sync_all(b, c, &sig);
+    }
+  }
+  return finish(b, st);
+}
+
+static dt_status shm_broadcast(dt_backend *base, const dt_coll *c) {
+  shm_backend *b = (shm_backend *)base;
+  dt_coll_sig sig;
+  DT_CHECK(begin(b, c, &sig));
+  int n = b->base.size, me = b->base.rank, root = c->root;
+  if (root < 0 || root >= n)
+    return dt_error(DT_INVALID_ARGUMENT, "shm: broadcast root %d outside 0..%d", root, n - 1);
+  size_t es = dt_dtype_size(c->dtype), piece = b->half / es;
+  size_t rounds = c->count ? (c->count + piece - 1) / piece : 1;
+  char *buf = c->recv;
+  dt_status st = DT_OK;
+  for (size_t s = 0; s <= rounds && st == DT_OK; s++) {
+    uint64_t rd = b->syncs, wr = rd + 1;
+    if (s >= 1 && me != root && (s - 1) * piece < c->count) {
+      size_t at = (s - 1) * piece, m = c->count - at < piece ? c->count - at : piece;
+      memcpy(buf + at * es, slot(b, root, rd), m * es);
+    }
+    if (s < rounds) {
+      if (me == root && s * piece < c->count) {
+        size_t at = s * piece, m = c->count - at < piece ? c->count - at : piece;
+        memcpy(slot(b, root, wr), buf + at * es, m * es);
+      }
+      st = sync_all(b, c, &sig);
+    }
+  }
+  return finish(b, st);
+}
+
+static dt_status shm_barrier(dt_backend *base, const dt_coll *c) {
+  shm_backend *b = (shm_backend *)base;
+  dt_coll_sig sig;
+  DT_CHECK(begin(b, c, &sig));
+  return finish(b, sync_all(b, c, &sig));
+}
+
+static void shm_abort(dt_backend *base) {
+  shm_backend *b = (shm_backend *)base;
+  atomic_store(&b->base.aborted, 1);
+  if (b->ctrl) {
+    /* Peers waiting for this rank fail at once instead of timing out. */
+    atomic_store(&b->ctrl[b->base.rank].gone, 1);
+    wake_all(b);
+  }
+}
+
+static void shm_destroy(dt_backend *base) {
+  shm_backend *b = (shm_backend *)base;
+  if (!b) return;
+  if (b->ctrl) {
+    atomic_store(&b->ctrl[b->base.rank].gone, 1);
+    wake_all(b);
+  }
+  if (b->pidfd)
+    for (int j = 0; j < b->base.size; j++)
+      if (b->pidfd[j] >= 0) close(b->pidfd[j]);
+  if (b->seg) munmap(b->seg, b->seg_bytes);
+  dt_free(b->pidfd);
+  dt_free(b->srcs);
+  dt_free(b->global);
+  dt_free(b);
+}
+
+static const dt_backend_ops shm_ops = {
+    .name = "shm",
+    .allreduce = shm_allreduce,
+    .broadcast = shm_broadcast,
+    .allgather = shm_allgather,
+    .reduce_scatter = shm_reduce_scatter,
+    .barrier = shm_barrier,
+    .abort = shm_abort,
+    .destroy = shm_destroy,
+};
+
+/* ---- setup ------------------------------------------------------------------ */
+/* TEMPORARY until store.c lands: weak fallbacks so libdtrain links. */
+__attribute__((weak)) dt_status dt_store_set(dt_store *s, const char *key, const void *value, size_t len) {
+  return dt_error(DT_UNSUPPORTED, "store not built");
+}
+__attribute__((weak)) dt_status dt_store_get(dt_store *s, const char *key, void **value, size_t *len,
+                                             double timeout_s) {
+  return dt_error(DT_UNSUPPORTED, "store not built");
+}
+
+
+static uint64_t fnv1a(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static size_t page_up(size_t n) { return (n + SHM_PAGE - 1) & ~(size_t)(SHM_PAGE - 1); }
+
+static void layout(shm_backend *b, int size) {
+  size_t hdr = page_up(sizeof(shm_header)), ctrl = page_up((size_t)size * sizeof(shm_ctrl));
+  char *base = b->seg;
+  b->hdr = (shm_header *)base;
+  b->ctrl = (shm_ctrl *)(base + hdr);
+  b->slots = base + hdr + ctrl;
+  b->result = b->slots + (size_t)size * 2 * b->half;
+}
+
+static size_t seg_size(int size, size_t half) {
+  return page_up(sizeof(shm_header)) + page_up((size_t)size * sizeof(shm_ctrl)) + ((size_t)size * 2 + 2) * half;
+}
+
+/* Maps the segment rank 0 created (name from the store) and checks its header. */
+static dt_status open_segment(shm_backend *b, const dt_backend_ctx *ctx, const char *key) {
+  void *val = NULL;
+  size_t len = 0;
+  DT_CHECK(dt_store_get(ctx->store, key, &val, &len, ctx->timeout_s));
+  if (len == 0 || len >= sizeof b->name) {
+    dt_free(val);
+    return dt_error(DT_CORRUPT, "shm: segment name under %s has %zu bytes", key, len);
+  }
+  memcpy(b->name, val, len);
+  b->name[len] = 0;
+  dt_free(val);
+  int fd = shm_open(b->name, O_RDWR, 0);
+  if (fd < 0) return dt_error(DT_IO, "shm: open %s: %s", b->name, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || (size_t)st.st_size != b->seg_bytes) {
+    close(fd);
+    return dt_error(DT_MISMATCH, "shm: segment %s has %lld bytes, expected %zu (ranks disagree on the world size?)",
+                    b->name, (long long)st.st_size, b->seg_bytes);
+  }
+  void *p = mmap(NULL, b->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return dt_error(DT_IO, "shm: map %s (%zu bytes): %s", b->name, b->seg_bytes, strerror(errno));
+  b->seg = p;
+  layout(b, ctx->size);
+  if (b->hdr->magic != SHM_MAGIC || b->hdr->version != SHM_VERSION || b->hdr->size != (uint32_t)ctx->size ||
+      b->hdr->seg_bytes != b->seg_bytes || b->hdr->half_bytes != b->half)
+    return dt_error(DT_MISMATCH, "shm: segment %s was made for another layout (%u ranks, %llu bytes)", b->name,
+                    b->hdr->size, (unsigned long long)b->hdr->seg_bytes);
+  return DT_OK;
+}
+
+static dt_status create_segment(shm_backend *b, const dt_backend_ctx *ctx, const char *key) {
+  int fd = shm_open(b->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    /* Left by a killed run with the same tag (we unlink as soon as all ranks
+     * have mapped, so only a crash during setup leaves one behind). */
+    DT_LOG_WARN("shm", "removing stale shared-memory segment %s", b->name);
+    shm_unlink(b->name);
+    fd = shm_open(b->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  }
+  if (fd < 0) return dt_error(DT_IO, "shm: create %s: %s", b->name, strerror(errno));
+  dt_status st = DT_OK;
+  if (ftruncate(fd, (off_t)b->seg_bytes) != 0) {
+    st = dt_error(DT_IO, "shm: size %s to %zu bytes: %s", b->name, b->seg_bytes, strerror(errno));
+  } else {
+    void *p = mmap(NULL, b->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+      st = dt_error(DT_IO, "shm: map %s (%zu bytes): %s", b->name, b->seg_bytes, strerror(errno));
+    else
+      b->seg = p;
+  }
+  close(fd);
+  if (st != DT_OK) {
+    shm_unlink(b->name);
+    return st;
+  }
+  layout(b, ctx->size);
+  b->hdr->magic = SHM_MAGIC;
+  b->hdr->version = SHM_VERSION;
+  b->hdr->size = (uint32_t)ctx->size;
+  b->hdr->seg_bytes = b->seg_bytes;
+  b->hdr->half_bytes = b->half;
+  return dt_store_set(ctx->store, key, b->name, strlen(b->name));
+}
+
+static dt_status wait_mapped(shm_backend *b, const dt_backend_ctx *ctx, double deadline) {
+  for (unsigned i = 0;; i++) {
+    uint32_t m = atomic_load(&b->hdr->mapped);
+    if (m >= (uint32_t)ctx->size) return DT_OK;
+    if (atomic_load(&b->base.aborted)) return dt_error(DT_INTERRUPTED, "shm: aborted during setup");
+    if (dt_time_now() >= deadline)
+      return dt_error(DT_TIMEOUT, "shm: only %u of %d ranks mapped segment %s within %.3g s", m, ctx->size,
+                      b->name, ctx->timeout_s);
+    if (i < 100)
+      sched_yield();
+    else
+      nanosleep(&(struct timespec){.tv_nsec = 500000}, NULL);
+  }
+}
+
+static dt_status open_pidfds(shm_backend *b) {
+  for (int j = 0; j < b->base.size; j++) {
+    if (j == b->base.rank) continue;
+    pid_t pid = b->ctrl[j].pid;
+#ifdef SYS_pidfd_open
+    long fd = syscall(SYS_pidfd_open, pid, 0);
+    if (fd >= 0) {
+      b->pidfd[j] = (int)fd;
+      continue;
+    }
+    if (errno == ESRCH) return dt_error(DT_PEER_LOST, "rank %d (pid %d) exited during setup", b->global[j], (int)pid);
+#endif
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+      return dt_error(DT_PEER_LOST, "rank %d (pid %d) exited during setup", b->global[j], (int)pid);
+  }
+  return DT_OK;
+}
+
+dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out) {
+  if (!ctx || !out || !ctx->store || !ctx->prefix || !ctx->global || ctx->size < 1 ||
+      ctx->size > SHM_MAX_RANKS || ctx->rank < 0 || ctx->rank >= ctx->size)
+    return dt_error(DT_INVALID_ARGUMENT, "shm: bad backend context (rank %d of %d)", ctx ? ctx->rank : -1,
+                    ctx ? ctx->size : -1);
+  shm_backend *b = NULL;
+  dt_status st;
+  DT_CHECK(dt_alloc(sizeof *b, (void **)&b));
+  b->base.ops = &shm_ops;
+  b->base.rank = ctx->rank;
+  b->base.size = ctx->size;
+  atomic_init(&b->base.aborted, 0);
+  b->half = SHM_HALF;
+  b->seg_bytes = seg_size(ctx->size, b->half);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  b->spin = cpus <= 0 || ctx->size <= cpus;
+  int created = 0, unlinked = 0;
+  char key[DT_STORE_MAX_KEY];
+  DT_CHECK_GOTO(dt_alloc_array((size_t)ctx->size, sizeof(int), "shm ranks", (void **)&b->global), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)ctx->size, sizeof(int), "shm pidfds", (void **)&b->pidfd), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)ctx->size, sizeof(void *), "shm sources", (void **)&b->srcs), st, fail);
+  b->base.global = b->global;
+  for (int j = 0; j < ctx->size; j++) b->global[j] = ctx->global[j], b->pidfd[j] = -1;
+
+  /* "/dt-<tag>-<hash of prefix>": the tag makes stale segments attributable
+   * to a job, the hash separates groups and restarts. */
+  char tag[41];
+  const char *t = ctx->job_tag ? ctx->job_tag : "job";
+  size_t tl = 0;
+  for (; t[tl] && tl < sizeof tag - 1; tl++) {
+    char ch = t[tl];
+    int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
+             ch == '_' || ch == '.';
+    tag[tl] = ok ? ch : '_';
+  }
+  tag[tl] = 0;
+  snprintf(b->name, sizeof b->name, "/dt-%s-%016llx", tag, (unsigned long long)fnv1a(ctx->prefix));
+  if (snprintf(key, sizeof key, "%s/shm/segment", ctx->prefix) >= (int)sizeof key) {
+    st = dt_error(DT_INVALID_ARGUMENT, "shm: store prefix too long (%zu bytes)", strlen(ctx->prefix));
+    goto fail;
+  }
+  double deadline = dt_time_now() + (ctx->timeout_s > 0 ? ctx->timeout_s : 300);
+
+  if (ctx->rank == 0) {
+    DT_CHECK_GOTO(create_segment(b, ctx, key), st, fail);
+    created = 1;
+  } else {
+    DT_CHECK_GOTO(open_segment(b, ctx, key), st, fail);
+  }
+  b->ctrl[ctx->rank].pid = (int32_t)getpid();
+  atomic_fetch_add(&b->hdr->mapped, 1);
+  DT_CHECK_GOTO(wait_mapped(b, ctx, deadline), st, fail);
+  /* Every rank holds a mapping: the name is no longer needed, and without it
+   * nothing is left in /dev/shm whatever happens to the processes later. */
+  if (ctx->rank == 0) {
+    shm_unlink(b->name);
+    unlinked = 1;
+  }
+  DT_CHECK_GOTO(open_pidfds(b), st, fail);
+  DT_LOG_INFO("shm", "rank %d of %d: segment %s, %zu bytes", ctx->rank, ctx->size, b->name, b->seg_bytes);
+  *out = &b->base;
+  return DT_OK;
+
+fail:
+  if (created && !unlinked) shm_unlink(b->name);
+  if (b->seg) {
+    munmap(b->seg, b->seg_bytes);
+    b->seg = NULL;
+    b->ctrl = NULL;
+  }
+  shm_destroy(&b->base);
+  return st;
+}

@@ -1,0 +1,554 @@
+/* Tests of the shared-memory backend: every collective x dtype x op against a
+ * reference, in place and out of place, world sizes 1..5 (forked ranks, one
+ * store served by the parent); then faults: a rank that exits, one that stops,
+ * a mismatched collective, an abort from another thread, a setup timeout; and
+ * no segment left in /dev/shm afterwards. */
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dist/dist-impl.h"
+#include "harness.h"
+
+static dt_store_server *server;
+static int server_port;
+static char job_tag[64];
+static int run_counter;
+
+/* ---- forked worlds ------------------------------------------------------------ */
+
+typedef int (*rank_fn)(dt_backend *b, int rank, int size, void *arg);
+
+typedef struct world_opts {
+  double setup_timeout_s;
+  int absent_rank; /* this rank never starts (setup timeout test); -1: none */
+} world_opts;
+
+static int child_main(int rank, int size, const char *prefix, const world_opts *o, rank_fn fn, void *arg) {
+  alarm(60); /* a hung rank dies instead of hanging the test */
+  dt_store *store = NULL;
+  dt_status st = dt_store_connect("127.0.0.1", server_port, "t", 10, &store);
+  if (st != DT_OK) {
+    fprintf(stderr, "rank %d: store connect: %s %s\n", rank, dt_status_name(st), dt_last_error());
+    return 90;
+  }
+  int global[8];
+  for (int i = 0; i < size; i++) global[i] = i;
+  dt_backend_ctx ctx = {.store = store, .prefix = prefix, .job_tag = job_tag, .rank = rank, .size = size,
+                        .global = global, .timeout_s = o->setup_timeout_s, .host_addr = "127.0.0.1"};
+  dt_backend *b = NULL;
+  st = dt_backend_shm_new(&ctx, &b);
+  int code;
+  if (st != DT_OK) {
+    fprintf(stderr, "rank %d: shm setup: %s %s\n", rank, dt_status_name(st), dt_last_error());
+    code = 100 + (int)st;
+  } else {
+    code = fn(b, rank, size, arg);
+    b->ops->destroy(b);
+  }
+  dt_store_close(store);
+  return code;
+}
+
+/* Forks size ranks running fn; codes[r] receives each exit code (or 200 +
+ * signal). Kills everything if the world takes longer than 60 s. */
+static int run_world(int size, rank_fn fn, void *arg, const world_opts *opts, int *codes) {
+  world_opts def = {.setup_timeout_s = 20, .absent_rank = -1};
+  const world_opts *o = opts ? opts : &def;
+  char prefix[128];
+  snprintf(prefix, sizeof prefix, "test/%d/%d/shm", (int)getpid(), run_counter++);
+  pid_t pids[8] = {0};
+  fflush(stdout);
+  fflush(stderr);
+  for (int r = 0; r < size; r++) {
+    if (r == o->absent_rank) continue;
+    pids[r] = fork();
+    if (pids[r] < 0) return -1;
+    if (pids[r] == 0) _exit(child_main(r, size, prefix, o, fn, arg));
+  }
+  double deadline = dt_time_now() + 60;
+  int left = size - (o->absent_rank >= 0);
+  while (left > 0) {
+    int status;
+    pid_t p = waitpid(-1, &status, WNOHANG);
+    if (p > 0) {
+      for (int r = 0; r < size; r++)
+        if (pids[r] == p) {
+          codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 200 + WTERMSIG(status);
+          pids[r] = 0;
+          left--;
+        }
+      continue;
+    }
+    if (dt_time_now() > deadline) {
+      for (int r = 0; r < size; r++)
+        if (pids[r] > 0) kill(pids[r], SIGKILL), waitpid(pids[r], NULL, 0), codes[r] = 255;
+      return -1;
+    }
+    nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
+  }
+  return 0;
+}
+
+/* Number of /dev/shm entries of this test process's segments. */
+static int shm_leftovers(void) {
+  char want[96];
+  snprintf(want, sizeof want, "dt-%s-", job_tag);
+  DIR *d = opendir("/dev/shm");
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strncmp(e->d_name, want, strlen(want)) == 0) n++;
+  closedir(d);
+  return n;
+}
+
+/* ---- data --------------------------------------------------------------------- */
+
+/* Integer-valued inputs: every sum of up to 5 ranks is exact in bf16 and f16. */
+static double input(int rank, size_t i) { return (double)((int)((i * 7 + (size_t)rank * 13) % 23) - 11); }
+
+static void put(void *buf, dt_dtype t, size_t i, double v) {
+  switch (t) {
+  case DT_F32: ((float *)buf)[i] = (float)v; break;
+  case DT_F64: ((double *)buf)[i] = v; break;
+  case DT_BF16: ((uint16_t *)buf)[i] = dt_f32_to_bf16((float)v); break;
+  case DT_F16: ((uint16_t *)buf)[i] = dt_f32_to_f16((float)v); break;
+  case DT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  case DT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  default: break;
+  }
+}
+
+static double get(const void *buf, dt_dtype t, size_t i) {
+  switch (t) {
+  case DT_F32: return ((const float *)buf)[i];
+  case DT_F64: return ((const double *)buf)[i];
+  case DT_BF16: return dt_bf16_to_f32(((const uint16_t *)buf)[i]);
+  case DT_F16: return dt_f16_to_f32(((const uint16_t *)buf)[i]);
+  case DT_I32: return ((const int32_t *)buf)[i];
+  case DT_I64: return (double)((const int64_t *)buf)[i];
+  default: return 0;
+  }
+}
+
+static double reference(dt_redop op, int size, size_t i) {
+  double acc = input(0, i);
+  for (int r = 1; r < size; r++) {
+    double v = input(r, i);
+    acc = op == DT_MIN ? (v < acc ? v : acc) : op == DT_MAX ? (v > acc ? v : acc) : acc + v;
+  }
+  return acc;
+}
+
+static void blk(size_t count, int size, int r, size_t *off, size_t *len) {
+  size_t q = count / (size_t)size, rem = count % (size_t)size;
+  *off = q * (size_t)r + ((size_t)r < rem ? (size_t)r : rem);
+  *len = q + ((size_t)r < rem);
+}
+
+static uint64_t seq_counter;
+
+static dt_status run_coll(dt_backend *b, dt_coll_kind kind, const void *send, void *recv, size_t count,
+                          dt_dtype t, dt_redop op, int root, double timeout_s) {
+  dt_coll c = {.kind = kind, .seq = ++seq_counter, .send = send, .recv = recv, .count = count, .dtype = t,
+               .op = op, .root = root, .deadline = dt_time_now() + timeout_s};
+  return dt_backend_run(b, &c);
+}
+
+#define CHILD_CHECK(cond, ...)                                                                \
+  do {                                                                                        \
+    if (!(cond)) {                                                                            \
+      fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__);                          \
+      fprintf(stderr, __VA_ARGS__);                                                           \
+      fprintf(stderr, "\n");                                                                  \
+      return 1;                                                                               \
+    }                                                                                         \
+  } while (0)
+#define CHILD_OK(expr)                                                                        \
+  do {                                                                                        \
+    dt_status s_ = (expr);                                                                    \
+    CHILD_CHECK(s_ == DT_OK, "%s -> %s: %s", #expr, dt_status_name(s_), dt_last_error());     \
+  } while (0)
+
+/* One collective of count elements checked against the reference. */
+static int check_one(dt_backend *b, int rank, int size, dt_coll_kind kind, dt_dtype t, dt_redop op,
+                     size_t count, int in_place, int root) {
+  size_t es = dt_dtype_size(t), off, len;
+  blk(count, size, rank, &off, &len);
+  char *send = malloc((count + 1) * es), *recv = malloc((count + 1) * es);
+  CHILD_CHECK(send && recv, "out of memory");
+  for (size_t i = 0; i < count; i++) put(send, t, i, input(rank, i)), put(recv, t, i, -99);
+  const void *sp = send;
+  void *rp = recv;
+  size_t check_off = 0, check_len = count;
+  switch (kind) {
+  case DT_COLL_ALLREDUCE:
+    if (in_place) sp = rp = send;
+    break;
+  case DT_COLL_BROADCAST:
+    sp = NULL;
+    rp = rank == root ? send : recv;
+    if (rank != root)
+      for (size_t i = 0; i < count; i++) put(recv, t, i, -99);
+    break;
+  case DT_COLL_ALLGATHER:
+    if (in_place) {
+      for (size_t i = 0; i < len; i++) put(recv, t, off + i, input(rank, off + i));
+      sp = recv + off * es;
+    } else {
+      for (size_t i = 0; i < len; i++) put(send, t, i, input(rank, off + i));
+    }
+    break;
+  case DT_COLL_REDUCE_SCATTER:
+    if (in_place) rp = send + off * es;
+    check_off = off, check_len = len;
+    break;
+  default: break;
+  }
+  dt_status st = run_coll(b, kind, sp, rp, count, t, op, root, 30);
+  int bad = 0;
+  if (st == DT_OK) {
+    const char *out = kind == DT_COLL_ALLREDUCE && in_place ? send : kind == DT_COLL_BROADCAST ? rp : recv;
+    if (kind == DT_COLL_REDUCE_SCATTER) out = rp;
+    for (size_t i = 0; i < check_len && !bad; i++) {
+      size_t g = check_off + i;
+      double want = kind == DT_COLL_ALLREDUCE || kind == DT_COLL_REDUCE_SCATTER ? reference(op, size, g)
+                    : kind == DT_COLL_BROADCAST                                 ? input(root, g)
+                                                                                : 0;
+      if (kind == DT_COLL_ALLGATHER) {
+        int owner = 0;
+        for (int r = 0; r < size; r++) {
+          size_t o2, l2;
+          blk(count, size, r, &o2, &l2);
+          if (g >= o2 && g < o2 + l2) owner = r;
+        }
+        want = input(owner, g);
+      }
+      double got = get(out, t, i);
+      if (got != want) {
+        fprintf(stderr, "rank %d: %s %s %s count %zu%s root %d: element %zu is %g, expected %g\n", rank,
+                dt_coll_name(kind), dt_dtype_name(t), dt_redop_name(op), count, in_place ? " in place" : "", root,
+                g, got, want);
+        bad = 1;
+      }
+    }
+  }
+  free(send);
+  free(recv);
+  CHILD_CHECK(st == DT_OK, "%s %s count %zu: %s %s", dt_coll_name(kind), dt_dtype_name(t), count,
+              dt_status_name(st), dt_last_error());
+  return bad;
+}
+
+static int rank_matrix(dt_backend *b, int rank, int size, void *arg) {
+  static const dt_dtype types[] = {DT_F32, DT_F64, DT_BF16, DT_F16, DT_I32, DT_I64};
+  static const dt_redop ops[] = {DT_SUM, DT_MIN, DT_MAX};
+  static const size_t counts[] = {0, 1, 7, 1000};
+  /* Past setup on every rank, rank 0 has unlinked the segment name. */
+  CHILD_OK(run_coll(b, DT_COLL_BARRIER, NULL, NULL, 0, DT_F32, DT_SUM, 0, 30));
+  CHILD_CHECK(shm_leftovers() == 0, "segment still has a name in /dev/shm after setup");
+  int root = 0;
+  for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+    for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++)
+      for (int ip = 0; ip < 2; ip++) {
+        for (size_t oi = 0; oi < sizeof ops / sizeof *ops; oi++) {
+          if (check_one(b, rank, size, DT_COLL_ALLREDUCE, types[ti], ops[oi], counts[ci], ip, 0)) return 1;
+          if (check_one(b, rank, size, DT_COLL_REDUCE_SCATTER, types[ti], ops[oi], counts[ci], ip, 0)) return 1;
+        }
+        if (check_one(b, rank, size, DT_COLL_ALLGATHER, types[ti], DT_SUM, counts[ci], ip, 0)) return 1;
+        if (check_one(b, rank, size, DT_COLL_BROADCAST, types[ti], DT_SUM, counts[ci], 0, root)) return 1;
+        root = (root + 1) % size;
+        CHILD_OK(run_coll(b, DT_COLL_BARRIER, NULL, NULL, 0, DT_F32, DT_SUM, 0, 30));
+      }
+  /* Several MiB, odd count: many pipeline chunks and a ragged last one. */
+  size_t big = (size_t)(3u << 20) / 2 + 13; /* f32: ~6 MiB */
+  for (int ip = 0; ip < 2; ip++) {
+    if (check_one(b, rank, size, DT_COLL_ALLREDUCE, DT_F32, DT_SUM, big, ip, 0)) return 1;
+    if (check_one(b, rank, size, DT_COLL_REDUCE_SCATTER, DT_F32, DT_MAX, big, ip, 0)) return 1;
+    if (check_one(b, rank, size, DT_COLL_ALLGATHER, DT_F32, DT_SUM, big, ip, 0)) return 1;
+  }
+  if (check_one(b, rank, size, DT_COLL_BROADCAST, DT_F32, DT_SUM, big, 0, size - 1)) return 1;
+  if (check_one(b, rank, size, DT_COLL_ALLREDUCE, DT_BF16, DT_SUM, big + 1, 1, 0)) return 1;
+  return 0;
+}
+
+static int matrix_for_size(int size, int *failed_rank) {
+  int codes[8] = {0};
+  if (run_world(size, rank_matrix, NULL, NULL, codes) != 0) return -1;
+  for (int r = 0; r < size; r++)
+    if (codes[r] != 0) {
+      *failed_rank = r;
+      return codes[r];
+    }
+  return 0;
+}
+
+TEST(collectives_match_reference_world_1_to_5) {
+  for (int size = 1; size <= 5; size++) {
+    int failed_rank = -1, code = matrix_for_size(size, &failed_rank);
+    if (code != 0) FAIL_("world size %d: rank %d exited with %d", size, failed_rank, code);
+  }
+  ASSERT_EQ(shm_leftovers(), 0);
+}
+
+/* ---- faults ------------------------------------------------------------------- */
+
+/* Rank 2 exits after the first barrier; the others, waiting in an allreduce,
+ * must report it within a few seconds (not at the 30 s deadline). */
+static int rank_exits(dt_backend *b, int rank, int size, void *arg) {
+  float buf[1024] = {0};
+  CHILD_OK(run_coll(b, DT_COLL_BARRIER, NULL, NULL, 0, DT_F32, DT_SUM, 0, 30));
+  if (rank == 2) _exit(0);
+  double t0 = dt_time_now();
+  dt_status st = run_coll(b, DT_COLL_ALLREDUCE, buf, buf, 1024, DT_F32, DT_SUM, 0, 30);
+  double dt = dt_time_now() - t0;
+  CHILD_CHECK(st == DT_PEER_LOST, "got %s (%s)", dt_status_name(st), dt_last_error());
+  CHILD_CHECK(strstr(dt_last_error(), "rank 2") != NULL, "detail does not name rank 2: %s", dt_last_error());
+  CHILD_CHECK(dt < 3, "took %.2f s to notice", dt);
+  /* The backend is broken from now on: no hang, an error at once. */
+  st = run_coll(b, DT_COLL_BARRIER, NULL, NULL, 0, DT_F32, DT_SUM, 0, 30);
+  CHILD_CHECK(st == DT_PEER_LOST, "after the loss: %s", dt_status_name(st));
+  return 0;
+}
+
+TEST(exited_rank_is_peer_lost) {
+  int codes[8] = {0};
+  ASSERT_EQ(run_world(3, rank_exits, NULL, NULL, codes), 0);
+  for (int r = 0; r < 3; r++) ASSERT_EQ(codes[r], 0);
+  ASSERT_EQ(shm_leftovers(), 0);
+}
+
+/* A peer dies while large allreduces are in flight (the others are
+ * mid-pipeline): rank 1 runs them in a thread and its main thread exits. */
+typedef struct loop_arg {
+  dt_backend *b;
+  float *buf;
+  size_t n;
+} loop_arg;
+
+static void *allreduce_forever(void *p) {
+  loop_arg *a = p;
+  while (run_coll(a->b, DT_COLL_ALLREDUCE, a->buf, a->buf, a->n, DT_F32, DT_SUM, 0, 30) == DT_OK) {
+  }
+  return NULL;
+}
+
+static int rank_exits_mid_pipeline(dt_backend *b, int rank, int size, void *arg) {
+  size_t n = 4u << 20; /* 16 MiB: tens of pipeline chunks */
+  float *buf = calloc(n, sizeof *buf);
+  CHILD_CHECK(buf, "out of memory");
+  if (rank == 1) {
+    loop_arg a = {b, buf, n};
+    pthread_t th;
+    CHILD_CHECK(pthread_create(&th, NULL, allreduce_forever, &a) == 0, "pthread_create");
+    nanosleep(&(struct timespec){.tv_nsec = 30000000}, NULL);
+    _exit(0);
+  }
+  dt_status st = DT_OK;
+  double t0 = dt_time_now();
+  for (int i = 0; i < 1000 && st == DT_OK; i++) {
+    t0 = dt_time_now();
+    st = run_coll(b, DT_COLL_ALLREDUCE, buf, buf, n, DT_F32, DT_SUM, 0, 30);
+  }
+  double dt = dt_time_now() - t0;
+  free(buf);
+  CHILD_CHECK(st == DT_PEER_LOST, "got %s (%s)", dt_status_name(st), dt_last_error());
+  CHILD_CHECK(strstr(dt_last_error(), "rank 1") != NULL, "detail does not name rank 1: %s", dt_last_error());
+  CHILD_CHECK(dt < 3, "took %.2f s to notice", dt);
+  return 0;
+}
+
+TEST(rank_lost_mid_pipeline_is_peer_lost) {
+  int codes[8] = {0};
+  ASSERT_EQ(run_world(3, rank_exits_mid_pipeline, NULL, NULL, codes), 0);
+  for (int r = 0; r < 3; r++) ASSERT_EQ(codes[r], 0);
+}
+
+/* Rank 1 stops answering (sleeps); rank 0 times out naming it. */
+static int rank_stops(dt_backend *b, int rank, int size, void *arg) {
+  if (rank == 1) {
+    sleep(2);
+    return 0;
+  }
+  double t0 = dt_time_now();
+  dt_status st = run_coll(b, DT_COLL_ALLREDUCE, (float[4]){0}, (float[4]){0}, 4, DT_F32, DT_SUM, 0, 0.3);
+  double dt = dt_time_now() - t0;
+  CHILD_CHECK(st == DT_TIMEOUT, "got %s (%s)", dt_status_name(st), dt_last_error());
+  CHILD_CHECK(strstr(dt_last_error(), "rank 1 did not arrive at allreduce") != NULL, "detail: %s",
+              dt_last_error());
+  CHILD_CHECK(dt >= 0.25 && dt < 1.5, "timed out after %.2f s (deadline 0.3 s)", dt);
+  return 0;
+}
+
+TEST(silent_rank_times_out) {
+  int codes[8] = {0};
+  ASSERT_EQ(run_world(2, rank_stops, NULL, NULL, codes), 0);
+  ASSERT_EQ(codes[0], 0);
+  ASSERT_EQ(codes[1], 0);
+}
+
+/* Rank 1 issues a broadcast where the others issue an allreduce. */
+static int rank_mismatch(dt_backend *b, int rank, int size, void *arg) {
+  float buf[1000] = {0};
+  dt_status st = rank == 1 ? run_coll(b, DT_COLL_BROADCAST, NULL, buf, 10, DT_F32, DT_SUM, 0, 10)
+                           : run_coll(b, DT_COLL_ALLREDUCE, buf, buf, 1000, DT_F32, DT_SUM, 0, 10);
+  CHILD_CHECK(st == DT_MISMATCH, "got %s (%s)", dt_status_name(st), dt_last_error());
+  CHILD_CHECK(strstr(dt_last_error(), "rank") != NULL, "detail: %s", dt_last_error());
+  return 0;
+}
+
+TEST(mismatched_collective_is_detected) {
+  int codes[8] = {0};
+  ASSERT_EQ(run_world(3, rank_mismatch, NULL, NULL, codes), 0);
+  for (int r = 0; r < 3; r++) ASSERT_EQ(codes[r], 0);
+}
+
+static void *abort_later(void *arg) {
+  nanosleep(&(struct timespec){.tv_nsec = 150000000}, NULL);
+  dt_backend *b = arg;
+  b->ops->abort(b);
+  return NULL;
+}
+
+/* Rank 0 is blocked (rank 1 is late) when another thread aborts it: it returns
+ * DT_INTERRUPTED promptly; rank 1 then learns that rank 0 left. */
+static int rank_abort(dt_backend *b, int rank, int size, void *arg) {
+  float buf[16] = {0};
+  if (rank == 0) {
+    pthread_t th;
+    CHILD_CHECK(pthread_create(&th, NULL, abort_later, b) == 0, "pthread_create");
+    double t0 = dt_time_now();
+    dt_status st = run_coll(b, DT_COLL_ALLREDUCE, buf, buf, 16, DT_F32, DT_SUM, 0, 30);
+    double dt = dt_time_now() - t0;
+    pthread_join(th, NULL);
+    CHILD_CHECK(st == DT_INTERRUPTED, "got %s (%s)", dt_status_name(st), dt_last_error());
+    CHILD_CHECK(dt < 1, "abort took %.2f s", dt);
+    sleep(1); /* stay alive: rank 1 must learn of the abort from the segment */
+    return 0;
+  }
+  nanosleep(&(struct timespec){.tv_nsec = 400000000}, NULL);
+  double t0 = dt_time_now();
+  /* Rank 0 had published its data before it was aborted, so this one may
+   * still complete; the next one cannot. */
+  dt_status st = run_coll(b, DT_COLL_ALLREDUCE, buf, buf, 16, DT_F32, DT_SUM, 0, 30);
+  if (st == DT_OK) st = run_coll(b, DT_COLL_BARRIER, NULL, NULL, 0, DT_F32, DT_SUM, 0, 30);
+  CHILD_CHECK(st == DT_PEER_LOST, "got %s (%s)", dt_status_name(st), dt_last_error());
+  CHILD_CHECK(strstr(dt_last_error(), "rank 0") != NULL, "detail: %s", dt_last_error());
+  CHILD_CHECK(dt_time_now() - t0 < 0.5, "took %.2f s", dt_time_now() - t0);
+  return 0;
+}
+
+TEST(abort_from_another_thread_interrupts) {
+  int codes[8] = {0};
+  ASSERT_EQ(run_world(2, rank_abort, NULL, NULL, codes), 0);
+  ASSERT_EQ(codes[0], 0);
+  ASSERT_EQ(codes[1], 0);
+}
+
+/* Rank 1 never starts: rank 0's setup times out and removes the segment. */
+static int rank_never_runs(dt_backend *b, int rank, int size, void *arg) { return 1; }
+
+TEST(setup_timeout_leaves_nothing_behind) {
+  int codes[8] = {0};
+  world_opts o = {.setup_timeout_s = 0.5, .absent_rank = 1};
+  ASSERT_EQ(run_world(2, rank_never_runs, NULL, &o, codes), 0);
+  ASSERT_EQ(codes[0], 100 + DT_TIMEOUT);
+  ASSERT_EQ(shm_leftovers(), 0);
+}
+
+/* ---- main ---------------------------------------------------------------------- */
+
+static const dt_test_case cases[] = {
+    TEST_ENTRY(collectives_match_reference_world_1_to_5),
+    TEST_ENTRY(exited_rank_is_peer_lost),
+    TEST_ENTRY(rank_lost_mid_pipeline_is_peer_lost),
+    TEST_ENTRY(silent_rank_times_out),
+    TEST_ENTRY(mismatched_collective_is_detected),
+    TEST_ENTRY(abort_from_another_thread_interrupts),
+    TEST_ENTRY(setup_timeout_leaves_nothing_behind),
+};
+
+int main(int argc, char **argv) {
+  snprintf(job_tag, sizeof job_tag, "test%d", (int)getpid());
+  dt_status st = dt_store_server_start("127.0.0.1", 0, "t", &server);
+  if (st != DT_OK) {
+    fprintf(stderr, "store server: %s %s\n", dt_status_name(st), dt_last_error());
+    return 1;
+  }
+  server_port = dt_store_server_port(server);
+  int rc = dt_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
+  dt_store_server_stop(server);
+  if (shm_leftovers() != 0) {
+    fprintf(stderr, "segments of this test remain in /dev/shm\n");
+    rc = 1;
+  }
+  return rc;
+}
+
+/* STANDIN BEGIN: temporary file-based store until src/dist/store.c lands. */
+struct dt_store_server { int port; };
+struct dt_store { int unused; };
+static char standin_dir[128];
+static void standin_path(const char *key, char *out, size_t len) {
+  char k[512];
+  size_t i = 0;
+  for (; key[i] && i < sizeof k - 1; i++) k[i] = key[i] == '/' ? '_' : key[i];
+  k[i] = 0;
+  snprintf(out, len, "%s/%s", standin_dir, k);
+}
+dt_status dt_store_server_start(const char *host, int port, const char *run_id, dt_store_server **out) {
+  snprintf(standin_dir, sizeof standin_dir, "/tmp/dtshm-standin-%d", (int)getpid());
+  mkdir(standin_dir, 0700);
+  *out = calloc(1, sizeof **out);
+  return DT_OK;
+}
+int dt_store_server_port(const dt_store_server *s) { return 1; }
+void dt_store_server_stop(dt_store_server *s) { free(s); }
+dt_status dt_store_connect(const char *host, int port, const char *run_id, double timeout_s, dt_store **out) {
+  *out = calloc(1, sizeof **out);
+  return DT_OK;
+}
+void dt_store_close(dt_store *s) { free(s); }
+dt_status dt_store_set(dt_store *s, const char *key, const void *value, size_t len) {
+  char p[700], t[710];
+  standin_path(key, p, sizeof p);
+  snprintf(t, sizeof t, "%s.tmp", p);
+  FILE *f = fopen(t, "wb");
+  if (!f) return DT_IO;
+  fwrite(value, 1, len, f);
+  fclose(f);
+  rename(t, p);
+  return DT_OK;
+}
+dt_status dt_store_get(dt_store *s, const char *key, void **value, size_t *len, double timeout_s) {
+  char p[700];
+  standin_path(key, p, sizeof p);
+  double end = dt_time_now() + timeout_s;
+  for (;;) {
+    FILE *f = fopen(p, "rb");
+    if (f) {
+      char buf[4096];
+      size_t n = fread(buf, 1, sizeof buf, f);
+      fclose(f);
+      void *v;
+      dt_alloc(n + 1, &v);
+      memcpy(v, buf, n);
+      *value = v;
+      *len = n;
+      return DT_OK;
+    }
+    if (dt_time_now() > end) return dt_error(DT_TIMEOUT, "standin get %s", key);
+    usleep(1000);
+  }
+}
+/* STANDIN END */
