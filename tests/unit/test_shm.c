@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -494,61 +493,3 @@ int main(int argc, char **argv) {
   }
   return rc;
 }
-
-/* STANDIN BEGIN: temporary file-based store until src/dist/store.c lands. */
-struct dt_store_server { int port; };
-struct dt_store { int unused; };
-static char standin_dir[128];
-static void standin_path(const char *key, char *out, size_t len) {
-  char k[512];
-  size_t i = 0;
-  for (; key[i] && i < sizeof k - 1; i++) k[i] = key[i] == '/' ? '_' : key[i];
-  k[i] = 0;
-  snprintf(out, len, "%s/%s", standin_dir, k);
-}
-dt_status dt_store_server_start(const char *host, int port, const char *run_id, dt_store_server **out) {
-  snprintf(standin_dir, sizeof standin_dir, "/tmp/dtshm-standin-%d", (int)getpid());
-  mkdir(standin_dir, 0700);
-  *out = calloc(1, sizeof **out);
-  return DT_OK;
-}
-int dt_store_server_port(const dt_store_server *s) { return 1; }
-void dt_store_server_stop(dt_store_server *s) { free(s); }
-dt_status dt_store_connect(const char *host, int port, const char *run_id, double timeout_s, dt_store **out) {
-  *out = calloc(1, sizeof **out);
-  return DT_OK;
-}
-void dt_store_close(dt_store *s) { free(s); }
-dt_status dt_store_set(dt_store *s, const char *key, const void *value, size_t len) {
-  char p[700], t[710];
-  standin_path(key, p, sizeof p);
-  snprintf(t, sizeof t, "%s.tmp", p);
-  FILE *f = fopen(t, "wb");
-  if (!f) return DT_IO;
-  fwrite(value, 1, len, f);
-  fclose(f);
-  rename(t, p);
-  return DT_OK;
-}
-dt_status dt_store_get(dt_store *s, const char *key, void **value, size_t *len, double timeout_s) {
-  char p[700];
-  standin_path(key, p, sizeof p);
-  double end = dt_time_now() + timeout_s;
-  for (;;) {
-    FILE *f = fopen(p, "rb");
-    if (f) {
-      char buf[4096];
-      size_t n = fread(buf, 1, sizeof buf, f);
-      fclose(f);
-      void *v;
-      dt_alloc(n + 1, &v);
-      memcpy(v, buf, n);
-      *value = v;
-      *len = n;
-      return DT_OK;
-    }
-    if (dt_time_now() > end) return dt_error(DT_TIMEOUT, "standin get %s", key);
-    usleep(1000);
-  }
-}
-/* STANDIN END */
