@@ -1,0 +1,513 @@
+/* The TCP key-value store: request semantics, deadlines, several processes,
+ * strangers and malformed clients, a lost server, many clients at once. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dist/dist-impl.h"
+#include "harness.h"
+
+static void sleep_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+/* Handshake bytes of protocol 1 ("DST1", version 1, run id). */
+static size_t handshake(uint8_t *b, const char *run) {
+  size_t n = strlen(run);
+  memcpy(b, "DST1", 4);
+  b[4] = 1, b[5] = b[6] = b[7] = 0;
+  b[8] = (uint8_t)n, b[9] = b[10] = b[11] = 0;
+  memcpy(b + 12, run, n);
+  return 12 + n;
+}
+
+static int raw_connect(int port) {
+  int fd = -1;
+  if (dt_net_connect("127.0.0.1", port, dt_time_now() + 2, NULL, "raw", &fd) != DT_OK) return -1;
+  return fd;
+}
+
+/* Seconds until the server closes fd (reading and discarding what it sends), or -1 past limit. */
+static double wait_closed(int fd, double limit) {
+  double t0 = dt_time_now();
+  char buf[256];
+  while (dt_time_now() - t0 < limit) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 50) > 0) {
+      ssize_t k = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+      if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) return dt_time_now() - t0;
+    }
+  }
+  return -1;
+}
+
+TEST(set_get_add_check_delete) {
+  dt_store_server *srv;
+  dt_store *s;
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job1", &srv));
+  int port = dt_store_server_port(srv);
+  ASSERT(port > 0);
+  ASSERT_OK(dt_store_connect("localhost", port, "job1", 5, &s));
+  ASSERT_OK(dt_store_set(s, "a", "hello", 5));
+  void *v;
+  size_t n;
+  ASSERT_OK(dt_store_get(s, "a", &v, &n, 1));
+  ASSERT_EQ(n, 5);
+  ASSERT(memcmp(v, "hello", 5) == 0);
+  dt_free(v);
+  /* overwrite, zero-length value */
+  ASSERT_OK(dt_store_set(s, "a", "", 0));
+  v = NULL;
+  ASSERT_OK(dt_store_get(s, "a", &v, &n, 1));
+  ASSERT(v != NULL);
+  ASSERT_EQ(n, 0);
+  dt_free(v);
+  int64_t x = 0;
+  ASSERT_OK(dt_store_add(s, "ctr", 3, &x));
+  ASSERT_EQ(x, 3);
+  ASSERT_OK(dt_store_add(s, "ctr", -5, &x));
+  ASSERT_EQ(x, -2);
+  ASSERT_OK(dt_store_get(s, "ctr", &v, &n, 1));
+  ASSERT_EQ(n, 2);
+  ASSERT(memcmp(v, "-2", 2) == 0);
+  dt_free(v);
+  ASSERT_OK(dt_store_set(s, "txt", "abc", 3));
+  ASSERT_STATUS(dt_store_add(s, "txt", 1, &x), DT_INVALID_ARGUMENT);
+  ASSERT(strstr(dt_last_error(), "txt") != NULL);
+  const char *keys[] = {"a", "ctr", "nope"};
+  int present = -1;
+  ASSERT_OK(dt_store_check(s, keys, 2, &present));
+  ASSERT_EQ(present, 1);
+  ASSERT_OK(dt_store_check(s, keys, 3, &present));
+  ASSERT_EQ(present, 0);
+  int existed = -1;
+  ASSERT_OK(dt_store_delete(s, "a", &existed));
+  ASSERT_EQ(existed, 1);
+  ASSERT_OK(dt_store_delete(s, "a", &existed));
+  ASSERT_EQ(existed, 0);
+  ASSERT_OK(dt_store_check(s, keys, 1, &present));
+  ASSERT_EQ(present, 0);
+  ASSERT_OK(dt_store_wait(s, keys + 1, 1, 1));
+  /* bounds checked on the client */
+  ASSERT_STATUS(dt_store_set(s, "", "x", 1), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_store_set(s, "big", "x", (size_t)DT_STORE_MAX_VALUE + 1), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_store_check(s, keys, 0, &present), DT_INVALID_ARGUMENT);
+  /* a large value round trip */
+  size_t big = 4u << 20;
+  uint8_t *b;
+  ASSERT_OK(dt_alloc(big, (void **)&b));
+  for (size_t i = 0; i < big; i++) b[i] = (uint8_t)(i * 7 + 1);
+  ASSERT_OK(dt_store_set(s, "big", b, big));
+  ASSERT_OK(dt_store_get(s, "big", &v, &n, 2));
+  ASSERT_EQ(n, big);
+  ASSERT(memcmp(v, b, big) == 0);
+  dt_free(v);
+  dt_free(b);
+  dt_store_close(s);
+  dt_store_server_stop(srv);
+}
+
+typedef struct setter_arg {
+  int port;
+  double delay_s;
+  const char *key;
+} setter_arg;
+
+static void *setter(void *p) {
+  setter_arg *a = p;
+  dt_store *s;
+  sleep_s(a->delay_s);
+  if (dt_store_connect("127.0.0.1", a->port, "job", 5, &s) != DT_OK) return NULL;
+  dt_store_set(s, a->key, "late", 4);
+  dt_store_close(s);
+  return NULL;
+}
+
+TEST(get_and_wait_block_until_set) {
+  dt_store_server *srv;
+  dt_store *s;
+  ASSERT_OK(dt_store_server_start(NULL, 0, "job", &srv));
+  ASSERT_OK(dt_store_connect("127.0.0.1", dt_store_server_port(srv), "job", 5, &s));
+  setter_arg a = {dt_store_server_port(srv), 0.2, "later"};
+  pthread_t t;
+  pthread_create(&t, NULL, setter, &a);
+  double t0 = dt_time_now();
+  void *v;
+  size_t n;
+  dt_status st = dt_store_get(s, "later", &v, &n, 5);
+  double el = dt_time_now() - t0;
+  pthread_join(t, NULL);
+  ASSERT_OK(st);
+  ASSERT(el > 0.15 && el < 2);
+  ASSERT_EQ(n, 4);
+  ASSERT(memcmp(v, "late", 4) == 0);
+  dt_free(v);
+  setter_arg b = {dt_store_server_port(srv), 0.2, "w2"};
+  pthread_create(&t, NULL, setter, &b);
+  const char *keys[] = {"later", "w2"};
+  st = dt_store_wait(s, keys, 2, 5);
+  pthread_join(t, NULL);
+  ASSERT_OK(st);
+  dt_store_close(s);
+  dt_store_server_stop(srv);
+}
+
+TEST(missing_key_times_out_and_client_stays_usable) {
+  dt_store_server *srv;
+  dt_store *s;
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", &srv));
+  ASSERT_OK(dt_store_connect("127.0.0.1", dt_store_server_port(srv), "job", 5, &s));
+  double t0 = dt_time_now();
+  void *v;
+  size_t n;
+  ASSERT_STATUS(dt_store_get(s, "never", &v, &n, 0.5), DT_TIMEOUT);
+  double el = dt_time_now() - t0;
+  ASSERT(el >= 0.45 && el < 1.5);
+  ASSERT(strstr(dt_last_error(), "never") != NULL);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", dt_store_server_port(srv));
+  ASSERT(strstr(dt_last_error(), addr) != NULL);
+  const char *keys[] = {"never", "nor-this"};
+  ASSERT_STATUS(dt_store_wait(s, keys, 2, 0.3), DT_TIMEOUT);
+  /* the cancelled requests left the connection in sync */
+  ASSERT_OK(dt_store_set(s, "k", "1", 1));
+  ASSERT_OK(dt_store_get(s, "k", &v, &n, 1));
+  ASSERT_EQ(n, 1);
+  dt_free(v);
+  dt_store_close(s);
+  dt_store_server_stop(srv);
+}
+
+TEST(connect_times_out_naming_address) {
+  /* a port that nothing listens on: take one, then free it */
+  int fd, port;
+  ASSERT_OK(dt_net_listen("127.0.0.1", 0, 1, &fd, &port));
+  dt_net_close(&fd);
+  dt_store *s;
+  double t0 = dt_time_now();
+  ASSERT_STATUS(dt_store_connect("127.0.0.1", port, "job", 0.3, &s), DT_TIMEOUT);
+  ASSERT(dt_time_now() - t0 < 1.5);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  ASSERT(strstr(dt_last_error(), addr) != NULL);
+}
+
+TEST(two_processes_share_one_server) {
+  dt_store_server *srv;
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", &srv));
+  int port = dt_store_server_port(srv);
+  pid_t kids[2];
+  for (int r = 0; r < 2; r++) {
+    kids[r] = fork();
+    ASSERT(kids[r] >= 0);
+    if (kids[r] == 0) {
+      alarm(10);
+      dt_store *s;
+      int bad = 0;
+      if (dt_store_connect("127.0.0.1", port, "job", 5, &s) != DT_OK) _exit(10);
+      char key[32], want[32];
+      snprintf(key, sizeof key, "rank/%d", r);
+      snprintf(want, sizeof want, "addr-of-%d", r);
+      bad |= dt_store_set(s, key, want, strlen(want)) != DT_OK;
+      int64_t x;
+      bad |= dt_store_add(s, "joined", 1, &x) != DT_OK;
+      snprintf(key, sizeof key, "rank/%d", 1 - r);
+      snprintf(want, sizeof want, "addr-of-%d", 1 - r);
+      void *v;
+      size_t n;
+      if (dt_store_get(s, key, &v, &n, 5) != DT_OK) _exit(11);
+      bad |= n != strlen(want) || memcmp(v, want, n) != 0;
+      dt_free(v);
+      const char *k[] = {"joined"};
+      bad |= dt_store_wait(s, k, 1, 5) != DT_OK;
+      dt_store_close(s);
+      _exit(bad ? 12 : 0);
+    }
+  }
+  int ok = 1;
+  double deadline = dt_time_now() + 15;
+  for (int r = 0; r < 2; r++) {
+    int status = 0;
+    pid_t got;
+    while ((got = waitpid(kids[r], &status, WNOHANG)) == 0 && dt_time_now() < deadline) sleep_s(0.01);
+    if (got != kids[r]) {
+      kill(kids[r], SIGKILL);
+      waitpid(kids[r], &status, 0);
+      ok = 0;
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      fprintf(stderr, "  child %d: status 0x%x\n", r, status);
+      ok = 0;
+    }
+  }
+  dt_store *s;
+  ASSERT_OK(dt_store_connect("127.0.0.1", port, "job", 5, &s));
+  int64_t x = 0;
+  ASSERT_OK(dt_store_add(s, "joined", 0, &x));
+  dt_store_close(s);
+  dt_store_server_stop(srv);
+  ASSERT(ok);
+  ASSERT_EQ(x, 2);
+}
+
+TEST(wrong_run_id_is_refused) {
+  dt_store_server *srv;
+  dt_store *s;
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "alpha", &srv));
+  int port = dt_store_server_port(srv);
+  ASSERT_STATUS(dt_store_connect("127.0.0.1", port, "beta", 2, &s), DT_INVALID_ARGUMENT);
+  char want[128];
+  snprintf(want, sizeof want, "store at 127.0.0.1:%d belongs to run 'alpha', not 'beta'", port);
+  ASSERT_STR_EQ(dt_last_error(), want);
+  ASSERT_OK(dt_store_connect("127.0.0.1", port, "alpha", 2, &s));
+  dt_store_close(s);
+  dt_store_server_stop(srv);
+}
+
+typedef struct worker_arg {
+  dt_store *s;
+  int id;
+  atomic_int *stop;
+  int errors, rounds;
+} worker_arg;
+
+/* A legitimate client working all the time the strangers are around. */
+static void *legit_worker(void *p) {
+  worker_arg *a = p;
+  while (!atomic_load(a->stop)) {
+    char key[32];
+    snprintf(key, sizeof key, "w%d/%d", a->id, a->rounds);
+    void *v;
+    size_t n;
+    int64_t x;
+    if (dt_store_set(a->s, key, "v", 1) != DT_OK || dt_store_get(a->s, key, &v, &n, 2) != DT_OK) {
+      a->errors++;
+      break;
+    }
+    dt_free(v);
+    if (dt_store_add(a->s, "legit", 1, &x) != DT_OK) a->errors++;
+    a->rounds++;
+    sleep_s(0.002);
+  }
+  return NULL;
+}
+
+TEST(strangers_are_dropped_others_unaffected) {
+  dt_store_server *srv;
+  dt_store *s;
+  dt_log_level lv = dt_log_get_level();
+  dt_log_set_level(DT_LOG_LEVEL_ERROR); /* the drops are logged as warnings: expected here */
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", &srv));
+  int port = dt_store_server_port(srv);
+  ASSERT_OK(dt_store_connect("127.0.0.1", port, "job", 5, &s));
+  atomic_int stop = 0;
+  worker_arg wa = {s, 0, &stop, 0, 0};
+  pthread_t t;
+  pthread_create(&t, NULL, legit_worker, &wa);
+
+  int silent = raw_connect(port);
+  int garbage = raw_connect(port);
+  int oversize = raw_connect(port);
+  int badop = raw_connect(port);
+  int parked = raw_connect(port);
+  ASSERT(silent >= 0 && garbage >= 0 && oversize >= 0 && badop >= 0 && parked >= 0);
+  uint8_t b[64];
+  /* garbage instead of a handshake */
+  memset(b, 0xA5, sizeof b);
+  ASSERT_OK(dt_net_send_all(garbage, b, sizeof b, dt_time_now() + 1, NULL, "raw"));
+  /* handshake, then a SET announcing a 4 GiB value */
+  size_t hn = handshake(b, "job");
+  b[hn] = 1;                                  /* SET */
+  b[hn + 1] = 1, b[hn + 2] = b[hn + 3] = b[hn + 4] = 0; /* klen 1 */
+  memset(b + hn + 5, 0xff, 4);                /* vlen 0xffffffff */
+  ASSERT_OK(dt_net_send_all(oversize, b, hn + 9, dt_time_now() + 1, NULL, "raw"));
+  /* handshake, then an unknown op */
+  hn = handshake(b, "job");
+  b[hn] = 99;
+  ASSERT_OK(dt_net_send_all(badop, b, hn + 1, dt_time_now() + 1, NULL, "raw"));
+  /* handshake, a GET of a missing key (parked), then the client vanishes */
+  hn = handshake(b, "job");
+  b[hn] = 2;
+  b[hn + 1] = 3, b[hn + 2] = b[hn + 3] = b[hn + 4] = 0;
+  memcpy(b + hn + 5, "zzz", 3);
+  ASSERT_OK(dt_net_send_all(parked, b, hn + 8, dt_time_now() + 1, NULL, "raw"));
+
+  double tg = wait_closed(garbage, 2), to = wait_closed(oversize, 2), tb = wait_closed(badop, 2);
+  sleep_s(0.2);
+  dt_net_close(&parked);
+  double ts = wait_closed(silent, 8);
+  atomic_store(&stop, 1);
+  pthread_join(t, NULL);
+  dt_net_close(&silent);
+  dt_net_close(&garbage);
+  dt_net_close(&oversize);
+  dt_net_close(&badop);
+  dt_log_set_level(lv);
+
+  ASSERT(tg >= 0 && tg < 1);
+  ASSERT(to >= 0 && to < 1);
+  ASSERT(tb >= 0 && tb < 1);
+  ASSERT(ts >= 3 && ts < 7.5); /* handshake deadline of the server: about 5 s */
+  ASSERT_EQ(wa.errors, 0);
+  ASSERT(wa.rounds > 10);
+  int64_t x = 0;
+  ASSERT_OK(dt_store_add(s, "legit", 0, &x));
+  ASSERT_EQ(x, wa.rounds);
+  dt_store_close(s);
+  dt_store_server_stop(srv); /* ASan: the parked request of the vanished client was freed */
+}
+
+TEST(port_in_use_names_the_port) {
+  dt_store_server *a, *b;
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", &a));
+  int port = dt_store_server_port(a);
+  ASSERT_STATUS(dt_store_server_start("127.0.0.1", port, "job", &b), DT_IO);
+  char want[64];
+  snprintf(want, sizeof want, ":%d: address already in use", port);
+  ASSERT(strstr(dt_last_error(), want) != NULL);
+  dt_store_server_stop(a);
+}
+
+typedef struct stopper_arg {
+  dt_store_server *srv;
+  double delay_s;
+} stopper_arg;
+
+static void *stopper(void *p) {
+  stopper_arg *a = p;
+  sleep_s(a->delay_s);
+  dt_store_server_stop(a->srv);
+  return NULL;
+}
+
+TEST(server_gone_mid_request_is_peer_lost) {
+  dt_store_server *srv;
+  dt_store *s;
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", &srv));
+  int port = dt_store_server_port(srv);
+  ASSERT_OK(dt_store_connect("127.0.0.1", port, "job", 10, &s));
+  stopper_arg a = {srv, 0.2};
+  pthread_t t;
+  pthread_create(&t, NULL, stopper, &a);
+  double t0 = dt_time_now();
+  void *v;
+  size_t n;
+  dt_status st = dt_store_get(s, "never", &v, &n, 10);
+  double el = dt_time_now() - t0;
+  pthread_join(t, NULL);
+  ASSERT_STATUS(st, DT_PEER_LOST);
+  ASSERT(el < 1.5);
+  char addr[64];
+  snprintf(addr, sizeof addr, "store 127.0.0.1:%d", port);
+  ASSERT(strstr(dt_last_error(), addr) != NULL);
+  /* later requests fail at once too */
+  t0 = dt_time_now();
+  ASSERT_STATUS(dt_store_set(s, "k", "v", 1), DT_PEER_LOST);
+  ASSERT(dt_time_now() - t0 < 0.5);
+  dt_store_close(s);
+}
+
+#define NCLIENTS 64
+typedef struct many_arg {
+  int port, id, ok;
+} many_arg;
+
+static void *many_client(void *p) {
+  many_arg *a = p;
+  dt_store *s;
+  if (dt_store_connect("127.0.0.1", a->port, "job", 10, &s) != DT_OK) return NULL;
+  char key[32], want[32];
+  snprintf(key, sizeof key, "c/%d", a->id);
+  snprintf(want, sizeof want, "v%d", a->id);
+  int64_t x;
+  void *v;
+  size_t n;
+  int ok = dt_store_set(s, key, want, strlen(want)) == DT_OK && dt_store_add(s, "count", 1, &x) == DT_OK;
+  /* each waits for its neighbour's key */
+  int nb = (a->id + 1) % NCLIENTS;
+  snprintf(key, sizeof key, "c/%d", nb);
+  snprintf(want, sizeof want, "v%d", nb);
+  if (ok && dt_store_get(s, key, &v, &n, 10) == DT_OK) {
+    ok = n == strlen(want) && memcmp(v, want, n) == 0;
+    dt_free(v);
+  } else {
+    ok = 0;
+  }
+  dt_store_close(s);
+  a->ok = ok;
+  return NULL;
+}
+
+TEST(sixty_four_clients_at_once) {
+  dt_store_server *srv;
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", &srv));
+  pthread_t t[NCLIENTS];
+  many_arg a[NCLIENTS];
+  for (int i = 0; i < NCLIENTS; i++) {
+    a[i] = (many_arg){dt_store_server_port(srv), i, 0};
+    pthread_create(&t[i], NULL, many_client, &a[i]);
+  }
+  int ok = 0;
+  for (int i = 0; i < NCLIENTS; i++) {
+    pthread_join(t[i], NULL);
+    ok += a[i].ok;
+  }
+  dt_store *s;
+  ASSERT_OK(dt_store_connect("127.0.0.1", dt_store_server_port(srv), "job", 5, &s));
+  int64_t x = 0;
+  ASSERT_OK(dt_store_add(s, "count", 0, &x));
+  dt_store_close(s);
+  dt_store_server_stop(srv);
+  ASSERT_EQ(ok, NCLIENTS);
+  ASSERT_EQ(x, NCLIENTS);
+}
+
+typedef struct shared_arg {
+  dt_store *s;
+  int errors;
+} shared_arg;
+
+static void *shared_adder(void *p) {
+  shared_arg *a = p;
+  for (int i = 0; i < 200; i++) {
+    int64_t x;
+    if (dt_store_add(a->s, "n", 1, &x) != DT_OK) a->errors++;
+  }
+  return NULL;
+}
+
+TEST(one_client_many_threads) {
+  dt_store_server *srv;
+  dt_store *s;
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", &srv));
+  ASSERT_OK(dt_store_connect("127.0.0.1", dt_store_server_port(srv), "job", 5, &s));
+  pthread_t t[4];
+  shared_arg a[4];
+  for (int i = 0; i < 4; i++) {
+    a[i] = (shared_arg){s, 0};
+    pthread_create(&t[i], NULL, shared_adder, &a[i]);
+  }
+  int errors = 0;
+  for (int i = 0; i < 4; i++) {
+    pthread_join(t[i], NULL);
+    errors += a[i].errors;
+  }
+  int64_t x = 0;
+  ASSERT_OK(dt_store_add(s, "n", 0, &x));
+  dt_store_close(s);
+  dt_store_server_stop(srv);
+  ASSERT_EQ(errors, 0);
+  ASSERT_EQ(x, 800);
+}
+
+TEST_MAIN(TEST_ENTRY(set_get_add_check_delete), TEST_ENTRY(get_and_wait_block_until_set),
+          TEST_ENTRY(missing_key_times_out_and_client_stays_usable), TEST_ENTRY(connect_times_out_naming_address),
+          TEST_ENTRY(two_processes_share_one_server), TEST_ENTRY(wrong_run_id_is_refused),
+          TEST_ENTRY(strangers_are_dropped_others_unaffected), TEST_ENTRY(port_in_use_names_the_port),
+          TEST_ENTRY(server_gone_mid_request_is_peer_lost), TEST_ENTRY(sixty_four_clients_at_once),
+          TEST_ENTRY(one_client_many_threads))
