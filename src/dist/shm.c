@@ -66,6 +66,7 @@ typedef struct shm_ctrl {
   dt_coll_sig sig[2];                        /* collective at sync c, in sig[c % 2] */
   int32_t pid;
   _Atomic int32_t gone; /* 1: the rank aborted or destroyed its backend */
+  uint64_t pidns;       /* inode of its PID namespace: its pid means something here only if ours matches */
 } shm_ctrl;
 
 typedef struct shm_backend {
@@ -79,6 +80,7 @@ typedef struct shm_backend {
   char *result; /* 2 halves */
   int *global;
   int *pidfd; /* -1: no pidfd (kernel without pidfd_open): kill(pid, 0) instead */
+  char *nowatch; /* 1: the rank's process cannot be watched (other PID namespace) */
   const void **srcs;
   uint64_t syncs; /* syncs this rank has passed */
   int spin;       /* every rank has a core: spinning briefly pays */
@@ -144,7 +146,7 @@ static dt_status check_peers(const shm_backend *b, uint64_t v) {
     if (atomic_load(&b->ctrl[j].gone))
       return dt_error(DT_PEER_LOST, "rank %d (pid %d) left the group (aborted or shut down)", b->global[j],
                       (int)b->ctrl[j].pid);
-    if (pid_exited(b, j))
+    if (!b->nowatch[j] && pid_exited(b, j))
       return dt_error(DT_PEER_LOST, "rank %d (pid %d) exited", b->global[j], (int)b->ctrl[j].pid);
   }
   return DT_OK;
@@ -444,6 +446,7 @@ static void shm_destroy(dt_backend *base) {
       if (b->pidfd[j] >= 0) close(b->pidfd[j]);
   if (b->seg) munmap(b->seg, b->seg_bytes);
   dt_free(b->pidfd);
+  dt_free(b->nowatch);
   dt_free(b->srcs);
   dt_free(b->global);
   dt_free(b);
@@ -461,16 +464,6 @@ static const dt_backend_ops shm_ops = {
 };
 
 /* ---- setup ------------------------------------------------------------------ */
-/* TEMPORARY until store.c lands: weak fallbacks so libdtrain links. */
-__attribute__((weak)) dt_status dt_store_set(dt_store *s, const char *key, const void *value, size_t len) {
-  return dt_error(DT_UNSUPPORTED, "store not built");
-}
-__attribute__((weak)) dt_status dt_store_get(dt_store *s, const char *key, void **value, size_t *len,
-                                             double timeout_s) {
-  return dt_error(DT_UNSUPPORTED, "store not built");
-}
-
-
 static uint64_t fnv1a(const char *s) {
   uint64_t h = 1469598103934665603ull;
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
@@ -535,8 +528,15 @@ static dt_status create_segment(shm_backend *b, const dt_backend_ctx *ctx, const
   }
   if (fd < 0) return dt_error(DT_IO, "shm: create %s: %s", b->name, strerror(errno));
   dt_status st = DT_OK;
-  if (ftruncate(fd, (off_t)b->seg_bytes) != 0) {
-    st = dt_error(DT_IO, "shm: size %s to %zu bytes: %s", b->name, b->seg_bytes, strerror(errno));
+  int err = 0;
+  if (ftruncate(fd, (off_t)b->seg_bytes) != 0) err = errno;
+  /* Reserve the pages now: a full /dev/shm is an error here, not a SIGBUS
+   * at the first touch of a slot. */
+  if (!err) err = posix_fallocate(fd, 0, (off_t)b->seg_bytes);
+  if (err == EOPNOTSUPP || err == EINVAL) err = 0; /* no fallocate on this filesystem: lazily allocated */
+  if (err) {
+    st = dt_error(DT_IO, "shm: size %s to %zu bytes: %s (is /dev/shm large enough?)", b->name, b->seg_bytes,
+                  strerror(err));
   } else {
     void *p = mmap(NULL, b->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
@@ -555,7 +555,9 @@ static dt_status create_segment(shm_backend *b, const dt_backend_ctx *ctx, const
   b->hdr->size = (uint32_t)ctx->size;
   b->hdr->seg_bytes = b->seg_bytes;
   b->hdr->half_bytes = b->half;
-  return dt_store_set(ctx->store, key, b->name, strlen(b->name));
+  st = dt_store_set(ctx->store, key, b->name, strlen(b->name));
+  if (st != DT_OK) shm_unlink(b->name);
+  return st;
 }
 
 static dt_status wait_mapped(shm_backend *b, const dt_backend_ctx *ctx, double deadline) {
@@ -573,10 +575,22 @@ static dt_status wait_mapped(shm_backend *b, const dt_backend_ctx *ctx, double d
   }
 }
 
+static uint64_t pid_namespace(void) {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
 static dt_status open_pidfds(shm_backend *b) {
   for (int j = 0; j < b->base.size; j++) {
     if (j == b->base.rank) continue;
     pid_t pid = b->ctrl[j].pid;
+    if (b->ctrl[j].pidns != b->ctrl[b->base.rank].pidns) {
+      /* Another container: its pid is not ours to watch; loss of that rank
+       * shows as a timeout (or its gone flag) instead. */
+      b->nowatch[j] = 1;
+      DT_LOG_INFO("shm", "rank %d is in another PID namespace: not watching its process", b->global[j]);
+      continue;
+    }
 #ifdef SYS_pidfd_open
     long fd = syscall(SYS_pidfd_open, pid, 0);
     if (fd >= 0) {
@@ -603,7 +617,10 @@ dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out) {
   b->base.rank = ctx->rank;
   b->base.size = ctx->size;
   atomic_init(&b->base.aborted, 0);
+  /* Many local ranks: smaller slots keep the segment near 64 MiB (container
+   * /dev/shm is often small); never below SHM_SMALL_MAX. */
   b->half = SHM_HALF;
+  while (b->half > SHM_SMALL_MAX && ((size_t)ctx->size * 2 + 2) * b->half > (64u << 20)) b->half /= 2;
   b->seg_bytes = seg_size(ctx->size, b->half);
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   b->spin = cpus <= 0 || ctx->size <= cpus;
@@ -612,6 +629,7 @@ dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out) {
   DT_CHECK_GOTO(dt_alloc_array((size_t)ctx->size, sizeof(int), "shm ranks", (void **)&b->global), st, fail);
   DT_CHECK_GOTO(dt_alloc_array((size_t)ctx->size, sizeof(int), "shm pidfds", (void **)&b->pidfd), st, fail);
   DT_CHECK_GOTO(dt_alloc_array((size_t)ctx->size, sizeof(void *), "shm sources", (void **)&b->srcs), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)ctx->size, 1, "shm watch flags", (void **)&b->nowatch), st, fail);
   b->base.global = b->global;
   for (int j = 0; j < ctx->size; j++) b->global[j] = ctx->global[j], b->pidfd[j] = -1;
 
@@ -641,6 +659,7 @@ dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out) {
     DT_CHECK_GOTO(open_segment(b, ctx, key), st, fail);
   }
   b->ctrl[ctx->rank].pid = (int32_t)getpid();
+  b->ctrl[ctx->rank].pidns = pid_namespace();
   atomic_fetch_add(&b->hdr->mapped, 1);
   DT_CHECK_GOTO(wait_mapped(b, ctx, deadline), st, fail);
   /* Every rank holds a mapping: the name is no longer needed, and without it
