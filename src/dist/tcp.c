@@ -1,0 +1,794 @@
+/* TCP backend: a full mesh of sockets between the ranks of a group (works
+ * across hosts). Large all-reduces run as a ring reduce-scatter + all-gather
+ * cut into pipelined segments; small ones as recursive doubling; broadcast is
+ * a pipelined chain (large) or a binomial tree (small); all-gather and
+ * reduce-scatter are rings; barrier is a one-byte recursive doubling.
+ *
+ * Every collective opens with each rank sending its dt_coll_sig to its ring
+ * neighbour on the right and reading its left neighbour's (read whenever the
+ * rank waits, whatever else it waits for), so ranks that issued different
+ * collectives meet a DT_MISMATCH instead of garbage or a hang. After any
+ * failure the backend is broken: it shuts its sockets down so every peer
+ * learns at once, and later collectives fail immediately. */
+#define _GNU_SOURCE /* POLLRDHUP: a peer's closed connection shows up while we wait for others */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dist/dist-impl.h"
+
+#define TCP_MAGIC 0x50435444u   /* "DTCP" little endian */
+#define TCP_VERSION 1u
+#define SEG_BYTES ((size_t)512 << 10)   /* pipeline segment: send, receive and reduce overlap */
+#define SMALL_BYTES ((size_t)64 << 10)  /* all-reduce / broadcast at or below: latency algorithms */
+#define SOCK_BUF_BYTES (4 << 20)        /* SO_SNDBUF / SO_RCVBUF request */
+#define POLL_SLICE_MS 100               /* abort flag checked at least this often */
+#define HANDSHAKE_S 5.0                 /* an accepted connection must say hello within this */
+#define MAX_PENDING 16                  /* accepted connections still in their handshake */
+
+_Static_assert(sizeof(dt_coll_sig) == 32, "dt_coll_sig travels as 32 bytes");
+
+/* First 32 bytes each way on a new connection. */
+typedef struct tcp_hello {
+  uint32_t magic, version;
+  int32_t from, to, size;
+  uint32_t reserved;
+  uint64_t tag; /* FNV-1a of the key prefix: same group, backend instance and restart */
+} tcp_hello;
+_Static_assert(sizeof(tcp_hello) == 32, "hello is 32 bytes");
+
+typedef struct tcp_backend {
+  dt_backend base;
+  int *global;          /* size: group rank of each backend rank */
+  int *fd;              /* size: socket to each rank, -1 for self */
+  char (*addr)[80];     /* size: "host:port" each rank published, for messages */
+  uint64_t *closed_at;  /* size: order in which peers were seen closing (0 = open) */
+  uint64_t closures;
+  struct pollfd *pfd;   /* poll scratch: size + 64 entries */
+  int *pfd_op;          /* pfd[i] belongs to op pfd_op[i], or -1-peer for a watch-only peer */
+  int npfd_cap;
+  void *tmp;            /* SEG_BYTES: one received segment before it is reduced */
+  void *scratch;        /* reduce-scatter partials, grown on demand */
+  size_t scratch_len;
+  struct pstep *steps;  /* 4 * size pipeline steps */
+  dt_status broken;     /* first failure; DT_OK while healthy */
+  char broken_msg[512];
+} tcp_backend;
+
+/* ---- naming and failure ---------------------------------------------------- */
+
+static const char *who(const tcp_backend *b, int j, char *buf, size_t len) {
+  snprintf(buf, len, "rank %d (%s)", b->global[j], b->addr[j]);
+  return buf;
+}
+
+static void note_closed(tcp_backend *b, int j) {
+  if (!b->closed_at[j]) b->closed_at[j] = ++b->closures;
+}
+
+/* Peer j is gone. If another peer was seen closing earlier, that one is the
+ * likely cause (peers shut their sockets down in cascade after a failure). */
+static dt_status peer_lost(tcp_backend *b, int j, const char *why) {
+  note_closed(b, j);
+  int first = j;
+  for (int i = 0; i < b->base.size; i++)
+    if (b->closed_at[i] && b->closed_at[i] < b->closed_at[first]) first = i;
+  char w[128], w2[128];
+  if (first != j)
+    return dt_error(DT_PEER_LOST, "%s: connection closed (then %s: %s)", who(b, first, w, sizeof w),
+                    who(b, j, w2, sizeof w2), why);
+  return dt_error(DT_PEER_LOST, "%s: %s", who(b, j, w, sizeof w), why);
+}
+
+static void shutdown_all(tcp_backend *b) {
+  for (int j = 0; j < b->base.size; j++)
+    if (b->fd[j] >= 0) shutdown(b->fd[j], SHUT_RDWR);
+}
+
+/* Records the first failure and tells every peer by shutting the sockets down. */
+static dt_status fail(tcp_backend *b, dt_status st) {
+  if (st == DT_OK) return st;
+  if (b->broken == DT_OK) {
+    b->broken = st;
+    snprintf(b->broken_msg, sizeof b->broken_msg, "%s", dt_last_error());
+    shutdown_all(b);
+  }
+  return st;
+}
+
+static dt_status check_usable(tcp_backend *b) {
+  if (atomic_load(&b->base.aborted)) return fail(b, dt_error(DT_INTERRUPTED, "tcp backend aborted"));
+  if (b->broken != DT_OK)
+    return dt_error(b->broken, "tcp backend unusable after an earlier failure: %s", b->broken_msg);
+  return DT_OK;
+}
+
+/* ---- nonblocking transfers ----------------------------------------------- */
+
+typedef struct io_op {
+  int peer;
+  int sending;
+  char *buf;
+  size_t len, done;
+} io_op;
+
+/* Moves bytes of op until the socket would block. */
+static dt_status op_io(tcp_backend *b, io_op *op, int *moved) {
+  int fd = b->fd[op->peer];
+  while (op->done < op->len) {
+    ssize_t k = op->sending ? send(fd, op->buf + op->done, op->len - op->done, MSG_NOSIGNAL | MSG_DONTWAIT)
+                            : recv(fd, op->buf + op->done, op->len - op->done, MSG_DONTWAIT);
+    if (k > 0) {
+      op->done += (size_t)k;
+      *moved = 1;
+      continue;
+    }
+    if (k == 0) return peer_lost(b, op->peer, "connection closed");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    char why[96];
+    snprintf(why, sizeof why, "connection lost (%s)", strerror(errno));
+    return peer_lost(b, op->peer, why);
+  }
+  return DT_OK;
+}
+
+/* Sleeps until one of the ops can move, a peer closes, the deadline passes or
+ * the backend is aborted (checked every POLL_SLICE_MS). Peers without an op
+ * are watched for a closed connection only: a peer that closes while we wait
+ * for another is remembered, and named if the wait then fails. */
+static dt_status wait_ops(tcp_backend *b, io_op *const *ops, int nops, double deadline) {
+  int n = 0;
+  for (int i = 0; i < nops && n < b->npfd_cap; i++) {
+    b->pfd[n] = (struct pollfd){b->fd[ops[i]->peer], (short)((ops[i]->sending ? POLLOUT : POLLIN) | POLLRDHUP), 0};
+    b->pfd_op[n++] = i;
+  }
+  for (int j = 0; j < b->base.size && n < b->npfd_cap; j++) {
+    if (b->fd[j] < 0 || b->closed_at[j]) continue;
+    int has_op = 0;
+    for (int i = 0; i < nops; i++) has_op |= ops[i]->peer == j;
+    if (has_op) continue;
+    b->pfd[n] = (struct pollfd){b->fd[j], POLLRDHUP, 0};
+    b->pfd_op[n++] = -1 - j;
+  }
+  for (;;) {
+    if (atomic_load(&b->base.aborted)) return dt_error(DT_INTERRUPTED, "tcp backend aborted");
+    int ms = POLL_SLICE_MS;
+    if (deadline > 0) {
+      double left = deadline - dt_time_now();
+      if (left <= 0) {
+        int blame = -1;
+        for (int i = 0; i < nops && blame < 0; i++)
+          if (!ops[i]->sending) blame = ops[i]->peer;
+        if (blame < 0 && nops) blame = ops[0]->peer;
+        char w[128];
+        if (blame < 0) return dt_error(DT_TIMEOUT, "collective deadline passed");
+        return dt_error(DT_TIMEOUT, "waiting for %s to %s", who(b, blame, w, sizeof w),
+                        ops[0]->peer == blame && ops[0]->sending ? "take our data" : "send");
+      }
+      if (left * 1000 < ms) ms = (int)(left * 1000) + 1;
+    }
+    int r = poll(b->pfd, (nfds_t)n, ms);
+    if (r < 0 && errno != EINTR) return dt_error(DT_IO, "tcp: poll: %s", strerror(errno));
+    if (r <= 0) continue;
+    int ready = 0;
+    for (int i = 0; i < n; i++) {
+      short ev = b->pfd[i].revents;
+      if (!ev) continue;
+      if (b->pfd_op[i] < 0) { /* watched peer closed: remember, keep waiting for the others */
+        int j = -1 - b->pfd_op[i];
+        note_closed(b, j);
+        b->pfd[i].fd = -1;
+        continue;
+      }
+      const io_op *op = ops[b->pfd_op[i]];
+      /* A peer that closed will never read what we still have to send it. */
+      if (op->sending && (ev & (POLLRDHUP | POLLHUP | POLLERR))) return peer_lost(b, op->peer, "connection closed");
+      ready = 1; /* readable or closed: the receive tells which */
+    }
+    if (ready) return DT_OK;
+  }
+}
+
+/* ---- per-collective state: the signature exchange with the ring neighbours - */
+
+typedef struct cstate {
+  const dt_coll *c;
+  dt_coll_sig mine, theirs;
+  io_op sig_out, sig_in; /* to the right neighbour, from the left one */
+  int sig_checked;
+} cstate;
+
+static void cstate_init(tcp_backend *b, cstate *cs, const dt_coll *c) {
+  int r = b->base.rank, n = b->base.size;
+  memset(cs, 0, sizeof *cs);
+  cs->c = c;
+  dt_coll_sig_make(c, &cs->mine);
+  cs->sig_out = (io_op){(r + 1) % n, 1, (char *)&cs->mine, sizeof cs->mine, 0};
+  cs->sig_in = (io_op){(r + n - 1) % n, 0, (char *)&cs->theirs, sizeof cs->theirs, 0};
+}
+
+/* Moves the signature bytes; checks the left neighbour's once complete. */
+static dt_status sig_io(tcp_backend *b, cstate *cs, int *moved) {
+  if (cs->sig_out.done < cs->sig_out.len) DT_CHECK(op_io(b, &cs->sig_out, moved));
+  if (cs->sig_in.done < cs->sig_in.len) DT_CHECK(op_io(b, &cs->sig_in, moved));
+  if (!cs->sig_checked && cs->sig_in.done == cs->sig_in.len) {
+    cs->sig_checked = 1;
+    DT_CHECK(dt_coll_sig_check(&cs->mine, &cs->theirs, b->global[cs->sig_in.peer]));
+  }
+  return DT_OK;
+}
+
+/* Runs ops (all concurrently; ops on the same peer and direction in list
+ * order, after the signature on that link) until they are complete. With
+ * finish set, also until the signature exchange is complete. */
+static dt_status run_ops(tcp_backend *b, cstate *cs, io_op *ops, int nops, int finish) {
+  io_op *active[16];
+  for (;;) {
+    int moved = 0;
+    DT_CHECK(sig_io(b, cs, &moved));
+    int na = 0;
+    if (cs->sig_out.done < cs->sig_out.len) active[na++] = &cs->sig_out;
+    if (cs->sig_in.done < cs->sig_in.len) active[na++] = &cs->sig_in;
+    int pending = 0;
+    for (int i = 0; i < nops; i++) {
+      io_op *op = &ops[i];
+      if (op->done == op->len) continue;
+      pending = 1;
+      int blocked = 0; /* an earlier transfer on the same link and direction comes first */
+      for (int k = 0; k < na && !blocked; k++) blocked = active[k]->peer == op->peer && active[k]->sending == op->sending;
+      if (blocked) continue;
+      DT_CHECK(op_io(b, op, &moved));
+      if (op->done < op->len && na < 16) active[na++] = op;
+    }
+    if (!pending && (!finish || na == 0)) return DT_OK;
+    if (atomic_load(&b->base.aborted)) return dt_error(DT_INTERRUPTED, "tcp backend aborted");
+    if (!moved) DT_CHECK(wait_ops(b, active, na, cs->c->deadline));
+  }
+}
+
+/* ---- pipelined ring / chain ------------------------------------------------ */
+
+/* One step of a pipelined stream. Sending: src, bytes. Receiving: dst, bytes,
+ * and a: NULL to store what arrives, else dst = op(a, arriving). */
+typedef struct pstep {
+  const char *src;
+  char *dst;
+  const char *a;
+  size_t bytes;
+} pstep;
+
+/* Streams ns send steps to the right neighbour and nr receive steps from the
+ * left one, each cut into segments of SEG_BYTES. Send segment k of step t may
+ * leave once receive segment k of step t - dep is complete (dep = 1: a ring
+ * forwards what it just reduced; dep = 0: a chain forwards what it just got). */
+static dt_status pipeline(tcp_backend *b, cstate *cs, const pstep *ss, int ns, const pstep *rs, int nr, int dep) {
+  const dt_coll *c = cs->c;
+  size_t es = dt_dtype_size(c->dtype), maxb = 0;
+  for (int t = 0; t < ns; t++) maxb = ss[t].bytes > maxb ? ss[t].bytes : maxb;
+  for (int t = 0; t < nr; t++) maxb = rs[t].bytes > maxb ? rs[t].bytes : maxb;
+  long nseg = (long)((maxb + SEG_BYTES - 1) / SEG_BYTES);
+  long s_items = ns * nseg, r_items = nr * nseg, lag = dep * nseg;
+  io_op so = {cs->sig_out.peer, 1, NULL, 0, 0}, ro = {cs->sig_in.peer, 0, NULL, 0, 0};
+  long si = 0, ri = 0;
+  int s_set = 0, r_set = 0;
+  for (;;) {
+    int moved = 0;
+    DT_CHECK(sig_io(b, cs, &moved));
+    /* Send every ready segment the socket takes. */
+    while (cs->sig_out.done == cs->sig_out.len && si < s_items) {
+      if (!s_set) {
+        if (nr > 0 && si >= lag && ri <= si - lag) break; /* its data has not arrived yet */
+        const pstep *st = &ss[si / nseg];
+        size_t lo = (size_t)(si % nseg) * SEG_BYTES;
+        size_t len = st->bytes > lo ? st->bytes - lo : 0;
+        if (len > SEG_BYTES) len = SEG_BYTES;
+        if (len == 0) {
+          si++;
+          continue;
+        }
+        so.buf = (char *)st->src + lo, so.len = len, so.done = 0, s_set = 1;
+      }
+      DT_CHECK(op_io(b, &so, &moved));
+      if (so.done < so.len) break;
+      s_set = 0, si++;
+    }
+    /* Receive (and reduce) every segment that has arrived. */
+    while (cs->sig_in.done == cs->sig_in.len && ri < r_items) {
+      const pstep *st = &rs[ri / nseg];
+      size_t lo = (size_t)(ri % nseg) * SEG_BYTES;
+      if (!r_set) {
+        size_t len = st->bytes > lo ? st->bytes - lo : 0;
+        if (len > SEG_BYTES) len = SEG_BYTES;
+        if (len == 0) {
+          ri++;
+          continue;
+        }
+        ro.buf = st->a ? (char *)b->tmp : st->dst + lo, ro.len = len, ro.done = 0, r_set = 1;
+      }
+      DT_CHECK(op_io(b, &ro, &moved));
+      if (ro.done < ro.len) break;
+      if (st->a) dt_reduce_pair(st->dst + lo, st->a + lo, b->tmp, ro.len / es, c->dtype, c->op);
+      r_set = 0, ri++;
+    }
+    int sig_done = cs->sig_out.done == cs->sig_out.len && cs->sig_in.done == cs->sig_in.len;
+    if (sig_done && si == s_items && ri == r_items) return DT_OK;
+    if (atomic_load(&b->base.aborted)) return dt_error(DT_INTERRUPTED, "tcp backend aborted");
+    if (moved) continue;
+    io_op *active[4];
+    int na = 0;
+    if (cs->sig_in.done < cs->sig_in.len) active[na++] = &cs->sig_in;
+    else if (ri < r_items && r_set) active[na++] = &ro;
+    else if (ri < r_items) active[na++] = &ro; /* ro.peer is set; next segment not begun */
+    if (cs->sig_out.done < cs->sig_out.len) active[na++] = &cs->sig_out;
+    else if (s_set) active[na++] = &so;
+    DT_CHECK(wait_ops(b, active, na, c->deadline));
+  }
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static void block_of(size_t count, int n, int r, size_t *off, size_t *len) {
+  size_t q = count / (size_t)n, rem = count % (size_t)n;
+  *off = (size_t)r * q + ((size_t)r < rem ? (size_t)r : rem);
+  *len = q + ((size_t)r < rem);
+}
+
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+/* Ends a collective: the signature exchange must be complete too; any failure
+ * breaks the backend. */
+static dt_status finish(tcp_backend *b, cstate *cs, dt_status st) {
+  if (st == DT_OK) st = run_ops(b, cs, NULL, 0, 1);
+  return fail(b, st);
+}
+
+/* Recursive doubling over buf (bytes); reduce = 0 only synchronises (barrier).
+ * Non-power-of-two sizes fold the first 2*extra ranks in pairs first. Each
+ * pair combines as op(lower rank's, higher rank's) so every rank ends up with
+ * the same bits. */
+static dt_status rd_allreduce(tcp_backend *b, cstate *cs, char *buf, size_t bytes, int reduce) {
+  const dt_coll *c = cs->c;
+  int r = b->base.rank, n = b->base.size;
+  size_t elems = reduce ? bytes / dt_dtype_size(c->dtype) : 0;
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  int extra = n - p, nr;
+  if (r < 2 * extra) {
+    if (r % 2 == 0) { /* hand the data to r+1, get the result back */
+      io_op ops[2] = {{r + 1, 1, buf, bytes, 0}, {r + 1, 0, buf, bytes, 0}};
+      return run_ops(b, cs, ops, 2, 0);
+    }
+    io_op in = {r - 1, 0, b->tmp, bytes, 0};
+    DT_CHECK(run_ops(b, cs, &in, 1, 0));
+    if (reduce) dt_reduce_pair(buf, b->tmp, buf, elems, c->dtype, c->op);
+    nr = r / 2;
+  } else {
+    nr = r - extra;
+  }
+  for (int mask = 1; mask < p; mask <<= 1) {
+    int pn = nr ^ mask, peer = pn < extra ? 2 * pn + 1 : pn + extra;
+    io_op ops[2] = {{peer, 1, buf, bytes, 0}, {peer, 0, b->tmp, bytes, 0}};
+    DT_CHECK(run_ops(b, cs, ops, 2, 0));
+    if (!reduce) continue;
+    if (peer < r)
+      dt_reduce_pair(buf, b->tmp, buf, elems, c->dtype, c->op);
+    else
+      dt_reduce_pair(buf, buf, b->tmp, elems, c->dtype, c->op);
+  }
+  if (r < 2 * extra) {
+    io_op out = {r - 1, 1, buf, bytes, 0};
+    DT_CHECK(run_ops(b, cs, &out, 1, 0));
+  }
+  return DT_OK;
+}
+
+/* Ring reduce-scatter steps: at step t rank r sends block r-t-1 and receives
+ * block r-t-2, which it combines with its own input; after n-1 steps it holds
+ * block r reduced. part(k) is where block k's partial result lives. */
+static int ring_rs_steps(tcp_backend *b, const dt_coll *c, const char *send, char *own, char *partials, pstep *ss,
+                         pstep *rs) {
+  int r = b->base.rank, n = b->base.size;
+  size_t es = dt_dtype_size(c->dtype);
+  for (int t = 0; t < n - 1; t++) {
+    int sb = mod(r - t - 1, n), rb = mod(r - t - 2, n);
+    size_t off, len;
+    block_of(c->count, n, sb, &off, &len);
+    ss[t] = (pstep){t == 0 ? send + off * es : partials + off * es, NULL, NULL, len * es};
+    block_of(c->count, n, rb, &off, &len);
+    rs[t] = (pstep){NULL, rb == r ? own : partials + off * es, send + off * es, len * es};
+  }
+  return n - 1;
+}
+
+/* ---- collectives ----------------------------------------------------------- */
+
+static dt_status tcp_allreduce(dt_backend *base, const dt_coll *c) {
+  tcp_backend *b = (tcp_backend *)base;
+  DT_CHECK(check_usable(b));
+  int r = base->rank, n = base->size;
+  size_t es = dt_dtype_size(c->dtype), bytes = c->count * es;
+  if (n == 1) {
+    if (c->send != c->recv && bytes) memmove(c->recv, c->send, bytes);
+    return DT_OK;
+  }
+  cstate cs;
+  cstate_init(b, &cs, c);
+  dt_status st;
+  if (bytes <= SMALL_BYTES) {
+    if (c->send != c->recv && bytes) memcpy(c->recv, c->send, bytes);
+    st = rd_allreduce(b, &cs, c->recv, bytes, 1);
+  } else {
+    pstep *ss = b->steps, *rs = b->steps + 2 * n;
+    char *out = c->recv;
+    size_t off, len;
+    block_of(c->count, n, r, &off, &len);
+    int k = ring_rs_steps(b, c, c->send, out + off * es, out, ss, rs);
+    /* All-gather continues the same stream: step t sends block r-t, receives block r-t-1. */
+    for (int t = 0; t < n - 1; t++) {
+      block_of(c->count, n, mod(r - t, n), &off, &len);
+      ss[k + t] = (pstep){out + off * es, NULL, NULL, len * es};
+      block_of(c->count, n, mod(r - t - 1, n), &off, &len);
+      rs[k + t] = (pstep){NULL, out + off * es, NULL, len * es};
+    }
+    st = pipeline(b, &cs, ss, 2 * (n - 1), rs, 2 * (n - 1), 1);
+  }
+  return finish(b, &cs, st);
+}
+
+static dt_status tcp_reduce_scatter(dt_backend *base, const dt_coll *c) {
+  tcp_backend *b = (tcp_backend *)base;
+  DT_CHECK(check_usable(b));
+  int r = base->rank, n = base->size;
+  size_t es = dt_dtype_size(c->dtype), off, len;
+  block_of(c->count, n, r, &off, &len);
+  if (n == 1) {
+    if ((const char *)c->send + off * es != (char *)c->recv && len) memmove(c->recv, c->send, len * es);
+    return DT_OK;
+  }
+  /* Partials of the blocks this rank forwards; its own block goes straight to recv. */
+  size_t need = c->count * es;
+  if (need > b->scratch_len) {
+    dt_free(b->scratch);
+    b->scratch = NULL, b->scratch_len = 0;
+    DT_CHECK(dt_alloc(need, &b->scratch));
+    b->scratch_len = need;
+  }
+  cstate cs;
+  cstate_init(b, &cs, c);
+  pstep *ss = b->steps, *rs = b->steps + 2 * n;
+  int k = ring_rs_steps(b, c, c->send, c->recv, b->scratch, ss, rs);
+  return finish(b, &cs, pipeline(b, &cs, ss, k, rs, k, 1));
+}
+
+static dt_status tcp_allgather(dt_backend *base, const dt_coll *c) {
+  tcp_backend *b = (tcp_backend *)base;
+  DT_CHECK(check_usable(b));
+  int r = base->rank, n = base->size;
+  size_t es = dt_dtype_size(c->dtype), off, len;
+  char *out = c->recv;
+  block_of(c->count, n, r, &off, &len);
+  if ((const char *)c->send != out + off * es && len) memmove(out + off * es, c->send, len * es);
+  if (n == 1) return DT_OK;
+  cstate cs;
+  cstate_init(b, &cs, c);
+  pstep *ss = b->steps, *rs = b->steps + 2 * n;
+  for (int t = 0; t < n - 1; t++) {
+    block_of(c->count, n, mod(r - t, n), &off, &len);
+    ss[t] = (pstep){out + off * es, NULL, NULL, len * es};
+    block_of(c->count, n, mod(r - t - 1, n), &off, &len);
+    rs[t] = (pstep){NULL, out + off * es, NULL, len * es};
+  }
+  return finish(b, &cs, pipeline(b, &cs, ss, n - 1, rs, n - 1, 1));
+}
+
+static dt_status tcp_broadcast(dt_backend *base, const dt_coll *c) {
+  tcp_backend *b = (tcp_backend *)base;
+  DT_CHECK(check_usable(b));
+  int r = base->rank, n = base->size;
+  if (c->root < 0 || c->root >= n)
+    return fail(b, dt_error(DT_INVALID_ARGUMENT, "broadcast root %d outside 0..%d", c->root, n - 1));
+  if (n == 1) return DT_OK;
+  size_t bytes = c->count * dt_dtype_size(c->dtype);
+  int rel = mod(r - c->root, n);
+  cstate cs;
+  cstate_init(b, &cs, c);
+  dt_status st = DT_OK;
+  if (bytes <= SMALL_BYTES) { /* binomial tree over ranks relative to the root */
+    int mask = 1;
+    for (; mask < n; mask <<= 1)
+      if (rel & mask) {
+        io_op in = {mod(rel - mask + c->root, n), 0, c->recv, bytes, 0};
+        st = run_ops(b, &cs, &in, 1, 0);
+        break;
+      }
+    io_op out[16];
+    int k = 0;
+    for (mask >>= 1; mask > 0 && st == DT_OK; mask >>= 1)
+      if (rel + mask < n) out[k++] = (io_op){mod(rel + mask + c->root, n), 1, c->recv, bytes, 0};
+    if (st == DT_OK) st = run_ops(b, &cs, out, k, 0);
+  } else { /* a pipelined chain root -> root+1 -> ... along the ring */
+    pstep *ss = b->steps, *rs = b->steps + 2 * n;
+    ss[0] = (pstep){c->recv, NULL, NULL, bytes};
+    rs[0] = (pstep){NULL, c->recv, NULL, bytes};
+    st = pipeline(b, &cs, ss, rel < n - 1, rs, rel > 0, 0);
+  }
+  return finish(b, &cs, st);
+}
+
+static dt_status tcp_barrier(dt_backend *base, const dt_coll *c) {
+  tcp_backend *b = (tcp_backend *)base;
+  DT_CHECK(check_usable(b));
+  if (base->size == 1) return DT_OK;
+  cstate cs;
+  cstate_init(b, &cs, c);
+  char token = 1; /* one byte per exchange: no rank leaves before every rank arrived */
+  return finish(b, &cs, rd_allreduce(b, &cs, &token, 1, 0));
+}
+
+static void tcp_abort(dt_backend *base) { atomic_store(&base->aborted, 1); }
+
+static void tcp_destroy(dt_backend *base) {
+  tcp_backend *b = (tcp_backend *)base;
+  if (!b) return;
+  if (b->fd)
+    for (int j = 0; j < base->size; j++) dt_net_close(&b->fd[j]);
+  dt_free(b->global);
+  dt_free(b->fd);
+  dt_free(b->addr);
+  dt_free(b->closed_at);
+  dt_free(b->pfd);
+  dt_free(b->pfd_op);
+  dt_free(b->tmp);
+  dt_free(b->scratch);
+  dt_free(b->steps);
+  dt_free(b);
+}
+
+static const dt_backend_ops tcp_ops = {"tcp",         tcp_allreduce, tcp_broadcast, tcp_allgather,
+                                       tcp_reduce_scatter, tcp_barrier,   tcp_abort,     tcp_destroy};
+
+/* ---- setup --------------------------------------------------------------------- */
+
+static uint64_t fnv1a(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static void tune_socket(int fd) {
+  int sz = SOCK_BUF_BYTES;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
+  dt_net_set_nodelay(fd);
+}
+
+static double remaining(double deadline) {
+  double left = deadline - dt_time_now();
+  return left > 0.001 ? left : 0.001;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Splits "host:port" (the last colon separates). */
+static dt_status parse_addr(const char *s, char *host, size_t hlen, int *port) {
+  const char *colon = strrchr(s, ':');
+  char *end = NULL;
+  long p = colon ? strtol(colon + 1, &end, 10) : -1;
+  if (!colon || colon == s || (size_t)(colon - s) >= hlen || !end || *end || p <= 0 || p > 65535)
+    return dt_error(DT_CORRUPT, "malformed peer address '%s' (expected host:port)", s);
+  memcpy(host, s, (size_t)(colon - s));
+  host[colon - s] = 0;
+  *port = (int)p;
+  return DT_OK;
+}
+
+static int hello_ok(const tcp_hello *h, uint64_t tag, int from, int to, int size) {
+  return h->magic == TCP_MAGIC && h->version == TCP_VERSION && h->tag == tag && h->from == from && h->to == to &&
+         h->size == size;
+}
+
+/* Connects to higher rank j and exchanges hellos; a wrong answer (another
+ * process on that port) is logged and retried until the deadline. */
+static dt_status connect_peer(tcp_backend *b, int j, uint64_t tag, double deadline) {
+  int r = b->base.rank, n = b->base.size;
+  char host[80], w[128];
+  int port = 0;
+  DT_CHECK(parse_addr(b->addr[j], host, sizeof host, &port));
+  who(b, j, w, sizeof w);
+  for (;;) {
+    int fd = -1;
+    DT_CHECK(dt_net_connect(host, port, deadline, NULL, w, &fd));
+    tune_socket(fd);
+    tcp_hello mine = {TCP_MAGIC, TCP_VERSION, r, j, n, 0, tag}, theirs;
+    dt_status st = dt_net_send_all(fd, &mine, sizeof mine, deadline, NULL, w);
+    if (st == DT_OK) st = dt_net_recv_all(fd, &theirs, sizeof theirs, deadline, NULL, w);
+    if (st == DT_OK && hello_ok(&theirs, tag, j, r, n)) {
+      b->fd[j] = fd;
+      return DT_OK;
+    }
+    dt_net_close(&fd);
+    if (st == DT_TIMEOUT || dt_time_now() >= deadline)
+      return dt_error(DT_TIMEOUT, "tcp setup: no handshake from %s before the deadline", w);
+    DT_LOG_WARN("tcp", "setup: %s answered with %s; retrying", w,
+                st == DT_OK ? "a wrong handshake (another job or process on that port?)" : dt_last_error());
+    sleep_ms(100);
+  }
+}
+
+typedef struct pending_conn {
+  int fd;
+  size_t got;
+  double since;
+  tcp_hello h;
+} pending_conn;
+
+static void drop_pending(pending_conn *p, int *np, int i, const char *why) {
+  DT_LOG_WARN("tcp", "setup: dropped an incoming connection: %s", why);
+  dt_net_close(&p[i].fd);
+  p[i] = p[--*np];
+}
+
+/* Accepts the lower ranks. Handshakes proceed side by side, so a stranger
+ * that connects and stalls or sends garbage delays no one; it is dropped. */
+static dt_status accept_peers(tcp_backend *b, int lfd, uint64_t tag, double deadline) {
+  int r = b->base.rank, n = b->base.size, missing = r;
+  pending_conn pend[MAX_PENDING];
+  int np = 0;
+  struct pollfd pfd[MAX_PENDING + 1];
+  dt_status st = DT_OK;
+  while (missing > 0) {
+    pfd[0] = (struct pollfd){lfd, POLLIN, 0};
+    for (int i = 0; i < np; i++) pfd[i + 1] = (struct pollfd){pend[i].fd, POLLIN, 0};
+    double now = dt_time_now();
+    if (now >= deadline) {
+      int first = 0;
+      while (first < r && b->fd[first] >= 0) first++;
+      char w[128];
+      st = dt_error(DT_TIMEOUT, "tcp setup: %d lower rank(s) did not connect in time, first %s", missing,
+                    who(b, first, w, sizeof w));
+      break;
+    }
+    int ms = (int)((deadline - now) * 1000) + 1;
+    if (ms > POLL_SLICE_MS) ms = POLL_SLICE_MS;
+    int pr = poll(pfd, (nfds_t)np + 1, ms);
+    if (pr < 0 && errno != EINTR) {
+      st = dt_error(DT_IO, "tcp setup: poll: %s", strerror(errno));
+      break;
+    }
+    /* Handshake bytes of pending connections (walk backwards: drops reorder). */
+    for (int i = np - 1; i >= 0; i--) {
+      if (pr > 0 && pfd[i + 1].revents) {
+        ssize_t k = recv(pend[i].fd, (char *)&pend[i].h + pend[i].got, sizeof pend[i].h - pend[i].got, MSG_DONTWAIT);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+          drop_pending(pend, &np, i, "closed before completing its handshake");
+          continue;
+        }
+        if (k > 0) pend[i].got += (size_t)k;
+      }
+      if (pend[i].got == sizeof pend[i].h) {
+        tcp_hello *h = &pend[i].h;
+        int from = h->from;
+        if (!(from >= 0 && from < r && hello_ok(h, tag, from, r, n))) {
+          char why[160];
+          snprintf(why, sizeof why, "wrong handshake (magic 0x%08x, from %d to %d, world %d)", h->magic, h->from,
+                   h->to, h->size);
+          drop_pending(pend, &np, i, why);
+          continue;
+        }
+        if (b->fd[from] >= 0) {
+          drop_pending(pend, &np, i, "a second connection claiming the same rank");
+          continue;
+        }
+        tcp_hello reply = {TCP_MAGIC, TCP_VERSION, r, from, n, 0, tag};
+        char w[128];
+        st = dt_net_send_all(pend[i].fd, &reply, sizeof reply, deadline, NULL, who(b, from, w, sizeof w));
+        if (st != DT_OK) {
+          drop_pending(pend, &np, i, dt_last_error());
+          st = DT_OK;
+          continue;
+        }
+        tune_socket(pend[i].fd);
+        b->fd[from] = pend[i].fd;
+        pend[i] = pend[--np];
+        missing--;
+      } else if (dt_time_now() - pend[i].since > HANDSHAKE_S) {
+        drop_pending(pend, &np, i, "no handshake within 5 s");
+      }
+    }
+    if (pr > 0 && (pfd[0].revents & POLLIN)) {
+      for (;;) {
+        int fd = accept(lfd, NULL, NULL);
+        if (fd < 0) break;
+        fcntl(fd, F_SETFD, FD_CLOEXEC);
+        if (np == MAX_PENDING) drop_pending(pend, &np, 0, "too many connections in handshake");
+        pend[np++] = (pending_conn){fd, 0, dt_time_now(), {0}};
+      }
+    }
+  }
+  for (int i = 0; i < np; i++) dt_net_close(&pend[i].fd);
+  return st;
+}
+
+dt_status dt_backend_tcp_new(const dt_backend_ctx *ctx, dt_backend **out) {
+  int n = ctx->size, r = ctx->rank;
+  if (n < 1 || r < 0 || r >= n || !ctx->global || (n > 1 && (!ctx->store || !ctx->prefix || !ctx->host_addr)))
+    return dt_error(DT_INVALID_ARGUMENT, "tcp backend: bad context (rank %d of %d, store %s, prefix %s, host %s)", r,
+                    n, ctx->store ? "set" : "missing", ctx->prefix ? ctx->prefix : "missing",
+                    ctx->host_addr ? ctx->host_addr : "missing");
+  tcp_backend *b = NULL;
+  dt_status st = dt_alloc(sizeof *b, (void **)&b);
+  if (st != DT_OK) return st;
+  b->base.ops = &tcp_ops;
+  b->base.rank = r;
+  b->base.size = n;
+  atomic_init(&b->base.aborted, 0);
+  int lfd = -1;
+  b->npfd_cap = n + 64;
+  DT_CHECK_GOTO(dt_alloc_array((size_t)n, sizeof *b->global, "tcp ranks", (void **)&b->global), st, fail_setup);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)n, sizeof *b->fd, "tcp sockets", (void **)&b->fd), st, fail_setup);
+  for (int j = 0; j < n; j++) b->fd[j] = -1;
+  DT_CHECK_GOTO(dt_alloc_array((size_t)n, sizeof *b->addr, "tcp addresses", (void **)&b->addr), st, fail_setup);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)n, sizeof *b->closed_at, "tcp peers", (void **)&b->closed_at), st, fail_setup);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)b->npfd_cap, sizeof *b->pfd, "tcp poll set", (void **)&b->pfd), st, fail_setup);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)b->npfd_cap, sizeof *b->pfd_op, "tcp poll set", (void **)&b->pfd_op), st,
+                fail_setup);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)n * 4, sizeof *b->steps, "tcp steps", (void **)&b->steps), st, fail_setup);
+  DT_CHECK_GOTO(dt_alloc(SEG_BYTES, &b->tmp), st, fail_setup);
+  memcpy(b->global, ctx->global, (size_t)n * sizeof *b->global);
+  b->base.global = b->global;
+  for (int j = 0; j < n; j++) snprintf(b->addr[j], sizeof b->addr[j], "?");
+  if (n > 1) {
+    double deadline = dt_time_now() + (ctx->timeout_s > 0 ? ctx->timeout_s : 300);
+    uint64_t tag = fnv1a(ctx->prefix);
+    int port = 0;
+    DT_CHECK_GOTO(dt_net_listen(NULL, 0, 128, &lfd, &port), st, fail_setup);
+    tune_socket(lfd); /* accepted sockets inherit the buffer sizes */
+    snprintf(b->addr[r], sizeof b->addr[r], "%s:%d", ctx->host_addr, port);
+    char key[DT_STORE_MAX_KEY];
+    snprintf(key, sizeof key, "%s/addr/%d", ctx->prefix, r);
+    DT_CHECK_GOTO(dt_store_set(ctx->store, key, b->addr[r], strlen(b->addr[r])), st, fail_setup);
+    for (int j = 0; j < n; j++) {
+      if (j == r) continue;
+      void *v = NULL;
+      size_t len = 0;
+      snprintf(key, sizeof key, "%s/addr/%d", ctx->prefix, j);
+      st = dt_store_get(ctx->store, key, &v, &len, remaining(deadline));
+      if (st != DT_OK) {
+        dt_error_prefix(st, "tcp setup: address of rank %d", ctx->global[j]);
+        goto fail_setup;
+      }
+      if (len == 0 || len >= sizeof b->addr[j]) {
+        dt_free(v);
+        st = dt_error(DT_CORRUPT, "tcp setup: address of rank %d is %zu bytes", ctx->global[j], len);
+        goto fail_setup;
+      }
+      memcpy(b->addr[j], v, len);
+      b->addr[j][len] = 0;
+      dt_free(v);
+    }
+    /* Higher ranks first: the top rank only accepts, so every chain of
+     * connects ends at someone who accepts (no cycle). */
+    for (int j = r + 1; j < n; j++) DT_CHECK_GOTO(connect_peer(b, j, tag, deadline), st, fail_setup);
+    DT_CHECK_GOTO(accept_peers(b, lfd, tag, deadline), st, fail_setup);
+    dt_net_close(&lfd);
+    DT_LOG_INFO("tcp", "rank %d: connected to %d peers", ctx->global[r], n - 1);
+  }
+  *out = &b->base;
+  return DT_OK;
+fail_setup:
+  dt_net_close(&lfd);
+  tcp_destroy(&b->base);
+  return st;
+}

@@ -1,0 +1,514 @@
+/* Tests of the TCP backend: every collective x dtype x op against a reference,
+ * in place and out of place, world sizes 1..5 (forked ranks over loopback, one
+ * store served by the parent), a several-MiB all-reduce through the pipelined
+ * ring; then faults: a rank that exits mid all-reduce, a rank that sleeps past
+ * the deadline, a mismatched collective, an abort from another thread, and a
+ * stranger sending garbage to a listening port during setup. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dist/dist-impl.h"
+#include "harness.h"
+
+static dt_store_server *server;
+static int server_port;
+static int run_counter;
+
+static void sleep_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+/* ---- forked worlds ------------------------------------------------------------ */
+
+typedef int (*rank_fn)(dt_backend *b, int rank, int size, void *arg);
+
+typedef struct world_opts {
+  int late_rank;      /* this rank starts its setup late_s later; -1: none */
+  double late_s;
+  void (*stranger)(const char *prefix); /* runs in its own process during setup */
+} world_opts;
+
+static int child_main(int rank, int size, const char *prefix, const world_opts *o, rank_fn fn, void *arg) {
+  alarm(60); /* a hung rank dies instead of hanging the test */
+  if (o && rank == o->late_rank) sleep_s(o->late_s);
+  dt_store *store = NULL;
+  dt_status st = dt_store_connect("127.0.0.1", server_port, "t", 10, &store);
+  if (st != DT_OK) {
+    fprintf(stderr, "rank %d: store connect: %s %s\n", rank, dt_status_name(st), dt_last_error());
+    return 90;
+  }
+  int global[8];
+  for (int i = 0; i < size; i++) global[i] = i;
+  dt_backend_ctx ctx = {.store = store, .prefix = prefix, .job_tag = "tcptest", .rank = rank, .size = size,
+                        .global = global, .timeout_s = 20, .host_addr = "127.0.0.1"};
+  dt_backend *b = NULL;
+  st = dt_backend_tcp_new(&ctx, &b);
+  int code;
+  if (st != DT_OK) {
+    fprintf(stderr, "rank %d: tcp setup: %s %s\n", rank, dt_status_name(st), dt_last_error());
+    code = 100 + (int)st;
+  } else {
+    code = fn(b, rank, size, arg);
+    b->ops->destroy(b);
+  }
+  dt_store_close(store);
+  return code;
+}
+
+/* Forks size ranks running fn (and the stranger, if any); codes[r] receives
+ * each exit code (200 + signal if killed). Kills everything after limit_s. */
+static int run_world(int size, rank_fn fn, void *arg, const world_opts *o, double limit_s, int *codes) {
+  char prefix[128];
+  snprintf(prefix, sizeof prefix, "test/%d/%d/tcp", (int)getpid(), run_counter++);
+  pid_t pids[9] = {0};
+  fflush(stdout);
+  fflush(stderr);
+  for (int r = 0; r < size; r++) {
+    codes[r] = -1;
+    pids[r] = fork();
+    if (pids[r] < 0) return -1;
+    if (pids[r] == 0) _exit(child_main(r, size, prefix, o, fn, arg));
+  }
+  int total = size;
+  if (o && o->stranger) {
+    pids[size] = fork();
+    if (pids[size] == 0) {
+      alarm(30);
+      o->stranger(prefix);
+      _exit(0);
+    }
+    total++;
+  }
+  double deadline = dt_time_now() + limit_s;
+  int left = total, rc = 0;
+  while (left > 0) {
+    int status;
+    pid_t p = waitpid(-1, &status, WNOHANG);
+    if (p > 0) {
+      for (int r = 0; r < total; r++)
+        if (pids[r] == p) {
+          if (r < size) codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 200 + WTERMSIG(status);
+          pids[r] = 0;
+          left--;
+        }
+      continue;
+    }
+    if (dt_time_now() > deadline) {
+      fprintf(stderr, "  world of %d exceeded %.0f s: killed\n", size, limit_s);
+      for (int r = 0; r < total; r++)
+        if (pids[r] > 0) {
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], NULL, 0);
+          if (r < size) codes[r] = 255;
+        }
+      rc = -1;
+      break;
+    }
+    sleep_s(0.005);
+  }
+  return rc;
+}
+
+/* ---- data --------------------------------------------------------------------- */
+
+/* Integer-valued inputs in -11..11: every sum of up to 5 ranks is exact in bf16 and f16. */
+static double input(int rank, size_t i) { return (double)((int)((i * 7 + (size_t)rank * 13) % 23) - 11); }
+
+static void put(void *buf, dt_dtype t, size_t i, double v) {
+  switch (t) {
+  case DT_F32: ((float *)buf)[i] = (float)v; break;
+  case DT_F64: ((double *)buf)[i] = v; break;
+  case DT_BF16: ((uint16_t *)buf)[i] = dt_f32_to_bf16((float)v); break;
+  case DT_F16: ((uint16_t *)buf)[i] = dt_f32_to_f16((float)v); break;
+  case DT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  case DT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  default: break;
+  }
+}
+
+static double get(const void *buf, dt_dtype t, size_t i) {
+  switch (t) {
+  case DT_F32: return ((const float *)buf)[i];
+  case DT_F64: return ((const double *)buf)[i];
+  case DT_BF16: return dt_bf16_to_f32(((const uint16_t *)buf)[i]);
+  case DT_F16: return dt_f16_to_f32(((const uint16_t *)buf)[i]);
+  case DT_I32: return ((const int32_t *)buf)[i];
+  case DT_I64: return (double)((const int64_t *)buf)[i];
+  default: return 0;
+  }
+}
+
+static double reference(int size, size_t i, dt_redop op) {
+  double acc = input(0, i);
+  for (int r = 1; r < size; r++) {
+    double v = input(r, i);
+    acc = op == DT_MIN ? (v < acc ? v : acc) : op == DT_MAX ? (v > acc ? v : acc) : acc + v;
+  }
+  return acc;
+}
+
+static void block(size_t count, int size, int r, size_t *off, size_t *len) {
+  size_t q = count / (size_t)size, rem = count % (size_t)size;
+  *off = (size_t)r * q + ((size_t)r < rem ? (size_t)r : rem);
+  *len = q + ((size_t)r < rem);
+}
+
+/* ---- one rank of the correctness sweep ------------------------------------------ */
+
+typedef struct ctx_run {
+  dt_backend *b;
+  uint64_t seq;
+  int rank, size;
+} ctx_run;
+
+static dt_status run(ctx_run *x, dt_coll_kind kind, const void *send, void *recv, size_t count, dt_dtype t,
+                     dt_redop op, int root) {
+  dt_coll c = {kind, ++x->seq, send, recv, count, t, op, root, dt_time_now() + 30};
+  return dt_backend_run(x->b, &c);
+}
+
+#define CHECK_RUN(expr, what)                                                                                 \
+  do {                                                                                                        \
+    dt_status s_ = (expr);                                                                                    \
+    if (s_ != DT_OK) {                                                                                        \
+      fprintf(stderr, "rank %d/%d: %s %s count %zu: %s %s\n", x->rank, x->size, what, dt_dtype_name(t), count, \
+              dt_status_name(s_), dt_last_error());                                                           \
+      return 1;                                                                                               \
+    }                                                                                                         \
+  } while (0)
+
+static int compare(const ctx_run *x, const char *what, dt_dtype t, int op, int inplace, const void *got, size_t n,
+                   size_t first, double (*want)(int size, size_t i, int op, int root), int root) {
+  for (size_t i = 0; i < n; i++) {
+    double w = want(x->size, first + i, op, root), g = get(got, t, i);
+    if (g != w) {
+      fprintf(stderr, "rank %d/%d: %s %s op %d %s: element %zu is %g, expected %g\n", x->rank, x->size, what,
+              dt_dtype_name(t), op, inplace ? "in place" : "out of place", first + i, g, w);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static double want_reduced(int size, size_t i, int op, int root) { return reference(size, i, (dt_redop)op); }
+static double want_root(int size, size_t i, int op, int root) { return input(root, i); }
+
+/* All-gather: block q of the result must hold rank q's inputs. */
+static int check_gathered(const ctx_run *x, dt_dtype t, int inplace, const void *out, size_t count) {
+  size_t es = dt_dtype_size(t);
+  for (int q = 0; q < x->size; q++) {
+    size_t off, len;
+    block(count, x->size, q, &off, &len);
+    if (compare(x, "allgather", t, 0, inplace, (const char *)out + off * es, len, off, want_root, q)) return 1;
+  }
+  return 0;
+}
+
+static int sweep_one(ctx_run *x, dt_dtype t, size_t count, int inplace, void *a, void *c) {
+  int r = x->rank, n = x->size;
+  size_t es = dt_dtype_size(t), off, len;
+  block(count, n, r, &off, &len);
+  static const dt_redop ops[] = {DT_SUM, DT_MIN, DT_MAX};
+  for (int k = 0; k < 3; k++) {
+    dt_redop op = ops[k];
+    /* all-reduce */
+    for (size_t i = 0; i < count; i++) put(a, t, i, input(r, i));
+    memset(c, 0x5a, count * es + 16);
+    void *out = inplace ? a : c;
+    CHECK_RUN(run(x, DT_COLL_ALLREDUCE, a, out, count, t, op, 0), "allreduce");
+    if (compare(x, "allreduce", t, op, inplace, out, count, 0, want_reduced, 0)) return 1;
+    if (!inplace)
+      for (size_t i = 0; i < count; i++)
+        if (get(a, t, i) != input(r, i)) {
+          fprintf(stderr, "rank %d: allreduce wrote its send buffer\n", r);
+          return 1;
+        }
+    /* reduce-scatter */
+    for (size_t i = 0; i < count; i++) put(a, t, i, input(r, i));
+    memset(c, 0x5a, count * es + 16);
+    out = inplace ? (char *)a + off * es : c;
+    CHECK_RUN(run(x, DT_COLL_REDUCE_SCATTER, a, out, count, t, op, 0), "reduce_scatter");
+    if (compare(x, "reduce_scatter", t, op, inplace, out, len, off, want_reduced, 0)) return 1;
+    if (!inplace && len * es < count * es + 16 && ((unsigned char *)c)[len * es] != 0x5a) {
+      fprintf(stderr, "rank %d: reduce_scatter wrote past its block\n", r);
+      return 1;
+    }
+  }
+  /* all-gather */
+  memset(c, 0x5a, count * es + 16);
+  for (size_t i = 0; i < len; i++) put(inplace ? (char *)c + off * es : a, t, i, input(r, off + i));
+  CHECK_RUN(run(x, DT_COLL_ALLGATHER, inplace ? (char *)c + off * es : a, c, count, t, DT_SUM, 0), "allgather");
+  if (check_gathered(x, t, inplace, c, count)) return 1;
+  /* broadcast from the first and the last rank */
+  for (int root = 0; root < n; root += (n > 1 ? n - 1 : 1)) {
+    if (r == root)
+      for (size_t i = 0; i < count; i++) put(a, t, i, input(root, i));
+    else
+      memset(a, 0x5a, count * es);
+    CHECK_RUN(run(x, DT_COLL_BROADCAST, NULL, a, count, t, DT_SUM, root), "broadcast");
+    if (compare(x, "broadcast", t, 0, 1, a, count, 0, want_root, root)) return 1;
+  }
+  return 0;
+}
+
+static int rank_sweep(dt_backend *b, int rank, int size, void *arg) {
+  ctx_run ctx = {b, 0, rank, size}, *x = &ctx;
+  size_t big = ((size_t)3 << 20) / 4 + 5; /* ~3 MiB of f32: several pipeline segments, uneven blocks */
+  void *a = NULL, *c = NULL;
+  if (dt_alloc(big * 8 + 64, &a) != DT_OK || dt_alloc(big * 8 + 64, &c) != DT_OK) return 2;
+  int fail = 0;
+  static const dt_dtype types[] = {DT_F32, DT_F64, DT_BF16, DT_F16, DT_I32, DT_I64};
+  static const size_t counts[] = {0, 1, 7, 1000};
+  for (int ti = 0; ti < 6 && !fail; ti++)
+    for (int ci = 0; ci < 4 && !fail; ci++)
+      for (int ip = 0; ip < 2 && !fail; ip++) fail = sweep_one(x, types[ti], counts[ci], ip, a, c);
+  for (int ip = 0; ip < 2 && !fail; ip++) fail = sweep_one(x, DT_F32, big, ip, a, c);
+  if (!fail) fail = sweep_one(x, DT_BF16, big + 3, 0, a, c);
+  for (int i = 0; i < 3 && !fail; i++) {
+    dt_coll bar = {DT_COLL_BARRIER, ++x->seq, NULL, NULL, 0, DT_F32, DT_SUM, 0, dt_time_now() + 30};
+    dt_status st = dt_backend_run(b, &bar);
+    if (st != DT_OK) fprintf(stderr, "rank %d: barrier: %s %s\n", rank, dt_status_name(st), dt_last_error()), fail = 1;
+  }
+  dt_free(a);
+  dt_free(c);
+  return fail;
+}
+
+TEST(collectives_match_reference_for_world_sizes_1_to_5) {
+  for (int size = 1; size <= 5; size++) {
+    int codes[8];
+    double t0 = dt_time_now();
+    ASSERT_EQ(run_world(size, rank_sweep, NULL, NULL, 120, codes), 0);
+    for (int r = 0; r < size; r++) ASSERT_EQ(codes[r], 0);
+    printf("  world %d: %.2f s\n", size, dt_time_now() - t0);
+  }
+}
+
+/* ---- faults --------------------------------------------------------------------- */
+
+#define BIG_COUNT ((size_t)8 << 20) /* 32 MiB of f32: an all-reduce takes long enough to die in */
+
+static void *allreduce_forever(void *arg) {
+  dt_backend *b = arg;
+  float *buf = NULL;
+  if (dt_alloc(BIG_COUNT * 4, (void **)&buf) != DT_OK) return NULL;
+  for (uint64_t seq = 1;; seq++) {
+    dt_coll c = {DT_COLL_ALLREDUCE, seq, buf, buf, BIG_COUNT, DT_F32, DT_SUM, 0, dt_time_now() + 30};
+    if (dt_backend_run(b, &c) != DT_OK) break;
+  }
+  return NULL;
+}
+
+static int rank_dies(dt_backend *b, int rank, int size, void *arg) {
+  if (rank == 1) { /* dies while an all-reduce runs on another thread */
+    pthread_t th;
+    pthread_create(&th, NULL, allreduce_forever, b);
+    sleep_s(0.3);
+    _exit(7);
+  }
+  float *buf = NULL;
+  if (dt_alloc(BIG_COUNT * 4, (void **)&buf) != DT_OK) return 2;
+  dt_status st = DT_OK;
+  double t_last = dt_time_now();
+  for (uint64_t seq = 1; seq < 10000 && st == DT_OK; seq++) {
+    dt_coll c = {DT_COLL_ALLREDUCE, seq, buf, buf, BIG_COUNT, DT_F32, DT_SUM, 0, dt_time_now() + 30};
+    t_last = dt_time_now();
+    st = dt_backend_run(b, &c);
+  }
+  dt_free(buf);
+  double waited = dt_time_now() - t_last;
+  const char *msg = dt_last_error();
+  if (st != DT_PEER_LOST || !strstr(msg, "rank 1 (") || waited > 3) {
+    fprintf(stderr, "rank %d: expected DT_PEER_LOST naming rank 1 within 3 s, got %s after %.2f s: %s\n", rank,
+            dt_status_name(st), waited, msg);
+    return 1;
+  }
+  return 0;
+}
+
+TEST(a_rank_that_exits_mid_allreduce_is_reported_lost) {
+  int codes[8];
+  ASSERT_EQ(run_world(3, rank_dies, NULL, NULL, 30, codes), 0);
+  ASSERT_EQ(codes[0], 0);
+  ASSERT_EQ(codes[1], 7);
+  ASSERT_EQ(codes[2], 0);
+}
+
+static int rank_sleeps(dt_backend *b, int rank, int size, void *arg) {
+  float buf[100] = {0};
+  if (rank == 1) {
+    sleep_s(1.5);
+    dt_coll c = {DT_COLL_ALLREDUCE, 1, buf, buf, 100, DT_F32, DT_SUM, 0, dt_time_now() + 2};
+    dt_status st = dt_backend_run(b, &c);
+    return st == DT_OK ? 1 : 0; /* rank 0 gave up: this one must fail too, not hang */
+  }
+  double t0 = dt_time_now();
+  dt_coll c = {DT_COLL_ALLREDUCE, 1, buf, buf, 100, DT_F32, DT_SUM, 0, t0 + 0.3};
+  dt_status st = dt_backend_run(b, &c);
+  double took = dt_time_now() - t0;
+  if (st != DT_TIMEOUT || !strstr(dt_last_error(), "rank 1") || took > 1.0) {
+    fprintf(stderr, "rank 0: expected DT_TIMEOUT naming rank 1 after 0.3 s, got %s after %.2f s: %s\n",
+            dt_status_name(st), took, dt_last_error());
+    return 1;
+  }
+  /* The backend is broken now: the next collective fails at once. */
+  c.seq = 2;
+  c.deadline = dt_time_now() + 5;
+  if (dt_backend_run(b, &c) == DT_OK) return 1;
+  return 0;
+}
+
+TEST(a_silent_rank_gives_a_timeout_naming_it) {
+  int codes[8];
+  ASSERT_EQ(run_world(2, rank_sleeps, NULL, NULL, 30, codes), 0);
+  ASSERT_EQ(codes[0], 0);
+  ASSERT_EQ(codes[1], 0);
+}
+
+/* Rank 1 (of 2) or the last rank (of 3) issues a different collective. */
+static int rank_mismatch(dt_backend *b, int rank, int size, void *arg) {
+  float buf[1000] = {0};
+  dt_coll c = {DT_COLL_ALLREDUCE, 1, buf, buf, 1000, DT_F32, DT_SUM, 0, dt_time_now() + 10};
+  if (size == 2 && rank == 1) c.count = 10;
+  if (size == 3 && rank == 2) c.kind = DT_COLL_BROADCAST, c.send = NULL, c.count = 100;
+  double t0 = dt_time_now();
+  dt_status st = dt_backend_run(b, &c);
+  double took = dt_time_now() - t0;
+  /* The ranks next to the odd one see the mismatch; others see them leave. */
+  int must_mismatch = size == 2 || rank != 1;
+  if ((must_mismatch ? st != DT_MISMATCH : (st != DT_MISMATCH && st != DT_PEER_LOST)) || took > 3) {
+    fprintf(stderr, "rank %d/%d: expected DT_MISMATCH, got %s after %.2f s: %s\n", rank, size, dt_status_name(st),
+            took, dt_last_error());
+    return 1;
+  }
+  return 0;
+}
+
+TEST(a_mismatched_collective_is_detected) {
+  for (int size = 2; size <= 3; size++) {
+    int codes[8];
+    ASSERT_EQ(run_world(size, rank_mismatch, NULL, NULL, 30, codes), 0);
+    for (int r = 0; r < size; r++) ASSERT_EQ(codes[r], 0);
+  }
+}
+
+static void *abort_later(void *arg) {
+  sleep_s(0.2);
+  dt_backend *b = arg;
+  b->ops->abort(b);
+  return NULL;
+}
+
+static int rank_aborts(dt_backend *b, int rank, int size, void *arg) {
+  static float buf[1 << 20];
+  if (rank == 1) {
+    sleep_s(1.5); /* never joins in time */
+    return 0;
+  }
+  pthread_t th;
+  pthread_create(&th, NULL, abort_later, b);
+  double t0 = dt_time_now();
+  dt_coll c = {DT_COLL_ALLREDUCE, 1, buf, buf, 1 << 20, DT_F32, DT_SUM, 0, t0 + 30};
+  dt_status st = dt_backend_run(b, &c);
+  double took = dt_time_now() - t0;
+  pthread_join(th, NULL);
+  if (st != DT_INTERRUPTED || took > 0.2 + 0.3) {
+    fprintf(stderr, "rank 0: expected DT_INTERRUPTED about 0.2 s in, got %s after %.2f s: %s\n", dt_status_name(st),
+            took, dt_last_error());
+    return 1;
+  }
+  return 0;
+}
+
+TEST(abort_from_another_thread_interrupts_a_collective) {
+  int codes[8];
+  ASSERT_EQ(run_world(2, rank_aborts, NULL, NULL, 30, codes), 0);
+  ASSERT_EQ(codes[0], 0);
+  ASSERT_EQ(codes[1], 0);
+}
+
+/* Connects to the listening port of rank 2 while rank 0 is still asleep:
+ * one connection sends garbage, one a well-formed hello of another job, one
+ * a few bytes and then nothing. */
+static void stranger(const char *prefix) {
+  dt_store *s = NULL;
+  if (dt_store_connect("127.0.0.1", server_port, "t", 10, &s) != DT_OK) _exit(3);
+  char key[256];
+  snprintf(key, sizeof key, "%s/addr/2", prefix);
+  void *v = NULL;
+  size_t len = 0;
+  if (dt_store_get(s, key, &v, &len, 10) != DT_OK) _exit(4);
+  char addr[128] = {0};
+  memcpy(addr, v, len < sizeof addr - 1 ? len : sizeof addr - 1);
+  dt_free(v);
+  char *colon = strrchr(addr, ':');
+  int port = atoi(colon + 1);
+  int fds[3];
+  for (int i = 0; i < 3; i++)
+    if (dt_net_connect("127.0.0.1", port, dt_time_now() + 5, NULL, "rank 2", &fds[i]) != DT_OK) _exit(5);
+  const char garbage[] = "GET / HTTP/1.0\r\nHost: example\r\n\r\nmore garbage after the request";
+  send(fds[0], garbage, sizeof garbage, MSG_NOSIGNAL);
+  struct {
+    uint32_t magic, version;
+    int32_t from, to, size;
+    uint32_t reserved;
+    uint64_t tag;
+  } hello = {0x50435444u, 1, 0, 2, 3, 0, 12345};
+  send(fds[1], &hello, sizeof hello, MSG_NOSIGNAL);
+  send(fds[2], "DTC", 3, MSG_NOSIGNAL);
+  sleep_s(3);
+  for (int i = 0; i < 3; i++) close(fds[i]);
+  dt_store_close(s);
+}
+
+static int rank_after_stranger(dt_backend *b, int rank, int size, void *arg) {
+  int32_t v = rank + 1;
+  dt_coll c = {DT_COLL_ALLREDUCE, 1, &v, &v, 1, DT_I32, DT_SUM, 0, dt_time_now() + 10};
+  dt_status st = dt_backend_run(b, &c);
+  if (st != DT_OK || v != 6) {
+    fprintf(stderr, "rank %d: allreduce after setup: %s %d %s\n", rank, dt_status_name(st), v, dt_last_error());
+    return 1;
+  }
+  return 0;
+}
+
+TEST(a_stranger_on_the_listening_port_does_not_break_setup) {
+  world_opts o = {.late_rank = 0, .late_s = 1.0, .stranger = stranger};
+  int codes[8];
+  ASSERT_EQ(run_world(3, rank_after_stranger, NULL, &o, 30, codes), 0);
+  for (int r = 0; r < 3; r++) ASSERT_EQ(codes[r], 0);
+}
+
+static int setup(void) {
+  if (dt_store_server_start("127.0.0.1", 0, "t", &server) != DT_OK) {
+    fprintf(stderr, "store server: %s\n", dt_last_error());
+    return 1;
+  }
+  server_port = dt_store_server_port(server);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  signal(SIGPIPE, SIG_IGN);
+  if (setup()) return 1;
+  static const dt_test_case cases[] = {
+      TEST_ENTRY(collectives_match_reference_for_world_sizes_1_to_5),
+      TEST_ENTRY(a_rank_that_exits_mid_allreduce_is_reported_lost),
+      TEST_ENTRY(a_silent_rank_gives_a_timeout_naming_it),
+      TEST_ENTRY(a_mismatched_collective_is_detected),
+      TEST_ENTRY(abort_from_another_thread_interrupts_a_collective),
+      TEST_ENTRY(a_stranger_on_the_listening_port_does_not_break_setup),
+  };
+  int rc = dt_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
+  dt_store_server_stop(server);
+  return rc;
+}
