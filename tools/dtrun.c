@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -86,7 +87,7 @@ static const flag_spec flags[F_COUNT] = {
                   "$DT_RUN_ID or 'default')"},
     [F_THREADS] = {"--threads-per-proc", NULL, "T",
                    "compute threads per worker (OMP_NUM_THREADS, DT_NUM_THREADS); default: "
-                   "max(1, cores / K) unless the variables are set"},
+                   "max(1, cores/K) unless the variables are set"},
     [F_TIMEOUT] = {"--timeout", NULL, "S",
                    "seconds to wait for the other nodes to join, start a round or finish "
                    "(default $DT_TIMEOUT or 300)"},
@@ -105,12 +106,27 @@ static void print_help(FILE *f) {
           "If a worker exits non-zero or is killed, every worker of every node is stopped and, while\n"
           "restarts remain, the whole job is started again with DT_RESTART_COUNT one higher.\n"
           "\n"
-          "flags (torchrun's underscore spellings are accepted too; --flag=VALUE works):\n");
+          "flags (torchrun's underscore spellings as shown; --flag=VALUE works too):\n");
   for (int i = 0; i < F_COUNT; i++) {
     char head[96];
     snprintf(head, sizeof head, "%s%s%s", flags[i].name, flags[i].metavar ? " " : "",
              flags[i].metavar ? flags[i].metavar : "");
-    fprintf(f, "  %-24s %s\n", head, flags[i].help);
+    if (flags[i].alias && flags[i].alias[1] == '-')
+      snprintf(head + strlen(head), sizeof head - strlen(head), ", %s", flags[i].alias);
+    fprintf(f, "  %s\n", head);
+    /* The text wrapped at 92 columns under a 6-column indent. */
+    const char *p = flags[i].help;
+    while (*p) {
+      size_t n = strlen(p), cut = n;
+      if (n > 86) {
+        cut = 86;
+        while (cut > 0 && p[cut] != ' ') cut--;
+        if (cut == 0) cut = 86;
+      }
+      fprintf(f, "      %.*s\n", (int)cut, p);
+      p += cut;
+      while (*p == ' ') p++;
+    }
   }
   fprintf(f,
           "\n"
@@ -121,7 +137,7 @@ static void print_help(FILE *f) {
           "  TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, DT_STORE_SERVED=1 and\n"
           "  TORCHELASTIC_USE_AGENT_STORE=True (rank 0 connects to the agent's store),\n"
           "  OMP_NUM_THREADS and DT_NUM_THREADS (--threads-per-proc; else kept if set; else\n"
-          "  max(1, cores / K)), OMP_WAIT_POLICY=passive unless set.\n"
+          "  max(1, cores/K)), OMP_WAIT_POLICY=passive unless set.\n"
           "\n"
           "output: every line a worker writes is printed as '[rank R]: line' on dtrun's stdout or\n"
           "stderr (the stream the worker used); with --log-dir it goes to files instead.\n"
@@ -600,7 +616,7 @@ static void stop_workers(agent *a, int sig) {
   }
   if (any_running(a)) {
     fprintf(stderr, "dtrun: %s; sending SIGKILL\n",
-            g_signal_count != seen ? "interrupted again" : "workers still running after the grace period");
+            g_signal_count != seen ? "interrupted while stopping the workers" : "workers still running after the grace period");
     for (int i = 0; i < n; i++)
       if (a->w[i].running) kill(-a->w[i].pid, SIGKILL);
     while (any_running(a)) {
@@ -754,6 +770,7 @@ static int start_worker(agent *a, worker *w) {
   char **env = worker_env(a, w);
   fflush(stdout);
   fflush(stderr);
+  pid_t agent_pid = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     fprintf(stderr, "dtrun: fork: %s\n", strerror(errno));
@@ -763,6 +780,11 @@ static int start_worker(agent *a, worker *w) {
   if (pid == 0) {
     /* Child: only async-signal-safe calls until exec (the store server runs a thread). */
     setpgid(0, 0);
+#ifdef PR_SET_PDEATHSIG
+    /* An agent killed outright (SIGKILL, OOM) takes its workers with it. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != agent_pid) _exit(127);
+#endif
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;

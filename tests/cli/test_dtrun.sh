@@ -35,6 +35,8 @@ expect_rc() { # NAME WANT
 has() { # NAME FILE TEXT: FILE contains TEXT (fixed string)
   grep -qF -- "$3" "$2" || fail "$1: '$3' missing from $(basename "$2"): $(head -c 2000 "$2")"
 }
+# alive PID: running (a zombie left to an init that does not reap counts as gone).
+alive() { [ -n "$1" ] && [ -r "/proc/$1/stat" ] && ! grep -q ') Z ' "/proc/$1/stat" 2>/dev/null; }
 # A port that was free a moment ago (the store of a standalone run picked it).
 free_port() { "$DTRUN" --standalone -- sh -c 'echo $MASTER_PORT' | sed 's/^\[rank 0\]: //'; }
 
@@ -145,7 +147,7 @@ rc=$?
 for r in 0 1; do
   [ -f "$tmp/term/term.$r" ] || fail "term: rank $r did not get SIGTERM"
   p=$(cat "$tmp/term/pid.$r" 2>/dev/null)
-  [ -n "$p" ] && kill -0 "$p" 2>/dev/null && fail "term: worker $r (pid $p) still running"
+  alive "$p" && fail "term: worker $r (pid $p) still running"
 done
 # Also under SIGINT, with a worker that ignores it: SIGKILL after --grace; exit 130.
 mkdir -p "$tmp/int"
@@ -159,7 +161,7 @@ wait "$agent"
 rc=$?
 [ "$rc" -eq 130 ] || fail "int: exit $rc, expected 130 ($(cat "$tmp/int.err"))"
 p=$(cat "$tmp/int/pid.0" 2>/dev/null)
-[ -n "$p" ] && kill -0 "$p" 2>/dev/null && fail "int: worker (pid $p) still running"
+alive "$p" && fail "int: worker (pid $p) still running"
 has int "$tmp/int.err" "SIGKILL"
 
 # ---- two agents as two nodes ------------------------------------------------------------------------
@@ -218,6 +220,59 @@ rc1=$?
 expect_rc mismatch 1
 [ "$rc1" -eq 1 ] || fail "mismatch: node 1 exit $rc1, expected 1"
 has mismatch "$tmp/mismatch.err" "node 1 runs with nnodes=2 nproc=1"
+
+# SIGTERM to node 1's agent: its workers stop, it exits 143, node 0 stops its workers and exits 1.
+port=$(free_port)
+mkdir -p "$tmp/nterm"
+"$DTRUN" --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port "$port" --timeout 15 \
+  -- bash "$W" wait-term "$tmp/nterm" >"$tmp/nterm.0.out" 2>"$tmp/nterm.0.err" </dev/null &
+a0=$!
+"$DTRUN" --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port "$port" --timeout 15 \
+  -- bash "$W" wait-term "$tmp/nterm" >"$tmp/nterm.1.out" 2>"$tmp/nterm.1.err" </dev/null &
+a1=$!
+bg_pids+=("$a0" "$a1")
+for ((i = 0; i < 100; i++)); do
+  [ -s "$tmp/nterm/pid.0" ] && [ -s "$tmp/nterm/pid.1" ] && break
+  sleep 0.1
+done
+kill -TERM "$a1"
+wait "$a1"
+rc1=$?
+for ((i = 0; i < 100; i++)); do kill -0 "$a0" 2>/dev/null || break; sleep 0.1; done
+kill -9 "$a0" 2>/dev/null && fail "nterm: node 0 still running 10 s after node 1 was interrupted"
+wait "$a0"
+rc0=$?
+[ "$rc1" -eq 143 ] && [ "$rc0" -eq 1 ] || fail "nterm: exits $rc0/$rc1, expected 1/143"
+has nterm "$tmp/nterm.0.err" "node 1 was interrupted by SIGTERM"
+for r in 0 1; do [ -f "$tmp/nterm/term.$r" ] || fail "nterm: rank $r did not get SIGTERM"; done
+# An agent killed outright takes its workers with it.
+mkdir -p "$tmp/k9"
+"$DTRUN" --nproc-per-node 2 -- bash "$W" wait-term "$tmp/k9" >/dev/null 2>&1 </dev/null &
+agent=$!
+bg_pids+=("$agent")
+for ((i = 0; i < 100; i++)); do [ -s "$tmp/k9/pid.0" ] && [ -s "$tmp/k9/pid.1" ] && break; sleep 0.1; done
+kill -9 "$agent"
+wait "$agent" 2>/dev/null
+sleep 0.3
+for r in 0 1; do
+  p=$(cat "$tmp/k9/pid.$r" 2>/dev/null)
+  alive "$p" && fail "k9: worker $r (pid $p) outlived its killed agent"
+done
+# A node that never comes: node 0 gives up after --timeout naming it; Ctrl-C while waiting is 130.
+port=$(free_port)
+run nojoin --nnodes 3 --node-rank 0 --master-addr 127.0.0.1 --master-port "$port" --timeout 0.5 -- true
+expect_rc nojoin 1
+has nojoin "$tmp/nojoin.err" "missing node 1, 2 of --nnodes 3"
+port=$(free_port)
+"$DTRUN" --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port "$port" --timeout 15 -- true \
+  >"$tmp/joinint.out" 2>"$tmp/joinint.err" </dev/null &
+agent=$!
+bg_pids+=("$agent")
+sleep 0.5
+kill -INT "$agent"
+wait "$agent"
+rc=$?
+expect_rc joinint 130
 
 # ---- master port in use -----------------------------------------------------------------------------
 port=$(free_port)
