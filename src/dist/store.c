@@ -48,6 +48,8 @@
 #define STORE_MAX_BYTES ((size_t)256 << 20)
 #define STORE_MAX_CLIENTS 4096
 #define STORE_HANDSHAKE_S 5.0
+/* Per-client buffer kept between requests (bytes); larger ones are released. */
+#define STORE_KEEP_BUFFER ((size_t)1 << 20)
 /* Server poll tick (ms): how often handshake deadlines are checked. */
 #define STORE_TICK_MS 100
 /* How long a client waits for the answer to a cancel before giving up on the connection (s). */
@@ -595,6 +597,17 @@ static int conn_process(dt_store_server *s, conn *c) {
     memmove(c->in, c->in + consumed, c->in_len - consumed);
     c->in_len -= consumed;
   }
+  /* Idle clients do not keep the buffers of a past large value (up to 16 MiB each). */
+  if (c->in_len == 0 && c->in_cap > STORE_KEEP_BUFFER) {
+    dt_free(c->in);
+    c->in = NULL;
+    c->in_cap = 0;
+  }
+  if (c->out_len == 0 && c->out_cap > STORE_KEEP_BUFFER) {
+    dt_free(c->out);
+    c->out = NULL;
+    c->out_cap = 0;
+  }
   return progress;
 }
 
@@ -709,6 +722,8 @@ static void *server_main(void *arg) {
       short re = pfd[2 + i].revents;
       if (re & (POLLIN | POLLHUP | POLLERR)) conn_read(c);
       if (re & POLLOUT) conn_flush(c);
+      /* A hang-up we cannot read past (full buffer) must not make poll spin. */
+      if ((re & POLLERR) || ((re & POLLHUP) && c->in_len == c->in_cap)) c->eof = 1;
     }
     if (n > 0 && (pfd[1].revents & POLLIN)) accept_all(s);
     /* Requests may wake parked clients, whose buffered input may then run. */
