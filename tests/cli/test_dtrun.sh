@@ -274,6 +274,26 @@ wait "$agent"
 rc=$?
 expect_rc joinint 130
 
+# ---- real process groups under dtrun (the agent serves the store) --------------------------------
+AR="$DT_BUILD_DIR/tests/dtrun_allreduce"
+run group --nproc-per-node 3 --max-restarts 1 -- "$AR" 1 1
+expect_rc group 0
+for r in 0 1 2; do
+  has group "$tmp/group.out" "[rank $r]: rank $r of 3: sum 6 backend shm restart 0 served 1"
+  has group "$tmp/group.out" "[rank $r]: rank $r of 3: sum 6 backend shm restart 1 served 1"
+done
+port=$(free_port)
+DT_HOST_ID=hostA timeout -k 2 25 "$DTRUN" --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port "$port" \
+  --timeout 15 --nproc-per-node 2 -- "$AR" >"$tmp/group2.1.out" 2>"$tmp/group2.1.err" </dev/null &
+p1=$!
+DT_HOST_ID=hostB run group2.0 --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port "$port" \
+  --timeout 15 --nproc-per-node 2 -- "$AR"
+wait "$p1"
+rc1=$?
+expect_rc group2.0 0
+[ "$rc1" -eq 0 ] || fail "group2: node 1 exit $rc1 ($(cat "$tmp/group2.1.err"))"
+for r in 0 1 2 3; do has group2 "$tmp/group2.$((r / 2)).out" "[rank $r]: rank $r of 4: sum 10 backend"; done
+
 # ---- master port in use -----------------------------------------------------------------------------
 port=$(free_port)
 "$DTRUN" --nnodes 1 --master-port "$port" -- sleep 5 >/dev/null 2>&1 </dev/null &
