@@ -47,7 +47,7 @@ static inline double dc_reduce(int world, size_t i, int salt, dt_redop op, dt_dt
 
 typedef struct dc_result {
   int run, failed;
-  char first_failure[512];
+  char first_failure[1024];
 } dc_result;
 
 static inline void dc_fail(dc_result *res, const char *fmt, const char *a, size_t count, int inplace, const char *detail) {

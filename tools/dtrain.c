@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cmd_bench.h"
 #include "dtrain/dtrain.h"
 
 /* Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 interrupted (128 + SIGINT). */
@@ -30,6 +31,7 @@ typedef enum flag_kind {
   K_MEAN_STD,  /* MEAN,STD with STD > 0 */
   K_WIDTHS,    /* W1,W2,... positive integers */
   K_CHOICE,    /* one of choices ("a|b|c") */
+  K_SIZE,      /* bytes: 8, 64K, 1M, 2G (powers of 1024) */
 } flag_kind;
 
 typedef struct flag_spec {
@@ -102,6 +104,9 @@ static const struct {
     {DT_CORRUPT, "the file is damaged or not in the expected format: fetch or write it again"},
     {DT_SHAPE_MISMATCH, "the weights come from another model: give the --model and --hidden used in training"},
     {DT_UNSUPPORTED, "this build of dtrain does not support it"},
+    {DT_TIMEOUT, "a rank did not answer in time: check that every rank started and reaches MASTER_ADDR, or raise DT_TIMEOUT"},
+    {DT_PEER_LOST, "another rank exited or lost its connection: its own output says why"},
+    {DT_MISMATCH, "every rank must run the same program with the same flags and WORLD_SIZE"},
 };
 
 /* One line on stderr: "dtrain: <detail> (<hint>)"; file_hint replaces the
@@ -226,6 +231,19 @@ static int parse_value(const command *c, const flag_spec *f, const char *s, flag
       v->list[v->n_list++] = (int)w;
     }
     if (empty || v->n_list == 0) return usage_error(c, eg, "%s: '%s' is not a list of positive widths", f->name, s);
+    return 0;
+  }
+  case K_SIZE: {
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    double mult = 1;
+    if (*end == 'K' || *end == 'k') mult = 1024, end++;
+    else if (*end == 'M' || *end == 'm') mult = 1024.0 * 1024, end++;
+    else if (*end == 'G' || *end == 'g') mult = 1024.0 * 1024 * 1024, end++;
+    if (errno || end == s || *end || !(x >= 0) || x * mult > 64.0 * 1024 * 1024 * 1024)
+      return usage_error(c, eg, "%s: '%s' is not a size (bytes, optionally with K, M or G)", f->name, s);
+    v->u = (unsigned long long)(x * mult);
     return 0;
   }
   case K_CHOICE: {
@@ -675,6 +693,48 @@ static int cmd_inspect(const parsed *p) {
   return 0;
 }
 
+/* ---- bench ------------------------------------------------------------------ */
+static const flag_spec bench_flags[] = {
+    {"-b", "BYTES", K_SIZE, "8", "8", "smallest message (K, M, G suffixes are powers of 1024)", NULL},
+    {"-e", "BYTES", K_SIZE, "64M", "64M", "largest message", NULL},
+    {"-f", "FACTOR", K_POS_FLOAT, "2", "2", "size multiplier from one row to the next (> 1)", NULL},
+    {"-n", "ITERS", K_POS_INT, "100", "100", "timed calls per size (fewer for large sizes: about 64 MiB moved)", NULL},
+    {"-w", "ITERS", K_NONNEG_INT, "5", "5", "untimed warm-up calls per size", NULL},
+    {"-d", "TYPE", K_CHOICE, "f32", "f32", "element type", "f32|f64|bf16|f16|i32|i64"},
+    {"-o", "OP", K_CHOICE, "sum", "sum", "reduction", "sum|avg|min|max"},
+    {"--check", NULL, K_BOOL, NULL, NULL, "verify every result and count wrong elements (#wrong); exit 1 if any", NULL},
+    {"--backend", "NAME", K_CHOICE, "auto", "shm", "auto (shm on one host, tcp across hosts, mpi under mpirun), shm, tcp or mpi", "auto|shm|tcp|mpi"},
+    {"--master", "HOST:PORT", K_STR, NULL, "10.0.0.1:29500", "rendezvous address (instead of MASTER_ADDR/MASTER_PORT, e.g. under mpirun)", NULL},
+    {"--timeout", "SECONDS", K_POS_FLOAT, "DT_TIMEOUT", "60", "deadline of the rendezvous and of each collective", NULL},
+};
+
+static int cmd_bench(const parsed *p) {
+  if (strcmp(p->pos[0], "allreduce") != 0)
+    return usage_error(p->cmd, "the benchmarks are: allreduce", "unknown benchmark '%s'", p->pos[0]);
+  static const dt_dtype types[] = {DT_F32, DT_F64, DT_BF16, DT_F16, DT_I32, DT_I64};
+  static const char *const backends[] = {"auto", "shm", "tcp", "mpi"};
+  const flag_value *d = flag(p, "-d"), *o = flag(p, "-o"), *be = flag(p, "--backend");
+  bench_allreduce_args a = {
+      .min_bytes = flag(p, "-b")->given ? flag(p, "-b")->u : 8,
+      .max_bytes = flag(p, "-e")->given ? flag(p, "-e")->u : (size_t)64 << 20,
+      .factor = flag(p, "-f")->given ? flag(p, "-f")->f : 2,
+      .iters = flag(p, "-n")->given ? (int)flag(p, "-n")->i : 100,
+      .warmup = flag(p, "-w")->given ? (int)flag(p, "-w")->i : 5,
+      .check = flag(p, "--check")->given,
+      .dtype = d->given ? types[d->choice] : DT_F32,
+      .op = o->given ? (dt_redop)o->choice : DT_SUM,
+      .backend = be->given ? backends[be->choice] : "auto",
+      .master = flag(p, "--master")->given ? flag(p, "--master")->raw : NULL,
+      .timeout_s = flag(p, "--timeout")->given ? flag(p, "--timeout")->f : 0,
+  };
+  if (a.min_bytes > a.max_bytes)
+    return usage_error(p->cmd, "e.g. -b 8 -e 64M", "-b %zu is larger than -e %zu", a.min_bytes, a.max_bytes);
+  if (!(a.factor > 1) && a.min_bytes != a.max_bytes)
+    return usage_error(p->cmd, "e.g. -f 2", "-f must be greater than 1");
+  dt_status s = bench_allreduce_run(&a);
+  return s == DT_OK ? 0 : runtime_error(s, NULL);
+}
+
 /* ---- version, help --------------------------------------------------------------- */
 static int cmd_version(const parsed *p) {
   (void)p;
@@ -724,6 +784,13 @@ static const command commands[] = {
     {"inspect", "show a safetensors file: metadata, tensors, statistics", "FILE",
      "Prints the metadata, then one line per tensor: name, dtype, shape and, for f32, min/max/mean.", NULL, 0, 1, 1,
      cmd_inspect},
+    {"bench", "benchmark collectives (run under dtrun, torchrun, mpirun or srun)", "allreduce [flags]",
+     "'dtrain bench allreduce' times all-reduce from -b to -e bytes (x -f per row), out of place\n"
+     "and in place, on every rank of the job, and rank 0 prints the nccl-tests table: size, count,\n"
+     "type, redop, root, time per call (the slowest rank's), algbw = bytes / time, busbw =\n"
+     "algbw * 2(n-1)/n, and #wrong with --check; then '# Avg bus bandwidth'. Example:\n"
+     "  dtrun --standalone --nproc-per-node 2 -- dtrain bench allreduce -b 8 -e 64M -f 2 --check",
+     bench_flags, COUNT(bench_flags), 1, 1, cmd_bench},
     {"version", "print the version", "", "Prints the dtrain version.", NULL, 0, 0, 0, cmd_version},
     {"help", "show help for dtrain or one command", "[COMMAND]", "Shows the commands, or every flag of one command.",
      NULL, 0, 0, 1, cmd_help},

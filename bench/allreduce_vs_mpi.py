@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""All-reduce of floats (sum): dtrain's shm and tcp backends against Open MPI's
+MPI_Allreduce on shared memory (btl vader) and TCP loopback (btl tcp), same
+sizes, same iteration rule, same ranks, in one run. Prints one table per rank
+count with time and bus bandwidth of each, and the ratios dtrain/MPI
+(busbw: > 1 is dtrain faster; time: < 1 is dtrain faster).
+
+  bench/allreduce_vs_mpi.py [--build build] [--ranks 2,4] [-b 8] [-e 64M] [-f 4]
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+
+def run(cmd, env=None):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, timeout=900)
+    if p.returncode != 0:
+        sys.stderr.write("failed: %s\n%s%s" % (" ".join(cmd), p.stdout[-2000:], p.stderr[-2000:]))
+        return None
+    return p.stdout
+
+
+def parse(table):
+    """size -> (out-of-place time us, out-of-place busbw, in-place time, in-place busbw)"""
+    rows = {}
+    for line in (table or "").splitlines():
+        f = line.split()
+        if not f or line.startswith("#") or f[0].startswith("["):
+            # dtrun prefixes worker lines with "[rank 0]: "
+            if f and f[0] == "[rank" and len(f) > 2:
+                f = f[2:]
+            else:
+                continue
+        if len(f) < 13 or not f[0].isdigit():
+            continue
+        rows[int(f[0])] = (float(f[5]), float(f[7]), float(f[9]), float(f[11]))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.environ.get("DT_BUILD_DIR", "build"))
+    ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("-b", default="8")
+    ap.add_argument("-e", default="64M")
+    ap.add_argument("-f", default="4")
+    ap.add_argument("-n", default="100")
+    args = ap.parse_args()
+    b = args.build
+    sizes = ["-b", args.b, "-e", args.e, "-f", args.f, "-n", args.n]
+    mpirun = shutil.which("mpirun")
+    ref = os.path.join(b, "bench", "mpi_allreduce")
+    have_mpi = mpirun and os.path.exists(ref)
+    if not have_mpi:
+        print("# Open MPI (mpirun, build/bench/mpi_allreduce) not found: printing dtrain's figures alone")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for n in [int(x) for x in args.ranks.split(",")]:
+        cols = {}
+        for backend in ("shm", "tcp"):
+            out = run([os.path.join(b, "dtrun"), "--standalone", "--nproc-per-node", str(n), "--",
+                       os.path.join(b, "dtrain"), "bench", "allreduce", "--backend", backend] + sizes, env)
+            cols["dtrain " + backend] = parse(out)
+        if have_mpi:
+            base = [mpirun, "--allow-run-as-root", "--oversubscribe", "-n", str(n), "--bind-to", "none"]
+            cols["MPI shm"] = parse(run(base + ["--mca", "btl", "vader,self", ref] + sizes, env))
+            cols["MPI tcp"] = parse(run(base + ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo",
+                                                "--mca", "pml", "ob1", ref] + sizes, env))
+        print("\n## %d ranks, float sum, out of place: time (us) and bus bandwidth (GB/s)\n" % n)
+        names = [k for k in ("dtrain shm", "MPI shm", "dtrain tcp", "MPI tcp") if k in cols]
+        head = "| size (B) | " + " | ".join("%s us | %s GB/s" % (k, k) for k in names)
+        if have_mpi:
+            head += " | shm busbw ratio | shm time ratio | tcp busbw ratio"
+        print(head + " |")
+        print("|" + "---|" * (1 + 2 * len(names) + (3 if have_mpi else 0)))
+        for size in sorted(set().union(*[set(v) for v in cols.values()])):
+            cells = []
+            for k in names:
+                r = cols[k].get(size)
+                cells += ["%.2f" % r[0], "%.2f" % r[1]] if r else ["-", "-"]
+            if have_mpi:
+                def ratio(a, c, i):
+                    ra, rc = cols[a].get(size), cols[c].get(size)
+                    return "%.2f" % (ra[i] / rc[i]) if ra and rc and rc[i] > 0 else "-"
+                cells += [ratio("dtrain shm", "MPI shm", 1), ratio("dtrain shm", "MPI shm", 0),
+                          ratio("dtrain tcp", "MPI tcp", 1)]
+            print("| %d | %s |" % (size, " | ".join(cells)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,598 @@
+/* Process groups: rendezvous through the store, backend selection, and the
+ * ordered work queue served by one communication thread per group.
+ *
+ * Collectives are queued in issue order; the communication thread runs them
+ * one at a time through the backend. A caller that waits on the work at the
+ * head of an idle queue runs it itself (no thread hand-off: small blocking
+ * collectives cost what the backend costs). The first failure breaks the
+ * group: it names the collective, its sequence number and the rank, and every
+ * later collective fails at once with the same detail. */
+#include <errno.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dist/dist-impl.h"
+
+#define ERR_LEN 768
+
+enum { W_QUEUED, W_RUNNING, W_DONE };
+
+struct dt_work {
+  dt_group *g;
+  dt_coll c;
+  int state;
+  int refs; /* the caller's handle + the queue */
+  int divisor; /* DT_AVG: divide the result by the world size */
+  int on_stack; /* a blocking call's work lives in its caller's frame */
+  dt_status status;
+  char err[ERR_LEN];
+  dt_work *next;
+};
+
+struct dt_group {
+  int rank, size, local_rank, local_size;
+  double timeout_s;
+  char backend_name[32];
+  dt_store *store;
+  dt_store_server *server;
+  dt_backend *backend;
+  int *global; /* identity map 0..size-1 for the backend */
+  char prefix[256];
+
+  pthread_t thread;
+  int thread_started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv_queue; /* the communication thread waits for work */
+  pthread_cond_t cv_done;  /* waiters wait for completions */
+  dt_work *head, *tail;
+  int running; /* a work is being run (by the thread or a waiter) */
+  int stop;
+  uint64_t next_seq;
+  dt_status broken;
+  char broken_err[ERR_LEN];
+};
+
+void dt_group_options_default(dt_group_options *o) {
+  memset(o, 0, sizeof *o);
+  o->backend = "auto";
+  o->rank = -1;
+  o->world_size = -1;
+}
+
+int dt_group_rank(const dt_group *g) { return g->rank; }
+int dt_group_size(const dt_group *g) { return g->size; }
+int dt_group_local_rank(const dt_group *g) { return g->local_rank; }
+int dt_group_local_size(const dt_group *g) { return g->local_size; }
+const char *dt_group_backend(const dt_group *g) { return g->backend_name; }
+dt_store *dt_group_store(dt_group *g) { return g->store; }
+
+void dt_group_block(const dt_group *g, size_t count, int r, size_t *off, size_t *len) {
+  size_t n = (size_t)g->size, q = count / n, rem = count % n, ur = (size_t)r;
+  *len = q + (ur < rem);
+  *off = ur * q + (ur < rem ? ur : rem);
+}
+
+/* ---- the queue ------------------------------------------------------------- */
+
+static void work_release_locked(dt_work *w) {
+  if (--w->refs == 0 && !w->on_stack) dt_free(w);
+}
+
+/* Runs w (state RUNNING, lock not held) and records the result. */
+static void work_run(dt_group *g, dt_work *w) {
+  dt_coll c = w->c;
+  c.deadline = dt_time_now() + g->timeout_s;
+  dt_status s = dt_backend_run(g->backend, &c);
+  if (s == DT_OK && w->divisor > 1) {
+    if (c.kind == DT_COLL_ALLREDUCE) {
+      dt_reduce_scale(c.recv, c.count, c.dtype, w->divisor);
+    } else {
+      size_t off, len;
+      dt_group_block(g, c.count, g->rank, &off, &len);
+      dt_reduce_scale(c.recv, len, c.dtype, w->divisor);
+    }
+  }
+  pthread_mutex_lock(&g->mu);
+  if (s != DT_OK) {
+    char what[160];
+    if (c.kind == DT_COLL_BARRIER)
+      snprintf(what, sizeof what, "barrier #%llu", (unsigned long long)c.seq);
+    else
+      snprintf(what, sizeof what, "%s #%llu (%zu %s)", dt_coll_name(c.kind), (unsigned long long)c.seq,
+               c.count, dt_dtype_name(c.dtype));
+    snprintf(w->err, sizeof w->err, "%s on rank %d: %s", what, g->rank, dt_last_error());
+    w->status = s;
+    if (g->broken == DT_OK) {
+      g->broken = s;
+      snprintf(g->broken_err, sizeof g->broken_err, "%s", w->err);
+      DT_LOG_WARN("dist", "%s", w->err);
+    }
+  }
+  w->state = W_DONE;
+  g->running = 0;
+  work_release_locked(w); /* the queue's reference */
+  pthread_cond_broadcast(&g->cv_done);
+  pthread_cond_signal(&g->cv_queue);
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* Pops the head for running, or fails it at once if the group is broken.
+ * Lock held. Returns the work to run, or NULL if it was failed. */
+static dt_work *pop_head_locked(dt_group *g) {
+  dt_work *w = g->head;
+  g->head = w->next;
+  if (!g->head) g->tail = NULL;
+  w->next = NULL;
+  if (g->broken != DT_OK) {
+    w->status = g->broken;
+    snprintf(w->err, sizeof w->err, "not run: the group failed earlier (%.700s)", g->broken_err);
+    w->state = W_DONE;
+    work_release_locked(w);
+    pthread_cond_broadcast(&g->cv_done);
+    return NULL;
+  }
+  w->state = W_RUNNING;
+  g->running = 1;
+  return w;
+}
+
+static void *comm_thread(void *arg) {
+  dt_group *g = arg;
+  pthread_mutex_lock(&g->mu);
+  for (;;) {
+    if (g->head && !g->running) {
+      dt_work *w = pop_head_locked(g);
+      if (!w) continue;
+      pthread_mutex_unlock(&g->mu);
+      work_run(g, w);
+      pthread_mutex_lock(&g->mu);
+      continue;
+    }
+    if (g->stop && !g->head && !g->running) break;
+    pthread_cond_wait(&g->cv_queue, &g->mu);
+  }
+  pthread_mutex_unlock(&g->mu);
+  return NULL;
+}
+
+static void deadline_ts(double timeout_s, struct timespec *ts) {
+  clock_gettime(CLOCK_MONOTONIC, ts);
+  double whole = (double)(time_t)timeout_s;
+  ts->tv_sec += (time_t)timeout_s;
+  ts->tv_nsec += (long)((timeout_s - whole) * 1e9);
+  if (ts->tv_nsec >= 1000000000L) ts->tv_sec++, ts->tv_nsec -= 1000000000L;
+}
+
+dt_status dt_work_wait(dt_work *w, double timeout_s) {
+  dt_group *g = w->g;
+  struct timespec until;
+  if (timeout_s > 0) deadline_ts(timeout_s, &until);
+  pthread_mutex_lock(&g->mu);
+  while (w->state != W_DONE) {
+    if (w->state == W_QUEUED && g->head == w && !g->running) {
+      dt_work *run = pop_head_locked(g);
+      pthread_mutex_unlock(&g->mu);
+      if (run) work_run(g, run);
+      pthread_mutex_lock(&g->mu);
+      continue;
+    }
+    if (timeout_s > 0) {
+      if (pthread_cond_timedwait(&g->cv_done, &g->mu, &until) == ETIMEDOUT && w->state != W_DONE) {
+        pthread_mutex_unlock(&g->mu);
+        return dt_error(DT_TIMEOUT, "%s #%llu still running after waiting %.3g s", dt_coll_name(w->c.kind),
+                        (unsigned long long)w->c.seq, timeout_s);
+      }
+    } else {
+      pthread_cond_wait(&g->cv_done, &g->mu);
+    }
+  }
+  dt_status s = w->status;
+  pthread_mutex_unlock(&g->mu);
+  if (s != DT_OK) return dt_error(s, "%s", w->err);
+  return DT_OK;
+}
+
+int dt_work_test(dt_work *w) {
+  pthread_mutex_lock(&w->g->mu);
+  int done = w->state == W_DONE;
+  pthread_mutex_unlock(&w->g->mu);
+  return done;
+}
+
+uint64_t dt_work_seq(const dt_work *w) { return w->c.seq; }
+
+void dt_work_free(dt_work *w) {
+  if (!w) return;
+  dt_group *g = w->g;
+  pthread_mutex_lock(&g->mu);
+  work_release_locked(w);
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* Validates, queues, and either hands back the work or waits for it. */
+static dt_status submit(dt_group *g, const dt_coll *c, dt_work **out) {
+  if (out) *out = NULL;
+  if ((unsigned)c->dtype >= DT_DTYPE_COUNT)
+    return dt_error(DT_INVALID_ARGUMENT, "%s: unknown dtype %d", dt_coll_name(c->kind), (int)c->dtype);
+  if ((unsigned)c->op >= DT_REDOP_COUNT)
+    return dt_error(DT_INVALID_ARGUMENT, "%s: unknown reduction %d", dt_coll_name(c->kind), (int)c->op);
+  size_t bytes;
+  if (dt_mul_overflow(c->count, dt_dtype_size(c->dtype), &bytes) || bytes > (size_t)1 << 46)
+    return dt_error(DT_INVALID_ARGUMENT, "%s: %zu elements of %s is too large", dt_coll_name(c->kind), c->count,
+                    dt_dtype_name(c->dtype));
+  if (c->count > 0 && (!c->recv || (c->kind != DT_COLL_BROADCAST && !c->send)))
+    return dt_error(DT_INVALID_ARGUMENT, "%s of %zu elements: NULL buffer", dt_coll_name(c->kind), c->count);
+  if (c->kind == DT_COLL_BROADCAST && (c->root < 0 || c->root >= g->size))
+    return dt_error(DT_INVALID_ARGUMENT, "broadcast: root %d is not a rank of this group (0..%d)", c->root,
+                    g->size - 1);
+  /* A blocking call keeps its work on the stack: no allocation on the small-message path. */
+  dt_work local, *w = &local;
+  if (out)
+    DT_CHECK(dt_alloc(sizeof *w, (void **)&w));
+  else
+    memset(&local, 0, sizeof local), local.on_stack = 1;
+  w->g = g;
+  w->c = *c;
+  w->refs = 2;
+  w->state = W_QUEUED;
+  w->divisor = (c->op == DT_AVG && (c->kind == DT_COLL_ALLREDUCE || c->kind == DT_COLL_REDUCE_SCATTER)) ? g->size : 1;
+  pthread_mutex_lock(&g->mu);
+  if (g->stop) {
+    pthread_mutex_unlock(&g->mu);
+    if (out) dt_free(w);
+    return dt_error(DT_INVALID_ARGUMENT, "%s: the group is being destroyed", dt_coll_name(c->kind));
+  }
+  w->c.seq = ++g->next_seq;
+  if (g->tail)
+    g->tail->next = w;
+  else
+    g->head = w;
+  g->tail = w;
+  /* A blocking call runs the work itself when the queue is idle. */
+  if (out) pthread_cond_signal(&g->cv_queue);
+  pthread_mutex_unlock(&g->mu);
+  if (out) {
+    *out = w;
+    return DT_OK;
+  }
+  dt_status s = dt_work_wait(w, 0);
+  dt_work_free(w); /* the caller's reference; the queue's was released when it finished */
+  return s;
+}
+
+dt_status dt_allreduce(dt_group *g, const void *send, void *recv, size_t count, dt_dtype dtype, dt_redop op,
+                       dt_work **w) {
+  dt_coll c = {.kind = DT_COLL_ALLREDUCE, .send = send, .recv = recv, .count = count, .dtype = dtype, .op = op};
+  return submit(g, &c, w);
+}
+
+dt_status dt_broadcast(dt_group *g, void *buf, size_t count, dt_dtype dtype, int root, dt_work **w) {
+  dt_coll c = {.kind = DT_COLL_BROADCAST, .recv = buf, .count = count, .dtype = dtype, .root = root};
+  return submit(g, &c, w);
+}
+
+dt_status dt_allgather(dt_group *g, const void *send, void *recv, size_t count, dt_dtype dtype, dt_work **w) {
+  dt_coll c = {.kind = DT_COLL_ALLGATHER, .send = send, .recv = recv, .count = count, .dtype = dtype};
+  return submit(g, &c, w);
+}
+
+dt_status dt_reduce_scatter(dt_group *g, const void *send, void *recv, size_t count, dt_dtype dtype, dt_redop op,
+                            dt_work **w) {
+  dt_coll c = {.kind = DT_COLL_REDUCE_SCATTER, .send = send, .recv = recv, .count = count, .dtype = dtype, .op = op};
+  return submit(g, &c, w);
+}
+
+dt_status dt_barrier(dt_group *g, dt_work **w) {
+  dt_coll c = {.kind = DT_COLL_BARRIER, .dtype = DT_F32};
+  return submit(g, &c, w);
+}
+
+void dt_group_abort(dt_group *g) {
+  if (!g) return;
+  pthread_mutex_lock(&g->mu);
+  if (g->broken == DT_OK) {
+    g->broken = DT_INTERRUPTED;
+    snprintf(g->broken_err, sizeof g->broken_err, "the group was aborted on rank %d", g->rank);
+  }
+  pthread_mutex_unlock(&g->mu);
+  if (g->backend) g->backend->ops->abort(g->backend);
+  /* Queued works fail when popped; wake the thread so it pops them. */
+  pthread_mutex_lock(&g->mu);
+  pthread_cond_broadcast(&g->cv_queue);
+  pthread_cond_broadcast(&g->cv_done);
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* ---- rendezvous ----------------------------------------------------------------- */
+
+/* This host's identity: DT_HOST_ID, else hostname + network namespace (ranks in
+ * different namespaces of one machine behave as different hosts). */
+static void host_identity(char *buf, size_t len) {
+  const char *id = NULL;
+  if (dt_tunable_str("DT_HOST_ID", &id) == DT_OK && id && *id) {
+    snprintf(buf, len, "%s", id);
+    return;
+  }
+  char host[256] = "unknown", ns[128] = "";
+  gethostname(host, sizeof host - 1);
+  ssize_t n = readlink("/proc/self/ns/net", ns, sizeof ns - 1);
+  ns[n > 0 ? n : 0] = '\0';
+  snprintf(buf, len, "%s/%s", host, ns);
+}
+
+/* The local address other ranks reach us at: the source address the kernel
+ * would use towards the master (a UDP connect sends nothing). */
+static dt_status route_addr(const char *master, char *buf, size_t len) {
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *ai = NULL;
+  int rc = getaddrinfo(master, "9", &hints, &ai);
+  if (rc != 0) return dt_error(DT_INVALID_ARGUMENT, "MASTER_ADDR %s: %s", master, gai_strerror(rc));
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in me;
+  socklen_t ml = sizeof me;
+  int ok = fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 && getsockname(fd, (struct sockaddr *)&me, &ml) == 0;
+  int err = errno;
+  freeaddrinfo(ai);
+  if (fd >= 0) close(fd);
+  if (!ok) return dt_error(DT_IO, "no route to MASTER_ADDR %s: %s", master, strerror(err));
+  inet_ntop(AF_INET, &me.sin_addr, buf, (socklen_t)len);
+  return DT_OK;
+}
+
+typedef struct peer_info {
+  char host[192];
+  char addr[64];
+} peer_info;
+
+/* Publishes this rank, checks the world size and rank claims, and collects
+ * every rank's host and address. */
+static dt_status exchange(dt_group *g, const char *my_host, const char *my_addr, peer_info *peers) {
+  char key[320], val[400];
+  int64_t claims;
+  snprintf(key, sizeof key, "%s/claim/%d", g->prefix, g->rank);
+  DT_CHECK(dt_store_add(g->store, key, 1, &claims));
+  if (claims != 1)
+    return dt_error(DT_MISMATCH, "rank %d was claimed by %lld processes: check RANK of every worker", g->rank,
+                    (long long)claims);
+  snprintf(key, sizeof key, "%s/info/%d", g->prefix, g->rank);
+  snprintf(val, sizeof val, "%d %s %s", g->size, my_addr, my_host);
+  DT_CHECK(dt_store_set(g->store, key, val, strlen(val)));
+  double until = dt_time_now() + g->timeout_s;
+  for (int r = 0; r < g->size; r++) {
+    snprintf(key, sizeof key, "%s/info/%d", g->prefix, r);
+    void *v = NULL;
+    size_t vl = 0;
+    double left = until - dt_time_now();
+    dt_status s = dt_store_get(g->store, key, &v, &vl, left > 0.001 ? left : 0.001);
+    if (s == DT_TIMEOUT) {
+      /* Name every rank that is missing. */
+      char missing[256] = "";
+      size_t at = 0;
+      for (int q = r; q < g->size && at < sizeof missing - 16; q++) {
+        snprintf(key, sizeof key, "%s/info/%d", g->prefix, q);
+        const char *k = key;
+        int present = 0;
+        if (dt_store_check(g->store, &k, 1, &present) == DT_OK && !present)
+          at += (size_t)snprintf(missing + at, sizeof missing - at, "%s%d", at ? ", " : "", q);
+      }
+      return dt_error(DT_TIMEOUT, "rendezvous: ranks [%s] of %d did not arrive within %.0f s (DT_TIMEOUT)", missing,
+                      g->size, g->timeout_s);
+    }
+    if (s != DT_OK) return dt_error_prefix(s, "rendezvous: ");
+    int world = -1, n = 0;
+    char text[400];
+    size_t tl = vl < sizeof text - 1 ? vl : sizeof text - 1;
+    memcpy(text, v, tl);
+    text[tl] = '\0';
+    dt_free(v);
+    if (sscanf(text, "%d %63s %191s%n", &world, peers[r].addr, peers[r].host, &n) != 3)
+      return dt_error(DT_CORRUPT, "rendezvous: malformed entry for rank %d: '%s'", r, text);
+    if (world != g->size)
+      return dt_error(DT_MISMATCH, "world size disagrees: rank %d has WORLD_SIZE=%d, rank %d has %d", g->rank,
+                      g->size, r, world);
+  }
+  return DT_OK;
+}
+
+/* ---- backends ------------------------------------------------------------------ */
+
+static dt_status pick_backend(dt_group *g, const char *want, const peer_info *peers, const int *host_of,
+                              int n_hosts, const char *my_addr, const char *job_tag) {
+  dt_backend_ctx ctx = {.store = g->store, .job_tag = job_tag, .rank = g->rank, .size = g->size,
+                        .global = g->global, .timeout_s = g->timeout_s, .host_addr = my_addr};
+  char prefix[320];
+  const char *kind = want;
+  if (strcmp(want, "auto") == 0) {
+    if (dt_mpi_launched())
+      kind = "mpi";
+    else if (n_hosts == 1)
+      kind = "shm";
+    else if (n_hosts == g->size)
+      kind = "tcp";
+    else
+      kind = "hier";
+  }
+  (void)peers;
+  snprintf(prefix, sizeof prefix, "%s/%s", g->prefix, kind);
+  ctx.prefix = prefix;
+  if (strcmp(kind, "shm") == 0) {
+    if (n_hosts != 1)
+      return dt_error(DT_INVALID_ARGUMENT, "--backend shm needs every rank on one host, but they are on %d hosts",
+                      n_hosts);
+    DT_CHECK(dt_backend_shm_new(&ctx, &g->backend));
+  } else if (strcmp(kind, "tcp") == 0) {
+    DT_CHECK(dt_backend_tcp_new(&ctx, &g->backend));
+  } else if (strcmp(kind, "mpi") == 0) {
+    DT_CHECK(dt_backend_mpi_new(&ctx, &g->backend));
+  } else if (strcmp(kind, "hier") == 0) {
+    DT_CHECK(dt_backend_hier_new(&ctx, host_of, &g->backend));
+    kind = "shm+tcp";
+  } else {
+    return dt_error(DT_INVALID_ARGUMENT, "unknown backend '%s' (auto, shm, tcp or mpi)", want);
+  }
+  snprintf(g->backend_name, sizeof g->backend_name, "%s", kind);
+  return DT_OK;
+}
+
+/* Groups made by this process, in order: every rank makes them in the same order. */
+static atomic_int groups_made;
+
+dt_status dt_group_init_env(const dt_dist_env *env, const dt_group_options *opts, dt_group **out) {
+  dt_group_options defaults;
+  if (!opts) {
+    dt_group_options_default(&defaults);
+    opts = &defaults;
+  }
+  const char *want = opts->backend && *opts->backend ? opts->backend : "auto";
+  if (strcmp(want, "auto") && strcmp(want, "shm") && strcmp(want, "tcp") && strcmp(want, "mpi"))
+    return dt_error(DT_INVALID_ARGUMENT, "unknown backend '%s' (auto, shm, tcp or mpi)", want);
+  if (env->world_size < 1 || env->rank < 0 || env->rank >= env->world_size)
+    return dt_error(DT_INVALID_ARGUMENT, "rank %d is outside world size %d", env->rank, env->world_size);
+  dt_group *g;
+  DT_CHECK(dt_alloc(sizeof *g, (void **)&g));
+  dt_status st = DT_OK;
+  peer_info *peers = NULL;
+  int *host_of = NULL;
+  g->rank = env->rank;
+  g->size = env->world_size;
+  g->timeout_s = opts->timeout_s;
+  if (g->timeout_s <= 0) {
+    long t = 300;
+    DT_CHECK_GOTO(dt_tunable_int("DT_TIMEOUT", &t), st, fail);
+    if (t <= 0) {
+      st = dt_error(DT_INVALID_ARGUMENT, "DT_TIMEOUT=%ld must be a positive number of seconds", t);
+      goto fail;
+    }
+    g->timeout_s = (double)t;
+  }
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&g->cv_queue, &ca);
+  pthread_cond_init(&g->cv_done, &ca);
+  pthread_condattr_destroy(&ca);
+  int gid = atomic_fetch_add(&groups_made, 1);
+  snprintf(g->prefix, sizeof g->prefix, "dt/r%d/g%d", env->restart_count, gid);
+
+  if (g->rank == 0 && !env->store_served) {
+    st = dt_store_server_start(NULL, env->master_port, env->run_id, &g->server);
+    if (st != DT_OK) {
+      st = dt_error_prefix(st, "rank 0 serves the rendezvous store at MASTER_PORT=%d: ", env->master_port);
+      goto fail;
+    }
+  }
+  st = dt_store_connect(env->master_addr, env->master_port, env->run_id, g->timeout_s, &g->store);
+  if (st != DT_OK) {
+    st = dt_error_prefix(st, "rank %d joining %s:%d: ", g->rank, env->master_addr, env->master_port);
+    goto fail;
+  }
+
+  char my_host[192], my_addr[64];
+  host_identity(my_host, sizeof my_host);
+  DT_CHECK_GOTO(route_addr(env->master_addr, my_addr, sizeof my_addr), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)g->size, sizeof *peers, "rendezvous peers", (void **)&peers), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)g->size, sizeof *host_of, "host map", (void **)&host_of), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)g->size, sizeof *g->global, "rank map", (void **)&g->global), st, fail);
+  for (int r = 0; r < g->size; r++) g->global[r] = r;
+  DT_CHECK_GOTO(exchange(g, my_host, my_addr, peers), st, fail);
+
+  /* Hosts in order of their lowest rank; local rank = index among the host's ranks. */
+  int n_hosts = 0;
+  for (int r = 0; r < g->size; r++) {
+    host_of[r] = -1;
+    for (int q = 0; q < r; q++)
+      if (strcmp(peers[q].host, peers[r].host) == 0) {
+        host_of[r] = host_of[q];
+        break;
+      }
+    if (host_of[r] < 0) host_of[r] = n_hosts++;
+  }
+  for (int r = 0; r < g->size; r++) {
+    if (host_of[r] != host_of[g->rank]) continue;
+    if (r < g->rank) g->local_rank++;
+    g->local_size++;
+  }
+  /* Shared-memory names carry the run id, so leftovers (there should be none)
+   * are attributable to a job. */
+  char job_tag[160];
+  snprintf(job_tag, sizeof job_tag, "%s-%d-%d", env->run_id, env->restart_count, gid);
+  DT_CHECK_GOTO(pick_backend(g, want, peers, host_of, n_hosts, my_addr, job_tag), st, fail);
+
+  if (pthread_create(&g->thread, NULL, comm_thread, g) != 0) {
+    st = dt_error(DT_INTERNAL, "cannot start the communication thread: %s", strerror(errno));
+    goto fail;
+  }
+  g->thread_started = 1;
+  DT_LOG_INFO("dist", "rank %d of %d (local %d of %d, %d host(s)), backend %s, run %s", g->rank, g->size,
+              g->local_rank, g->local_size, n_hosts, g->backend_name, env->run_id);
+  dt_free(peers);
+  dt_free(host_of);
+  *out = g;
+  return DT_OK;
+fail:
+  dt_free(peers);
+  dt_free(host_of);
+  dt_group_destroy(g);
+  return st;
+}
+
+dt_status dt_group_init(const dt_group_options *opts, dt_group **out) {
+  dt_group_options defaults;
+  if (!opts) {
+    dt_group_options_default(&defaults);
+    opts = &defaults;
+  }
+  dt_dist_env env;
+  DT_CHECK(dt_dist_env_detect(opts->init_method, opts->rank, opts->world_size, &env));
+  return dt_group_init_env(&env, opts, out);
+}
+
+/* Rank 0's store must outlive the other ranks' last use of it: every rank
+ * checks out, rank 0 waits (briefly) for all before stopping the server. */
+static void leave(dt_group *g) {
+  if (!g->store || g->broken != DT_OK) return;
+  char key[320];
+  int64_t n = 0;
+  snprintf(key, sizeof key, "%s/left", g->prefix);
+  if (dt_store_add(g->store, key, 1, &n) != DT_OK || !g->server) return;
+  double until = dt_time_now() + (g->timeout_s < 10 ? g->timeout_s : 10);
+  while (n < g->size && dt_time_now() < until) {
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    if (dt_store_add(g->store, key, 0, &n) != DT_OK) break;
+  }
+}
+
+void dt_group_destroy(dt_group *g) {
+  if (!g) return;
+  if (g->thread_started) {
+    pthread_mutex_lock(&g->mu);
+    int pending = g->head != NULL || g->running;
+    pthread_mutex_unlock(&g->mu);
+    if (pending) dt_group_abort(g);
+    pthread_mutex_lock(&g->mu);
+    g->stop = 1;
+    pthread_cond_broadcast(&g->cv_queue);
+    pthread_mutex_unlock(&g->mu);
+    pthread_join(g->thread, NULL);
+    leave(g);
+  }
+  if (g->backend) g->backend->ops->destroy(g->backend);
+  if (g->store) dt_store_close(g->store);
+  if (g->server) dt_store_server_stop(g->server);
+  dt_free(g->global);
+  if (g->prefix[0]) {
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv_queue);
+    pthread_cond_destroy(&g->cv_done);
+  }
+  dt_free(g);
+}

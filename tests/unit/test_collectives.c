@@ -1,0 +1,112 @@
+/* Every collective x dtype x op x size, in place and out of place, on world
+ * sizes 1 to 5 (forked processes, oversubscribed) for the shm and tcp
+ * backends and auto selection; asynchronous work handles; no /dev/shm leftovers. */
+#include "dist_check.h"
+#include "dist_fork.h"
+#include "harness.h"
+
+#define RUN_ID "coll"
+
+static int next_round;
+
+static int check_child(df_job *j, int r, int world, void *arg) {
+  int large = *(int *)arg;
+  dt_group *g;
+  if (df_join(j, r, world, &g) != DT_OK) {
+    fprintf(stderr, "rank %d: join: %s\n", r, dt_last_error());
+    return 2;
+  }
+  dc_result res = {0};
+  dc_run_all(g, large, &res);
+  if (res.failed) fprintf(stderr, "[%s world %d rank %d] %d of %d failed; first: %s\n", j->backend, world, r,
+                          res.failed, res.run, res.first_failure);
+  int backend_ok = strcmp(j->backend, "auto") != 0 || strcmp(dt_group_backend(g), "shm") == 0;
+  if (!backend_ok) fprintf(stderr, "auto picked %s on one host\n", dt_group_backend(g));
+  dt_group_destroy(g);
+  return res.failed || !backend_ok ? 1 : 0;
+}
+
+static int run_backend(const char *backend, int world, int large) {
+  df_job j = {.port = df_start_store(RUN_ID), .run_id = RUN_ID, .round = next_round++, .backend = backend,
+              .timeout_s = 60};
+  return df_run(&j, world, check_child, &large);
+}
+
+TEST(shm_every_collective_world_1_to_5) {
+  for (int world = 1; world <= 5; world++) ASSERT_EQ(run_backend("shm", world, world == 2 || world == 5), 0);
+}
+
+TEST(tcp_every_collective_world_1_to_5) {
+  for (int world = 1; world <= 5; world++) ASSERT_EQ(run_backend("tcp", world, world == 3 || world == 4), 0);
+}
+
+TEST(auto_picks_shm_on_one_host) { ASSERT_EQ(run_backend("auto", 3, 0), 0); }
+
+/* Twenty all-reduces in flight at once, waited for in reverse order: each
+ * completes with its own result, in issue order (sequence numbers 1..20). */
+static int async_child(df_job *j, int r, int world, void *arg) {
+  (void)arg;
+  dt_group *g;
+  if (df_join(j, r, world, &g) != DT_OK) return 2;
+  enum { N = 20, COUNT = 50000 };
+  static float buf[N][COUNT];
+  dt_work *w[N];
+  int bad = 0;
+  for (int k = 0; k < N; k++) {
+    for (int i = 0; i < COUNT; i++) buf[k][i] = (float)(k + r);
+    if (dt_allreduce(g, buf[k], buf[k], COUNT, DT_F32, DT_SUM, &w[k]) != DT_OK) return 3;
+    if (dt_work_seq(w[k]) != (uint64_t)k + 1) bad = 1;
+  }
+  for (int k = N - 1; k >= 0; k--) {
+    if (dt_work_wait(w[k], 0) != DT_OK) {
+      fprintf(stderr, "rank %d wait %d: %s\n", r, k, dt_last_error());
+      return 4;
+    }
+    if (!dt_work_test(w[k])) bad = 1;
+    dt_work_free(w[k]);
+    float want = (float)(world * k + world * (world - 1) / 2);
+    for (int i = 0; i < COUNT; i++)
+      if (buf[k][i] != want) {
+        fprintf(stderr, "rank %d op %d: %g != %g\n", r, k, buf[k][i], want);
+        return 5;
+      }
+  }
+  dt_group_destroy(g);
+  return bad;
+}
+
+TEST(async_work_handles_complete_in_issue_order) {
+  const char *backends[] = {"shm", "tcp"};
+  for (int b = 0; b < 2; b++) {
+    df_job j = {.port = df_start_store(RUN_ID), .run_id = RUN_ID, .round = next_round++, .backend = backends[b],
+                .timeout_s = 60};
+    ASSERT_EQ(df_run(&j, 3, async_child, NULL), 0);
+  }
+}
+
+/* A collective with bad arguments fails on the caller with the reason, and
+ * does not consume a sequence number (the group stays usable). */
+static int args_child(df_job *j, int r, int world, void *arg) {
+  (void)arg;
+  dt_group *g;
+  if (df_join(j, r, world, &g) != DT_OK) return 2;
+  float x[4] = {1, 2, 3, 4};
+  if (dt_broadcast(g, x, 4, DT_F32, world, NULL) != DT_INVALID_ARGUMENT) return 3;
+  if (!strstr(dt_last_error(), "root")) return 4;
+  if (dt_allreduce(g, NULL, x, 4, DT_F32, DT_SUM, NULL) != DT_INVALID_ARGUMENT) return 5;
+  if (dt_allreduce(g, x, x, 4, (dt_dtype)99, DT_SUM, NULL) != DT_INVALID_ARGUMENT) return 6;
+  if (dt_allreduce(g, x, x, 4, DT_F32, DT_SUM, NULL) != DT_OK) return 7;
+  if (x[3] != 4.0f * (float)world) return 8;
+  dt_group_destroy(g);
+  return 0;
+}
+
+TEST(bad_arguments_fail_locally) {
+  df_job j = {.port = df_start_store(RUN_ID), .run_id = RUN_ID, .round = next_round++, .backend = "shm",
+              .timeout_s = 30};
+  ASSERT_EQ(df_run(&j, 2, args_child, NULL), 0);
+}
+
+TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
+
+TEST_MAIN(TEST_ENTRY(shm_every_collective_world_1_to_5), TEST_ENTRY(tcp_every_collective_world_1_to_5), TEST_ENTRY(auto_picks_shm_on_one_host), TEST_ENTRY(async_work_handles_complete_in_issue_order), TEST_ENTRY(bad_arguments_fail_locally), TEST_ENTRY(nothing_left_in_dev_shm))
