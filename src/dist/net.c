@@ -1,6 +1,7 @@
 /* TCP sockets with deadlines: listen, connect with retries, accept, exact
  * send/receive and interleaved send+receive, all bounded by an absolute
  * deadline and an abort flag polled at least every 100 ms. */
+#define _GNU_SOURCE /* accept4: close-on-exec set atomically (a launcher forks workers meanwhile) */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -201,10 +202,8 @@ dt_status dt_net_accept(int listen_fd, double deadline, const atomic_int *abort_
   double start = dt_time_now();
   for (;;) {
     if (aborted(abort_flag)) return dt_error(DT_INTERRUPTED, "accept: aborted");
-    int fd = accept(listen_fd, NULL, NULL);
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
-      fcntl(fd, F_SETFD, FD_CLOEXEC);
-      set_nonblocking(fd);
       dt_net_set_nodelay(fd);
       *fd_out = fd;
       return DT_OK;

@@ -26,6 +26,7 @@
  * together <= STORE_MAX_BYTES. A client that breaks a bound, sends an unknown op,
  * a request while one is parked, or no handshake within STORE_HANDSHAKE_S is
  * dropped (and logged, naming its address); the others never notice. */
+#define _GNU_SOURCE /* accept4 / pipe2: close-on-exec set atomically (a launcher forks workers meanwhile) */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -639,14 +640,12 @@ static void accept_all(dt_store_server *s) {
   for (;;) {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
-    int fd = accept(s->listen_fd, (struct sockaddr *)&ss, &sl);
+    int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) DT_LOG_WARN("store", "accept: %s", strerror(errno));
       return;
     }
-    fcntl(fd, F_SETFD, FD_CLOEXEC);
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
     dt_net_set_nodelay(fd);
     char peer[64] = "?";
     if (ss.ss_family == AF_INET) {
@@ -802,12 +801,10 @@ dt_status dt_store_server_start(const char *host, int port, const char *run_id, 
   s->pfd_cap = 130 * sizeof *s->pfd;
   DT_CHECK_GOTO(dt_alloc(s->pfd_cap, (void **)&s->pfd), st, fail);
   DT_CHECK_GOTO(dt_net_listen(host, port, 512, &s->listen_fd, &s->port), st, fail);
-  if (pipe(s->wake) != 0) {
+  if (pipe2(s->wake, O_CLOEXEC) != 0) {
     st = dt_error(DT_IO, "store: pipe: %s", strerror(errno));
     goto fail;
   }
-  fcntl(s->wake[0], F_SETFD, FD_CLOEXEC);
-  fcntl(s->wake[1], F_SETFD, FD_CLOEXEC);
   int rc = pthread_create(&s->thread, NULL, server_main, s);
   if (rc != 0) {
     st = dt_error(DT_IO, "store: cannot start its thread: %s", strerror(rc));

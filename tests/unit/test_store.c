@@ -509,7 +509,96 @@ TEST(one_client_many_threads) {
   ASSERT_EQ(x, 800);
 }
 
-TEST_MAIN(TEST_ENTRY(set_get_add_check_delete), TEST_ENTRY(get_and_wait_block_until_set),
+/* ---- sockets (net.c), which the store stands on ---- */
+
+/* A connected pair over loopback. */
+static int tcp_pair(int *a, int *b) {
+  int lfd, port;
+  if (dt_net_listen("127.0.0.1", 0, 4, &lfd, &port) != DT_OK) return -1;
+  int rc = dt_net_connect("localhost", port, dt_time_now() + 2, NULL, "peer", a) == DT_OK &&
+                   dt_net_accept(lfd, dt_time_now() + 2, NULL, b) == DT_OK
+               ? 0
+               : -1;
+  dt_net_close(&lfd);
+  return rc;
+}
+
+typedef struct xchg_arg {
+  int fd;
+  uint8_t *send, *recv;
+  size_t n;
+  dt_status st;
+} xchg_arg;
+
+static void *xchg(void *p) {
+  xchg_arg *a = p;
+  a->st = dt_net_sendrecv(a->fd, a->send, a->n, "left", a->fd, a->recv, a->n, "left", dt_time_now() + 10, NULL);
+  return NULL;
+}
+
+TEST(net_sendrecv_both_ways_at_once) {
+  int a, b;
+  ASSERT_EQ(tcp_pair(&a, &b), 0);
+  size_t n = 8u << 20; /* far beyond the socket buffers: plain send-then-recv would deadlock */
+  uint8_t *sa, *sb, *ra, *rb;
+  ASSERT_OK(dt_alloc(n, (void **)&sa));
+  ASSERT_OK(dt_alloc(n, (void **)&sb));
+  ASSERT_OK(dt_alloc(n, (void **)&ra));
+  ASSERT_OK(dt_alloc(n, (void **)&rb));
+  for (size_t i = 0; i < n; i++) sa[i] = (uint8_t)i, sb[i] = (uint8_t)(i * 3);
+  xchg_arg x = {a, sa, ra, n, DT_INTERNAL};
+  pthread_t t;
+  pthread_create(&t, NULL, xchg, &x);
+  dt_status st = dt_net_sendrecv(b, sb, n, "right", b, rb, n, "right", dt_time_now() + 10, NULL);
+  pthread_join(t, NULL);
+  ASSERT_OK(st);
+  ASSERT_OK(x.st);
+  ASSERT(memcmp(ra, sb, n) == 0);
+  ASSERT(memcmp(rb, sa, n) == 0);
+  dt_free(sa), dt_free(sb), dt_free(ra), dt_free(rb);
+  dt_net_close(&a);
+  dt_net_close(&b);
+}
+
+static void *raise_flag(void *p) {
+  sleep_s(0.2);
+  atomic_store((atomic_int *)p, 1);
+  return NULL;
+}
+
+TEST(net_timeout_abort_and_peer_lost) {
+  int a, b;
+  ASSERT_EQ(tcp_pair(&a, &b), 0);
+  char c;
+  double t0 = dt_time_now();
+  ASSERT_STATUS(dt_net_recv_all(a, &c, 1, dt_time_now() + 0.3, NULL, "rank 1"), DT_TIMEOUT);
+  ASSERT(dt_time_now() - t0 >= 0.28 && dt_time_now() - t0 < 1);
+  ASSERT(strncmp(dt_last_error(), "rank 1: no data for", 19) == 0);
+  /* no deadline, abort flag raised after 0.2 s: back within ~100 ms of it */
+  atomic_int flag = 0;
+  pthread_t t;
+  pthread_create(&t, NULL, raise_flag, &flag);
+  t0 = dt_time_now();
+  dt_status st = dt_net_recv_all(a, &c, 1, 0, &flag, "rank 1");
+  double el = dt_time_now() - t0;
+  pthread_join(t, NULL);
+  ASSERT_STATUS(st, DT_INTERRUPTED);
+  ASSERT(el >= 0.19 && el < 0.45);
+  dt_net_close(&b);
+  ASSERT_STATUS(dt_net_recv_all(a, &c, 1, dt_time_now() + 1, NULL, "rank 2"), DT_PEER_LOST);
+  ASSERT_STR_EQ(dt_last_error(), "rank 2: connection closed");
+  /* sending into a closed connection: no SIGPIPE, DT_PEER_LOST */
+  static char big[1 << 20];
+  ASSERT_STATUS(dt_net_send_all(a, big, sizeof big, dt_time_now() + 1, NULL, "rank 2"), DT_PEER_LOST);
+  char addr[64];
+  ASSERT_OK(dt_net_local_addr(a, addr, sizeof addr));
+  ASSERT_STR_EQ(addr, "127.0.0.1");
+  dt_net_close(&a);
+  ASSERT_EQ(a, -1);
+}
+
+TEST_MAIN(TEST_ENTRY(net_sendrecv_both_ways_at_once), TEST_ENTRY(net_timeout_abort_and_peer_lost),
+          TEST_ENTRY(set_get_add_check_delete), TEST_ENTRY(get_and_wait_block_until_set),
           TEST_ENTRY(missing_key_times_out_and_client_stays_usable), TEST_ENTRY(connect_times_out_naming_address),
           TEST_ENTRY(two_processes_share_one_server), TEST_ENTRY(wrong_run_id_is_refused),
           TEST_ENTRY(strangers_are_dropped_others_unaffected), TEST_ENTRY(port_in_use_names_the_port),
