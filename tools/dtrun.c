@@ -33,7 +33,7 @@ enum { EXIT_FAIL = 1, EXIT_USAGE = 2 };
 #define RING_WIDTH 512  /* bytes kept of each such line */
 #define LINE_CAP 16384  /* a longer line is emitted in pieces of this size */
 #define READ_CHUNK 65536
-#define MAX_NPROC 4096
+#define MAX_NPROC 1024 /* workers per node; each holds ~38 KiB of line buffers */
 
 /* ---- options ------------------------------------------------------------------ */
 typedef struct options {
@@ -275,7 +275,7 @@ static int parse_args(int argc, char **argv, options *o) {
   if (given[F_NPROC]) {
     const char *s = val[F_NPROC];
     if (strcmp(s, "auto") == 0 || strcmp(s, "cpu") == 0)
-      o->nproc = usable_cores();
+      o->nproc = usable_cores() < MAX_NPROC ? usable_cores() : MAX_NPROC;
     else if (parse_int(s, 1, MAX_NPROC, &l))
       return usage_error("--nproc-per-node: '%s' is not a worker count (1-%d, 'auto' or 'cpu')", s, MAX_NPROC);
     else
@@ -1265,6 +1265,7 @@ int main(int argc, char **argv) {
       if (start_workers(a)) {
         stop_workers(a, SIGKILL);
         set_abort(a, "node %d could not start its workers", o->node_rank);
+        mark(a, "dtrun/r%d/stopped/%d");
         wait_for_nodes(a, "dtrun/r%d/stopped/%d", o->grace + 2);
         return finish(a, g_signal ? 128 + g_signal : EXIT_FAIL);
       }

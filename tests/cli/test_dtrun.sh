@@ -251,8 +251,7 @@ mkdir -p "$tmp/k9"
 agent=$!
 bg_pids+=("$agent")
 for ((i = 0; i < 100; i++)); do [ -s "$tmp/k9/pid.0" ] && [ -s "$tmp/k9/pid.1" ] && break; sleep 0.1; done
-kill -9 "$agent"
-wait "$agent" 2>/dev/null
+{ kill -9 "$agent"; wait "$agent"; } 2>/dev/null
 sleep 0.3
 for r in 0 1; do
   p=$(cat "$tmp/k9/pid.$r" 2>/dev/null)
