@@ -106,6 +106,7 @@ typedef struct conn {
   double accepted_at;
   int dead;      /* drop at the next sweep */
   int eof;       /* peer closed its side */
+  char why[128]; /* reason it was dropped, when numbers are worth giving */
   uint8_t *in;
   size_t in_len, in_cap;
   uint8_t *out;
@@ -442,7 +443,9 @@ static int handle_request(dt_store_server *s, conn *c, cursor *cu, const char **
       if (!take(cu, 4, &q)) return P_MORE;
       vlen = get_u32(q);
       if (vlen > DT_STORE_MAX_VALUE) {
-        *why = "value length above DT_STORE_MAX_VALUE";
+        snprintf(c->why, sizeof c->why, "value of %u bytes announced, above the limit of %u", vlen,
+                 DT_STORE_MAX_VALUE);
+        *why = c->why;
         return P_BAD;
       }
       if (!take(cu, klen, &key) || !take(cu, vlen, &val)) return P_MORE;
@@ -567,7 +570,8 @@ static int handle_request(dt_store_server *s, conn *c, cursor *cu, const char **
       return P_DONE;
     }
     default:
-      *why = "unknown request";
+      snprintf(c->why, sizeof c->why, "unknown request op %d", op);
+      *why = c->why;
       return P_BAD;
   }
 }
