@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -77,6 +78,17 @@ static void note_closed(tcp_backend *b, int j) {
 /* Peer j is gone. If another peer was seen closing earlier, that one is the
  * likely cause (peers shut their sockets down in cascade after a failure). */
 static dt_status peer_lost(tcp_backend *b, int j, const char *why) {
+  /* Closures that arrived with this one: a dead process closes all its
+   * sockets at once, a peer that merely gave up on it closes later. */
+  int n = 0;
+  for (int i = 0; i < b->base.size && n < b->npfd_cap; i++)
+    if (i != j && b->fd[i] >= 0 && !b->closed_at[i]) {
+      b->pfd[n] = (struct pollfd){b->fd[i], POLLRDHUP, 0};
+      b->pfd_op[n++] = i;
+    }
+  if (n > 0 && poll(b->pfd, (nfds_t)n, 0) > 0)
+    for (int i = 0; i < n; i++)
+      if (b->pfd[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) note_closed(b, b->pfd_op[i]);
   note_closed(b, j);
   int first = j;
   for (int i = 0; i < b->base.size; i++)
@@ -99,6 +111,10 @@ static dt_status fail(tcp_backend *b, dt_status st) {
   if (b->broken == DT_OK) {
     b->broken = st;
     snprintf(b->broken_msg, sizeof b->broken_msg, "%s", dt_last_error());
+    /* After a lost peer, wait a moment before closing: a dead process's
+     * sockets all close at once, so every rank sees the real culprit close
+     * before the ranks that merely gave up on it. */
+    if (st == DT_PEER_LOST) nanosleep(&(struct timespec){0, 100 * 1000000L}, NULL);
     shutdown_all(b);
   }
   return st;
@@ -227,6 +243,34 @@ static dt_status sig_io(tcp_backend *b, cstate *cs, int *moved) {
   return DT_OK;
 }
 
+/* Moves the signature x and the transfer y that follows it on the same link
+ * in one system call (small collectives: half the calls and wake-ups). */
+static dt_status pair_io(tcp_backend *b, io_op *x, io_op *y, int *moved) {
+  int fd = b->fd[x->peer];
+  while (x->done < x->len) {
+    struct iovec iov[2] = {{x->buf + x->done, x->len - x->done}, {y->buf + y->done, y->len - y->done}};
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = iov;
+    m.msg_iovlen = 2;
+    ssize_t k = x->sending ? sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) : recvmsg(fd, &m, MSG_DONTWAIT);
+    if (k > 0) {
+      size_t first = (size_t)k < x->len - x->done ? (size_t)k : x->len - x->done;
+      x->done += first;
+      y->done += (size_t)k - first;
+      *moved = 1;
+      continue;
+    }
+    if (k == 0) return peer_lost(b, x->peer, "connection closed");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return DT_OK;
+    char why[96];
+    snprintf(why, sizeof why, "connection lost (%s)", strerror(errno));
+    return peer_lost(b, x->peer, why);
+  }
+  return DT_OK; /* the caller checks a received signature before anything else */
+}
+
 /* Runs ops (all concurrently; ops on the same peer and direction in list
  * order, after the signature on that link) until they are complete. With
  * finish set, also until the signature exchange is complete. */
@@ -234,6 +278,16 @@ static dt_status run_ops(tcp_backend *b, cstate *cs, io_op *ops, int nops, int f
   io_op *active[16];
   for (;;) {
     int moved = 0;
+    /* Signatures first, each with the first transfer on its link. */
+    io_op *sigs[2] = {&cs->sig_out, &cs->sig_in};
+    for (int k = 0; k < 2; k++) {
+      io_op *x = sigs[k];
+      if (x->done == x->len) continue;
+      io_op *y = NULL;
+      for (int i = 0; i < nops && !y; i++)
+        if (ops[i].peer == x->peer && ops[i].sending == x->sending && ops[i].done < ops[i].len) y = &ops[i];
+      DT_CHECK(y ? pair_io(b, x, y, &moved) : op_io(b, x, &moved));
+    }
     DT_CHECK(sig_io(b, cs, &moved));
     int na = 0;
     if (cs->sig_out.done < cs->sig_out.len) active[na++] = &cs->sig_out;
