@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,15 +27,46 @@ typedef struct df_job {
   int status[DF_MAX_WORLD]; /* waitpid status */
 } df_job;
 
-static dt_store_server *df_server;
+/* The store runs in a process of its own: the test process stays single
+ * threaded, so forking ranks from it is safe (a thread holding an allocator
+ * lock at fork time would deadlock the child, as seen under ASan). */
+static pid_t df_store_pid;
+static int df_store_port;
+
+static inline void df_stop_store(void) {
+  if (df_store_pid > 0) kill(df_store_pid, SIGKILL), waitpid(df_store_pid, NULL, 0);
+  df_store_pid = 0;
+}
 
 static inline int df_start_store(const char *run_id) {
-  if (df_server) return dt_store_server_port(df_server);
-  if (dt_store_server_start("127.0.0.1", 0, run_id, &df_server) != DT_OK) {
-    fprintf(stderr, "cannot start a store: %s\n", dt_last_error());
+  if (df_store_pid > 0) return df_store_port;
+  int fds[2];
+  if (pipe(fds) != 0) exit(1);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t p = fork();
+  if (p == 0) {
+    dt_store_server *srv;
+    close(fds[0]);
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+    if (dt_store_server_start("127.0.0.1", 0, run_id, &srv) != DT_OK) {
+      fprintf(stderr, "cannot start a store: %s\n", dt_last_error());
+      _exit(1);
+    }
+    int port = dt_store_server_port(srv);
+    if (write(fds[1], &port, sizeof port) != (ssize_t)sizeof port) _exit(1);
+    close(fds[1]);
+    for (;;) pause(); /* until the test kills it */
+  }
+  close(fds[1]);
+  if (p < 0 || read(fds[0], &df_store_port, sizeof df_store_port) != (ssize_t)sizeof df_store_port) {
+    fprintf(stderr, "the store process did not start\n");
     exit(1);
   }
-  return dt_store_server_port(df_server);
+  close(fds[0]);
+  df_store_pid = p;
+  atexit(df_stop_store);
+  return df_store_port;
 }
 
 /* Joins the group of the job as rank r (in a child). */
@@ -81,7 +113,9 @@ static inline int df_wait(df_job *j, int world, double timeout_s) {
   clock_gettime(CLOCK_MONOTONIC, &t0);
   while (left > 0) {
     int st;
-    pid_t p = waitpid(-1, &st, WNOHANG);
+    pid_t p = 0;
+    for (int r = 0; r < world && p <= 0; r++)
+      if (j->status[r] == -1) p = waitpid(j->pids[r], &st, WNOHANG);
     if (p > 0) {
       for (int r = 0; r < world; r++)
         if (j->pids[r] == p) {
