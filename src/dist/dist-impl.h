@@ -18,7 +18,7 @@
  * ("rank 3", "store 10.0.0.1:29500"). */
 
 /* Listens on host:port (host NULL/"" = any; port 0 = ephemeral), TCP, nonblocking
- * accept, SO_REUSEADDR. DT_IO "address host:port already in use" etc. */
+ * accept, SO_REUSEADDR. DT_IO "cannot listen on HOST:PORT: address already in use" etc. */
 dt_status dt_net_listen(const char *host, int port, int backlog, int *fd_out, int *port_out);
 /* Connects with retries until the deadline (connection refused is retried: the
  * peer may not listen yet). TCP_NODELAY set; the returned fd is blocking-mode

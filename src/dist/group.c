@@ -385,7 +385,7 @@ static dt_status exchange(dt_group *g, const char *my_host, const char *my_addr,
       return dt_error(DT_TIMEOUT, "rendezvous: ranks [%s] of %d did not arrive within %.0f s (DT_TIMEOUT)", missing,
                       g->size, g->timeout_s);
     }
-    if (s != DT_OK) return dt_error_prefix(s, "rendezvous: ");
+    if (s != DT_OK) return dt_error_prefix(s, "rendezvous");
     int world = -1, n = 0;
     char text[400];
     size_t tl = vl < sizeof text - 1 ? vl : sizeof text - 1;
@@ -485,13 +485,13 @@ dt_status dt_group_init_env(const dt_dist_env *env, const dt_group_options *opts
   if (g->rank == 0 && !env->store_served) {
     st = dt_store_server_start(NULL, env->master_port, env->run_id, &g->server);
     if (st != DT_OK) {
-      st = dt_error_prefix(st, "rank 0 serves the rendezvous store at MASTER_PORT=%d: ", env->master_port);
+      st = dt_error_prefix(st, "rank 0 serving the rendezvous store at MASTER_PORT=%d", env->master_port);
       goto fail;
     }
   }
   st = dt_store_connect(env->master_addr, env->master_port, env->run_id, g->timeout_s, &g->store);
   if (st != DT_OK) {
-    st = dt_error_prefix(st, "rank %d joining %s:%d: ", g->rank, env->master_addr, env->master_port);
+    st = dt_error_prefix(st, "rank %d joining the store at %s:%d", g->rank, env->master_addr, env->master_port);
     goto fail;
   }
 
