@@ -61,6 +61,8 @@ dt_status dt_store_check(dt_store *s, const char *const *keys, int n, int *prese
 dt_status dt_store_delete(dt_store *s, const char *key, int *existed);
 /* Waits until every key exists. */
 dt_status dt_store_wait(dt_store *s, const char *const *keys, int n, double timeout_s);
+/* Changes the default deadline of later requests (e.g. short ones on an error path). */
+void dt_store_set_timeout(dt_store *s, double timeout_s);
 void dt_store_close(dt_store *s);
 
 /* ---- rendezvous: who am I, who is the master -------------------------------- */

@@ -86,6 +86,30 @@ static void work_release_locked(dt_work *w) {
   if (--w->refs == 0 && !w->on_stack) dt_free(w);
 }
 
+/* The first rank whose collective fails writes why to the store; a rank that
+ * then loses a peer (which may only be a neighbour that gave up) adds that
+ * first cause to its own error, so every rank names the rank that really
+ * failed. Short deadlines: the store may be gone with the failed rank. */
+static void note_failure(dt_group *g, char *err, size_t len) {
+  if (!g->store) return;
+  char key[320];
+  int64_t n = 0;
+  dt_store_set_timeout(g->store, 1.0);
+  snprintf(key, sizeof key, "%s/failed/count", g->prefix);
+  if (dt_store_add(g->store, key, 1, &n) != DT_OK) return;
+  snprintf(key, sizeof key, "%s/failed/first", g->prefix);
+  if (n == 1) {
+    dt_store_set(g->store, key, err, strlen(err));
+    return;
+  }
+  void *v = NULL;
+  size_t vl = 0;
+  if (dt_store_get(g->store, key, &v, &vl, 1.0) != DT_OK) return;
+  size_t at = strlen(err);
+  if (at + 40 < len) snprintf(err + at, len - at, "; first failure in the group: %.*s", (int)vl, (const char *)v);
+  dt_free(v);
+}
+
 /* Runs w (state RUNNING, lock not held) and records the result. */
 static void work_run(dt_group *g, dt_work *w) {
   dt_coll c = w->c;
@@ -100,7 +124,7 @@ static void work_run(dt_group *g, dt_work *w) {
       dt_reduce_scale(c.recv, len, c.dtype, w->divisor);
     }
   }
-  pthread_mutex_lock(&g->mu);
+  char err[ERR_LEN];
   if (s != DT_OK) {
     char what[160];
     if (c.kind == DT_COLL_BARRIER)
@@ -108,7 +132,12 @@ static void work_run(dt_group *g, dt_work *w) {
     else
       snprintf(what, sizeof what, "%s #%llu (%zu %s)", dt_coll_name(c.kind), (unsigned long long)c.seq,
                c.count, dt_dtype_name(c.dtype));
-    snprintf(w->err, sizeof w->err, "%s on rank %d: %s", what, g->rank, dt_last_error());
+    snprintf(err, sizeof err, "%s on rank %d: %.500s", what, g->rank, dt_last_error());
+    if (s != DT_INTERRUPTED) note_failure(g, err, sizeof err);
+  }
+  pthread_mutex_lock(&g->mu);
+  if (s != DT_OK) {
+    memcpy(w->err, err, sizeof err);
     w->status = s;
     if (g->broken == DT_OK) {
       g->broken = s;

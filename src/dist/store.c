@@ -959,6 +959,10 @@ static dt_status client_break(dt_store *s, dt_status st) {
   return st;
 }
 
+void dt_store_set_timeout(dt_store *s, double timeout_s) {
+  if (timeout_s > 0) s->timeout_s = timeout_s;
+}
+
 static double request_deadline(const dt_store *s, double timeout_s) {
   return dt_time_now() + (timeout_s > 0 ? timeout_s : s->timeout_s);
 }
