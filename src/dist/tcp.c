@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -28,13 +29,16 @@
 
 #define TCP_MAGIC 0x50435444u   /* "DTCP" little endian */
 #define TCP_VERSION 1u
-#define SEG_BYTES ((size_t)512 << 10)   /* pipeline segment: send, receive and reduce overlap */
+#define SEG_BYTES ((size_t)256 << 10)   /* pipeline segment: send, receive and reduce overlap */
 #define SMALL_BYTES ((size_t)64 << 10)  /* all-reduce / broadcast at or below: latency algorithms */
 #define SOCK_BUF_BYTES (4 << 20)        /* SO_SNDBUF / SO_RCVBUF request */
 #define POLL_SLICE_MS 100               /* abort flag checked at least this often */
+#define SPIN_S 50e-6                    /* polling (with sched_yield) before sleeping in poll */
+#define SPIN_MAX_BYTES ((size_t)4 << 20) /* pipelines of messages up to this spin too */
 #define HANDSHAKE_S 5.0                 /* an accepted connection must say hello within this */
 #define MAX_PENDING 16                  /* accepted connections still in their handshake */
 
+_Static_assert(SMALL_BYTES <= SEG_BYTES, "recursive doubling receives a whole message into the segment buffer");
 _Static_assert(sizeof(dt_coll_sig) == 32, "dt_coll_sig travels as 32 bytes");
 
 /* First 32 bytes each way on a new connection. */
@@ -161,7 +165,7 @@ static dt_status op_io(tcp_backend *b, io_op *op, int *moved) {
  * the backend is aborted (checked every POLL_SLICE_MS). Peers without an op
  * are watched for a closed connection only: a peer that closes while we wait
  * for another is remembered, and named if the wait then fails. */
-static dt_status wait_ops(tcp_backend *b, io_op *const *ops, int nops, double deadline) {
+static dt_status wait_ops(tcp_backend *b, io_op *const *ops, int nops, double deadline, int spin) {
   int n = 0;
   for (int i = 0; i < nops && n < b->npfd_cap; i++) {
     b->pfd[n] = (struct pollfd){b->fd[ops[i]->peer], (short)((ops[i]->sending ? POLLOUT : POLLIN) | POLLRDHUP), 0};
@@ -174,6 +178,13 @@ static dt_status wait_ops(tcp_backend *b, io_op *const *ops, int nops, double de
     if (has_op) continue;
     b->pfd[n] = (struct pollfd){b->fd[j], POLLRDHUP, 0};
     b->pfd_op[n++] = -1 - j;
+  }
+  /* Small messages answer within microseconds: look again a few times,
+   * yielding the core in between, before paying for a sleep and a wake-up. */
+  double spin_until = spin ? dt_time_now() + SPIN_S : 0;
+  while (spin && poll(b->pfd, (nfds_t)n, 0) == 0) {
+    if (dt_time_now() >= spin_until) break;
+    sched_yield();
   }
   for (;;) {
     if (atomic_load(&b->base.aborted)) return dt_error(DT_INTERRUPTED, "tcp backend aborted");
@@ -192,7 +203,8 @@ static dt_status wait_ops(tcp_backend *b, io_op *const *ops, int nops, double de
       }
       if (left * 1000 < ms) ms = (int)(left * 1000) + 1;
     }
-    int r = poll(b->pfd, (nfds_t)n, ms);
+    int r = poll(b->pfd, (nfds_t)n, spin_until > 0 ? 0 : ms);
+    spin_until = 0;
     if (r < 0 && errno != EINTR) return dt_error(DT_IO, "tcp: poll: %s", strerror(errno));
     if (r <= 0) continue;
     int ready = 0;
@@ -305,7 +317,7 @@ static dt_status run_ops(tcp_backend *b, cstate *cs, io_op *ops, int nops, int f
     }
     if (!pending && (!finish || na == 0)) return DT_OK;
     if (atomic_load(&b->base.aborted)) return dt_error(DT_INTERRUPTED, "tcp backend aborted");
-    if (!moved) DT_CHECK(wait_ops(b, active, na, cs->c->deadline));
+    if (!moved) DT_CHECK(wait_ops(b, active, na, cs->c->deadline, 1));
   }
 }
 
@@ -331,6 +343,9 @@ static dt_status pipeline(tcp_backend *b, cstate *cs, const pstep *ss, int ns, c
   for (int t = 0; t < nr; t++) maxb = rs[t].bytes > maxb ? rs[t].bytes : maxb;
   long nseg = (long)((maxb + SEG_BYTES - 1) / SEG_BYTES);
   long s_items = ns * nseg, r_items = nr * nseg, lag = dep * nseg;
+  /* Mid-sized messages take a few segments per step: waking up costs more
+   * than the wait. Large ones keep the cores for the ranks doing the work. */
+  int spin = c->count * es <= SPIN_MAX_BYTES;
   io_op so = {cs->sig_out.peer, 1, NULL, 0, 0}, ro = {cs->sig_in.peer, 0, NULL, 0, 0};
   long si = 0, ri = 0;
   int s_set = 0, r_set = 0;
@@ -380,11 +395,10 @@ static dt_status pipeline(tcp_backend *b, cstate *cs, const pstep *ss, int ns, c
     io_op *active[4];
     int na = 0;
     if (cs->sig_in.done < cs->sig_in.len) active[na++] = &cs->sig_in;
-    else if (ri < r_items && r_set) active[na++] = &ro;
-    else if (ri < r_items) active[na++] = &ro; /* ro.peer is set; next segment not begun */
+    else if (ri < r_items) active[na++] = &ro; /* the left neighbour, whether or not a segment has begun */
     if (cs->sig_out.done < cs->sig_out.len) active[na++] = &cs->sig_out;
     else if (s_set) active[na++] = &so;
-    DT_CHECK(wait_ops(b, active, na, c->deadline));
+    DT_CHECK(wait_ops(b, active, na, c->deadline, spin));
   }
 }
 
