@@ -432,14 +432,23 @@ static dt_status exchange(dt_group *g, const char *my_host, const char *my_addr,
 
 /* ---- backends ------------------------------------------------------------------ */
 
-static dt_status pick_backend(dt_group *g, const char *want, const peer_info *peers, const int *host_of,
-                              int n_hosts, const char *my_addr, const char *job_tag) {
+/* Under mpirun, auto means MPI, when this build has it. */
+static int mpi_built(void) {
+#ifdef DT_HAVE_MPI
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+static dt_status pick_backend(dt_group *g, const char *want, const int *host_of, int n_hosts, const char *my_addr,
+                              const char *job_tag) {
   dt_backend_ctx ctx = {.store = g->store, .job_tag = job_tag, .rank = g->rank, .size = g->size,
                         .global = g->global, .timeout_s = g->timeout_s, .host_addr = my_addr};
   char prefix[320];
   const char *kind = want;
   if (strcmp(want, "auto") == 0) {
-    if (dt_mpi_launched())
+    if (dt_mpi_launched() && mpi_built())
       kind = "mpi";
     else if (n_hosts == 1)
       kind = "shm";
@@ -448,7 +457,6 @@ static dt_status pick_backend(dt_group *g, const char *want, const peer_info *pe
     else
       kind = "hier";
   }
-  (void)peers;
   snprintf(prefix, sizeof prefix, "%s/%s", g->prefix, kind);
   ctx.prefix = prefix;
   if (strcmp(kind, "shm") == 0) {
@@ -553,7 +561,7 @@ dt_status dt_group_init_env(const dt_dist_env *env, const dt_group_options *opts
    * are attributable to a job. */
   char job_tag[160];
   snprintf(job_tag, sizeof job_tag, "%s-%d-%d", env->run_id, env->restart_count, gid);
-  DT_CHECK_GOTO(pick_backend(g, want, peers, host_of, n_hosts, my_addr, job_tag), st, fail);
+  DT_CHECK_GOTO(pick_backend(g, want, host_of, n_hosts, my_addr, job_tag), st, fail);
 
   if (pthread_create(&g->thread, NULL, comm_thread, g) != 0) {
     st = dt_error(DT_INTERNAL, "cannot start the communication thread: %s", strerror(errno));
