@@ -8,6 +8,7 @@
 #include "dtrain/dist.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
+#include "dtrain/parallel.h"
 #include "dtrain/status.h"
 #include "dtrain/tensor.h"
 #include "dtrain/train.h"

@@ -1,0 +1,91 @@
+/* Data-parallel strategies over a dt_model: DDP (one process per worker,
+ * gradients all-reduced in buckets while backward runs, like PyTorch's
+ * DistributedDataParallel) and DP (one process, worker threads each on a slice
+ * of the batch, like nn.DataParallel). */
+#ifndef DTRAIN_PARALLEL_H
+#define DTRAIN_PARALLEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/dist.h"
+#include "dtrain/model.h"
+#include "dtrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- DDP ----------------------------------------------------------------------
+ *
+ *   dt_ddp *d;  dt_ddp_new(model, group, NULL, &d);   // checks + broadcasts from rank 0
+ *   for each step:
+ *     dt_ddp_before_forward(d);                        // buffers from rank 0 (BN statistics)
+ *     dt_model_zero_grad(model); forward; loss; dt_model_backward(model, dlogits);
+ *                                                      // full buckets all-reduce during backward
+ *     dt_ddp_finish(d);                                // waits: gradients averaged over ranks
+ *     optimizer step
+ */
+typedef enum dt_comm_hook {
+  DT_COMM_HOOK_NONE = 0, /* all-reduce f32 gradients */
+  DT_COMM_HOOK_BF16,     /* divide by world size, cast to bf16, all-reduce, cast back (PyTorch's bf16_compress_hook) */
+  DT_COMM_HOOK_FP16,     /* same with f16 (fp16_compress_hook) */
+} dt_comm_hook;
+
+typedef struct dt_ddp_config {
+  double bucket_cap_mb;       /* bucket size cap, MiB (PyTorch: 25) */
+  double first_bucket_mb;     /* the first bucket (last layers), MiB (PyTorch: 1) */
+  int broadcast_buffers;      /* 1: dt_ddp_before_forward broadcasts buffers from rank 0 (PyTorch default) */
+  int find_unused_parameters; /* 1: parameters that got no gradient are reduced as zeros; 0: that is an error */
+  dt_comm_hook comm_hook;
+} dt_ddp_config;
+void dt_ddp_config_default(dt_ddp_config *c);
+
+typedef struct dt_ddp dt_ddp;
+
+/* Wraps a built model: verifies every rank has the same model (tensor count,
+ * names, shapes: DT_MISMATCH naming the first difference and the rank),
+ * broadcasts parameters and buffers from rank 0, lays buckets over the gradient
+ * arena in backward order, and hooks the model's gradient-ready events. */
+dt_status dt_ddp_new(dt_model *m, dt_group *g, const dt_ddp_config *cfg, dt_ddp **out);
+void dt_ddp_free(dt_ddp *d);
+dt_status dt_ddp_before_forward(dt_ddp *d);
+/* sync 0 = PyTorch's no_sync(): backward accumulates locally, no communication;
+ * the next backward with sync 1 reduces the accumulated gradients. */
+void dt_ddp_set_sync(dt_ddp *d, int sync);
+/* After backward: waits for every bucket (all gradients averaged). */
+dt_status dt_ddp_finish(dt_ddp *d);
+
+typedef struct dt_ddp_stats {
+  int buckets;             /* number of buckets */
+  int64_t steps;           /* synchronised steps so far */
+  double comm_s;           /* seconds all-reduces ran (on the communication thread) */
+  double wait_s;           /* seconds dt_ddp_finish waited for them: the part not hidden behind backward */
+  double bytes;            /* bytes all-reduced so far */
+} dt_ddp_stats;
+void dt_ddp_get_stats(const dt_ddp *d, dt_ddp_stats *s);
+/* Bucket i: [offset, offset + count) of the gradient arena. */
+dt_status dt_ddp_bucket(const dt_ddp *d, int i, size_t *offset, size_t *count);
+
+/* ---- DP -----------------------------------------------------------------------
+ * One process, `workers` threads, each with its own activations and gradients
+ * over the shared parameters; a batch is cut into `workers` contiguous slices. */
+typedef struct dt_dp dt_dp;
+
+/* max_batch: the largest whole batch. The compute thread budget (dt_get_threads)
+ * is shared among the workers. */
+dt_status dt_dp_new(dt_model *m, int workers, int max_batch, dt_dp **out);
+void dt_dp_free(dt_dp *d);
+/* Forward, cross-entropy (mean over the whole batch, label smoothing eps) and
+ * backward of every slice in parallel; the gradients of the whole batch are
+ * ACCUMULATED into the model's gradient arena (as dt_model_backward does), equal
+ * to what one forward/backward of the whole batch would give. loss, top1, top5 may be NULL. */
+dt_status dt_dp_train_step(dt_dp *d, const float *x, const int32_t *y, int batch, float eps, float *loss,
+                           int64_t *top1, int64_t *top5);
+/* Inference: logits (batch, classes) into out. */
+dt_status dt_dp_forward(dt_dp *d, const float *x, int batch, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
