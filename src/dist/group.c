@@ -149,7 +149,9 @@ static void work_run(dt_group *g, dt_work *w) {
   g->running = 0;
   work_release_locked(w); /* the queue's reference */
   pthread_cond_broadcast(&g->cv_done);
-  pthread_cond_signal(&g->cv_queue);
+  /* Wake the communication thread only if it has something to do: a needless
+   * wake-up costs a context switch on cores the peers are spinning on. */
+  if (g->head || g->stop) pthread_cond_signal(&g->cv_queue);
   pthread_mutex_unlock(&g->mu);
 }
 
