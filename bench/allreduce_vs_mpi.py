@@ -5,11 +5,15 @@ sizes, same iteration rule, same ranks, in one run. Prints one table per rank
 count with time and bus bandwidth of each, and the ratios dtrain/MPI
 (busbw: > 1 is dtrain faster; time: < 1 is dtrain faster).
 
-  bench/allreduce_vs_mpi.py [--build build] [--ranks 2,4] [-b 8] [-e 64M] [-f 4]
+  bench/allreduce_vs_mpi.py [--build build] [--ranks 2,4] [-b 8] [-e 64M] [-f 4] [--reps 3]
+
+Each configuration runs --reps times, interleaved (dtrain shm, MPI shm,
+dtrain tcp, MPI tcp, then again), and every cell is the median.
 """
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 
@@ -47,6 +51,7 @@ def main():
     ap.add_argument("-e", default="64M")
     ap.add_argument("-f", default="4")
     ap.add_argument("-n", default="100")
+    ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     b = args.build
     sizes = ["-b", args.b, "-e", args.e, "-f", args.f, "-n", args.n]
@@ -57,17 +62,25 @@ def main():
         print("# Open MPI (mpirun, build/bench/mpi_allreduce) not found: printing dtrain's figures alone")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for n in [int(x) for x in args.ranks.split(",")]:
+        runs = {}
+        for _ in range(args.reps):
+            for backend in ("shm", "tcp"):
+                out = run([os.path.join(b, "dtrun"), "--standalone", "--nproc-per-node", str(n), "--",
+                           os.path.join(b, "dtrain"), "bench", "allreduce", "--backend", backend] + sizes, env)
+                runs.setdefault("dtrain " + backend, []).append(parse(out))
+                if have_mpi:
+                    base = [mpirun, "--allow-run-as-root", "--oversubscribe", "-n", str(n), "--bind-to", "none"]
+                    btl = ["--mca", "btl", "vader,self"] if backend == "shm" else \
+                        ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo", "--mca", "pml", "ob1"]
+                    runs.setdefault("MPI " + backend, []).append(parse(run(base + btl + [ref] + sizes, env)))
         cols = {}
-        for backend in ("shm", "tcp"):
-            out = run([os.path.join(b, "dtrun"), "--standalone", "--nproc-per-node", str(n), "--",
-                       os.path.join(b, "dtrain"), "bench", "allreduce", "--backend", backend] + sizes, env)
-            cols["dtrain " + backend] = parse(out)
-        if have_mpi:
-            base = [mpirun, "--allow-run-as-root", "--oversubscribe", "-n", str(n), "--bind-to", "none"]
-            cols["MPI shm"] = parse(run(base + ["--mca", "btl", "vader,self", ref] + sizes, env))
-            cols["MPI tcp"] = parse(run(base + ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo",
-                                                "--mca", "pml", "ob1", ref] + sizes, env))
-        print("\n## %d ranks, float sum, out of place: time (us) and bus bandwidth (GB/s)\n" % n)
+        for k, tables in runs.items():
+            cols[k] = {}
+            for size in set().union(*[set(t) for t in tables]):
+                vals = [t[size] for t in tables if size in t]
+                cols[k][size] = tuple(statistics.median(v[i] for v in vals) for i in range(4))
+        print("\n## %d ranks, float sum, out of place: time (us) and bus bandwidth (GB/s), median of %d\n"
+              % (n, args.reps))
         names = [k for k in ("dtrain shm", "MPI shm", "dtrain tcp", "MPI tcp") if k in cols]
         head = "| size (B) | " + " | ".join("%s us | %s GB/s" % (k, k) for k in names)
         if have_mpi:

@@ -14,3 +14,6 @@ DT_BUILD_DIR=$build /usr/bin/python3 "$here/train_vs_torch.py" --reps "${REPS:-3
 echo
 echo "## mlp 784-2048-2048-10, batch 256, one epoch: dtrain vs PyTorch"
 DT_BUILD_DIR=$build /usr/bin/python3 "$here/train_vs_torch.py" --model mlp --hidden 2048,2048 --batch-size 256 --reps "${REPS:-3}"
+echo
+echo "## all-reduce of floats: dtrain shm/tcp vs Open MPI (vader/tcp), 2 and 4 ranks"
+/usr/bin/python3 "$here/allreduce_vs_mpi.py" --build "$build" --ranks 2,4 -b 8 -e 64M -f 8 --reps "${REPS:-3}"
