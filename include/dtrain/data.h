@@ -107,6 +107,50 @@ int64_t dt_loader_samples_per_epoch(const dt_loader *l);
 /* Seconds the caller has spent blocked in dt_loader_next waiting for data. */
 double dt_loader_wait_seconds(const dt_loader *l);
 
+
+/* ---- distributed sampler -------------------------------------------------- */
+/* PyTorch's torch.utils.data.DistributedSampler (1.13), index for index: for
+ * the same (n, replicas, rank, seed, epoch, shuffle, drop_last) this yields
+ * exactly the list `DistributedSampler(ds, replicas, rank, shuffle, seed,
+ * drop_last)` yields after set_epoch(epoch), so a dtrain run and a PyTorch run
+ * visit the same samples on every rank.
+ *
+ * The epoch order: shuffle ? torch.randperm(n) from a torch.Generator seeded
+ * with seed + epoch (mod 2^64; PyTorch's mt19937 keeps the low 32 bits only)
+ * : 0, 1, ..., n-1. Then, without drop_last, it is padded to
+ * total_size = ceil(n / replicas) * replicas by repeating it from the head
+ * (padded[p] = order[p % n]); with drop_last it is cut to
+ * floor(n / replicas) * replicas. Rank r takes positions r, r + replicas,
+ * r + 2 replicas, ... of that list: num_samples = total_size / replicas each.
+ *
+ * Padding (exact distributed evaluation): positions >= n are repeats. Position
+ * p goes to rank p % replicas, so the padding is at most one sample per rank,
+ * always the rank's LAST one, on the ranks r >= n % replicas when n % replicas
+ * != 0 (so on every rank r >= n when 0 < n < replicas), whatever the epoch or
+ * shuffle. dt_dist_sampler_num_real(s) is how many of a rank's samples come
+ * first and are real: ceil((n - rank) / replicas) (0 when rank >= n), all of
+ * them with drop_last. Counting only the first num_real samples of every rank
+ * counts each of the n samples exactly once; the num_real sum to n over ranks
+ * (to floor(n / replicas) * replicas with drop_last). */
+typedef struct dt_dist_sampler dt_dist_sampler;
+/* n >= 0 samples, replicas >= 1, 0 <= rank < replicas, else
+ * DT_INVALID_ARGUMENT naming the value. Holds an n-entry scratch permutation
+ * (8n bytes) when shuffling. One sampler object is not thread-safe. */
+dt_status dt_dist_sampler_new(int64_t n, int replicas, int rank, uint64_t seed, int shuffle, int drop_last,
+                              dt_dist_sampler **out);
+void dt_dist_sampler_free(dt_dist_sampler *s);
+/* Samples per rank per epoch (len(sampler) in PyTorch). */
+int64_t dt_dist_sampler_num_samples(const dt_dist_sampler *s);
+/* Of those, how many are real (not padding repeats): they are the first ones. */
+int64_t dt_dist_sampler_num_real(const dt_dist_sampler *s);
+/* This rank's indices for `epoch` (set_epoch(epoch) then iter): writes
+ * out[0..num_samples). A pure function of the arguments and epoch. */
+dt_status dt_dist_sampler_indices(dt_dist_sampler *s, int64_t epoch, int64_t *out);
+/* dt_sampler_fn adapter for dt_loader: user is the dt_dist_sampler; writes
+ * num_samples indices. Set sampler_capacity to dt_dist_sampler_num_samples(s)
+ * (the dataset size, the default, is also enough: num_samples <= n). */
+dt_status dt_dist_sampler_fn(void *user, int64_t epoch, int64_t *out, int64_t *n);
+
 #ifdef __cplusplus
 }
 #endif
