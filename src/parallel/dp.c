@@ -1,0 +1,339 @@
+/* DataParallel: one process, persistent worker threads each running forward/backward of a slice of the batch
+ * in its own execution context over the shared parameters (PyTorch's nn.DataParallel on CPU threads). */
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/impl.h"
+#include "dtrain/core.h"
+#include "dtrain/parallel.h"
+#include "nn/layer.h"
+
+/* OpenBLAS's own setter (the OpenMP build); declared here so no cblas.h is needed. */
+void openblas_set_num_threads(int n);
+
+#define DP_MAX_WORKERS 1024
+#define DP_ERR_LEN 512
+/* Gradient reduction block, floats: the workers' blocks stay in L1/L2 while they are summed (16 KiB each). */
+#define DP_REDUCE_BLOCK 4096
+
+typedef enum dp_job { DP_JOB_NONE = 0, DP_JOB_TRAIN, DP_JOB_FORWARD, DP_JOB_REDUCE } dp_job;
+
+typedef struct dp_worker {
+  struct dt_dp *d;
+  int index;
+  pthread_t thread;
+  dt_model_ctx *ctx;
+  float *dlogits; /* (max_slice, classes) */
+  /* this step's slice of the batch: samples [lo, lo + n) */
+  int lo, n;
+  /* results of the last job */
+  dt_status st;
+  char err[DP_ERR_LEN];
+  float loss; /* mean over the slice */
+  int64_t top1, top5;
+} dp_worker;
+
+struct dt_dp {
+  dt_model *m;
+  int workers, max_batch, max_slice, classes;
+  size_t sample_numel; /* floats per input sample */
+  int omp_threads;  /* OpenMP threads of each worker's own parallel regions */
+  int blas_pinned;  /* 1: BLAS runs single-threaded while the workers run (see set_blas_for_workers) */
+  size_t n_params;
+  float *grads;     /* the model's gradient arena (n_params) */
+  dp_worker *w;     /* (workers) */
+  int started;      /* threads running */
+
+  /* The step handshake: the caller bumps generation with a job; every worker runs it once and
+   * decrements pending; the last one signals done. Waits are on condition variables (no spinning);
+   * they have no deadline because they wait on local compute, which always finishes. */
+  pthread_mutex_t mu;
+  pthread_cond_t wake, done;
+  uint64_t generation;
+  int pending, quit;
+  dp_job job;
+  /* the job's arguments */
+  const float *x;
+  const int32_t *y;
+  float *out;
+  int batch;
+  float eps;
+};
+
+/* Slice w of a batch: contiguous, sizes differ by at most one, the larger ones first (7 over 3: 3, 2, 2).
+ * torch.chunk (what nn.DataParallel's scatter uses) gives ceil-sized chunks instead (7 over 3: 3, 3, 1;
+ * 2 over 4: 1, 1 and two idle devices); the largest slice, which sets the step time, is the same. */
+static void slice_of(int batch, int workers, int w, int *lo, int *n) {
+  const int base = batch / workers, extra = batch % workers;
+  *n = base + (w < extra);
+  *lo = w * base + (w < extra ? w : extra);
+}
+
+static void record_error(dp_worker *wk, dt_status st) {
+  wk->st = st;
+  snprintf(wk->err, sizeof wk->err, "%s", dt_last_error());
+}
+
+/* Forward, loss and backward of this worker's slice into its own (zeroed) gradient buffer. */
+static void run_train(dp_worker *wk) {
+  struct dt_dp *d = wk->d;
+  dt_model *m = d->m;
+  const float *x = d->x + (size_t)wk->lo * d->sample_numel;
+  const int32_t *y = d->y + wk->lo;
+  const float *logits = NULL;
+  dt_status st;
+  dt_model_ctx_zero_grad(m, wk->ctx);
+  if ((st = dt_model_ctx_forward(m, wk->ctx, x, wk->n, &logits)) != DT_OK) goto fail;
+  if ((st = dt_loss_cross_entropy(logits, y, wk->n, d->classes, d->eps, &wk->loss, wk->dlogits)) != DT_OK) goto fail;
+  dt_topk_correct(logits, y, wk->n, d->classes, 5, &wk->top1, &wk->top5);
+  /* dlogits is the gradient of this slice's mean loss; scaled by n / batch the workers' gradients sum to
+   * the gradient of the whole batch's mean loss. One worker holding the whole batch is left unscaled. */
+  if (wk->n != d->batch) {
+    const float scale = (float)wk->n / (float)d->batch;
+    const size_t count = (size_t)wk->n * (size_t)d->classes;
+    for (size_t i = 0; i < count; i++) wk->dlogits[i] *= scale;
+  }
+  if ((st = dt_model_ctx_backward(m, wk->ctx, wk->dlogits)) != DT_OK) goto fail;
+  return;
+fail:
+  record_error(wk, st);
+}
+
+static void run_forward(dp_worker *wk) {
+  struct dt_dp *d = wk->d;
+  const float *logits = NULL;
+  dt_status st = dt_model_ctx_forward(d->m, wk->ctx, d->x + (size_t)wk->lo * d->sample_numel, wk->n, &logits);
+  if (st != DT_OK) {
+    record_error(wk, st);
+    return;
+  }
+  memcpy(d->out + (size_t)wk->lo * d->classes, logits, (size_t)wk->n * (size_t)d->classes * sizeof(float));
+}
+
+/* arena[i] += g_0[i] + g_1[i] + ... (workers with a slice, in worker order) for this worker's share of the
+ * arena. Each element is summed in the same order whoever sums it, so the result depends on the worker
+ * count only. The sum is built in the first contributing worker's buffer, block by block in cache. */
+static void run_reduce(dp_worker *wk) {
+  struct dt_dp *d = wk->d;
+  const size_t per = ((d->n_params + (size_t)d->workers - 1) / (size_t)d->workers + 15) & ~(size_t)15;
+  const size_t lo = per * (size_t)wk->index;
+  const size_t hi = lo + per < d->n_params ? lo + per : d->n_params;
+  int first = -1;
+  for (int w = 0; w < d->workers; w++)
+    if (d->w[w].n > 0) {
+      first = w;
+      break;
+    }
+  if (first < 0 || lo >= hi) return;
+  float *acc = dt_model_ctx_grads(d->w[first].ctx);
+  for (size_t b = lo; b < hi; b += DP_REDUCE_BLOCK) {
+    const size_t e = b + DP_REDUCE_BLOCK < hi ? b + DP_REDUCE_BLOCK : hi;
+    for (int w = first + 1; w < d->workers; w++) {
+      if (d->w[w].n == 0) continue;
+      const float *g = dt_model_ctx_grads(d->w[w].ctx);
+      for (size_t i = b; i < e; i++) acc[i] += g[i];
+    }
+    for (size_t i = b; i < e; i++) d->grads[i] += acc[i];
+  }
+}
+
+static void *worker_main(void *arg) {
+  dp_worker *wk = arg;
+  struct dt_dp *d = wk->d;
+  /* The OpenMP thread count is a per-thread setting: this worker's own parallel regions (conv kernels,
+   * element-wise loops) use its share of the compute budget. */
+  omp_set_num_threads(d->omp_threads);
+  uint64_t seen = 0;
+  pthread_mutex_lock(&d->mu);
+  for (;;) {
+    while (d->generation == seen && !d->quit) pthread_cond_wait(&d->wake, &d->mu);
+    if (d->quit) break;
+    seen = d->generation;
+    const dp_job job = d->job;
+    pthread_mutex_unlock(&d->mu);
+
+    wk->st = DT_OK;
+    wk->err[0] = '\0';
+    if (job == DP_JOB_REDUCE)
+      run_reduce(wk);
+    else if (wk->n > 0)
+      (job == DP_JOB_TRAIN ? run_train : run_forward)(wk);
+
+    pthread_mutex_lock(&d->mu);
+    if (--d->pending == 0) pthread_cond_signal(&d->done);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return NULL;
+}
+
+/* Runs job on every worker and waits for all of them. */
+static void dispatch(dt_dp *d, dp_job job) {
+  pthread_mutex_lock(&d->mu);
+  d->job = job;
+  d->pending = d->workers;
+  d->generation++;
+  pthread_cond_broadcast(&d->wake);
+  while (d->pending > 0) pthread_cond_wait(&d->done, &d->mu);
+  pthread_mutex_unlock(&d->mu);
+}
+
+/* OpenBLAS (OpenMP build, 0.3.21 here) keeps one global thread count: a call from a thread whose OpenMP
+ * setting differs rewrites it, and once it is 1 every later call from any thread stays single-threaded
+ * (num_cpu_avail returns 1 before looking at the caller's setting). Concurrent multi-threaded calls from
+ * several non-OpenMP threads also share one buffer set and wait for each other in a spinning loop unless
+ * OpenBLAS was built with NUM_PARALLEL. So with several workers BLAS is pinned to one thread while they
+ * run (each worker's GEMMs run on its own thread, in parallel with the others'), and the caller's budget
+ * is restored afterwards so the single-process path keeps its threads. One worker changes nothing. */
+static void set_blas_for_workers(const dt_dp *d, int on) {
+  if (!d->blas_pinned) return;
+  openblas_set_num_threads(on ? 1 : dt_get_threads());
+}
+
+static dt_status first_error(const dt_dp *d, const char *what) {
+  for (int w = 0; w < d->workers; w++)
+    if (d->w[w].st != DT_OK)
+      return dt_error(d->w[w].st, "%s: worker %d (samples %d..%d): %s", what, w, d->w[w].lo,
+                      d->w[w].lo + d->w[w].n - 1, d->w[w].err);
+  return DT_OK;
+}
+
+static void stop_threads(dt_dp *d) {
+  pthread_mutex_lock(&d->mu);
+  d->quit = 1;
+  pthread_cond_broadcast(&d->wake);
+  pthread_mutex_unlock(&d->mu);
+  for (int w = 0; w < d->started; w++) pthread_join(d->w[w].thread, NULL);
+  d->started = 0;
+}
+
+void dt_dp_free(dt_dp *d) {
+  if (!d) return;
+  stop_threads(d);
+  for (int w = d->w ? d->workers - 1 : -1; w >= 0; w--) {
+    dt_free(d->w[w].dlogits);
+    dt_model_ctx_free(d->w[w].ctx);
+  }
+  dt_free(d->w);
+  pthread_cond_destroy(&d->done);
+  pthread_cond_destroy(&d->wake);
+  pthread_mutex_destroy(&d->mu);
+  dt_free(d);
+}
+
+dt_status dt_dp_new(dt_model *m, int workers, int max_batch, dt_dp **out) {
+  if (!m || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_new: NULL argument");
+  if (workers < 1 || workers > DP_MAX_WORKERS)
+    return dt_error(DT_INVALID_ARGUMENT, "dt_dp_new: workers %d, expected 1..%d", workers, DP_MAX_WORKERS);
+  if (max_batch < 1) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_new: max_batch %d, expected >= 1", max_batch);
+  size_t n_params = 0;
+  float *grads = dt_model_grads(m, &n_params);
+  if (!grads && n_params) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_new: the model has no gradient arena");
+  const int classes = dt_model_output_size(m);
+  if (classes < 1) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_new: the model has no output; build it first");
+
+  dt_dp *d = NULL;
+  dt_status st = dt_alloc_array(1, sizeof *d, "dt_dp", (void **)&d);
+  if (st != DT_OK) return st;
+  d->m = m;
+  d->workers = workers;
+  d->max_batch = max_batch;
+  d->max_slice = (max_batch + workers - 1) / workers;
+  d->classes = classes;
+  int ndim = 0;
+  const int64_t *shape = dt_model_input_shape(m, &ndim);
+  d->sample_numel = 1;
+  for (int i = 0; i < ndim; i++) d->sample_numel *= (size_t)shape[i];
+  d->n_params = n_params;
+  d->grads = grads;
+  const int budget = dt_get_threads();
+  d->omp_threads = budget / workers > 1 ? budget / workers : 1;
+  d->blas_pinned = workers > 1;
+  pthread_mutex_init(&d->mu, NULL);
+  pthread_cond_init(&d->wake, NULL);
+  pthread_cond_init(&d->done, NULL);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)workers, sizeof *d->w, "dt_dp workers", (void **)&d->w), st, fail);
+  for (int w = 0; w < workers; w++) {
+    dp_worker *wk = &d->w[w];
+    wk->d = d;
+    wk->index = w;
+    /* Only worker 0's training forwards update the BN running statistics, from its slice alone: what
+     * nn.DataParallel gives, where each replica updates its own copy of the buffers and only the first
+     * replica's (device 0's) are the module's afterwards. */
+    DT_CHECK_GOTO(dt_model_ctx_new(m, d->max_slice, w == 0, &wk->ctx), st, fail);
+    /* Distinct dropout masks per worker; worker 0 draws what the model's own context draws at stream 0. */
+    dt_model_ctx_set_rng_stream(wk->ctx, (uint64_t)w);
+    DT_CHECK_GOTO(dt_alloc_array((size_t)d->max_slice * (size_t)classes, sizeof(float), "dt_dp dlogits",
+                                 (void **)&wk->dlogits),
+                  st, fail);
+  }
+  for (int w = 0; w < workers; w++) {
+    int rc = pthread_create(&d->w[w].thread, NULL, worker_main, &d->w[w]);
+    if (rc != 0) {
+      st = dt_error(DT_INTERNAL, "dt_dp_new: starting worker thread %d of %d: %s", w, workers, strerror(rc));
+      goto fail;
+    }
+    d->started++;
+  }
+  DT_LOG_INFO("dp", "%d worker(s), slices up to %d of %d, %d OpenMP thread(s) each, BLAS %s", workers,
+              d->max_slice, max_batch, d->omp_threads, d->blas_pinned ? "single-threaded per worker" : "as set");
+  *out = d;
+  return DT_OK;
+fail:
+  dt_dp_free(d);
+  return st;
+}
+
+static dt_status check_batch(const dt_dp *d, const char *what, int batch) {
+  if (batch < 1 || batch > d->max_batch)
+    return dt_error(DT_INVALID_ARGUMENT, "%s: batch %d outside 1..%d (max_batch of dt_dp_new)", what, batch,
+                    d->max_batch);
+  return DT_OK;
+}
+
+static void set_slices(dt_dp *d, int batch) {
+  for (int w = 0; w < d->workers; w++) slice_of(batch, d->workers, w, &d->w[w].lo, &d->w[w].n);
+}
+
+dt_status dt_dp_train_step(dt_dp *d, const float *x, const int32_t *y, int batch, float eps, float *loss,
+                           int64_t *top1, int64_t *top5) {
+  if (!d || !x || !y) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_train_step: NULL argument");
+  DT_CHECK(check_batch(d, "dt_dp_train_step", batch));
+  set_slices(d, batch);
+  d->x = x;
+  d->y = y;
+  d->batch = batch;
+  d->eps = eps;
+  set_blas_for_workers(d, 1);
+  dispatch(d, DP_JOB_TRAIN);
+  dt_status st = first_error(d, "dt_dp_train_step");
+  if (st == DT_OK) dispatch(d, DP_JOB_REDUCE); /* the model's gradients change only when every slice ran */
+  set_blas_for_workers(d, 0);
+  if (st != DT_OK) return st;
+  double loss_sum = 0.0; /* sum of slice mean * slice size: the whole batch's mean times batch */
+  int64_t t1 = 0, t5 = 0;
+  for (int w = 0; w < d->workers; w++) {
+    if (d->w[w].n == 0) continue;
+    loss_sum += (double)d->w[w].loss * d->w[w].n;
+    t1 += d->w[w].top1;
+    t5 += d->w[w].top5;
+  }
+  if (loss) *loss = (float)(loss_sum / batch);
+  if (top1) *top1 = t1;
+  if (top5) *top5 = t5;
+  return DT_OK;
+}
+
+dt_status dt_dp_forward(dt_dp *d, const float *x, int batch, float *out) {
+  if (!d || !x || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_forward: NULL argument");
+  DT_CHECK(check_batch(d, "dt_dp_forward", batch));
+  set_slices(d, batch);
+  d->x = x;
+  d->out = out;
+  d->batch = batch;
+  set_blas_for_workers(d, 1);
+  dispatch(d, DP_JOB_FORWARD);
+  set_blas_for_workers(d, 0);
+  return first_error(d, "dt_dp_forward");
+}

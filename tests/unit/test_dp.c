@@ -1,0 +1,335 @@
+/* Tests of DataParallel (dt_dp): equivalence with whole-batch training, slicing, inference, BN buffers, errors, threads. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/impl.h"
+#include "dtrain/parallel.h"
+#include "harness.h"
+
+#define CLASSES 10
+#define MAX_BATCH 8
+static const int64_t SAMPLE[3] = {1, 8, 8}; /* (C, H, W) */
+#define SAMPLE_NUMEL 64
+
+typedef enum model_kind { MLP, MLP_DROPOUT, CONV, CONV_BN } model_kind;
+
+static dt_status build_model(model_kind kind, int max_batch, dt_model **out) {
+  dt_model *m = NULL;
+  dt_status st = DT_OK;
+  if (kind == MLP || kind == MLP_DROPOUT) {
+    static const int hidden[] = {32, 16};
+    dt_zoo_config cfg = {.sample_shape = {1, 8, 8}, .classes = CLASSES, .hidden = hidden, .n_hidden = 2,
+                         .dropout = kind == MLP_DROPOUT ? 0.3f : 0.0f};
+    DT_CHECK_GOTO(dt_model_zoo_new("mlp", &cfg, &m), st, fail);
+  } else {
+    DT_CHECK_GOTO(dt_model_new(3, SAMPLE, &m), st, fail);
+    DT_CHECK_GOTO(dt_model_add_conv2d(m, "conv", 4, 3, 1, 1, 1), st, fail); /* (4, 8, 8) */
+    if (kind == CONV_BN) DT_CHECK_GOTO(dt_model_add_batchnorm2d(m, "bn", 1e-5f, 0.1f), st, fail);
+    DT_CHECK_GOTO(dt_model_add_activation(m, "relu", DT_RELU), st, fail);
+    DT_CHECK_GOTO(dt_model_add_maxpool2d(m, "pool", 2, 2, 0), st, fail); /* (4, 4, 4) */
+    DT_CHECK_GOTO(dt_model_add_flatten(m, "flat"), st, fail);
+    DT_CHECK_GOTO(dt_model_add_linear(m, "fc", CLASSES, 1), st, fail);
+  }
+  DT_CHECK_GOTO(dt_model_build(m, max_batch, 1234), st, fail);
+  *out = m;
+  return DT_OK;
+fail:
+  dt_model_free(m);
+  return st;
+}
+
+/* x (n, 64) uniform in [-1, 1), labels below CLASSES; a different draw for each seed. */
+static void make_batch(float *x, int32_t *y, int n, uint64_t seed) {
+  dt_rng r;
+  dt_rng_init(&r, seed, 7);
+  for (int i = 0; i < n * SAMPLE_NUMEL; i++) x[i] = dt_rng_uniform_range(&r, -1, 1);
+  for (int i = 0; i < n; i++) y[i] = (int32_t)dt_rng_below(&r, CLASSES);
+}
+
+/* One plain step on the model's own context: zero, forward, loss, backward. */
+static dt_status plain_step(dt_model *m, const float *x, const int32_t *y, int batch, float *loss, int64_t *top1) {
+  float dlogits[MAX_BATCH * CLASSES];
+  const float *logits = NULL;
+  dt_model_zero_grad(m);
+  DT_CHECK(dt_model_forward(m, x, batch, &logits));
+  DT_CHECK(dt_loss_cross_entropy(logits, y, batch, CLASSES, 0.1f, loss, dlogits));
+  dt_topk_correct(logits, y, batch, CLASSES, 1, top1, NULL);
+  return dt_model_backward(m, dlogits);
+}
+
+/* max |a - b| over max |b|: the error relative to the tensor's scale. */
+static double rel_diff(const float *a, const float *b, size_t n) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < n; i++) {
+    err = fmax(err, fabs((double)a[i] - b[i]));
+    scale = fmax(scale, fabs((double)b[i]));
+  }
+  return err / fmax(scale, 1e-30);
+}
+
+/* Trains two copies of the model 5 SGD (momentum) steps, one plainly and one with `workers` DP workers, on
+ * batches of `batch`; returns the largest relative parameter difference (or -1 on a failed call). With
+ * bitwise set, every loss must match exactly too. */
+static double train_both(int *dt_test_failed_, model_kind kind, int workers, int batch, int bitwise) {
+  dt_model *a = NULL, *b = NULL;
+  dt_dp *dp = NULL;
+  dt_optim *oa = NULL, *ob = NULL;
+  double worst = -1;
+  dt_optim_config oc;
+  dt_optim_config_default(DT_OPTIM_SGD, &oc);
+  oc.momentum = 0.9f;
+  if (build_model(kind, MAX_BATCH, &a) != DT_OK || build_model(kind, MAX_BATCH, &b) != DT_OK ||
+      dt_dp_new(b, workers, MAX_BATCH, &dp) != DT_OK || dt_optim_new(&oc, dt_model_num_params(a), &oa) != DT_OK ||
+      dt_optim_new(&oc, dt_model_num_params(b), &ob) != DT_OK) {
+    fprintf(stderr, "  setup failed: %s\n", dt_last_error());
+    *dt_test_failed_ = 1;
+    goto done;
+  }
+  size_t n = 0;
+  float *pa = dt_model_params(a, &n), *pb = dt_model_params(b, NULL);
+  float *ga = dt_model_grads(a, NULL), *gb = dt_model_grads(b, NULL);
+  worst = 0;
+  for (int step = 0; step < 5; step++) {
+    float x[MAX_BATCH * SAMPLE_NUMEL];
+    int32_t y[MAX_BATCH];
+    make_batch(x, y, batch, 100 + (uint64_t)step);
+    float la = 0, lb = 0;
+    int64_t t1a = -1, t1b = -1, t5b = -1;
+    dt_status sa = plain_step(a, x, y, batch, &la, &t1a);
+    dt_model_zero_grad(b);
+    dt_status sb = dt_dp_train_step(dp, x, y, batch, 0.1f, &lb, &t1b, &t5b);
+    if (sa != DT_OK || sb != DT_OK) {
+      fprintf(stderr, "  step %d: %s / %s: %s\n", step, dt_status_name(sa), dt_status_name(sb), dt_last_error());
+      *dt_test_failed_ = 1;
+      worst = -1;
+      goto done;
+    }
+    if (bitwise ? la != lb : fabs(la - lb) > 1e-5 * fabs(la)) {
+      fprintf(stderr, "  step %d: loss %.9g plain vs %.9g dp (workers %d)\n", step, la, lb, workers);
+      *dt_test_failed_ = 1;
+    }
+    if (t1a != t1b || t5b < t1b || t5b > batch) {
+      fprintf(stderr, "  step %d: top-1 %lld plain vs %lld dp, top-5 %lld\n", step, (long long)t1a,
+              (long long)t1b, (long long)t5b);
+      *dt_test_failed_ = 1;
+    }
+    if (dt_optim_step(oa, pa, ga, 0.1f) != DT_OK || dt_optim_step(ob, pb, gb, 0.1f) != DT_OK) {
+      *dt_test_failed_ = 1;
+      goto done;
+    }
+  }
+  worst = bitwise ? (memcmp(pa, pb, n * sizeof(float)) == 0 ? 0 : 1) : rel_diff(pb, pa, n);
+done:
+  dt_optim_free(ob);
+  dt_optim_free(oa);
+  dt_dp_free(dp);
+  dt_model_free(b);
+  dt_model_free(a);
+  return worst;
+}
+
+TEST(equivalent_to_whole_batch_mlp_and_conv) {
+  const model_kind kinds[] = {MLP, CONV};
+  const int workers[] = {2, 3};
+  for (int k = 0; k < 2; k++)
+    for (int w = 0; w < 2; w++) {
+      double rel = train_both(dt_test_failed_, kinds[k], workers[w], MAX_BATCH, 0);
+      if (*dt_test_failed_) FAIL_("model %d, workers %d: a step differed (above)", (int)kinds[k], workers[w]);
+      if (!(rel >= 0 && rel <= 1e-5)) FAIL_("model %d, workers %d: parameters differ by rel %.3g", (int)kinds[k],
+                                            workers[w], rel);
+    }
+}
+
+TEST(one_worker_is_plain_training_bit_for_bit) {
+  /* dropout too: worker 0 draws the masks of the model's own context (stream 0, same step count) */
+  const model_kind kinds[] = {MLP, CONV, MLP_DROPOUT, CONV_BN};
+  for (int k = 0; k < 4; k++) {
+    double diff = train_both(dt_test_failed_, kinds[k], 1, MAX_BATCH, 1);
+    if (*dt_test_failed_) FAIL_("model %d: a step differed (above)", (int)kinds[k]);
+    if (diff != 0) FAIL_("model %d: parameters are not bit-identical", (int)kinds[k]);
+  }
+}
+
+TEST(uneven_and_tiny_batches) {
+  const struct {
+    model_kind kind;
+    int workers, batch;
+  } cases[] = {{MLP, 3, 7}, {CONV, 3, 7}, {MLP, 4, 2}, {CONV, 4, 2}, {MLP, 5, 1}};
+  for (int c = 0; c < 5; c++) {
+    double rel = train_both(dt_test_failed_, cases[c].kind, cases[c].workers, cases[c].batch, 0);
+    if (*dt_test_failed_) FAIL_("case %d: a step differed (above)", c);
+    if (!(rel >= 0 && rel <= 1e-5)) FAIL_("case %d: parameters differ by rel %.3g", c, rel);
+  }
+}
+
+TEST(gradients_accumulate_into_the_arena) {
+  dt_model *m = NULL;
+  dt_dp *dp = NULL;
+  ASSERT_OK(build_model(MLP, MAX_BATCH, &m));
+  ASSERT_OK(dt_dp_new(m, 3, MAX_BATCH, &dp));
+  float x[MAX_BATCH * SAMPLE_NUMEL];
+  int32_t y[MAX_BATCH];
+  make_batch(x, y, MAX_BATCH, 5);
+  size_t n = 0;
+  float *g = dt_model_grads(m, &n);
+  dt_model_zero_grad(m);
+  ASSERT_OK(dt_dp_train_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL));
+  float *once = malloc(n * sizeof(float));
+  ASSERT(once);
+  memcpy(once, g, n * sizeof(float));
+  ASSERT_OK(dt_dp_train_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL)); /* no zero_grad: adds */
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < n; i++) {
+    err = fmax(err, fabs(g[i] - 2.0 * once[i]));
+    scale = fmax(scale, fabs(once[i]));
+  }
+  free(once);
+  dt_dp_free(dp);
+  dt_model_free(m);
+  ASSERT(scale > 0);
+  ASSERT(err <= 1e-6 * scale);
+}
+
+TEST(forward_equals_whole_batch_forward) {
+  const model_kind kinds[] = {MLP, CONV, CONV_BN};
+  for (int k = 0; k < 3; k++) {
+    for (int workers = 2; workers <= 3; workers++) {
+      dt_model *m = NULL;
+      dt_dp *dp = NULL;
+      ASSERT_OK(build_model(kinds[k], MAX_BATCH, &m));
+      ASSERT_OK(dt_dp_new(m, workers, MAX_BATCH, &dp));
+      dt_model_set_training(m, 0);
+      float x[MAX_BATCH * SAMPLE_NUMEL], out[MAX_BATCH * CLASSES];
+      int32_t y[MAX_BATCH];
+      const float *want = NULL;
+      for (int batch = 7; batch <= MAX_BATCH; batch++) {
+        make_batch(x, y, batch, 40 + (uint64_t)batch);
+        memset(out, 0xff, sizeof out); /* NaN: a row left unwritten fails */
+        ASSERT_OK(dt_dp_forward(dp, x, batch, out));
+        ASSERT_OK(dt_model_forward(m, x, batch, &want));
+        double rel = rel_diff(out, want, (size_t)batch * CLASSES);
+        if (!(rel <= 1e-6)) FAIL_("model %d, workers %d, batch %d: rel %.3g", (int)kinds[k], workers, batch, rel);
+      }
+      dt_dp_free(dp);
+      dt_model_free(m);
+    }
+  }
+}
+
+TEST(batchnorm_statistics_come_from_worker_0) {
+  dt_model *m = NULL, *ref = NULL, *whole = NULL;
+  dt_dp *dp = NULL;
+  ASSERT_OK(build_model(CONV_BN, MAX_BATCH, &m));
+  ASSERT_OK(build_model(CONV_BN, MAX_BATCH, &ref));
+  ASSERT_OK(build_model(CONV_BN, MAX_BATCH, &whole));
+  ASSERT_OK(dt_dp_new(m, 2, MAX_BATCH, &dp));
+  float x[MAX_BATCH * SAMPLE_NUMEL];
+  int32_t y[MAX_BATCH];
+  const float *logits;
+  for (int step = 0; step < 2; step++) {
+    make_batch(x, y, 7, 60 + (uint64_t)step); /* slices 4 and 3 */
+    ASSERT_OK(dt_dp_train_step(dp, x, y, 7, 0.0f, NULL, NULL, NULL));
+    ASSERT_OK(dt_model_forward(ref, x, 4, &logits)); /* worker 0's slice alone */
+    ASSERT_OK(dt_model_forward(whole, x, 7, &logits));
+  }
+  int irm, irv, inb;
+  ASSERT_OK(dt_model_find_tensor(m, "bn.running_mean", &irm));
+  ASSERT_OK(dt_model_find_tensor(m, "bn.running_var", &irv));
+  ASSERT_OK(dt_model_find_tensor(m, "bn.num_batches_tracked", &inb));
+  ASSERT_EQ(*(int64_t *)dt_model_tensor_data(m, inb), 2);
+  for (int t = 0; t < 2; t++) {
+    const int i = t ? irv : irm;
+    const float *got = dt_model_tensor_data(m, i), *want = dt_model_tensor_data(ref, i),
+                *all = dt_model_tensor_data(whole, i);
+    ASSERT(rel_diff(got, want, 4) <= 1e-6);
+    ASSERT(rel_diff(got, all, 4) > 1e-4); /* the whole batch's statistics would differ */
+  }
+  dt_dp_free(dp);
+  dt_model_free(whole);
+  dt_model_free(ref);
+  dt_model_free(m);
+}
+
+TEST(argument_errors) {
+  dt_model *m = NULL;
+  dt_dp *dp = NULL;
+  ASSERT_OK(build_model(MLP, MAX_BATCH, &m));
+  ASSERT_STATUS(dt_dp_new(m, 0, MAX_BATCH, &dp), DT_INVALID_ARGUMENT);
+  ASSERT(strstr(dt_last_error(), "workers 0"));
+  ASSERT_STATUS(dt_dp_new(m, -3, MAX_BATCH, &dp), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_dp_new(m, 2, 0, &dp), DT_INVALID_ARGUMENT);
+  ASSERT(strstr(dt_last_error(), "max_batch"));
+  ASSERT_STATUS(dt_dp_new(NULL, 2, MAX_BATCH, &dp), DT_INVALID_ARGUMENT);
+  ASSERT(dp == NULL);
+  ASSERT_OK(dt_dp_new(m, 3, MAX_BATCH, &dp));
+  float x[(MAX_BATCH + 1) * SAMPLE_NUMEL], out[(MAX_BATCH + 1) * CLASSES];
+  int32_t y[MAX_BATCH + 1];
+  make_batch(x, y, MAX_BATCH + 1, 9);
+  ASSERT_STATUS(dt_dp_train_step(dp, x, y, MAX_BATCH + 1, 0.0f, NULL, NULL, NULL), DT_INVALID_ARGUMENT);
+  ASSERT(strstr(dt_last_error(), "batch 9"));
+  ASSERT_STATUS(dt_dp_train_step(dp, x, y, 0, 0.0f, NULL, NULL, NULL), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_dp_forward(dp, x, MAX_BATCH + 1, out), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_dp_train_step(dp, NULL, y, 4, 0.0f, NULL, NULL, NULL), DT_INVALID_ARGUMENT);
+  /* A bad label in worker 2's slice: the error names the worker, and the gradients are left alone. */
+  size_t n = 0;
+  float *g = dt_model_grads(m, &n);
+  dt_model_zero_grad(m);
+  y[7] = CLASSES;
+  ASSERT_STATUS(dt_dp_train_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL), DT_INVALID_ARGUMENT);
+  ASSERT_MSG(strstr(dt_last_error(), "worker 2"), dt_last_error());
+  for (size_t i = 0; i < n; i++) ASSERT(g[i] == 0.0f);
+  y[7] = 0;
+  ASSERT_OK(dt_dp_train_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL)); /* and it recovers */
+  dt_dp_free(dp);
+  dt_dp_free(NULL);
+  dt_model_free(m);
+}
+
+static int thread_count(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  int n = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "Threads: %d", &n) == 1) break;
+  fclose(f);
+  return n;
+}
+
+TEST(no_thread_leak) {
+  dt_model *m = NULL;
+  ASSERT_OK(build_model(CONV, MAX_BATCH, &m));
+  float x[MAX_BATCH * SAMPLE_NUMEL];
+  int32_t y[MAX_BATCH];
+  make_batch(x, y, MAX_BATCH, 3);
+  /* a first round starts the OpenMP pool of this thread, which stays */
+  dt_model_zero_grad(m);
+  float loss;
+  int64_t t1;
+  ASSERT_OK(plain_step(m, x, y, MAX_BATCH, &loss, &t1));
+  const int before = thread_count();
+  ASSERT(before >= 1);
+  for (int i = 0; i < 50; i++) {
+    dt_dp *dp = NULL;
+    ASSERT_OK(dt_dp_new(m, 1 + i % 4, MAX_BATCH, &dp));
+    if (i % 5 == 0) ASSERT_OK(dt_dp_train_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL));
+    dt_dp_free(dp);
+  }
+  /* OpenMP pools of finished worker threads wind down on their own: allow them a moment */
+  int after = thread_count();
+  for (int t = 0; t < 100 && after > before; t++) {
+    nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    after = thread_count();
+  }
+  ASSERT_EQ(after, before);
+  dt_model_free(m);
+}
+
+TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(one_worker_is_plain_training_bit_for_bit),
+          TEST_ENTRY(uneven_and_tiny_batches), TEST_ENTRY(gradients_accumulate_into_the_arena),
+          TEST_ENTRY(forward_equals_whole_batch_forward), TEST_ENTRY(batchnorm_statistics_come_from_worker_0),
+          TEST_ENTRY(argument_errors), TEST_ENTRY(no_thread_leak))
