@@ -179,13 +179,16 @@ static void dispatch(dt_dp *d, dp_job job) {
   pthread_mutex_unlock(&d->mu);
 }
 
-/* OpenBLAS (OpenMP build, 0.3.21 here) keeps one global thread count: a call from a thread whose OpenMP
- * setting differs rewrites it, and once it is 1 every later call from any thread stays single-threaded
- * (num_cpu_avail returns 1 before looking at the caller's setting). Concurrent multi-threaded calls from
- * several non-OpenMP threads also share one buffer set and wait for each other in a spinning loop unless
- * OpenBLAS was built with NUM_PARALLEL. So with several workers BLAS is pinned to one thread while they
- * run (each worker's GEMMs run on its own thread, in parallel with the others'), and the caller's budget
- * is restored afterwards so the single-process path keeps its threads. One worker changes nothing. */
+/* BLAS threads. OpenBLAS (OpenMP build, 0.3.21 here) takes its thread count from its own global setting,
+ * not from the calling thread's OpenMP setting: measured, a pthread that set omp_set_num_threads(1) still
+ * ran a 1024^3 sgemm on 2 threads (CPU/wall 1.94) with the global count at 2. So each worker calling BLAS
+ * would use the whole budget, workers x budget threads in all, and concurrent multi-threaded calls from
+ * several non-OpenMP threads share OpenBLAS's buffer sets, where a caller finding none free waits in a
+ * spinning loop (unless OpenBLAS was built with NUM_PARALLEL). The safe choice: with several workers BLAS
+ * is pinned to one thread while they run (each worker's GEMMs run on its own thread, side by side with the
+ * others'), and the budget is restored afterwards for the single-process path. One worker changes nothing.
+ * The cost: with budget > workers, each worker's BLAS calls use one thread while its own loops use
+ * budget / workers. */
 static void set_blas_for_workers(const dt_dp *d, int on) {
   if (!d->blas_pinned) return;
   openblas_set_num_threads(on ? 1 : dt_get_threads());
