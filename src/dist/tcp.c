@@ -477,6 +477,87 @@ static int ring_rs_steps(tcp_backend *b, const dt_coll *c, const char *send, cha
   return n - 1;
 }
 
+/* Sends src (sbytes) to peer while receiving rbytes from it: into dst, or,
+ * with a set, segment by segment into tmp and then dst = op(a, arriving)
+ * (operands in rank order, lower rank's first). Data on a ring neighbour's
+ * link waits for the signature on that link. */
+static dt_status exchange(tcp_backend *b, cstate *cs, int peer, const char *src, size_t sbytes, char *dst,
+                          const char *a, size_t rbytes) {
+  const dt_coll *c = cs->c;
+  size_t es = dt_dtype_size(c->dtype), rdone = 0;
+  int spin = c->count * es <= SPIN_MAX_BYTES, lower = peer < b->base.rank;
+  io_op so = {peer, 1, (char *)src, sbytes, 0}, ro = {peer, 0, NULL, 0, 0};
+  for (;;) {
+    int moved = 0;
+    DT_CHECK(sig_io(b, cs, &moved));
+    int s_ok = peer != cs->sig_out.peer || cs->sig_out.done == cs->sig_out.len;
+    int r_ok = peer != cs->sig_in.peer || cs->sig_in.done == cs->sig_in.len;
+    if (s_ok && so.done < so.len) DT_CHECK(op_io(b, &so, &moved));
+    while (r_ok && rdone < rbytes) {
+      if (!a) { /* straight into place: one call takes whatever has arrived */
+        ro.buf = dst, ro.len = rbytes, ro.done = rdone;
+        DT_CHECK(op_io(b, &ro, &moved));
+        rdone = ro.done;
+        break;
+      }
+      if (ro.len == 0) ro.buf = b->tmp, ro.len = rbytes - rdone < SEG_BYTES ? rbytes - rdone : SEG_BYTES, ro.done = 0;
+      DT_CHECK(op_io(b, &ro, &moved));
+      if (ro.done < ro.len) break;
+      size_t k = ro.len / es;
+      if (lower)
+        dt_reduce_pair(dst + rdone, b->tmp, a + rdone, k, c->dtype, c->op);
+      else
+        dt_reduce_pair(dst + rdone, a + rdone, b->tmp, k, c->dtype, c->op);
+      rdone += ro.len, ro.len = 0;
+    }
+    if (so.done == so.len && rdone == rbytes) return DT_OK;
+    if (atomic_load(&b->base.aborted)) return dt_error(DT_INTERRUPTED, "tcp backend aborted");
+    if (moved) continue;
+    io_op *active[4];
+    int na = 0;
+    if (rdone < rbytes) active[na++] = &ro; /* first: a timeout blames whom we wait for */
+    if (cs->sig_in.done < cs->sig_in.len) active[na++] = &cs->sig_in;
+    if (cs->sig_out.done < cs->sig_out.len) active[na++] = &cs->sig_out;
+    if (so.done < so.len && s_ok) active[na++] = &so;
+    DT_CHECK(wait_ops(b, active, na, c->deadline, spin));
+  }
+}
+
+/* Rabenseifner's all-reduce for a power-of-two world: recursive halving
+ * reduce-scatter (round k exchanges half of what remains with rank r ^ 2^k)
+ * then recursive doubling all-gather in the reverse order. log2(n) rounds
+ * each way instead of the ring's n - 1, the same bytes: far fewer hand-offs
+ * when ranks outnumber cores. Each element's result is computed on one rank,
+ * so every rank ends with the same bits. */
+static dt_status rab_allreduce(tcp_backend *b, cstate *cs) {
+  const dt_coll *c = cs->c;
+  int r = b->base.rank, n = b->base.size, rounds = 0;
+  size_t es = dt_dtype_size(c->dtype), lo[32], cnt[32]; /* range held before each round, elements */
+  char *out = c->recv;
+  const char *in = c->send;
+  size_t l = 0, m = c->count;
+  for (int mask = 1; mask < n; mask <<= 1, rounds++) {
+    int peer = r ^ mask;
+    size_t half = m / 2, keep_lo, keep_n, give_lo, give_n;
+    if (r < peer) keep_lo = l, keep_n = half, give_lo = l + half, give_n = m - half;
+    else give_lo = l, give_n = half, keep_lo = l + half, keep_n = m - half;
+    lo[rounds] = l, cnt[rounds] = m;
+    /* Round 0 reads the input; later rounds the partials already in out. */
+    const char *src = rounds == 0 ? in : out;
+    DT_CHECK(exchange(b, cs, peer, src + give_lo * es, give_n * es, out + keep_lo * es, src + keep_lo * es,
+                      keep_n * es));
+    l = keep_lo, m = keep_n;
+  }
+  for (int k = rounds - 1; k >= 0; k--) {
+    int peer = r ^ (1 << k);
+    /* The partner holds the rest of the range this rank held before round k. */
+    size_t plo = l == lo[k] ? lo[k] + m : lo[k], pn = cnt[k] - m;
+    DT_CHECK(exchange(b, cs, peer, out + l * es, m * es, out + plo * es, NULL, pn * es));
+    l = lo[k], m = cnt[k];
+  }
+  return DT_OK;
+}
+
 /* ---- collectives ----------------------------------------------------------- */
 
 static dt_status tcp_allreduce(dt_backend *base, const dt_coll *c) {
@@ -494,6 +575,8 @@ static dt_status tcp_allreduce(dt_backend *base, const dt_coll *c) {
   if (bytes <= SMALL_BYTES) {
     if (c->send != c->recv && bytes) memcpy(c->recv, c->send, bytes);
     st = rd_allreduce(b, &cs, c->recv, bytes, 1);
+  } else if ((n & (n - 1)) == 0) {
+    st = rab_allreduce(b, &cs);
   } else {
     pstep *ss = b->steps, *rs = b->steps + 2 * n;
     char *out = c->recv;
