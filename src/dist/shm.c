@@ -518,13 +518,18 @@ static dt_status open_segment(shm_backend *b, const dt_backend_ctx *ctx, const c
 }
 
 static dt_status create_segment(shm_backend *b, const dt_backend_ctx *ctx, const char *key) {
-  int fd = shm_open(b->name, O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0 && errno == EEXIST) {
-    /* Left by a killed run with the same tag (we unlink as soon as all ranks
-     * have mapped, so only a crash during setup leaves one behind). */
-    DT_LOG_WARN("shm", "removing stale shared-memory segment %s", b->name);
-    shm_unlink(b->name);
+  /* The name only travels through this job's store, so it can be unique to
+   * this creation: the creator's pid and a nonce follow the tag and prefix
+   * hash. Two jobs with the same tag and prefix (e.g. both without a run id)
+   * then never meet in one segment, and nothing of another job's is ever
+   * unlinked. A name that exists anyway is left alone and another is tried. */
+  size_t stem = strlen(b->name);
+  int fd = -1;
+  for (int attempt = 0; attempt < 8 && fd < 0; attempt++) {
+    uint64_t nonce = fnv1a(b->name) ^ (uint64_t)(dt_time_now() * 1e9) ^ ((uint64_t)attempt << 40);
+    snprintf(b->name + stem, sizeof b->name - stem, "-%d-%08x", (int)getpid(), (unsigned)(nonce ^ (nonce >> 32)));
     fd = shm_open(b->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0) return dt_error(DT_IO, "shm: create %s: %s", b->name, strerror(errno));
   dt_status st = DT_OK;
@@ -633,8 +638,9 @@ dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out) {
   b->base.global = b->global;
   for (int j = 0; j < ctx->size; j++) b->global[j] = ctx->global[j], b->pidfd[j] = -1;
 
-  /* "/dt-<tag>-<hash of prefix>": the tag makes stale segments attributable
-   * to a job, the hash separates groups and restarts. */
+  /* "/dt-<tag>-<hash of prefix>" (rank 0 appends its pid and a nonce): the
+   * tag makes a segment attributable to a job, the hash separates groups and
+   * restarts. */
   char tag[41];
   const char *t = ctx->job_tag ? ctx->job_tag : "job";
   size_t tl = 0;

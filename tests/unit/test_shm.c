@@ -465,6 +465,90 @@ TEST(setup_timeout_leaves_nothing_behind) {
   ASSERT_EQ(shm_leftovers(), 0);
 }
 
+/* Two jobs on one host with the same job tag and store prefix (two jobs
+ * launched without a run id, both "default"): the second job's rank 0 must not
+ * take over the first job's segment while the first job is still setting up,
+ * and neither job's ranks may end up in the other's segment. */
+static int collision_rank(int port, const char *prefix, int rank, float value) {
+  alarm(60);
+  dt_store *store = NULL;
+  if (dt_store_connect("127.0.0.1", port, "t", 10, &store) != DT_OK) return 90;
+  int global[2] = {0, 1};
+  dt_backend_ctx ctx = {.store = store, .prefix = prefix, .job_tag = job_tag, .rank = rank, .size = 2,
+                        .global = global, .timeout_s = 3, .host_addr = "127.0.0.1"};
+  dt_backend *b = NULL;
+  dt_status st = dt_backend_shm_new(&ctx, &b);
+  if (st != DT_OK) {
+    fprintf(stderr, "job %g rank %d: shm setup: %s %s\n", value, rank, dt_status_name(st), dt_last_error());
+    dt_store_close(store);
+    return 100 + (int)st;
+  }
+  float x[64];
+  for (int i = 0; i < 64; i++) x[i] = value;
+  dt_coll c = {.kind = DT_COLL_ALLREDUCE, .seq = 1, .send = x, .recv = x, .count = 64, .dtype = DT_F32,
+               .op = DT_SUM, .deadline = dt_time_now() + 5};
+  st = dt_backend_run(b, &c);
+  int code = 0;
+  if (st != DT_OK) {
+    fprintf(stderr, "job %g rank %d: allreduce: %s %s\n", value, rank, dt_status_name(st), dt_last_error());
+    code = 100 + (int)st;
+  } else {
+    for (int i = 0; i < 64 && !code; i++)
+      if (x[i] != 2 * value) {
+        fprintf(stderr, "job %g rank %d: element %d is %g, expected %g (another job's data)\n", value, rank, i,
+                x[i], 2 * value);
+        code = 1;
+      }
+  }
+  b->ops->destroy(b);
+  dt_store_close(store);
+  return code;
+}
+
+/* Waits (up to 10 s) until key exists in the store at port. */
+static int key_appears(int port, const char *key) {
+  dt_store *s = NULL;
+  if (dt_store_connect("127.0.0.1", port, "t", 10, &s) != DT_OK) return 0;
+  dt_status st = dt_store_wait(s, &key, 1, 10);
+  dt_store_close(s);
+  return st == DT_OK;
+}
+
+TEST(two_jobs_with_the_same_tag_keep_their_own_segments) {
+  dt_store_server *other = NULL;
+  ASSERT_EQ(dt_store_server_start("127.0.0.1", 0, "t", &other), DT_OK);
+  int ports[2] = {server_port, dt_store_server_port(other)};
+  char prefix[128], key[160];
+  snprintf(prefix, sizeof prefix, "test/%d/collide/shm", (int)getpid());
+  snprintf(key, sizeof key, "%s/shm/segment", prefix);
+  pid_t pids[4]; /* job 0 rank 0, job 1 rank 0, job 0 rank 1, job 1 rank 1 */
+  int n = 0, ok = 1;
+  fflush(stdout);
+  fflush(stderr);
+  /* Rank 0 of each job creates its segment (and waits for its rank 1), one after the other. */
+  for (int job = 0; job < 2 && ok; job++) {
+    pid_t p = fork();
+    if (p == 0) _exit(collision_rank(ports[job], prefix, 0, job ? 100.0f : 1.0f));
+    pids[n++] = p;
+    ok = key_appears(ports[job], key);
+  }
+  for (int job = 0; job < 2 && ok; job++) {
+    pid_t p = fork();
+    if (p == 0) _exit(collision_rank(ports[job], prefix, 1, job ? 100.0f : 1.0f));
+    pids[n++] = p;
+  }
+  int codes[4] = {-1, -1, -1, -1};
+  for (int i = 0; i < n; i++) {
+    int status;
+    waitpid(pids[i], &status, 0); /* each child has alarm(60) */
+    codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 200 + WTERMSIG(status);
+  }
+  dt_store_server_stop(other);
+  ASSERT(ok);
+  for (int i = 0; i < 4; i++) ASSERT_EQ(codes[i], 0);
+  ASSERT_EQ(shm_leftovers(), 0);
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 static const dt_test_case cases[] = {
@@ -475,6 +559,7 @@ static const dt_test_case cases[] = {
     TEST_ENTRY(mismatched_collective_is_detected),
     TEST_ENTRY(abort_from_another_thread_interrupts),
     TEST_ENTRY(setup_timeout_leaves_nothing_behind),
+    TEST_ENTRY(two_jobs_with_the_same_tag_keep_their_own_segments),
 };
 
 int main(int argc, char **argv) {
