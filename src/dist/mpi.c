@@ -31,6 +31,12 @@ typedef struct mpi_backend {
   dt_backend base;
   MPI_Comm comm;
   int *counts, *displs; /* per-rank block sizes for allgatherv / reduce_scatter */
+  /* Signature exchange buffers. They live here, not on the stack: a request
+   * abandoned at a deadline may still be written by MPI later, so after such
+   * a failure (mpi_dirty) the backend is never freed. */
+  int64_t sig_v[12], sig_r[12];
+  dt_coll_sig sig_mine;
+  dt_coll_sig *sig_all; /* size entries: every rank's signature, gathered on a mismatch */
 } mpi_backend;
 
 /* Process-wide MPI state: initialised once by us (or by the program), finalised
@@ -130,28 +136,28 @@ static dt_status mpi_wait(mpi_backend *b, MPI_Request *req, const dt_coll *c) {
   }
 }
 
-/* Every rank's signature must equal rank 0's: one small all-reduce of
- * (sig, -sig) with MAX gives the largest and the smallest of each field. */
+/* Every rank's signature must be the same: one small all-reduce of
+ * (sig, -sig) with MAX gives the largest and the smallest of each field. All
+ * ranks see the same result, so on a mismatch all of them gather every
+ * signature and name the first rank whose collective differs from theirs. */
 static dt_status check_sig(mpi_backend *b, const dt_coll *c) {
-  dt_coll_sig s;
-  dt_coll_sig_make(c, &s);
-  int64_t v[12] = {(int64_t)s.seq, (int64_t)s.count, s.kind, s.dtype, s.op, s.root};
+  dt_coll_sig *s = &b->sig_mine;
+  dt_coll_sig_make(c, s);
+  int64_t *v = b->sig_v, *r = b->sig_r;
+  v[0] = (int64_t)s->seq, v[1] = (int64_t)s->count, v[2] = s->kind, v[3] = s->dtype, v[4] = s->op, v[5] = s->root;
   for (int i = 0; i < 6; i++) v[6 + i] = -v[i];
-  int64_t r[12];
   MPI_Request req;
   MPI_Iallreduce(v, r, 12, MPI_INT64_T, MPI_MAX, b->comm, &req);
   DT_CHECK(mpi_wait(b, &req, c));
-  for (int i = 0; i < 6; i++)
-    if (r[i] != -r[6 + i]) {
-      dt_coll_sig other = {.seq = (uint64_t)(r[0] == v[0] ? -r[6] : r[0]),
-                           .count = (uint64_t)(r[1] == v[1] ? -r[7] : r[1]),
-                           .kind = (uint32_t)(r[2] == v[2] ? -r[8] : r[2]),
-                           .dtype = (uint32_t)(r[3] == v[3] ? -r[9] : r[3]),
-                           .op = (uint32_t)(r[4] == v[4] ? -r[10] : r[4]),
-                           .root = (int32_t)(r[5] == v[5] ? -r[11] : r[5])};
-      return dt_coll_sig_check(&s, &other, -1);
-    }
-  return DT_OK;
+  int same = 1;
+  for (int i = 0; i < 6; i++) same &= r[i] == -r[6 + i];
+  if (same) return DT_OK;
+  MPI_Iallgather(s, (int)sizeof *s, MPI_BYTE, b->sig_all, (int)sizeof *s, MPI_BYTE, b->comm, &req);
+  DT_CHECK(mpi_wait(b, &req, c));
+  for (int j = 0; j < b->base.size; j++)
+    if (j != b->base.rank && memcmp(&b->sig_all[j], s, sizeof *s) != 0)
+      return dt_coll_sig_check(s, &b->sig_all[j], b->base.global[j]);
+  return dt_error(DT_MISMATCH, "collective #%llu: ranks issued different collectives", (unsigned long long)s->seq);
 }
 
 static void blocks(mpi_backend *b, size_t count) {
@@ -221,9 +227,10 @@ static dt_status mpi_reduce_scatter(dt_backend *base, const dt_coll *c) {
   MPI_Request req;
   MPI_Ireduce_scatter(c->send, out, b->counts, mpi_type(c->dtype), mpi_op(c->dtype, c->op), b->comm, &req);
   dt_status st = mpi_wait(b, &req, c);
-  if (st == DT_OK && tmp) memcpy(c->recv, tmp, len * es);
+  if (st != DT_OK) return st; /* tmp stays allocated: the abandoned request may still write it */
+  if (tmp) memcpy(c->recv, tmp, len * es);
   dt_free(tmp);
-  return st;
+  return DT_OK;
 }
 
 static dt_status mpi_barrier(dt_backend *base, const dt_coll *c) {
@@ -239,9 +246,13 @@ static void mpi_abort_op(dt_backend *base) { atomic_store(&base->aborted, 1); }
 static void mpi_destroy(dt_backend *base) {
   mpi_backend *b = (mpi_backend *)base;
   if (!b) return;
+  /* A request left behind at a deadline or abort may still read counts and
+   * write the signature buffers: leave all of it allocated. */
+  if (mpi_dirty) return;
   int fin = 0;
   MPI_Finalized(&fin);
-  if (!fin && !mpi_dirty && b->comm != MPI_COMM_NULL) MPI_Comm_free(&b->comm);
+  if (!fin && b->comm != MPI_COMM_NULL) MPI_Comm_free(&b->comm);
+  dt_free(b->sig_all);
   dt_free(b->counts);
   dt_free(b->displs);
   dt_free((void *)b->base.global);
@@ -274,6 +285,7 @@ dt_status dt_backend_mpi_new(const dt_backend_ctx *ctx, dt_backend **out) {
   b->base.global = global;
   DT_CHECK_GOTO(dt_alloc_array((size_t)size, sizeof(int), "mpi counts", (void **)&b->counts), st, fail);
   DT_CHECK_GOTO(dt_alloc_array((size_t)size, sizeof(int), "mpi displacements", (void **)&b->displs), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)size, sizeof *b->sig_all, "mpi signatures", (void **)&b->sig_all), st, fail);
   if (MPI_Comm_dup(MPI_COMM_WORLD, &b->comm) != MPI_SUCCESS) {
     st = dt_error(DT_IO, "MPI_Comm_dup failed");
     goto fail;
