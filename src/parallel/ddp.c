@@ -1,0 +1,599 @@
+/* DDP: one process per worker; gradients all-reduced in buckets while backward still runs (PyTorch's reducer). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/impl.h"
+#include "dtrain/core.h"
+#include "dtrain/parallel.h"
+#include "parallel/parallel-impl.h"
+
+/* A trainable tensor, in arena order (the arena holds the last layer first). */
+typedef struct ddp_tensor {
+  size_t off, numel; /* elements of the gradient arena */
+  int index;         /* dt_model_tensor_info index (for its name) */
+  int bucket;
+} ddp_tensor;
+
+/* A contiguous slice of the gradient arena, made of whole tensors. */
+typedef struct ddp_bucket {
+  size_t off, count; /* elements */
+  int first, n;      /* its tensors: tensors[first .. first + n) */
+  size_t ready;      /* elements whose gradient is final this step */
+  int launched;
+  dt_work *work;     /* NULL before launch, or if the launch itself failed */
+  uint16_t *stage;   /* (count) bf16/f16 copy for a compression hook, else NULL */
+} ddp_bucket;
+
+struct dt_ddp {
+  dt_model *m;
+  dt_group *g;
+  dt_ddp_config cfg;
+  int rank, world;
+  float *grads;      /* (n_params) the model's gradient arena */
+  size_t n_params;
+
+  ddp_tensor *tensors; /* (n_tensors) trainable tensors sorted by offset */
+  int n_tensors;
+  unsigned char *ready; /* (n_tensors) gradient final this step */
+  ddp_bucket *buckets;
+  int n_buckets;
+  uint16_t *stage;    /* (n_params) staging arena of the compression hooks */
+
+  int sync;           /* 0: no_sync (gradients accumulate locally) */
+  int next_launch;    /* buckets launch strictly in index order: the same order on every rank */
+  int first_pending;  /* launched buckets before this one were seen complete */
+  dt_status late;     /* first failure met inside a gradient-ready event, reported by finish */
+  char late_msg[512];
+
+  /* trace of the current / last step (dt_ddp_get_trace) */
+  double *launch_s, *done_s, *event_s; /* (n_buckets), (n_buckets), (n_tensors) */
+  size_t *event_off;
+  int n_events, done_at_last_event;
+  int fresh; /* the next gradient-ready event starts a step: restart the trace */
+
+  dt_ddp_stats stats;
+};
+
+void dt_ddp_config_default(dt_ddp_config *c) {
+  if (!c) return;
+  memset(c, 0, sizeof *c);
+  c->bucket_cap_mb = 25;
+  c->first_bucket_mb = 1;
+  c->broadcast_buffers = 1;
+  c->find_unused_parameters = 0;
+  c->comm_hook = DT_COMM_HOOK_NONE;
+}
+
+/* ---- model identity ------------------------------------------------------------------ */
+
+#define FNV_OFFSET 1469598103934665603ull
+#define FNV_PRIME 1099511628211ull
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * FNV_PRIME;
+  return h;
+}
+
+/* Hash of what must agree across ranks for tensor i: name, dtype, role, shape. */
+static uint64_t tensor_hash(const dt_tensor_info *t) {
+  uint64_t h = fnv(FNV_OFFSET, t->name, strlen(t->name) + 1);
+  int64_t meta[3 + DT_MAX_DIMS] = {(int64_t)t->dtype, t->trainable, t->ndim};
+  for (int k = 0; k < t->ndim && k < DT_MAX_DIMS; k++) meta[3 + k] = t->shape[k];
+  h = fnv(h, meta, sizeof meta);
+  return h ? h : 1; /* 0 marks "no such tensor" in the exchange below */
+}
+
+/* A tensor as exchanged when ranks differ: fixed size, i64 words. */
+#define DESC_NAME_WORDS 16 /* 128 bytes of name */
+enum { DESC_PRESENT, DESC_DTYPE, DESC_TRAINABLE, DESC_NDIM, DESC_SHAPE, DESC_NAME = DESC_SHAPE + DT_MAX_DIMS,
+       DESC_WORDS = DESC_NAME + DESC_NAME_WORDS };
+
+static void desc_fill(const dt_model *m, int i, int64_t *w) {
+  memset(w, 0, DESC_WORDS * sizeof *w);
+  dt_tensor_info t;
+  if (i >= dt_model_num_tensors(m) || dt_model_tensor_info(m, i, &t) != DT_OK) return;
+  w[DESC_PRESENT] = 1;
+  w[DESC_DTYPE] = t.dtype;
+  w[DESC_TRAINABLE] = t.trainable;
+  w[DESC_NDIM] = t.ndim;
+  for (int k = 0; k < t.ndim && k < DT_MAX_DIMS; k++) w[DESC_SHAPE + k] = t.shape[k];
+  snprintf((char *)&w[DESC_NAME], DESC_NAME_WORDS * 8, "%s", t.name);
+}
+
+static const char *desc_name(const int64_t *w) { return (const char *)&w[DESC_NAME]; }
+
+static void desc_shape(const int64_t *w, char *buf, size_t len) {
+  int n = snprintf(buf, len, "(");
+  for (int k = 0; k < w[DESC_NDIM] && k < DT_MAX_DIMS && n > 0 && (size_t)n < len; k++)
+    n += snprintf(buf + n, len - (size_t)n, k ? ", %" PRId64 : "%" PRId64, w[DESC_SHAPE + k]);
+  if (n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, ")");
+}
+
+/* "'fc1.weight' (f32 parameter, shape (128, 784))" */
+static void desc_text(const int64_t *w, char *buf, size_t len) {
+  char shape[128];
+  desc_shape(w, shape, sizeof shape);
+  dt_dtype t = (dt_dtype)w[DESC_DTYPE];
+  snprintf(buf, len, "'%s' (%s %s, shape %s)", desc_name(w), t == DT_I64 ? "i64" : t == DT_F32 ? "f32" : "?",
+           w[DESC_TRAINABLE] ? "parameter" : "buffer", shape);
+}
+
+/* Every rank gathers (count, hash) of every rank; if any differs from rank
+ * 0's, the ranks exchange per-tensor hashes to find the first differing tensor
+ * and then its description, so every rank reports the same DT_MISMATCH. */
+static dt_status check_same_model(dt_group *g, const dt_model *m) {
+  const int world = dt_group_size(g), rank = dt_group_rank(g), n = dt_model_num_tensors(m);
+  int64_t *all = NULL, *mine = NULL, *descs = NULL, *hashes = NULL;
+  int bad = -1, first = 0;
+  int64_t max_n = 0;
+  size_t per = 0;
+  dt_status st = DT_OK;
+  uint64_t h = FNV_OFFSET;
+  dt_tensor_info t;
+  for (int i = 0; i < n; i++) {
+    DT_CHECK(dt_model_tensor_info(m, i, &t));
+    uint64_t th = tensor_hash(&t);
+    h = fnv(h, &th, sizeof th);
+  }
+  DT_CHECK(dt_alloc_array((size_t)world * 2, sizeof(int64_t), "model digests", (void **)&all));
+  all[2 * rank] = n;
+  all[2 * rank + 1] = (int64_t)h;
+  DT_CHECK_GOTO(dt_allgather(g, all + 2 * rank, all, (size_t)world * 2, DT_I64, NULL), st, done);
+  for (int r = 0; r < world; r++) {
+    if (bad < 0 && (all[2 * r] != all[0] || all[2 * r + 1] != all[1])) bad = r;
+    if (all[2 * r] > max_n) max_n = all[2 * r];
+  }
+  if (bad < 0) goto done;
+
+  /* Per-tensor hashes, max_n per rank (0 past a rank's own count). */
+  per = (size_t)max_n;
+  DT_CHECK_GOTO(dt_alloc_array(per * (size_t)world, sizeof(int64_t), "tensor hashes", (void **)&hashes), st, done);
+  for (int i = 0; i < n; i++) {
+    if (dt_model_tensor_info(m, i, &t) == DT_OK) hashes[per * (size_t)rank + (size_t)i] = (int64_t)tensor_hash(&t);
+  }
+  st = dt_allgather(g, hashes + per * (size_t)rank, hashes, per * (size_t)world, DT_I64, NULL);
+  first = (int)max_n; /* the first index where rank `bad` differs from rank 0 */
+  for (size_t i = 0; st == DT_OK && i < per; i++)
+    if (hashes[i] != hashes[per * (size_t)bad + i]) {
+      first = (int)i;
+      break;
+    }
+  if (st != DT_OK) goto done;
+
+  DT_CHECK_GOTO(dt_alloc_array((size_t)world * DESC_WORDS, sizeof(int64_t), "tensor descriptions", (void **)&descs),
+                st, done);
+  mine = descs + (size_t)rank * DESC_WORDS;
+  desc_fill(m, first, mine);
+  DT_CHECK_GOTO(dt_allgather(g, mine, descs, (size_t)world * DESC_WORDS, DT_I64, NULL), st, done);
+  const int64_t *a = descs, *b = descs + (size_t)bad * DESC_WORDS;
+  char ta[256], tb[256];
+  desc_text(a, ta, sizeof ta);
+  desc_text(b, tb, sizeof tb);
+  if (!a[DESC_PRESENT] || !b[DESC_PRESENT]) {
+    const int has = a[DESC_PRESENT] ? 0 : bad, lacks = a[DESC_PRESENT] ? bad : 0;
+    st = dt_error(DT_MISMATCH,
+                  "rank %d's model differs from rank 0's: %" PRId64 " tensors on rank 0 and %" PRId64
+                  " on rank %d; rank %d has tensor %d %s that rank %d lacks",
+                  bad, all[0], all[2 * bad], bad, has, first, a[DESC_PRESENT] ? ta : tb, lacks);
+  } else if (strcmp(desc_name(a), desc_name(b)) == 0 && a[DESC_DTYPE] == b[DESC_DTYPE] &&
+             a[DESC_TRAINABLE] == b[DESC_TRAINABLE]) {
+    char sa[128], sb[128];
+    desc_shape(a, sa, sizeof sa);
+    desc_shape(b, sb, sizeof sb);
+    st = dt_error(DT_MISMATCH, "rank %d's model differs from rank 0's: tensor '%s' has shape %s on rank 0 and %s on rank %d",
+                  bad, desc_name(a), sa, sb, bad);
+  } else {
+    st = dt_error(DT_MISMATCH, "rank %d's model differs from rank 0's: tensor %d is %s on rank 0 and %s on rank %d", bad,
+                  first, ta, tb, bad);
+  }
+done:
+  dt_free(descs);
+  dt_free(hashes);
+  dt_free(all);
+  return st;
+}
+
+/* Parameters, f32 buffers and i64 counters from rank 0 (blocking). */
+static dt_status broadcast_state(dt_ddp *d, int params) {
+  size_t n = 0;
+  if (params) {
+    float *p = dt_model_params(d->m, &n);
+    if (n) DT_CHECK(dt_broadcast(d->g, p, n, DT_F32, 0, NULL));
+  }
+  float *b = dt_model_buffers(d->m, &n);
+  if (n) DT_CHECK(dt_broadcast(d->g, b, n, DT_F32, 0, NULL));
+  const int nt = dt_model_num_tensors(d->m);
+  for (int i = 0; i < nt; i++) {
+    dt_tensor_info t;
+    DT_CHECK(dt_model_tensor_info(d->m, i, &t));
+    if (t.dtype != DT_I64) continue;
+    size_t numel = 1;
+    for (int k = 0; k < t.ndim; k++) numel *= (size_t)t.shape[k];
+    DT_CHECK(dt_broadcast(d->g, dt_model_tensor_data(d->m, i), numel, DT_I64, 0, NULL));
+  }
+  return DT_OK;
+}
+
+static int has_buffers(dt_model *m) {
+  size_t n = 0;
+  dt_model_buffers(m, &n);
+  if (n) return 1;
+  dt_tensor_info t;
+  for (int i = 0; i < dt_model_num_tensors(m); i++)
+    if (dt_model_tensor_info(m, i, &t) == DT_OK && !t.trainable) return 1;
+  return 0;
+}
+
+/* ---- buckets ------------------------------------------------------------------------- */
+
+static int by_offset(const void *a, const void *b) {
+  const ddp_tensor *x = a, *y = b;
+  return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Trainable tensors in arena order; DT_INTERNAL unless they tile [0, n_params). */
+static dt_status collect_tensors(dt_ddp *d) {
+  const int nt = dt_model_num_tensors(d->m);
+  int n = 0;
+  dt_tensor_info t;
+  for (int i = 0; i < nt; i++) {
+    DT_CHECK(dt_model_tensor_info(d->m, i, &t));
+    n += t.trainable != 0;
+  }
+  if (n) {
+    DT_CHECK(dt_alloc_array((size_t)n, sizeof(ddp_tensor), "DDP tensor table", (void **)&d->tensors));
+    DT_CHECK(dt_alloc_array((size_t)n, 1, "DDP ready flags", (void **)&d->ready));
+  }
+  n = 0;
+  for (int i = 0; i < nt; i++) {
+    DT_CHECK(dt_model_tensor_info(d->m, i, &t));
+    if (!t.trainable) continue;
+    size_t numel = 1;
+    for (int k = 0; k < t.ndim; k++) numel *= (size_t)t.shape[k];
+    d->tensors[n++] = (ddp_tensor){.off = t.offset, .numel = numel, .index = i};
+  }
+  qsort(d->tensors, (size_t)n, sizeof *d->tensors, by_offset);
+  d->n_tensors = n;
+  size_t at = 0;
+  for (int i = 0; i < n; i++) {
+    if (d->tensors[i].off != at)
+      return dt_error(DT_INTERNAL, "dt_ddp_new: trainable tensors do not tile the gradient arena (gap at element %zu)", at);
+    at += d->tensors[i].numel;
+  }
+  if (at != d->n_params)
+    return dt_error(DT_INTERNAL, "dt_ddp_new: trainable tensors cover %zu of %zu arena elements", at, d->n_params);
+  return DT_OK;
+}
+
+/* Whole tensors in arena order: the first bucket up to first_bucket_mb, later
+ * ones up to bucket_cap_mb; a tensor larger than the cap is a bucket alone. A
+ * pure function of the model and the config, so identical on every rank. */
+static dt_status lay_buckets(dt_ddp *d) {
+  const double mib = 1024.0 * 1024.0;
+  if (!d->n_tensors) return DT_OK;
+  DT_CHECK(dt_alloc_array((size_t)d->n_tensors, sizeof(ddp_bucket), "DDP buckets", (void **)&d->buckets));
+  int nb = 0;
+  for (int i = 0; i < d->n_tensors;) {
+    const double cap = (nb == 0 ? d->cfg.first_bucket_mb : d->cfg.bucket_cap_mb) * mib;
+    ddp_bucket *b = &d->buckets[nb];
+    b->off = d->tensors[i].off;
+    b->first = i;
+    do {
+      d->tensors[i].bucket = nb;
+      b->count += d->tensors[i].numel;
+      b->n++;
+      i++;
+    } while (i < d->n_tensors && (double)(b->count + d->tensors[i].numel) * sizeof(float) <= cap);
+    nb++;
+  }
+  d->n_buckets = nb;
+  return DT_OK;
+}
+
+/* ---- overlap: gradient-ready events (on the thread running backward) ------------------ */
+
+static void set_late(dt_ddp *d, dt_status s, const char *msg) {
+  if (d->late != DT_OK) return;
+  d->late = s;
+  snprintf(d->late_msg, sizeof d->late_msg, "%s", msg);
+}
+
+static void launch(dt_ddp *d, int i) {
+  ddp_bucket *b = &d->buckets[i];
+  float *g = d->grads + b->off;
+  dt_status st;
+  b->launched = 1;
+  d->launch_s[i] = dt_time_now();
+  if (d->cfg.comm_hook == DT_COMM_HOOK_NONE) {
+    st = dt_allreduce(d->g, g, g, b->count, DT_F32, DT_AVG, &b->work);
+  } else {
+    /* Divided before the cast, so a sum of world values near the f16 limit
+     * cannot overflow (the result, the mean, is what has to fit). */
+    const float scale = 1.0f / (float)d->world;
+    uint16_t *s = b->stage;
+    if (d->cfg.comm_hook == DT_COMM_HOOK_BF16)
+      for (size_t k = 0; k < b->count; k++) s[k] = dt_f32_to_bf16(g[k] * scale);
+    else
+      for (size_t k = 0; k < b->count; k++) s[k] = dt_f32_to_f16(g[k] * scale);
+    st = dt_allreduce(d->g, s, s, b->count, d->cfg.comm_hook == DT_COMM_HOOK_BF16 ? DT_BF16 : DT_F16, DT_SUM,
+                      &b->work);
+  }
+  if (st != DT_OK) {
+    b->work = NULL;
+    set_late(d, st, dt_last_error());
+  }
+}
+
+/* Notes the launched buckets already complete (for the trace and comm time). */
+static void poll_done(dt_ddp *d) {
+  while (d->first_pending < d->next_launch) {
+    ddp_bucket *b = &d->buckets[d->first_pending];
+    if (b->work && !dt_work_test(b->work)) break;
+    d->done_s[d->first_pending++] = dt_time_now();
+  }
+}
+
+static void on_grad_ready(void *user, size_t offset, size_t count) {
+  dt_ddp *d = user;
+  if (!d->sync || !count) return;
+  if (d->fresh) {
+    d->fresh = 0;
+    d->n_events = d->done_at_last_event = 0;
+  }
+  if (d->n_events < d->n_tensors) {
+    d->event_s[d->n_events] = dt_time_now();
+    d->event_off[d->n_events] = offset;
+    d->n_events++;
+  }
+  /* the first tensor starting at offset (binary search over arena order) */
+  int lo = 0, hi = d->n_tensors;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (d->tensors[mid].off < offset) lo = mid + 1;
+    else hi = mid;
+  }
+  char msg[256];
+  if (lo == d->n_tensors || d->tensors[lo].off != offset) {
+    snprintf(msg, sizeof msg, "dt_ddp: a gradient-ready event at element %zu does not start a tensor", offset);
+    set_late(d, DT_INTERNAL, msg);
+    return;
+  }
+  for (int i = lo; i < d->n_tensors && d->tensors[i].off < offset + count; i++) {
+    const ddp_tensor *t = &d->tensors[i];
+    if (d->ready[i]) {
+      dt_tensor_info info;
+      snprintf(msg, sizeof msg,
+               "dt_ddp_finish: the gradient of '%s' became ready twice in one step (two backward passes without "
+               "dt_ddp_finish between them? use dt_ddp_set_sync(d, 0) to accumulate)",
+               dt_model_tensor_info(d->m, t->index, &info) == DT_OK ? info.name : "?");
+      set_late(d, DT_INVALID_ARGUMENT, msg);
+      continue;
+    }
+    d->ready[i] = 1;
+    d->buckets[t->bucket].ready += t->numel;
+  }
+  while (d->next_launch < d->n_buckets && d->buckets[d->next_launch].ready == d->buckets[d->next_launch].count)
+    launch(d, d->next_launch++);
+  poll_done(d);
+  if (d->next_launch == d->n_buckets) d->done_at_last_event = d->first_pending;
+}
+
+/* ---- public API ----------------------------------------------------------------------- */
+
+dt_status dt_ddp_new(dt_model *m, dt_group *g, const dt_ddp_config *cfg, dt_ddp **out) {
+  if (!m || !g || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_new: NULL argument");
+  dt_ddp_config c;
+  if (cfg) c = *cfg;
+  else dt_ddp_config_default(&c);
+  if (!(c.bucket_cap_mb > 0) || !(c.first_bucket_mb > 0))
+    return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_new: bucket_cap_mb %g and first_bucket_mb %g must be > 0",
+                    c.bucket_cap_mb, c.first_bucket_mb);
+  if (c.comm_hook != DT_COMM_HOOK_NONE && c.comm_hook != DT_COMM_HOOK_BF16 && c.comm_hook != DT_COMM_HOOK_FP16)
+    return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_new: unknown comm_hook %d", (int)c.comm_hook);
+  size_t n_params = 0;
+  float *grads = dt_model_grads(m, &n_params);
+  if (!grads) return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_new: the model is not built (call dt_model_build first)");
+
+  dt_ddp *d = NULL;
+  dt_status st;
+  DT_CHECK(dt_alloc(sizeof *d, (void **)&d));
+  d->m = m;
+  d->g = g;
+  d->cfg = c;
+  d->rank = dt_group_rank(g);
+  d->world = dt_group_size(g);
+  d->grads = grads;
+  d->n_params = n_params;
+  d->sync = 1;
+  d->fresh = 1;
+  DT_CHECK_GOTO(check_same_model(g, m), st, fail);
+  DT_CHECK_GOTO(broadcast_state(d, 1), st, fail);
+  DT_CHECK_GOTO(collect_tensors(d), st, fail);
+  DT_CHECK_GOTO(lay_buckets(d), st, fail);
+  const size_t nb = d->n_buckets ? (size_t)d->n_buckets : 1, nt = d->n_tensors ? (size_t)d->n_tensors : 1;
+  DT_CHECK_GOTO(dt_alloc_array(nb, sizeof(double), "DDP trace", (void **)&d->launch_s), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array(nb, sizeof(double), "DDP trace", (void **)&d->done_s), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array(nt, sizeof(double), "DDP trace", (void **)&d->event_s), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array(nt, sizeof(size_t), "DDP trace", (void **)&d->event_off), st, fail);
+  if (c.comm_hook != DT_COMM_HOOK_NONE && n_params) {
+    DT_CHECK_GOTO(dt_alloc_array(n_params, sizeof(uint16_t), "DDP compression staging", (void **)&d->stage), st, fail);
+    for (int i = 0; i < d->n_buckets; i++) d->buckets[i].stage = d->stage + d->buckets[i].off;
+  }
+  d->stats.buckets = d->n_buckets;
+  dt_model_on_grad_ready(m, on_grad_ready, d);
+  DT_LOG_INFO("ddp", "rank %d: %zu parameters in %d buckets (first %.3g MiB, cap %.3g MiB), hook %d", d->rank, n_params,
+              d->n_buckets, c.first_bucket_mb, c.bucket_cap_mb, (int)c.comm_hook);
+  *out = d;
+  return DT_OK;
+fail:
+  dt_ddp_free(d);
+  return st;
+}
+
+/* Waits for every launched bucket; the first failure is returned (with its detail). */
+static dt_status wait_launched(dt_ddp *d) {
+  dt_status first = DT_OK;
+  char msg[512] = "";
+  for (int i = 0; i < d->next_launch; i++) {
+    ddp_bucket *b = &d->buckets[i];
+    if (!b->work) continue;
+    dt_status s = dt_work_wait(b->work, 0);
+    if (i >= d->first_pending) d->done_s[i] = dt_time_now();
+    if (s != DT_OK && first == DT_OK) {
+      first = s;
+      snprintf(msg, sizeof msg, "%s", dt_last_error());
+    }
+    dt_work_free(b->work);
+    b->work = NULL;
+  }
+  d->first_pending = d->next_launch;
+  if (first != DT_OK) return dt_error(first, "%s", msg);
+  return DT_OK;
+}
+
+static void reset_step(dt_ddp *d) {
+  for (int i = 0; i < d->n_buckets; i++) {
+    d->buckets[i].ready = 0;
+    d->buckets[i].launched = 0;
+  }
+  if (d->n_tensors) memset(d->ready, 0, (size_t)d->n_tensors);
+  d->next_launch = d->first_pending = 0;
+  d->late = DT_OK;
+  d->late_msg[0] = 0;
+  d->fresh = 1;
+}
+
+void dt_ddp_free(dt_ddp *d) {
+  if (!d) return;
+  /* The communication thread may still use the arena and staging: wait (bounded by the group's deadline). */
+  if (d->buckets) (void)wait_launched(d);
+  if (d->m) dt_model_on_grad_ready(d->m, NULL, NULL);
+  dt_free(d->event_off);
+  dt_free(d->event_s);
+  dt_free(d->done_s);
+  dt_free(d->launch_s);
+  dt_free(d->stage);
+  dt_free(d->buckets);
+  dt_free(d->ready);
+  dt_free(d->tensors);
+  dt_free(d);
+}
+
+dt_status dt_ddp_before_forward(dt_ddp *d) {
+  if (!d) return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_before_forward: NULL argument");
+  if (!d->cfg.broadcast_buffers || !has_buffers(d->m)) return DT_OK;
+  /* Every rank starts the step with rank 0's running statistics, as PyTorch does. */
+  dt_status st = broadcast_state(d, 0);
+  if (st != DT_OK) return dt_error_prefix(st, "dt_ddp_before_forward: broadcasting buffers");
+  return DT_OK;
+}
+
+void dt_ddp_set_sync(dt_ddp *d, int sync) {
+  if (d) d->sync = sync != 0;
+}
+
+/* Names of the tensors that got no gradient this step: "'a', 'b', ..." (as many as fit). */
+static void unused_names(const dt_ddp *d, char *buf, size_t len, int *count) {
+  size_t at = 0;
+  int n = 0, full = 0;
+  buf[0] = 0;
+  for (int i = 0; i < d->n_tensors; i++) {
+    if (d->ready[i]) continue;
+    n++;
+    dt_tensor_info t;
+    if (full || dt_model_tensor_info(d->m, d->tensors[i].index, &t) != DT_OK) continue;
+    const size_t need = strlen(t.name) + 4 + 5; /* ", 'x'" and room for ", ..." */
+    if (at + need >= len) {
+      snprintf(buf + at, len - at, ", ...");
+      full = 1;
+      continue;
+    }
+    at += (size_t)snprintf(buf + at, len - at, "%s'%s'", at ? ", " : "", t.name);
+  }
+  *count = n;
+}
+
+dt_status dt_ddp_finish(dt_ddp *d) {
+  if (!d) return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_finish: NULL argument");
+  if (!d->sync) return DT_OK; /* no_sync: the gradients stay local and keep accumulating */
+  const double t0 = dt_time_now();
+  dt_status st = DT_OK;
+  if (d->next_launch < d->n_buckets && !d->cfg.find_unused_parameters) {
+    /* Every rank whose backward took the same path fails here alike, before
+     * launching anything more, so none waits for a collective the others will
+     * not issue (ranks whose models differ, e.g. by data-dependent control
+     * flow, would instead time out or report a mismatch on the next collective). */
+    char names[768];
+    int n = 0;
+    unused_names(d, names, sizeof names, &n);
+    (void)wait_launched(d);
+    reset_step(d);
+    return dt_error(DT_INVALID_ARGUMENT,
+                    "dt_ddp_finish: %d parameter tensors received no gradient this step: %s (no backward since the "
+                    "last dt_ddp_finish, or layers unused by forward; set find_unused_parameters to reduce them as "
+                    "they are)",
+                    n, names);
+  }
+  while (d->next_launch < d->n_buckets) launch(d, d->next_launch++); /* unused: reduced as they are */
+  st = wait_launched(d);
+  const double t1 = dt_time_now();
+  if (st == DT_OK && d->late != DT_OK) st = dt_error(d->late, "%s", d->late_msg);
+  if (st == DT_OK && d->cfg.comm_hook != DT_COMM_HOOK_NONE) {
+    for (int i = 0; i < d->n_buckets; i++) {
+      const ddp_bucket *b = &d->buckets[i];
+      float *g = d->grads + b->off;
+      if (d->cfg.comm_hook == DT_COMM_HOOK_BF16)
+        for (size_t k = 0; k < b->count; k++) g[k] = dt_bf16_to_f32(b->stage[k]);
+      else
+        for (size_t k = 0; k < b->count; k++) g[k] = dt_f16_to_f32(b->stage[k]);
+    }
+  }
+  /* Comm time: works run one at a time in issue order, so bucket i ran from
+   * max(its launch, the previous one's end) to its end (ends as first seen). */
+  double prev_end = 0, comm = 0;
+  for (int i = 0; i < d->n_buckets; i++) {
+    const double start = fmax(d->launch_s[i], prev_end);
+    if (d->done_s[i] > start) comm += d->done_s[i] - start;
+    prev_end = fmax(prev_end, d->done_s[i]);
+    d->stats.bytes += (double)d->buckets[i].count * (d->cfg.comm_hook == DT_COMM_HOOK_NONE ? 4.0 : 2.0);
+  }
+  d->stats.comm_s += comm;
+  d->stats.wait_s += t1 - t0;
+  if (st == DT_OK) d->stats.steps++;
+  reset_step(d);
+  return st;
+}
+
+void dt_ddp_get_stats(const dt_ddp *d, dt_ddp_stats *s) {
+  if (!s) return;
+  if (!d) {
+    memset(s, 0, sizeof *s);
+    return;
+  }
+  *s = d->stats;
+}
+
+dt_status dt_ddp_bucket(const dt_ddp *d, int i, size_t *offset, size_t *count) {
+  if (!d) return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_bucket: NULL argument");
+  if (i < 0 || i >= d->n_buckets)
+    return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_bucket: bucket %d outside 0..%d", i, d->n_buckets - 1);
+  if (offset) *offset = d->buckets[i].off;
+  if (count) *count = d->buckets[i].count;
+  return DT_OK;
+}
+
+void dt_ddp_get_trace(const dt_ddp *d, dt_ddp_trace *t) {
+  memset(t, 0, sizeof *t);
+  if (!d) return;
+  t->buckets = d->n_buckets;
+  t->launch_s = d->launch_s;
+  t->done_s = d->done_s;
+  t->events = d->n_events;
+  t->event_s = d->event_s;
+  t->event_off = d->event_off;
+  t->done_at_last_event = d->done_at_last_event;
+}
