@@ -409,8 +409,9 @@ typedef struct stream {
 typedef struct worker {
   int local_rank, rank;
   pid_t pid;   /* also its process group */
-  int running; /* started and not yet reaped */
-  int status;  /* wait status once reaped */
+  int running; /* started and not yet exited */
+  int zombie;  /* exited, left unreaped until its group is swept (see observe_exit) */
+  int status;  /* wait status once exited */
   stream s[2]; /* stdout, stderr */
   char ring[RING_LINES][RING_WIDTH];
   int ring_next, ring_count;
@@ -557,16 +558,35 @@ static void pump(agent *a, double timeout_s) {
   out_flush(a, 1);
 }
 
-/* Reaps exited workers; their remaining output is read and their pipes closed
+/* Whether worker pid has exited (wait status in *status), without reaping it:
+ * the zombie keeps its pid, and so its process group id, from being reused
+ * until stop_workers has swept the group. Reaped at once, the id of a group
+ * left empty could go to an unrelated process group before the sweep's
+ * kill(-pid) (a round can last hours). */
+static int observe_exit(pid_t pid, int block, int *status) {
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  int flags = WEXITED | WNOWAIT | (block ? 0 : WNOHANG);
+  while (waitid(P_PID, (id_t)pid, &si, flags) != 0)
+    if (errno != EINTR) return 0;
+  if (si.si_pid != pid) return 0;
+  if (si.si_code == CLD_EXITED)
+    *status = W_EXITCODE(si.si_status & 0xff, 0);
+  else
+    *status = W_EXITCODE(0, si.si_status) | (si.si_code == CLD_DUMPED ? WCOREFLAG : 0);
+  return 1;
+}
+
+/* Notes exited workers; their remaining output is read and their pipes closed
  * (a grandchild may hold a pipe open: we do not wait for its EOF). */
 static void reap(agent *a) {
   for (int i = 0; i < a->o.nproc; i++) {
     worker *w = &a->w[i];
     if (!w->running) continue;
     int st;
-    pid_t p = waitpid(w->pid, &st, WNOHANG);
-    if (p != w->pid) continue;
+    if (!observe_exit(w->pid, 0, &st)) continue;
     w->running = 0;
+    w->zombie = 1;
     w->status = st;
     for (int j = 0; j < 2; j++)
       while (w->s[j].fd >= 0 && stream_read(a, w, &w->s[j]) > 0) {}
@@ -625,8 +645,16 @@ static void stop_workers(agent *a, int sig) {
     }
   }
 sweep:
+  /* Every worker's pid is still held (running or a zombie): its group id
+   * cannot belong to anyone else yet. Kill what is left in the groups, then
+   * reap. */
   for (int i = 0; i < n; i++)
     if (a->w[i].pid > 0) kill(-a->w[i].pid, SIGKILL);
+  for (int i = 0; i < n; i++)
+    if (a->w[i].zombie) {
+      while (waitpid(a->w[i].pid, NULL, 0) < 0 && errno == EINTR) {}
+      a->w[i].zombie = 0;
+    }
 }
 
 /* ---- starting workers ---------------------------------------------------------------- */
@@ -825,9 +853,10 @@ static int start_worker(agent *a, worker *w) {
   fcntl(err[0], F_SETFL, fcntl(err[0], F_GETFL) | O_NONBLOCK);
   if (r == (ssize_t)sizeof e) {
     fprintf(stderr, "dtrun: cannot run '%s': %s\n", a->o.prog[0], strerror(e));
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    int st = 0;
+    observe_exit(pid, 1, &st); /* reaped by stop_workers after its sweep */
     w->running = 0;
+    w->zombie = 1;
     w->status = st;
     for (int j = 0; j < 2; j++) stream_close(a, w, &w->s[j]);
     return -1;

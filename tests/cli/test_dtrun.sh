@@ -119,6 +119,15 @@ run noexec --nproc-per-node 2 -- dtrun-no-such-program-xyz --flag
 expect_rc noexec 1
 has noexec "$tmp/noexec.err" "cannot run 'dtrun-no-such-program-xyz'"
 
+# A worker that has exited keeps its pid (an unreaped zombie) while the round goes on, so the
+# group id the final sweep kills (kill -pgid) cannot have gone to an unrelated process meanwhile.
+mkdir -p "$tmp/held"
+run held --nproc-per-node 2 -- bash -c 'if [ "$RANK" = 0 ]; then echo $$ >"$0/pid0"; exit 0; fi
+  for ((i = 0; i < 100; i++)); do [ -s "$0/pid0" ] && break; sleep 0.05; done; sleep 0.5
+  p=$(cat "$0/pid0"); st=$(sed "s/.*) //" "/proc/$p/stat" 2>/dev/null | cut -c1); echo "state of rank 0: ${st:-gone}"' "$tmp/held"
+expect_rc held 0
+has held "$tmp/held.out" "[rank 1]: state of rank 0: Z"
+
 # ---- restarts -------------------------------------------------------------------------------------
 run restart --nproc-per-node 2 --max-restarts 2 -- bash "$W" fail-until 2 1
 expect_rc restart 0
