@@ -519,7 +519,9 @@ static void unused_names(const dt_ddp *d, char *buf, size_t len, int *count) {
 
 dt_status dt_ddp_finish(dt_ddp *d) {
   if (!d) return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_finish: NULL argument");
-  if (!d->sync) return DT_OK; /* no_sync: the gradients stay local and keep accumulating */
+  /* no_sync: the gradients stay local and keep accumulating (a synchronised
+   * backward already under way is completed whatever the flag says now) */
+  if (!d->sync && d->fresh) return DT_OK;
   const double t0 = dt_time_now();
   dt_status st = DT_OK;
   if (d->next_launch < d->n_buckets && !d->cfg.find_unused_parameters) {
