@@ -53,6 +53,7 @@ struct dt_ddp {
   size_t *event_off;
   int n_events, done_at_last_event;
   int fresh; /* the next gradient-ready event starts a step: restart the trace */
+  int hooked; /* our callback is the model's gradient-ready hook */
 
   dt_ddp_stats stats;
 };
@@ -425,6 +426,7 @@ dt_status dt_ddp_new(dt_model *m, dt_group *g, const dt_ddp_config *cfg, dt_ddp 
   }
   d->stats.buckets = d->n_buckets;
   dt_model_on_grad_ready(m, on_grad_ready, d);
+  d->hooked = 1;
   DT_LOG_INFO("ddp", "rank %d: %zu parameters in %d buckets (first %.3g MiB, cap %.3g MiB), hook %d", d->rank, n_params,
               d->n_buckets, c.first_bucket_mb, c.bucket_cap_mb, (int)c.comm_hook);
   *out = d;
@@ -471,7 +473,7 @@ void dt_ddp_free(dt_ddp *d) {
   if (!d) return;
   /* The communication thread may still use the arena and staging: wait (bounded by the group's deadline). */
   if (d->buckets) (void)wait_launched(d);
-  if (d->m) dt_model_on_grad_ready(d->m, NULL, NULL);
+  if (d->hooked) dt_model_on_grad_ready(d->m, NULL, NULL);
   dt_free(d->event_off);
   dt_free(d->event_s);
   dt_free(d->done_s);
@@ -527,8 +529,10 @@ dt_status dt_ddp_finish(dt_ddp *d) {
   if (d->next_launch < d->n_buckets && !d->cfg.find_unused_parameters) {
     /* Every rank whose backward took the same path fails here alike, before
      * launching anything more, so none waits for a collective the others will
-     * not issue (ranks whose models differ, e.g. by data-dependent control
-     * flow, would instead time out or report a mismatch on the next collective). */
+     * not issue and the group stays usable. Ranks whose sets of unused
+     * parameters differ (data-dependent control flow) have launched different
+     * buckets and fall out of step (a timeout or mismatch later): such models
+     * need find_unused_parameters, as in PyTorch. */
     char names[768];
     int n = 0;
     unused_names(d, names, sizeof names, &n);
