@@ -54,7 +54,7 @@ typedef struct flag_value {
   int choice;
 } flag_value;
 
-#define MAX_FLAGS 48
+#define MAX_FLAGS 64
 #define MAX_POSITIONAL 4
 
 typedef struct parsed {
@@ -414,6 +414,29 @@ static const flag_spec train_flags[] = {
      "auto (a bar on a terminal, else plain), bar, plain (a line per ~10% of an epoch) or none (epoch lines only)",
      "auto|bar|plain|none"},
     {"--quiet", NULL, K_BOOL, "off", NULL, "print nothing but errors", NULL},
+    {"--strategy", "NAME", K_CHOICE, "single", "ddp",
+     "single (one process), dp (worker threads on slices of each batch, like nn.DataParallel) or ddp (one process "
+     "per worker under dtrun/torchrun/mpirun/srun, like DistributedDataParallel)",
+     "single|dp|ddp"},
+    {"--workers", "N", K_POS_INT, "the thread budget", "2", "dp: worker threads", NULL},
+    {"--accumulate", "K", K_POS_INT, "1", "4",
+     "batches per optimizer step (gradient accumulation; ddp all-reduces on the last one only)", NULL},
+    {"--backend", "NAME", K_CHOICE, "auto", "shm",
+     "ddp: auto (shm on one host, tcp across hosts, shm+tcp when both, mpi under mpirun), shm, tcp or mpi",
+     "auto|shm|tcp|mpi"},
+    {"--master", "HOST:PORT", K_STR, "MASTER_ADDR:MASTER_PORT", "10.0.0.1:29500",
+     "ddp: where rank 0 (or dtrun) serves the rendezvous store, e.g. under mpirun", NULL},
+    {"--bucket-cap-mb", "MB", K_POS_FLOAT, "25", "25", "ddp: gradient bucket size cap in MiB", NULL},
+    {"--first-bucket-mb", "MB", K_POS_FLOAT, "1", "1", "ddp: size of the first bucket (the last layers) in MiB", NULL},
+    {"--broadcast-buffers", "on|off", K_CHOICE, "on", "off",
+     "ddp: broadcast batch-norm statistics from rank 0 before every forward, as PyTorch does", "on|off"},
+    {"--find-unused-parameters", NULL, K_BOOL, "off", NULL,
+     "ddp: reduce parameters that got no gradient as zeros instead of failing", NULL},
+    {"--comm-hook", "NAME", K_CHOICE, "none", "bf16",
+     "ddp: compress gradients for the all-reduce: none, bf16 or fp16 (divided by the world size first)",
+     "none|bf16|fp16"},
+    {"--timeout", "SECONDS", K_POS_FLOAT, "DT_TIMEOUT (300)", "60",
+     "ddp: how long the rendezvous and each all-reduce may wait for the other ranks", NULL},
 };
 
 static void on_sigint(int sig) {
@@ -439,6 +462,9 @@ static void print_train_summary(const dt_train_config *cfg, const dt_train_resul
   fprintf(f, "  %-22s %.2f s user, %.2f s sys\n", "CPU time", r->cpu_user_seconds, r->cpu_sys_seconds);
   fprintf(f, "  %-22s %.2f s compute, %.2f s waiting for data, %.2f s communication\n", "training time",
           r->compute_seconds, r->data_wait_seconds, r->comm_seconds);
+  if (cfg->strategy == DT_STRATEGY_DDP)
+    fprintf(f, "  %-22s %d ranks, all-reduce %.2f s of which %.0f%% hidden behind backward\n", "ddp", r->world_size,
+            r->comm_total_seconds, 100 * r->comm_hidden);
   fprintf(f, "  %-22s %.0f samples/s\n", "train throughput", r->train_samples_per_s);
   fprintf(f, "  %-22s %.0f samples/s\n", "inference throughput", r->infer_samples_per_s);
   fprintf(f, "  %-22s %.2f%%\n", "test top-1", 100 * r->test_acc1);
@@ -530,6 +556,38 @@ static int cmd_train(const parsed *p) {
   if ((v = flag(p, "--seed"))->given) cfg.seed = v->u;
   if (dt_set_threads(cfg.threads) != DT_OK) return usage_error(c, "e.g. --threads 4", "%s", dt_last_error());
 
+  /* Strategy: the flags of one strategy are errors under another. */
+  if ((v = flag(p, "--strategy"))->given) cfg.strategy = (dt_strategy)v->choice;
+  if ((v = flag(p, "--workers"))->given) {
+    if (cfg.strategy != DT_STRATEGY_DP) return usage_error(c, "add --strategy dp", "--workers applies only to --strategy dp");
+    cfg.workers = (int)v->i;
+  }
+  const char *ddp_only[] = {"--backend", "--master", "--bucket-cap-mb", "--first-bucket-mb", "--broadcast-buffers",
+                            "--find-unused-parameters", "--comm-hook", "--timeout"};
+  for (size_t i = 0; i < sizeof ddp_only / sizeof ddp_only[0]; i++)
+    if (cfg.strategy != DT_STRATEGY_DDP && flag(p, ddp_only[i])->given)
+      return usage_error(c, "add --strategy ddp", "%s applies only to --strategy ddp", ddp_only[i]);
+  if ((v = flag(p, "--accumulate"))->given) cfg.accumulate = (int)v->i;
+  static const char *const backends[] = {"auto", "shm", "tcp", "mpi"};
+  if ((v = flag(p, "--backend"))->given) cfg.backend = backends[v->choice];
+  if ((v = flag(p, "--master"))->given) cfg.master = v->raw;
+  if ((v = flag(p, "--bucket-cap-mb"))->given) cfg.ddp.bucket_cap_mb = v->f;
+  if ((v = flag(p, "--first-bucket-mb"))->given) cfg.ddp.first_bucket_mb = v->f;
+  if ((v = flag(p, "--broadcast-buffers"))->given) cfg.ddp.broadcast_buffers = v->choice == 0;
+  if (flag(p, "--find-unused-parameters")->given) cfg.ddp.find_unused_parameters = 1;
+  if ((v = flag(p, "--comm-hook"))->given) cfg.ddp.comm_hook = (dt_comm_hook)v->choice;
+  if ((v = flag(p, "--timeout"))->given) cfg.timeout_s = v->f;
+  /* Under a launcher only rank 0 speaks; the others print nothing but errors. */
+  int rank = 0;
+  if (cfg.strategy == DT_STRATEGY_DDP) {
+    char url[300];
+    if (cfg.master) snprintf(url, sizeof url, "tcp://%s", cfg.master);
+    dt_dist_env env;
+    if (dt_dist_env_detect(cfg.master ? url : NULL, -1, -1, &env) != DT_OK)
+      return runtime_error(DT_INVALID_ARGUMENT, NULL);
+    rank = env.rank;
+  }
+
   char out_dir[256];
   if ((v = flag(p, "--out"))->given) {
     cfg.out_dir = v->raw;
@@ -550,6 +608,7 @@ static int cmd_train(const parsed *p) {
     static const dt_progress_mode modes[] = {DT_PROGRESS_AUTO, DT_PROGRESS_BAR, DT_PROGRESS_PLAIN, DT_PROGRESS_NONE};
     cfg.progress_mode = modes[v->choice];
   }
+  if (rank != 0) quiet = 1;
   cfg.progress = quiet ? NULL : stdout;
 
   /* What the library rejects about the combination is still a usage error. */
@@ -557,9 +616,9 @@ static int cmd_train(const parsed *p) {
   if (st != DT_OK) return usage_error(c, "see 'dtrain train --help'", "%s", dt_last_error());
 
   if (!quiet) {
-    printf("training %s on %s: %d epoch(s), batch %d, %s lr %g, %d thread(s) (OpenBLAS %s), out %s\n", cfg.model,
-           cfg.data, cfg.epochs, cfg.batch_size, dt_optim_kind_name(kind), (double)cfg.lr,
-           cfg.threads > 0 ? cfg.threads : dt_num_cores(), dt_blas_corename(), cfg.out_dir);
+    printf("training %s on %s: %d epoch(s), batch %d, %s lr %g, %d thread(s) (OpenBLAS %s), strategy %s, out %s\n",
+           cfg.model, cfg.data, cfg.epochs, cfg.batch_size, dt_optim_kind_name(kind), (double)cfg.lr,
+           dt_get_threads(), dt_blas_corename(), dt_strategy_name(cfg.strategy), cfg.out_dir);
     fflush(stdout);
   }
   install_sigint();
@@ -589,6 +648,9 @@ static const flag_spec eval_flags[] = {
     {"--batch-size", "N", K_POS_INT, "256", "256", "samples per forward pass", NULL},
     {"--threads", "N", K_NONNEG_INT, "0 = all cores (or DT_NUM_THREADS)", "4", "compute threads", NULL},
     {"--limit", "N", K_POS_I64, "all", "500", "evaluate the first N samples only", NULL},
+    {"--strategy", "NAME", K_CHOICE, "single", "dp", "single, or dp: worker threads on slices of each batch",
+     "single|dp"},
+    {"--workers", "N", K_POS_INT, "the thread budget", "2", "dp: worker threads", NULL},
 };
 
 static int cmd_eval(const parsed *p) {
@@ -620,6 +682,10 @@ static int cmd_eval(const parsed *p) {
   if ((v = flag(p, "--threads"))->given) cfg.threads = (int)v->i;
   if ((v = flag(p, "--limit"))->given) cfg.limit = v->i;
   if (dt_set_threads(cfg.threads) != DT_OK) return usage_error(c, "e.g. --threads 4", "%s", dt_last_error());
+  int dp = flag(p, "--strategy")->given && flag(p, "--strategy")->choice == 1;
+  if ((v = flag(p, "--workers"))->given && !dp)
+    return usage_error(c, "add --strategy dp", "--workers applies only to --strategy dp");
+  if (dp) cfg.workers = v->given ? (int)v->i : dt_get_threads();
   dt_eval_result r;
   dt_status st = dt_eval_run(&cfg, &r);
   if (st != DT_OK)

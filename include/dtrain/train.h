@@ -8,6 +8,7 @@
 
 #include "dtrain/data.h"
 #include "dtrain/optim.h"
+#include "dtrain/parallel.h"
 #include "dtrain/status.h"
 
 #ifdef __cplusplus
@@ -20,6 +21,13 @@ extern "C" {
  * bar when the stream is a terminal, plain lines otherwise; NONE: only the
  * line that closes each epoch. (progress = NULL prints nothing at all.) */
 typedef enum dt_progress_mode { DT_PROGRESS_AUTO, DT_PROGRESS_BAR, DT_PROGRESS_PLAIN, DT_PROGRESS_NONE } dt_progress_mode;
+
+/* How the work is spread: one process (single), one process with worker threads
+ * on slices of each batch (dp, like nn.DataParallel), or one process per worker
+ * under a launcher with gradients all-reduced during backward (ddp, like
+ * DistributedDataParallel). */
+typedef enum dt_strategy { DT_STRATEGY_SINGLE = 0, DT_STRATEGY_DP, DT_STRATEGY_DDP } dt_strategy;
+const char *dt_strategy_name(dt_strategy s);
 
 /* Everything one training run needs. Strings are borrowed (the caller keeps
  * them alive during dt_train_run). Start from dt_train_config_default. */
@@ -36,7 +44,7 @@ typedef struct dt_train_config {
   int64_t limit_test;     /* > 0: evaluate on the first N test samples */
   /* loop */
   int epochs;     /* >= 1 */
-  int batch_size; /* >= 1 */
+  int batch_size; /* >= 1; per process with ddp (as in PyTorch), the whole batch with dp and single */
   uint64_t seed;  /* initialisation, shuffling, dropout */
   int threads;    /* compute threads (dt_set_threads); 0: all cores / DT_NUM_THREADS */
   /* optimizer (kind and hyper-parameters, PyTorch semantics) */
@@ -52,7 +60,15 @@ typedef struct dt_train_config {
   /* regularisation */
   float clip_grad_norm;  /* > 0: clip the global gradient L2 norm; 0: off */
   float label_smoothing; /* in [0, 1) */
-  /* outputs */
+  /* parallelism */
+  dt_strategy strategy;
+  int workers;          /* dp: worker threads (0: the thread budget) */
+  int accumulate;       /* batches per optimizer step (>= 1; ddp reduces on the last only, like no_sync) */
+  dt_ddp_config ddp;    /* ddp: buckets, buffer broadcast, unused parameters, comm hook */
+  const char *backend;  /* ddp: auto, shm, tcp or mpi */
+  const char *master;   /* ddp: "host:port" of the store instead of MASTER_ADDR/MASTER_PORT; NULL: environment */
+  double timeout_s;     /* ddp: rendezvous and collective deadline; 0: DT_TIMEOUT */
+  /* outputs (with ddp, rank 0 writes the files and prints progress and the per-rank table) */
   const char *out_dir;     /* NULL: write no files; else created (mkdir -p) */
   FILE *progress;          /* NULL: no progress */
   dt_progress_mode progress_mode;
@@ -97,6 +113,10 @@ typedef struct dt_train_result {
   double compute_seconds, data_wait_seconds, comm_seconds; /* summed over epochs */
   double test_loss, test_acc1, test_acc5;                  /* of the last row */
   size_t peak_rss_bytes;
+  /* ddp: this process's place; all-reduce time in total and the part hidden behind backward */
+  int rank, world_size;
+  double comm_total_seconds; /* all-reduces ran this long; comm_seconds of it was waited for */
+  double comm_hidden;        /* 1 - comm_seconds / comm_total_seconds (0 without communication) */
 } dt_train_result;
 
 /* Runs training as configured. With out_dir set, creates it and writes
@@ -126,6 +146,7 @@ typedef struct dt_eval_config {
   int batch_size;         /* >= 1 */
   int threads;            /* 0: all cores */
   int64_t limit;          /* > 0: only the first N samples */
+  int workers;            /* > 0: DataParallel, this many worker threads on slices of each batch */
 } dt_eval_config;
 
 typedef struct dt_eval_result {

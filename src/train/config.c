@@ -20,6 +20,15 @@ void dt_train_config_default(dt_train_config *cfg) {
   cfg->step_size_epochs = 1;
   cfg->gamma = 0.1f;
   cfg->progress_mode = DT_PROGRESS_AUTO;
+  cfg->strategy = DT_STRATEGY_SINGLE;
+  cfg->accumulate = 1;
+  dt_ddp_config_default(&cfg->ddp);
+  cfg->backend = "auto";
+}
+
+const char *dt_strategy_name(dt_strategy s) {
+  static const char *const names[] = {"single", "dp", "ddp"};
+  return (unsigned)s < 3 ? names[s] : "unknown";
 }
 
 static int bad_float(float x) { return !isfinite(x); }
@@ -40,6 +49,18 @@ dt_status dt_train_config_check(const dt_train_config *c) {
   if (c->limit_train < 0) return dt_error(DT_INVALID_ARGUMENT, "limit_train = %lld must be >= 0", (long long)c->limit_train);
   if (c->limit_test < 0) return dt_error(DT_INVALID_ARGUMENT, "limit_test = %lld must be >= 0", (long long)c->limit_test);
   if (c->threads < 0) return dt_error(DT_INVALID_ARGUMENT, "threads = %d must be >= 0", c->threads);
+  if ((unsigned)c->strategy > DT_STRATEGY_DDP)
+    return dt_error(DT_INVALID_ARGUMENT, "unknown strategy %d", (int)c->strategy);
+  if (c->workers < 0) return dt_error(DT_INVALID_ARGUMENT, "workers = %d must be >= 0", c->workers);
+  if (c->accumulate < 1) return dt_error(DT_INVALID_ARGUMENT, "accumulate = %d must be >= 1", c->accumulate);
+  if (c->strategy == DT_STRATEGY_DDP) {
+    if (!(c->ddp.bucket_cap_mb > 0) || !(c->ddp.first_bucket_mb > 0))
+      return dt_error(DT_INVALID_ARGUMENT, "bucket caps (%g, first %g MiB) must be > 0", c->ddp.bucket_cap_mb,
+                      c->ddp.first_bucket_mb);
+    if ((unsigned)c->ddp.comm_hook > DT_COMM_HOOK_FP16)
+      return dt_error(DT_INVALID_ARGUMENT, "unknown comm hook %d", (int)c->ddp.comm_hook);
+    if (c->timeout_s < 0) return dt_error(DT_INVALID_ARGUMENT, "timeout = %g must be >= 0", c->timeout_s);
+  }
   if (bad_float(c->lr) || c->lr <= 0) return dt_error(DT_INVALID_ARGUMENT, "learning rate = %g must be > 0", (double)c->lr);
   if (c->optim.kind != DT_OPTIM_SGD && c->optim.kind != DT_OPTIM_ADAM && c->optim.kind != DT_OPTIM_ADAMW)
     return dt_error(DT_INVALID_ARGUMENT, "unknown optimizer kind %d", (int)c->optim.kind);
@@ -140,6 +161,17 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
       (double)c->min_lr);
   RAW(",\"warmup_epochs\":%d,\"warmup_steps\":%lld", c->warmup_epochs, (long long)c->warmup_steps);
   RAW(",\"clip_grad_norm\":%g,\"label_smoothing\":%g", (double)c->clip_grad_norm, (double)c->label_smoothing);
+  STR("strategy", dt_strategy_name(c->strategy));
+  RAW(",\"accumulate\":%d", c->accumulate);
+  if (c->strategy == DT_STRATEGY_DP) RAW(",\"workers\":%d", c->workers);
+  if (c->strategy == DT_STRATEGY_DDP) {
+    static const char *const hooks[] = {"none", "bf16", "fp16"};
+    STR("backend", c->backend ? c->backend : "auto");
+    RAW(",\"bucket_cap_mb\":%g,\"first_bucket_mb\":%g,\"broadcast_buffers\":%s,\"find_unused_parameters\":%s",
+        c->ddp.bucket_cap_mb, c->ddp.first_bucket_mb, c->ddp.broadcast_buffers ? "true" : "false",
+        c->ddp.find_unused_parameters ? "true" : "false");
+    STR("comm_hook", hooks[c->ddp.comm_hook]);
+  }
   if (c->out_dir) STR("out", c->out_dir);
   STR("progress", progress_name(c->progress_mode));
   RAW("}");

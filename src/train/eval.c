@@ -26,10 +26,11 @@ dt_status dt_prefix_sampler_fn(void *user, int64_t epoch, int64_t *out, int64_t 
   return DT_OK;
 }
 
-dt_status dt_train_evaluate(dt_model *m, dt_loader *l, int classes, dt_eval_sums *out) {
+dt_status dt_train_evaluate(dt_model *m, dt_dp *dp, dt_loader *l, int classes, int64_t count, dt_eval_sums *out) {
   dt_eval_sums sums = {0};
   dt_status st = DT_OK;
   int k = classes < 5 ? classes : 5;
+  float *buf = NULL; /* dp: logits of a whole batch */
   double t0 = dt_time_now();
   dt_model_set_training(m, 0);
   DT_CHECK_GOTO(dt_loader_start_epoch(l, 0), st, done);
@@ -40,17 +41,29 @@ dt_status dt_train_evaluate(dt_model *m, dt_loader *l, int classes, dt_eval_sums
     const float *logits = NULL;
     float loss = 0;
     int64_t top1 = 0, topk = 0;
-    DT_CHECK_GOTO(dt_model_forward(m, b.x, b.size, &logits), st, done);
-    DT_CHECK_GOTO(dt_loss_cross_entropy(logits, b.y, b.size, classes, 0.0f, &loss, NULL), st, done);
-    dt_topk_correct(logits, b.y, b.size, classes, k, &top1, &topk);
-    sums.samples += b.size;
-    sums.loss_sum += (double)loss * b.size;
+    if (dp) {
+      if (!buf)
+        DT_CHECK_GOTO(dt_alloc_array((size_t)b.size * (size_t)classes, sizeof(float), "eval logits", (void **)&buf),
+                      st, done);
+      DT_CHECK_GOTO(dt_dp_forward(dp, b.x, b.size, buf), st, done);
+      logits = buf;
+    } else {
+      DT_CHECK_GOTO(dt_model_forward(m, b.x, b.size, &logits), st, done);
+    }
+    int n = b.size;
+    if (count >= 0 && sums.samples + n > count) n = (int)(count - sums.samples); /* padding at the end */
+    if (n <= 0) continue;
+    DT_CHECK_GOTO(dt_loss_cross_entropy(logits, b.y, n, classes, 0.0f, &loss, NULL), st, done);
+    dt_topk_correct(logits, b.y, n, classes, k, &top1, &topk);
+    sums.samples += n;
+    sums.loss_sum += (double)loss * n;
     sums.top1 += top1;
     sums.top5 += topk;
   }
   sums.seconds = dt_time_now() - t0;
   *out = sums;
 done:
+  dt_free(buf);
   dt_model_set_training(m, 1);
   return st;
 }
@@ -89,6 +102,7 @@ dt_status dt_eval_run(const dt_eval_config *cfg, dt_eval_result *res) {
   dt_dataset *ds = NULL;
   dt_model *m = NULL;
   dt_loader *loader = NULL;
+  dt_dp *dp = NULL;
   dt_eval_result r;
   memset(&r, 0, sizeof r);
   char model_name[64], data[512];
@@ -167,8 +181,9 @@ dt_status dt_eval_run(const dt_eval_config *cfg, dt_eval_result *res) {
     lc.sampler_capacity = n;
   }
   DT_CHECK_GOTO(dt_loader_new(ds, &lc, &loader), st, done);
+  if (cfg->workers > 0) DT_CHECK_GOTO(dt_dp_new(m, cfg->workers, cfg->batch_size, &dp), st, done);
   dt_eval_sums sums;
-  DT_CHECK_GOTO(dt_train_evaluate(m, loader, zc.classes, &sums), st, done);
+  DT_CHECK_GOTO(dt_train_evaluate(m, dp, loader, zc.classes, -1, &sums), st, done);
   r.samples = sums.samples;
   r.loss = sums.samples ? sums.loss_sum / (double)sums.samples : 0;
   r.acc1 = sums.samples ? (double)sums.top1 / (double)sums.samples : 0;
@@ -179,6 +194,7 @@ dt_status dt_eval_run(const dt_eval_config *cfg, dt_eval_result *res) {
   strcpy(r.data, data);
   *res = r;
 done:
+  dt_dp_free(dp);
   dt_loader_free(loader);
   dt_model_free(m);
   dt_dataset_free(ds);

@@ -6,6 +6,7 @@
 
 #include "dtrain/data.h"
 #include "dtrain/model.h"
+#include "dtrain/parallel.h"
 #include "dtrain/train.h"
 
 /* ---- files (metrics.c) -------------------------------------------------- */
@@ -57,8 +58,10 @@ typedef struct dt_eval_sums {
   double seconds;
 } dt_eval_sums;
 /* One pass over the loader's epoch 0 in evaluation mode (the model returns to
- * training mode afterwards). */
-dt_status dt_train_evaluate(dt_model *m, dt_loader *l, int classes, dt_eval_sums *out);
+ * training mode afterwards), through dp's worker threads if dp is set. Only the
+ * first `count` samples are counted (count < 0: all): a distributed shard ends
+ * with padding duplicates that must not count twice. */
+dt_status dt_train_evaluate(dt_model *m, dt_dp *dp, dt_loader *l, int classes, int64_t count, dt_eval_sums *out);
 
 /* A sampler visiting the first n samples, shuffled per epoch with Philox(seed)
  * when shuffle is set (the --limit-* flags). */
