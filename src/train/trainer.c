@@ -420,7 +420,7 @@ dt_status dt_train_run(const dt_train_config *c, dt_train_result *res) {
                          my_acc1, my_acc5};
     double *all = NULL;
     DT_CHECK_GOTO(dt_alloc_array((size_t)r.world * RK_N, sizeof(double), "rank table", (void **)&all), st, done);
-    st = dt_allgather(r.group, mine, all + (size_t)r.rank * RK_N, (size_t)r.world * RK_N, DT_F64, NULL);
+    st = dt_allgather(r.group, mine, all, (size_t)r.world * RK_N, DT_F64, NULL);
     if (st == DT_OK && lead && c->progress) print_rank_table(c->progress, all, r.world);
     dt_free(all);
     if (st != DT_OK) goto done;

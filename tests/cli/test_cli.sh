@@ -79,6 +79,10 @@ usage "dtrain eval: --weights FILE is required" eval
 usage "dtrain eval: --split: 'dev' is not one of test/train" eval --weights x --split dev
 usage "dtrain inspect: missing argument: FILE" inspect
 usage "dtrain inspect: unexpected argument 'b'" inspect a b
+usage "dtrain train: --workers applies only to --strategy dp" train --workers 2
+usage "dtrain train: --bucket-cap-mb applies only to --strategy ddp" train --strategy dp --bucket-cap-mb 4
+usage "dtrain train: --comm-hook: 'int8' is not one of none/bf16/fp16" train --strategy ddp --comm-hook int8
+usage "dtrain eval: --workers applies only to --strategy dp" eval --weights x --workers 2
 usage "dtrain help: unknown command 'nope'" help nope
 "$DTRAIN" >/dev/null 2>&1
 [ $? -eq 2 ] || fail "dtrain without a command should exit 2"
@@ -86,8 +90,10 @@ usage "dtrain help: unknown command 'nope'" help nope
 # ---- help: every flag of the parser, with defaults, and the DT_* tunables ------------
 train_flags="--model --hidden --dropout --data --normalize --limit-train --limit-test --epochs --batch-size
 --optimizer --lr --momentum --dampening --nesterov --weight-decay --betas --eps --schedule --step-size --gamma
---min-lr --warmup-epochs --warmup-steps --clip-grad-norm --label-smoothing --threads --seed --out --progress --quiet"
-eval_flags="--weights --model --hidden --data --split --normalize --batch-size --threads --limit"
+--min-lr --warmup-epochs --warmup-steps --clip-grad-norm --label-smoothing --threads --seed --out --progress --quiet
+--strategy --workers --accumulate --backend --master --bucket-cap-mb --first-bucket-mb --broadcast-buffers
+--find-unused-parameters --comm-hook --timeout"
+eval_flags="--weights --model --hidden --data --split --normalize --batch-size --threads --limit --strategy --workers"
 check_help() { # command, expected flags
   local cmd=$1 want=$2
   "$DTRAIN" "$cmd" --help >"$tmp/help" 2>&1 || fail "dtrain $cmd --help exited non-zero"
