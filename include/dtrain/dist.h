@@ -145,6 +145,9 @@ dt_status dt_work_wait(dt_work *w, double timeout_s);
 int dt_work_test(dt_work *w);
 /* Sequence number of the collective in its group (1, 2, ...). */
 uint64_t dt_work_seq(const dt_work *w);
+/* Seconds the backend spent running the work, once finished (-1 before): the
+ * communication time itself, without the time it waited in the queue. */
+double dt_work_elapsed(dt_work *w);
 /* Releases the handle; a work still running finishes on its own. */
 void dt_work_free(dt_work *w);
 

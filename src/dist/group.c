@@ -32,6 +32,7 @@ struct dt_work {
   int refs; /* the caller's handle + the queue */
   int divisor; /* DT_AVG: divide the result by the world size */
   int on_stack; /* a blocking call's work lives in its caller's frame */
+  double started, finished; /* dt_time_now() when the backend began and ended it */
   dt_status status;
   char err[ERR_LEN];
   dt_work *next;
@@ -113,7 +114,8 @@ static void note_failure(dt_group *g, char *err, size_t len) {
 /* Runs w (state RUNNING, lock not held) and records the result. */
 static void work_run(dt_group *g, dt_work *w) {
   dt_coll c = w->c;
-  c.deadline = dt_time_now() + g->timeout_s;
+  double t0 = dt_time_now();
+  c.deadline = t0 + g->timeout_s;
   dt_status s = dt_backend_run(g->backend, &c);
   if (s == DT_OK && w->divisor > 1) {
     if (c.kind == DT_COLL_ALLREDUCE) {
@@ -145,6 +147,8 @@ static void work_run(dt_group *g, dt_work *w) {
       DT_LOG_WARN("dist", "%s", w->err);
     }
   }
+  w->started = t0;
+  w->finished = dt_time_now();
   w->state = W_DONE;
   g->running = 0;
   work_release_locked(w); /* the queue's reference */
@@ -239,6 +243,13 @@ int dt_work_test(dt_work *w) {
 }
 
 uint64_t dt_work_seq(const dt_work *w) { return w->c.seq; }
+
+double dt_work_elapsed(dt_work *w) {
+  pthread_mutex_lock(&w->g->mu);
+  double t = w->state == W_DONE ? w->finished - w->started : -1;
+  pthread_mutex_unlock(&w->g->mu);
+  return t;
+}
 
 void dt_work_free(dt_work *w) {
   if (!w) return;
