@@ -50,6 +50,7 @@ struct dt_ddp {
 
   /* trace of the current / last step (dt_ddp_get_trace) */
   double *launch_s, *done_s, *event_s; /* (n_buckets), (n_buckets), (n_tensors) */
+  double step_comm; /* seconds the backend ran this step's all-reduces (dt_work_elapsed) */
   size_t *event_off;
   int n_events, done_at_last_event;
   int fresh; /* the next gradient-ready event starts a step: restart the trace */
@@ -445,6 +446,8 @@ static dt_status wait_launched(dt_ddp *d) {
     if (!b->work) continue;
     dt_status s = dt_work_wait(b->work, 0);
     if (i >= d->first_pending) d->done_s[i] = dt_time_now();
+    double ran = dt_work_elapsed(b->work);
+    if (ran > 0) d->step_comm += ran;
     if (s != DT_OK && first == DT_OK) {
       first = s;
       snprintf(msg, sizeof msg, "%s", dt_last_error());
@@ -467,6 +470,7 @@ static void reset_step(dt_ddp *d) {
   d->late = DT_OK;
   d->late_msg[0] = 0;
   d->fresh = 1;
+  d->step_comm = 0;
 }
 
 void dt_ddp_free(dt_ddp *d) {
@@ -558,15 +562,10 @@ dt_status dt_ddp_finish(dt_ddp *d) {
         for (size_t k = 0; k < b->count; k++) g[k] = dt_f16_to_f32(b->stage[k]);
     }
   }
-  /* Comm time: works run one at a time in issue order, so bucket i ran from
-   * max(its launch, the previous one's end) to its end (ends as first seen). */
-  double prev_end = 0, comm = 0;
-  for (int i = 0; i < d->n_buckets; i++) {
-    const double start = fmax(d->launch_s[i], prev_end);
-    if (d->done_s[i] > start) comm += d->done_s[i] - start;
-    prev_end = fmax(prev_end, d->done_s[i]);
+  /* Comm time: what the communication thread spent running this step's all-reduces. */
+  double comm = d->step_comm;
+  for (int i = 0; i < d->n_buckets; i++)
     d->stats.bytes += (double)d->buckets[i].count * (d->cfg.comm_hook == DT_COMM_HOOK_NONE ? 4.0 : 2.0);
-  }
   d->stats.comm_s += comm;
   d->stats.wait_s += t1 - t0;
   if (st == DT_OK) d->stats.steps++;
