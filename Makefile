@@ -32,9 +32,10 @@ test-sanitize: deps
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -L unit
 
-# Train fashioncnn on Fashion-MNIST and print the summary.
+# Train fashioncnn on Fashion-MNIST with DDP on 2 local workers (dtrun) and print the summary.
 demo: deps build
-	@$(BUILD)/dtrain train --model fashioncnn --data fashion-mnist --epochs 1 --batch-size 64 \
+	@$(BUILD)/dtrun --standalone --nproc-per-node 2 -- $(BUILD)/dtrain train --strategy ddp \
+	  --model fashioncnn --data fashion-mnist --epochs 1 --batch-size 64 \
 	  --optimizer sgd --lr 0.01 --momentum 0.9 --out runs/demo
 
 bench: deps build
