@@ -1,0 +1,350 @@
+/* `dtrain bench scaling`: runs the same `dtrain train` job as child processes
+ * with 1..N workers (DDP processes under dtrun, DataParallel threads) and one
+ * single-process baseline, reads each run's summary.json and prints speedup,
+ * scaling efficiency and, for DDP, how much of the all-reduce time was hidden
+ * behind backward. Every run gets its own --out under one temporary directory,
+ * removed at the end. */
+#define _XOPEN_SOURCE 700
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cmd_scaling.h"
+
+#define MAX_ARGS 48
+#define NUM_LEN 24
+
+/* An argv under construction; numbers are formatted into its own storage. */
+typedef struct argv_buf {
+  char *v[MAX_ARGS + 1];
+  char nums[MAX_ARGS][NUM_LEN];
+  int n;
+} argv_buf;
+
+static void arg(argv_buf *b, const char *s) {
+  if (b->n < MAX_ARGS) b->v[b->n++] = (char *)s;
+  b->v[b->n] = NULL;
+}
+
+static void arg_ll(argv_buf *b, long long x) {
+  if (b->n >= MAX_ARGS) return;
+  snprintf(b->nums[b->n], NUM_LEN, "%lld", x);
+  arg(b, b->nums[b->n]);
+}
+
+/* The command as one line, for error messages (truncated to fit). */
+static void argv_text(const argv_buf *b, char *out, size_t cap) {
+  size_t pos = 0;
+  out[0] = '\0';
+  for (int i = 0; i < b->n && pos + 1 < cap; i++) {
+    int w = snprintf(out + pos, cap - pos, "%s%s", i ? " " : "", b->v[i]);
+    if (w < 0) break;
+    pos += (size_t)w;
+  }
+  if (pos >= cap && cap > 4) memcpy(out + cap - 4, "...", 4);
+}
+
+/* One run's figures from summary.json. */
+typedef struct run_result {
+  double train_sps, infer_sps;       /* samples/s (ddp: all ranks together) */
+  double compute_s, data_s, comm_s;  /* rank 0: training time split; comm_s = all-reduce waited for */
+  double comm_total_s, comm_hidden;  /* rank 0: all-reduce run time; share hidden behind backward */
+  double acc1;                       /* test top-1, fraction */
+  double rss_bytes;                  /* rank 0's peak RSS */
+} run_result;
+
+/* The number after "key": in a flat JSON object; 0 when absent. */
+static double json_number(const char *text, const char *key) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = strstr(text, pat);
+  if (!p) return 0;
+  return strtod(p + strlen(pat), NULL);
+}
+
+static int read_summary(const char *dir, run_result *r, char *why, size_t why_cap) {
+  char path[PATH_MAX + 32], text[4096];
+  snprintf(path, sizeof path, "%s/summary.json", dir);
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    snprintf(why, why_cap, "cannot read %s: %s", path, strerror(errno));
+    return -1;
+  }
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  if (!strstr(text, "\"train_samples_per_s\":")) {
+    snprintf(why, why_cap, "%s has no train_samples_per_s", path);
+    return -1;
+  }
+  r->train_sps = json_number(text, "train_samples_per_s");
+  r->infer_sps = json_number(text, "infer_samples_per_s");
+  r->compute_s = json_number(text, "compute_seconds");
+  r->data_s = json_number(text, "data_wait_seconds");
+  r->comm_s = json_number(text, "comm_seconds");
+  r->comm_total_s = json_number(text, "comm_total_seconds");
+  r->comm_hidden = json_number(text, "comm_hidden");
+  r->acc1 = json_number(text, "test_acc1");
+  r->rss_bytes = json_number(text, "peak_rss_bytes");
+  return 0;
+}
+
+/* The last non-empty line of a log file (a child's own error line), or "". */
+static void last_line(const char *path, char *out, size_t cap) {
+  out[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  char line[1024];
+  while (fgets(line, sizeof line, f)) {
+    size_t n = strcspn(line, "\r\n");
+    line[n] = '\0';
+    if (n && cap) {
+      if (n >= cap) n = cap - 1; /* a long line keeps its head */
+      memcpy(out, line, n);
+      out[n] = '\0';
+    }
+  }
+  fclose(f);
+}
+
+/* Runs argv with stdout and stderr into log; returns the wait status, or -1
+ * (errno set) when it could not be started or waited for. */
+static int run_child(const argv_buf *b, const char *log) {
+  int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  if (pid == 0) {
+    signal(SIGINT, SIG_DFL);
+    int nul = open("/dev/null", O_RDONLY);
+    if (nul >= 0) dup2(nul, STDIN_FILENO);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    execv(b->v[0], b->v);
+    dprintf(STDERR_FILENO, "cannot run %s: %s\n", b->v[0], strerror(errno));
+    _exit(127);
+  }
+  close(fd);
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return status;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  remove(path);
+  return 0;
+}
+
+typedef enum strategy { S_SINGLE, S_DDP, S_DP } strategy;
+static const char *const strategy_names[] = {"single", "ddp", "dp"};
+
+typedef struct job {
+  const bench_scaling_args *a;
+  const char *dtrain, *dtrun, *model, *tmp;
+  int epochs, batch, threads;
+} job;
+
+/* Builds the command of one run; its --out is tmp/<strategy>-<k>. */
+static void build_cmd(const job *j, strategy s, int k, char *out_dir, size_t out_cap, argv_buf *b) {
+  memset(b, 0, sizeof *b);
+  snprintf(out_dir, out_cap, "%s/%s-%d", j->tmp, strategy_names[s], k);
+  if (s == S_DDP) {
+    arg(b, j->dtrun);
+    arg(b, "--standalone");
+    arg(b, "--nproc-per-node");
+    arg_ll(b, k);
+    arg(b, "--threads-per-proc");
+    arg_ll(b, j->threads);
+    arg(b, "--");
+  }
+  arg(b, j->dtrain);
+  arg(b, "train");
+  arg(b, "--strategy");
+  arg(b, strategy_names[s]);
+  arg(b, "--model");
+  arg(b, j->model);
+  if (j->a->hidden) {
+    arg(b, "--hidden");
+    arg(b, j->a->hidden);
+  }
+  if (j->a->data) {
+    arg(b, "--data");
+    arg(b, j->a->data);
+  }
+  arg(b, "--epochs");
+  arg_ll(b, j->epochs);
+  if (j->a->limit_train > 0) {
+    arg(b, "--limit-train");
+    arg_ll(b, j->a->limit_train);
+  }
+  /* ddp's batch is per process; dp splits its batch over the workers; so each
+   * worker sees batch_size samples per step and every run takes the same number
+   * of steps over the same data. */
+  arg(b, "--batch-size");
+  arg_ll(b, s == S_DP ? (long long)k * j->batch : j->batch);
+  if (s == S_DP) {
+    arg(b, "--workers");
+    arg_ll(b, k);
+  }
+  arg(b, "--threads");
+  arg_ll(b, s == S_DP ? (long long)k * j->threads : j->threads);
+  arg(b, "--seed");
+  arg(b, "0");
+  arg(b, "--quiet");
+  arg(b, "--out");
+  arg(b, out_dir);
+}
+
+/* One run: 0 and *r filled, or -1 after printing the error line. */
+static int run_one(const job *j, strategy s, int k, run_result *r) {
+  argv_buf b;
+  char out_dir[PATH_MAX], log[PATH_MAX + 16], cmd[2048], tail[512], why[PATH_MAX + 128];
+  build_cmd(j, s, k, out_dir, sizeof out_dir, &b);
+  snprintf(log, sizeof log, "%s.log", out_dir);
+  argv_text(&b, cmd, sizeof cmd);
+  fprintf(stderr, "bench scaling: %s x%d ...", strategy_names[s], k);
+  fflush(stderr);
+  int status = run_child(&b, log);
+  if (status == -1) {
+    fprintf(stderr, "\ndtrain: bench scaling: cannot run '%s': %s\n", cmd, strerror(errno));
+    return -1;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    last_line(log, tail, sizeof tail);
+    if (WIFSIGNALED(status))
+      fprintf(stderr, "\ndtrain: bench scaling: '%s' was killed by signal %d%s%s\n", cmd, WTERMSIG(status),
+              *tail ? ": " : "", tail);
+    else
+      fprintf(stderr, "\ndtrain: bench scaling: '%s' exited with status %d%s%s\n", cmd, WEXITSTATUS(status),
+              *tail ? ": " : "", tail);
+    return -1;
+  }
+  if (read_summary(out_dir, r, why, sizeof why) != 0) {
+    fprintf(stderr, "\ndtrain: bench scaling: '%s': %s\n", cmd, why);
+    return -1;
+  }
+  fprintf(stderr, " %.0f samples/s\n", r->train_sps);
+  return 0;
+}
+
+static void print_row(const char *name, int k, int threads, const run_result *r, double base) {
+  double speedup = base > 0 ? r->train_sps / base : 0;
+  printf("%-8s %7d %7d %13.0f %13.0f %8.2fx %10.0f%% %9.2f %7.2f", name, k, k * threads, r->train_sps, r->infer_sps,
+         speedup, 100.0 * speedup / k, r->compute_s, r->data_s);
+  if (strcmp(name, "ddp") == 0 && k > 1 && r->comm_total_s > 0)
+    printf(" %7.2f %8.2f %7.0f%%", r->comm_s, r->comm_total_s, 100.0 * r->comm_hidden);
+  else
+    printf(" %7s %8s %8s", "-", "-", "-");
+  printf(" %7.2f\n", 100.0 * r->acc1);
+  fflush(stdout);
+}
+
+int bench_scaling_run(const bench_scaling_args *a) {
+  job j = {.a = a};
+  j.model = a->model ? a->model : "fashioncnn";
+  j.epochs = a->epochs > 0 ? a->epochs : 1;
+  j.batch = a->batch_size > 0 ? a->batch_size : 64;
+  j.threads = a->threads_per_worker > 0 ? a->threads_per_worker : 1;
+  int max_workers = a->max_workers;
+  if (max_workers <= 0) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    max_workers = cores > j.threads ? (int)(cores / j.threads) : 1;
+  }
+  if (max_workers > 64) {
+    fprintf(stderr, "dtrain: bench scaling: --max-workers %d is more than 64\n", max_workers);
+    return 1;
+  }
+
+  /* This binary and the launcher next to it. */
+  char self[PATH_MAX], launcher[PATH_MAX + 8];
+  if (a->dtrain) {
+    snprintf(self, sizeof self, "%s", a->dtrain);
+  } else {
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+      fprintf(stderr, "dtrain: bench scaling: cannot find this program (/proc/self/exe): %s\n", strerror(errno));
+      return 1;
+    }
+    self[n] = '\0';
+  }
+  if (a->dtrun) {
+    snprintf(launcher, sizeof launcher, "%s", a->dtrun);
+  } else {
+    const char *slash = strrchr(self, '/');
+    int dir_len = slash ? (int)(slash - self) : 1;
+    snprintf(launcher, sizeof launcher, "%.*s/dtrun", dir_len, slash ? self : ".");
+  }
+  if (access(self, X_OK) != 0) {
+    fprintf(stderr, "dtrain: bench scaling: cannot run %s: %s\n", self, strerror(errno));
+    return 1;
+  }
+  if (max_workers > 1 && access(launcher, X_OK) != 0) {
+    fprintf(stderr, "dtrain: bench scaling: the launcher %s is missing (%s): build dtrun next to dtrain\n", launcher,
+            strerror(errno));
+    return 1;
+  }
+  j.dtrain = self;
+  j.dtrun = launcher;
+
+  const char *tmpdir = getenv("TMPDIR");
+  char tmp[PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s/dtrain-scaling-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+  if (!mkdtemp(tmp)) {
+    fprintf(stderr, "dtrain: bench scaling: cannot create a temporary directory %s: %s\n", tmp, strerror(errno));
+    return 1;
+  }
+  j.tmp = tmp;
+
+  /* Ctrl-C reaches the children (same process group), which stop and exit
+   * 130; this process carries on only to report and clean up. */
+  struct sigaction ign = {.sa_handler = SIG_IGN}, old_int;
+  sigemptyset(&ign.sa_mask);
+  sigaction(SIGINT, &ign, &old_int);
+
+  char samples[32] = "all";
+  if (a->limit_train > 0) snprintf(samples, sizeof samples, "%lld", a->limit_train);
+  printf("# %s%s%s on %s, %d epoch(s), %s train samples, batch %d per worker, %d thread(s) per worker\n", j.model,
+         a->hidden ? " " : "", a->hidden ? a->hidden : "", a->data ? a->data : "the default data", j.epochs, samples,
+         j.batch, j.threads);
+  printf("# speedup: train samples/s over 'single' (one worker); efficiency = speedup / workers; ddp: rank 0's\n"
+         "# all-reduce time waited for (comm s) and in total (allred s), hidden = share behind backward\n");
+  printf("%-8s %7s %7s %13s %13s %9s %11s %9s %7s %7s %8s %8s %7s\n", "strategy", "workers", "threads",
+         "train samp/s", "infer samp/s", "speedup", "efficiency", "compute s", "data s", "comm s", "allred s",
+         "hidden", "top-1 %");
+  fflush(stdout);
+  int rc = 1;
+  run_result base;
+  if (run_one(&j, S_SINGLE, 1, &base) != 0) goto done;
+
+  print_row("single", 1, j.threads, &base, base.train_sps);
+  for (int k = 1; k <= max_workers; k++) {
+    run_result r;
+    if (run_one(&j, S_DDP, k, &r) != 0) goto done;
+    print_row("ddp", k, j.threads, &r, base.train_sps);
+    if (run_one(&j, S_DP, k, &r) != 0) goto done;
+    print_row("dp", k, j.threads, &r, base.train_sps);
+  }
+  rc = 0;
+
+done:
+  sigaction(SIGINT, &old_int, NULL);
+  nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  return rc;
+}
