@@ -17,3 +17,10 @@ DT_BUILD_DIR=$build /usr/bin/python3 "$here/train_vs_torch.py" --model mlp --hid
 echo
 echo "## all-reduce of floats: dtrain shm/tcp vs Open MPI (vader/tcp), 2 and 4 ranks"
 /usr/bin/python3 "$here/allreduce_vs_mpi.py" --build "$build" --ranks 2,4 -b 8 -e 64M -f 8 --reps "${REPS:-3}"
+echo
+echo "## fashioncnn DDP, 2 processes x 1 thread, batch 64 per process, one epoch: dtrain vs PyTorch DDP (gloo)"
+DT_BUILD_DIR=$build /usr/bin/python3 "$here/ddp_vs_torch.py" --reps "${REPS:-3}"
+echo
+echo "## scaling: single vs ddp/dp with 1..2 workers of 1 thread (fashioncnn, mlp)"
+"$build/dtrain" bench scaling --model fashioncnn --max-workers 2
+"$build/dtrain" bench scaling --model mlp --max-workers 2
