@@ -34,6 +34,13 @@ int main(int argc, char **argv) {
   printf("rank %d of %d: sum %g backend %s restart %d served %d\n", dt_group_rank(g), dt_group_size(g),
          (double)x[0], dt_group_backend(g), env.restart_count, env.store_served);
   fflush(stdout);
+  /* Every rank has printed before the failing one exits (dtrun then stops the
+   * others, which must not lose their line to that race). */
+  if ((st = dt_barrier(g, NULL)) != DT_OK) {
+    fprintf(stderr, "barrier: %s: %s\n", dt_status_name(st), dt_last_error());
+    dt_group_destroy(g);
+    return 1;
+  }
   int fail = dt_group_rank(g) == fail_rank && env.restart_count < fail_until;
   dt_group_destroy(g);
   return fail ? 3 : 0;
