@@ -1,6 +1,8 @@
 /* TCP backend: a full mesh of sockets between the ranks of a group (works
- * across hosts). Large all-reduces run as a ring reduce-scatter + all-gather
- * cut into pipelined segments; small ones as recursive doubling; broadcast is
+ * across hosts). Large all-reduces run, in power-of-two worlds, as
+ * Rabenseifner's recursive halving + doubling (log2 n pairwise exchanges each
+ * way), else as a ring reduce-scatter + all-gather cut into pipelined
+ * segments; small ones as recursive doubling; broadcast is
  * a pipelined chain (large) or a binomial tree (small); all-gather and
  * reduce-scatter are rings; barrier is a one-byte recursive doubling.
  *
@@ -30,6 +32,10 @@
 #define TCP_MAGIC 0x50435444u   /* "DTCP" little endian */
 #define TCP_VERSION 1u
 #define SEG_BYTES ((size_t)256 << 10)   /* pipeline segment: send, receive and reduce overlap */
+#define EX_SEG_BYTES ((size_t)1 << 20) /* pairwise exchange (Rabenseifner): received and reduced per
+                                        * segment; larger than the ring's (no downstream to feed), still
+                                        * within L2, fewer calls and wake-ups (measured: 4 ranks on 2 cores) */
+#define TMP_BYTES (SEG_BYTES > EX_SEG_BYTES ? SEG_BYTES : EX_SEG_BYTES)
 #define SMALL_BYTES ((size_t)64 << 10)  /* all-reduce / broadcast at or below: latency algorithms */
 #define SOCK_BUF_BYTES (4 << 20)        /* SO_SNDBUF / SO_RCVBUF request */
 #define POLL_SLICE_MS 100               /* abort flag checked at least this often */
@@ -60,7 +66,7 @@ typedef struct tcp_backend {
   struct pollfd *pfd;   /* poll scratch: size + 64 entries */
   int *pfd_op;          /* pfd[i] belongs to op pfd_op[i], or -1-peer for a watch-only peer */
   int npfd_cap;
-  void *tmp;            /* SEG_BYTES: one received segment before it is reduced */
+  void *tmp;            /* TMP_BYTES: one received segment before it is reduced */
   void *scratch;        /* reduce-scatter partials, grown on demand */
   size_t scratch_len;
   struct pstep *steps;  /* 4 * size pipeline steps */
@@ -500,7 +506,7 @@ static dt_status exchange(tcp_backend *b, cstate *cs, int peer, const char *src,
         rdone = ro.done;
         break;
       }
-      if (ro.len == 0) ro.buf = b->tmp, ro.len = rbytes - rdone < SEG_BYTES ? rbytes - rdone : SEG_BYTES, ro.done = 0;
+      if (ro.len == 0) ro.buf = b->tmp, ro.len = rbytes - rdone < EX_SEG_BYTES ? rbytes - rdone : EX_SEG_BYTES, ro.done = 0;
       DT_CHECK(op_io(b, &ro, &moved));
       if (ro.done < ro.len) break;
       size_t k = ro.len / es;
@@ -896,7 +902,7 @@ dt_status dt_backend_tcp_new(const dt_backend_ctx *ctx, dt_backend **out) {
   DT_CHECK_GOTO(dt_alloc_array((size_t)b->npfd_cap, sizeof *b->pfd_op, "tcp poll set", (void **)&b->pfd_op), st,
                 fail_setup);
   DT_CHECK_GOTO(dt_alloc_array((size_t)n * 4, sizeof *b->steps, "tcp steps", (void **)&b->steps), st, fail_setup);
-  DT_CHECK_GOTO(dt_alloc(SEG_BYTES, &b->tmp), st, fail_setup);
+  DT_CHECK_GOTO(dt_alloc(TMP_BYTES, &b->tmp), st, fail_setup);
   memcpy(b->global, ctx->global, (size_t)n * sizeof *b->global);
   b->base.global = b->global;
   for (int j = 0; j < n; j++) snprintf(b->addr[j], sizeof b->addr[j], "?");

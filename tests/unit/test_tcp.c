@@ -1,8 +1,9 @@
 /* Tests of the TCP backend: every collective x dtype x op against a reference,
  * in place and out of place, world sizes 1..5 (forked ranks over loopback, one
  * store served by the parent), a several-MiB all-reduce through the pipelined
- * ring; then faults: a rank that exits mid all-reduce, a rank that sleeps past
- * the deadline, a mismatched collective, an abort from another thread, and a
+ * ring, the halving-and-doubling all-reduce of power-of-two worlds; then
+ * faults: a rank that exits mid all-reduce, a rank that sleeps past the
+ * deadline, mismatched collectives, an abort from another thread, and a
  * stranger sending garbage to a listening port during setup. */
 #include <pthread.h>
 #include <signal.h>
@@ -293,6 +294,83 @@ TEST(collectives_match_reference_for_world_sizes_1_to_5) {
   }
 }
 
+/* Power-of-two worlds take Rabenseifner's algorithm above the small-message
+ * size: counts just past it, odd ones (uneven halves at every round) and
+ * several exchange segments, in place and out of place. */
+static int rank_halving(dt_backend *b, int rank, int size, void *arg) {
+  ctx_run ctx = {b, 0, rank, size}, *x = &ctx;
+  size_t max = ((size_t)5 << 20) / 2 + 9;
+  void *a = NULL, *c = NULL;
+  if (dt_alloc(max * 8 + 64, &a) != DT_OK || dt_alloc(max * 8 + 64, &c) != DT_OK) return 2;
+  static const struct { dt_dtype t; size_t count; } cases[] = {
+      {DT_F32, (64 << 10) / 4 + 1}, {DT_F64, (64 << 10) / 8 + 3}, {DT_F32, ((size_t)5 << 20) / 4 + 7},
+      {DT_F16, ((size_t)5 << 20) / 2 + 9}, {DT_I64, 100003}, {DT_BF16, (64 << 10) / 2 + 2}};
+  static const dt_redop ops[] = {DT_SUM, DT_MAX};
+  int fail = 0;
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0] && !fail; k++)
+    for (int ip = 0; ip < 2 && !fail; ip++)
+      for (int oi = 0; oi < 2 && !fail; oi++) {
+        dt_dtype t = cases[k].t;
+        size_t count = cases[k].count, es = dt_dtype_size(t);
+        for (size_t i = 0; i < count; i++) put(a, t, i, input(rank, i));
+        memset(c, 0x5a, count * es + 16);
+        void *out = ip ? a : c;
+        CHECK_RUN(run(x, DT_COLL_ALLREDUCE, a, out, count, t, ops[oi], 0), "allreduce");
+        fail = compare(x, "allreduce", t, ops[oi], ip, out, count, 0, want_reduced, 0);
+        if (!fail && !ip && ((unsigned char *)c)[count * es] != 0x5a) {
+          fprintf(stderr, "rank %d: allreduce wrote past the end\n", rank);
+          fail = 1;
+        }
+        for (size_t i = 0; i < count && !fail && !ip; i++)
+          if (get(a, t, i) != input(rank, i)) {
+            fprintf(stderr, "rank %d: allreduce wrote its send buffer\n", rank);
+            fail = 1;
+          }
+      }
+  dt_free(a);
+  dt_free(c);
+  return fail;
+}
+
+TEST(allreduce_by_halving_and_doubling_in_worlds_of_2_and_4) {
+  for (int size = 2; size <= 4; size += 2) {
+    int codes[8];
+    double t0 = dt_time_now();
+    ASSERT_EQ(run_world(size, rank_halving, NULL, NULL, 120, codes), 0);
+    for (int r = 0; r < size; r++) ASSERT_EQ(codes[r], 0);
+    printf("  world %d: %.2f s\n", size, dt_time_now() - t0);
+  }
+}
+
+/* Rank 3 of 4 brings a different count to a large all-reduce (one that
+ * takes the pairwise exchanges): its neighbours report the mismatch, the
+ * others a mismatch or a lost peer, all promptly. */
+static int rank_halving_mismatch(dt_backend *b, int rank, int size, void *arg) {
+  size_t count = (size_t)1 << 20;
+  float *buf = NULL;
+  if (dt_alloc(count * 4, (void **)&buf) != DT_OK) return 2;
+  memset(buf, 0, count * 4);
+  dt_coll c = {DT_COLL_ALLREDUCE, 1, buf, buf, rank == 3 ? count / 2 : count, DT_F32, DT_SUM, 0,
+               dt_time_now() + 10};
+  double t0 = dt_time_now();
+  dt_status st = dt_backend_run(b, &c);
+  double took = dt_time_now() - t0;
+  dt_free(buf);
+  int must_mismatch = rank == 0 || rank == 3;
+  if ((must_mismatch ? st != DT_MISMATCH : (st != DT_MISMATCH && st != DT_PEER_LOST)) || took > 3) {
+    fprintf(stderr, "rank %d/%d: expected DT_MISMATCH, got %s after %.2f s: %s\n", rank, size, dt_status_name(st),
+            took, dt_last_error());
+    return 1;
+  }
+  return 0;
+}
+
+TEST(a_mismatch_in_a_large_allreduce_of_4_is_detected) {
+  int codes[8];
+  ASSERT_EQ(run_world(4, rank_halving_mismatch, NULL, NULL, 30, codes), 0);
+  for (int r = 0; r < 4; r++) ASSERT_EQ(codes[r], 0);
+}
+
 /* ---- faults --------------------------------------------------------------------- */
 
 #define BIG_COUNT ((size_t)8 << 20) /* 32 MiB of f32: an all-reduce takes long enough to die in */
@@ -505,6 +583,8 @@ int main(int argc, char **argv) {
   if (setup()) return 1;
   static const dt_test_case cases[] = {
       TEST_ENTRY(collectives_match_reference_for_world_sizes_1_to_5),
+      TEST_ENTRY(allreduce_by_halving_and_doubling_in_worlds_of_2_and_4),
+      TEST_ENTRY(a_mismatch_in_a_large_allreduce_of_4_is_detected),
       TEST_ENTRY(a_rank_that_exits_mid_allreduce_is_reported_lost),
       TEST_ENTRY(a_silent_rank_gives_a_timeout_naming_it),
       TEST_ENTRY(a_mismatched_collective_is_detected),
