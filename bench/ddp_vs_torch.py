@@ -34,14 +34,14 @@ def fail(what, cmd, rc, err):
     sys.exit(f"ddp_vs_torch: {what} failed: {' '.join(cmd)} exited with status {rc}\n{err[-3000:]}")
 
 
-def dtrain_once(a, tmp):
+def dtrain_once(a, tmp, seed):
     out_dir, tprefix = os.path.join(tmp, "out"), os.path.join(tmp, "time")
     # Each worker runs under /usr/bin/time, writing time.<RANK> (dtrun sets RANK).
     wrap = ["/bin/sh", "-c", f'exec /usr/bin/time -f "{TIME_FMT}" -o "$0.$RANK" "$@"', tprefix]
     cmd = [a.dtrun, "--standalone", "--nproc-per-node", str(a.nproc), "--threads-per-proc", str(a.threads), "--"] + wrap
     cmd += [a.dtrain, "train", "--strategy", "ddp", "--threads", str(a.threads), "--model", a.model, "--data", a.data,
             "--epochs", str(a.epochs), "--batch-size", str(a.batch_size), "--optimizer", "sgd", "--lr", str(a.lr),
-            "--momentum", "0.9", "--seed", "0", "--progress", "none", "--out", out_dir]
+            "--momentum", "0.9", "--seed", str(seed), "--progress", "none", "--out", out_dir]
     if a.model == "mlp":
         cmd += ["--hidden", a.hidden]
     if a.limit_train:
@@ -68,7 +68,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def torch_once(a, tmp):
+def torch_once(a, tmp, seed):
     tprefix = os.path.join(tmp, "time")
     port = str(free_port())
     procs = []
@@ -79,7 +79,7 @@ def torch_once(a, tmp):
         cmd = ["/usr/bin/time", "-f", TIME_FMT, "-o", f"{tprefix}.{r}", "/usr/bin/python3",
                os.path.join(HERE, "torch_ddp_worker.py"), "--model", a.model, "--hidden", a.hidden, "--data", a.data,
                "--threads", str(a.threads), "--epochs", str(a.epochs), "--batch-size", str(a.batch_size),
-               "--lr", str(a.lr), "--momentum", "0.9"]
+               "--lr", str(a.lr), "--momentum", "0.9", "--seed", str(seed)]
         if a.limit_train:
             cmd += ["--limit-train", str(a.limit_train)]
         procs.append((cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)))
@@ -121,6 +121,8 @@ def main():
     ap.add_argument("--limit", "--limit-train", dest="limit_train", type=int, default=0,
                     help="train on the first N samples only (a quick run)")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0, help="repetition i uses seed + i on both sides (initialisation, "
+                    "shuffling, dropout), so accuracies are medians over seeds, not one seed's luck")
     a = ap.parse_args()
     a.dtrain = os.path.abspath(a.dtrain)
     a.dtrun = os.path.abspath(a.dtrun or os.path.join(os.path.dirname(a.dtrain), "dtrun"))
@@ -137,19 +139,19 @@ def main():
 
     print(f"# model {a.model}{' ' + a.hidden if a.model == 'mlp' else ''}, {a.nproc} processes x {a.threads} thread(s), "
           f"batch {a.batch_size} per process, SGD lr {a.lr} momentum 0.9, {a.epochs} epoch(s), "
-          f"{a.limit_train or 'all'} train samples, median of {a.reps} (alternating)")
+          f"{a.limit_train or 'all'} train samples, median of {a.reps} (alternating; seeds {a.seed}..{a.seed + a.reps - 1})")
     print("# dtrain: dtrun + train --strategy ddp (shm all-reduce, 25 MiB buckets); PyTorch: DistributedDataParallel "
           "(gloo, 25 MiB buckets), DistributedSampler, DataLoader")
     print("# both held to the thread budget (OMP/OpenBLAS/MKL_NUM_THREADS, torch.set_num_threads, --threads); "
           "top-1 exact over the whole test set; RSS = the larger process's peak; CPU = user+sys of all processes")
     ours, theirs = [], []
-    for _ in range(a.reps):
+    for rep in range(a.reps):
         for runs, fn in ((ours, dtrain_once), (theirs, torch_once if have_torch else None)):
             if fn is None:
                 continue
             tmp = tempfile.mkdtemp(prefix="dtrain-ddp-bench-")
             try:
-                runs.append(fn(a, tmp))
+                runs.append(fn(a, tmp, a.seed + rep))
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
     print()
@@ -169,8 +171,9 @@ def main():
             median_of(ours, "test_acc5") - median_of(theirs, "test_acc5"),
             median_of(ours, "rss_mb") / median_of(theirs, "rss_mb"), median_of(ours, "cpu_s") / median_of(theirs, "cpu_s")))
         print()
-        print("# per rep (dtrain | PyTorch) train samples/s: " + ", ".join(
-            "%.0f | %.0f" % (o["train_samples_per_s"], t["train_samples_per_s"]) for o, t in zip(ours, theirs)))
+        print("# per rep (dtrain | PyTorch) train samples/s, top-1 %: " + ", ".join(
+            "%.0f | %.0f, %.2f | %.2f" % (o["train_samples_per_s"], t["train_samples_per_s"], o["test_acc1"],
+                                          t["test_acc1"]) for o, t in zip(ours, theirs)))
         print("# dtrain all-reduce hidden behind backward (rank 0, median): %.0f%%" % median_of(ours, "comm_hidden"))
         print("# target: dtrain >= 2x PyTorch samples/s at equal accuracy (+-0.5 points): %s (%.2fx, %+.2f points)" % (
             "met" if tr >= 2 and abs(d1) <= 0.5 else "missed", tr, d1))
