@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "cmd_bench.h"
+#include "cmd_scaling.h"
 #include "dtrain/dtrain.h"
 
 /* Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 interrupted (128 + SIGINT). */
@@ -774,9 +775,7 @@ static const flag_spec bench_flags[] = {
     {"--timeout", "SECONDS", K_POS_FLOAT, "DT_TIMEOUT", "60", "deadline of the rendezvous and of each collective", NULL},
 };
 
-static int cmd_bench(const parsed *p) {
-  if (strcmp(p->pos[0], "allreduce") != 0)
-    return usage_error(p->cmd, "the benchmarks are: allreduce", "unknown benchmark '%s'", p->pos[0]);
+static int cmd_bench_allreduce(const parsed *p) {
   static const dt_dtype types[] = {DT_F32, DT_F64, DT_BF16, DT_F16, DT_I32, DT_I64};
   static const char *const backends[] = {"auto", "shm", "tcp", "mpi"};
   const flag_value *d = flag(p, "-d"), *o = flag(p, "-o"), *be = flag(p, "--backend");
@@ -799,6 +798,40 @@ static int cmd_bench(const parsed *p) {
     return usage_error(p->cmd, "e.g. -f 2", "-f must be greater than 1");
   dt_status s = bench_allreduce_run(&a);
   return s == DT_OK ? 0 : runtime_error(s, NULL);
+}
+
+static const flag_spec scaling_flags[] = {
+    {"--model", "NAME", K_STR, "fashioncnn", "mlp", "model from the zoo", NULL},
+    {"--hidden", "W1,W2,...", K_WIDTHS, "the model's own", "2048,2048", "hidden layer widths of mlp", NULL},
+    {"--data", "SOURCE", K_STR, "fashion-mnist", "fashion-mnist", "dataset name or a directory of IDX files", NULL},
+    {"--max-workers", "N", K_POS_INT, "cores / --threads-per-worker", "2", "largest worker count", NULL},
+    {"--epochs", "N", K_POS_INT, "1", "1", "epochs of every run", NULL},
+    {"--limit-train", "N", K_POS_I64, "all", "12800", "training samples of every run", NULL},
+    {"--batch-size", "N", K_POS_INT, "64", "64", "samples per worker per step (dp: workers x this per step)", NULL},
+    {"--threads-per-worker", "N", K_POS_INT, "1", "1", "compute threads of each worker", NULL},
+};
+
+static int cmd_bench_scaling(const parsed *p) {
+  const flag_value *v;
+  bench_scaling_args a;
+  memset(&a, 0, sizeof a);
+  if ((v = flag(p, "--model"))->given) {
+    int rc = check_model(p->cmd, v->raw);
+    if (rc) return rc;
+    a.model = v->raw;
+  }
+  if ((v = flag(p, "--hidden"))->given) {
+    if (!a.model || strcmp(a.model, "mlp") != 0)
+      return usage_error(p->cmd, "add --model mlp, or drop --hidden", "--hidden applies only to --model mlp");
+    a.hidden = v->raw;
+  }
+  if ((v = flag(p, "--data"))->given) a.data = v->raw;
+  if ((v = flag(p, "--max-workers"))->given) a.max_workers = (int)v->i;
+  if ((v = flag(p, "--epochs"))->given) a.epochs = (int)v->i;
+  if ((v = flag(p, "--limit-train"))->given) a.limit_train = v->i;
+  if ((v = flag(p, "--batch-size"))->given) a.batch_size = (int)v->i;
+  if ((v = flag(p, "--threads-per-worker"))->given) a.threads_per_worker = (int)v->i;
+  return bench_scaling_run(&a);
 }
 
 /* ---- version, help --------------------------------------------------------------- */
@@ -825,8 +858,11 @@ static int cmd_help(const parsed *p) {
     print_main_usage(stdout);
     return 0;
   }
-  const command *c = find_command(p->pos[0]);
-  if (!c) return usage_error(p->cmd, "run 'dtrain help' for the list", "unknown command '%s'", p->pos[0]);
+  char name[64];
+  snprintf(name, sizeof name, "%s%s%s", p->pos[0], p->n_pos > 1 ? " " : "", p->n_pos > 1 ? p->pos[1] : "");
+  const command *c = find_command(name);
+  if (!c && p->n_pos == 1 && strcmp(name, "bench") == 0) c = find_command("bench allreduce");
+  if (!c) return usage_error(p->cmd, "run 'dtrain help' for the list", "unknown command '%s'", name);
   print_usage(c, stdout);
   return 0;
 }
@@ -850,21 +886,28 @@ static const command commands[] = {
     {"inspect", "show a safetensors file: metadata, tensors, statistics", "FILE",
      "Prints the metadata, then one line per tensor: name, dtype, shape and, for f32, min/max/mean.", NULL, 0, 1, 1,
      cmd_inspect},
-    {"bench", "benchmark collectives (run under dtrun, torchrun, mpirun or srun)", "allreduce [flags]",
-     "'dtrain bench allreduce' times all-reduce from -b to -e bytes (x -f per row), out of place\n"
-     "and in place, on every rank of the job, and rank 0 prints the nccl-tests table: size, count,\n"
-     "type, redop, root, time per call (the slowest rank's), algbw = bytes / time, busbw =\n"
-     "algbw * 2(n-1)/n, and #wrong with --check; then '# Avg bus bandwidth'. Example:\n"
+    {"bench allreduce", "all-reduce benchmark, nccl-tests table (under dtrun, torchrun, mpirun or srun)", "[flags]",
+     "Times all-reduce from -b to -e bytes (x -f per row), out of place and in place, on every\n"
+     "rank of the job, and rank 0 prints the nccl-tests table: size, count, type, redop, root,\n"
+     "time per call (the slowest rank's), algbw = bytes / time, busbw = algbw * 2(n-1)/n, and\n"
+     "#wrong with --check; then '# Avg bus bandwidth'. Example:\n"
      "  dtrun --standalone --nproc-per-node 2 -- dtrain bench allreduce -b 8 -e 64M -f 2 --check",
-     bench_flags, COUNT(bench_flags), 1, 1, cmd_bench},
+     bench_flags, COUNT(bench_flags), 0, 0, cmd_bench_allreduce},
+    {"bench scaling", "the same training with 1..N workers (ddp and dp): speedup and efficiency", "[flags]",
+     "Trains the same job once with one worker (the baseline), then for 1..--max-workers workers\n"
+     "as DDP processes under dtrun and as DataParallel threads, and prints for each: train and\n"
+     "inference samples/s, speedup over one worker, scaling efficiency (speedup / workers) and,\n"
+     "for ddp, the all-reduce time and the share of it hidden behind backward. Example:\n"
+     "  dtrain bench scaling --model fashioncnn --max-workers 2",
+     scaling_flags, COUNT(scaling_flags), 0, 0, cmd_bench_scaling},
     {"version", "print the version", "", "Prints the dtrain version.", NULL, 0, 0, 0, cmd_version},
     {"help", "show help for dtrain or one command", "[COMMAND]", "Shows the commands, or every flag of one command.",
-     NULL, 0, 0, 1, cmd_help},
+     NULL, 0, 0, 2, cmd_help},
 };
 static const int n_commands = COUNT(commands);
 
 static void print_command_list(FILE *f) {
-  for (int i = 0; i < n_commands; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  for (int i = 0; i < n_commands; i++) fprintf(f, "  %-16s %s\n", commands[i].name, commands[i].summary);
 }
 
 static const command *find_command(const char *name) {
@@ -881,10 +924,23 @@ int main(int argc, char **argv) {
   const char *name = argv[1];
   if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) name = "help";
   if (strcmp(name, "--version") == 0) name = "version";
+  int used = 2; /* argv words naming the command */
+  char two[64];
+  if (strcmp(name, "bench") == 0) {
+    /* Benchmarks are two-word commands: bench allreduce, bench scaling. */
+    if (argc < 3 || argv[2][0] == '-')
+      return usage_error(NULL, "e.g. 'dtrain bench allreduce' or 'dtrain bench scaling'",
+                         "bench needs a benchmark: allreduce or scaling");
+    snprintf(two, sizeof two, "bench %.40s", argv[2]);
+    name = two;
+    used = 3;
+    if (!find_command(name))
+      return usage_error(NULL, "the benchmarks are: allreduce, scaling", "unknown benchmark '%s'", argv[2]);
+  }
   const command *c = find_command(name);
   if (!c) return usage_error(NULL, "run 'dtrain help' for the list of commands", "unknown command '%s'", name);
   parsed p;
-  int rc = parse_args(c, argc - 2, argv + 2, &p);
+  int rc = parse_args(c, argc - used, argv + used, &p);
   if (rc < 0) return 0; /* --help */
   if (rc) return rc;
   return c->run(&p);
