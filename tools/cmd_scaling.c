@@ -60,6 +60,7 @@ typedef struct run_result {
   double comm_total_s, comm_hidden;  /* rank 0: all-reduce run time; share hidden behind backward */
   double acc1;                       /* test top-1, fraction */
   double rss_bytes;                  /* rank 0's peak RSS */
+  double cpu_per_wall;               /* rank 0's CPU seconds / wall seconds: below its threads = the cores were shared */
 } run_result;
 
 /* The number after "key": in a flat JSON object; 0 when absent. */
@@ -95,6 +96,9 @@ static int read_summary(const char *dir, run_result *r, char *why, size_t why_ca
   r->comm_hidden = json_number(text, "comm_hidden");
   r->acc1 = json_number(text, "test_acc1");
   r->rss_bytes = json_number(text, "peak_rss_bytes");
+  double wall = json_number(text, "wall_seconds");
+  r->cpu_per_wall =
+      wall > 0 ? (json_number(text, "cpu_user_seconds") + json_number(text, "cpu_sys_seconds")) / wall : 0;
   return 0;
 }
 
@@ -252,7 +256,7 @@ static void print_row(const char *name, int k, int threads, const run_result *r,
     printf(" %7.2f %8.2f %7.0f%%", r->comm_s, r->comm_total_s, 100.0 * r->comm_hidden);
   else
     printf(" %7s %8s %8s", "-", "-", "-");
-  printf(" %7.2f\n", 100.0 * r->acc1);
+  printf(" %7.2f %8.2f\n", 100.0 * r->acc1, r->cpu_per_wall);
   fflush(stdout);
 }
 
@@ -324,10 +328,11 @@ int bench_scaling_run(const bench_scaling_args *a) {
          a->hidden ? " " : "", a->hidden ? a->hidden : "", a->data ? a->data : "the default data", j.epochs, samples,
          j.batch, j.threads);
   printf("# speedup: train samples/s over 'single' (one worker); efficiency = speedup / workers; ddp: rank 0's\n"
-         "# all-reduce time waited for (comm s) and in total (allred s), hidden = share behind backward\n");
-  printf("%-8s %7s %7s %13s %13s %9s %11s %9s %7s %7s %8s %8s %7s\n", "strategy", "workers", "threads",
+         "# all-reduce time waited for (comm s) and in total (allred s), hidden = share behind backward;\n"
+         "# cpu/wall: CPU seconds per wall second of (rank 0's) process, well below its threads when cores were shared\n");
+  printf("%-8s %7s %7s %13s %13s %9s %11s %9s %7s %7s %8s %8s %7s %8s\n", "strategy", "workers", "threads",
          "train samp/s", "infer samp/s", "speedup", "efficiency", "compute s", "data s", "comm s", "allred s",
-         "hidden", "top-1 %");
+         "hidden", "top-1 %", "cpu/wall");
   fflush(stdout);
   int rc = 1;
   run_result base;
