@@ -138,8 +138,10 @@ dt_status dt_reduce_scatter(dt_group *g, const void *send, void *recv, size_t co
                             dt_redop op, dt_work **w);
 dt_status dt_barrier(dt_group *g, dt_work **w);
 
-/* Waits for the work to finish, up to timeout_s (<= 0: the group's deadline);
- * returns its status (DT_TIMEOUT if this wait expired with the work still running). */
+/* Waits for the work to finish, up to timeout_s (<= 0: until it finishes, which
+ * is bounded: every collective fails once it has run for the group's deadline,
+ * so a wait behind k queued works lasts at most about k deadlines); returns
+ * its status (DT_TIMEOUT if this wait expired with the work still running). */
 dt_status dt_work_wait(dt_work *w, double timeout_s);
 /* 1 if the work has finished (successfully or not), 0 if not yet. */
 int dt_work_test(dt_work *w);
@@ -148,7 +150,8 @@ uint64_t dt_work_seq(const dt_work *w);
 /* Seconds the backend spent running the work, once finished (-1 before): the
  * communication time itself, without the time it waited in the queue. */
 double dt_work_elapsed(dt_work *w);
-/* Releases the handle; a work still running finishes on its own. */
+/* Releases the handle; a work still running finishes on its own. Handles may
+ * be freed before or after dt_group_destroy (which fails unfinished ones). */
 void dt_work_free(dt_work *w);
 
 /* Fails every queued and running collective with DT_INTERRUPTED and breaks

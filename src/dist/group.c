@@ -57,6 +57,8 @@ struct dt_group {
   int running; /* a work is being run (by the thread or a waiter) */
   int stop;
   uint64_t next_seq;
+  int handles;   /* work handles given out and not yet freed */
+  int destroyed; /* dt_group_destroy ran; the last dt_work_free releases the memory */
   dt_status broken;
   char broken_err[ERR_LEN];
 };
@@ -95,20 +97,21 @@ static void note_failure(dt_group *g, char *err, size_t len) {
   if (!g->store) return;
   char key[320];
   int64_t n = 0;
-  dt_store_set_timeout(g->store, 1.0);
-  snprintf(key, sizeof key, "%s/failed/count", g->prefix);
-  if (dt_store_add(g->store, key, 1, &n) != DT_OK) return;
-  snprintf(key, sizeof key, "%s/failed/first", g->prefix);
-  if (n == 1) {
-    dt_store_set(g->store, key, err, strlen(err));
-    return;
-  }
   void *v = NULL;
   size_t vl = 0;
-  if (dt_store_get(g->store, key, &v, &vl, 1.0) != DT_OK) return;
-  size_t at = strlen(err);
-  if (at + 40 < len) snprintf(err + at, len - at, "; first failure in the group: %.*s", (int)vl, (const char *)v);
-  dt_free(v);
+  dt_store_set_timeout(g->store, 1.0);
+  snprintf(key, sizeof key, "%s/failed/count", g->prefix);
+  if (dt_store_add(g->store, key, 1, &n) == DT_OK) {
+    snprintf(key, sizeof key, "%s/failed/first", g->prefix);
+    if (n == 1) {
+      dt_store_set(g->store, key, err, strlen(err));
+    } else if (dt_store_get(g->store, key, &v, &vl, 1.0) == DT_OK) {
+      size_t at = strlen(err);
+      if (at + 40 < len) snprintf(err + at, len - at, "; first failure in the group: %.*s", (int)vl, (const char *)v);
+      dt_free(v);
+    }
+  }
+  dt_store_set_timeout(g->store, g->timeout_s);
 }
 
 /* Runs w (state RUNNING, lock not held) and records the result. */
@@ -251,12 +254,22 @@ double dt_work_elapsed(dt_work *w) {
   return t;
 }
 
+static void group_release_memory(dt_group *g) {
+  pthread_mutex_destroy(&g->mu);
+  pthread_cond_destroy(&g->cv_queue);
+  pthread_cond_destroy(&g->cv_done);
+  dt_free(g);
+}
+
 void dt_work_free(dt_work *w) {
   if (!w) return;
   dt_group *g = w->g;
   pthread_mutex_lock(&g->mu);
   work_release_locked(w);
+  int last = --g->handles == 0 && g->destroyed;
   pthread_mutex_unlock(&g->mu);
+  /* A handle freed after dt_group_destroy: the group's memory went with it. */
+  if (last) group_release_memory(g);
 }
 
 /* Validates, queues, and either hands back the work or waits for it. */
@@ -293,6 +306,7 @@ static dt_status submit(dt_group *g, const dt_coll *c, dt_work **out) {
     return dt_error(DT_INVALID_ARGUMENT, "%s: the group is being destroyed", dt_coll_name(c->kind));
   }
   w->c.seq = ++g->next_seq;
+  if (out) g->handles++;
   if (g->tail)
     g->tail->next = w;
   else
@@ -306,7 +320,9 @@ static dt_status submit(dt_group *g, const dt_coll *c, dt_work **out) {
     return DT_OK;
   }
   dt_status s = dt_work_wait(w, 0);
-  dt_work_free(w); /* the caller's reference; the queue's was released when it finished */
+  pthread_mutex_lock(&g->mu);
+  work_release_locked(w); /* the caller's reference; the queue's was released when it finished */
+  pthread_mutex_unlock(&g->mu);
   return s;
 }
 
@@ -361,13 +377,16 @@ static void host_identity(char *buf, size_t len) {
   const char *id = NULL;
   if (dt_tunable_str("DT_HOST_ID", &id) == DT_OK && id && *id) {
     snprintf(buf, len, "%s", id);
-    return;
+  } else {
+    char host[256] = "unknown", ns[128] = "";
+    gethostname(host, sizeof host - 1);
+    ssize_t n = readlink("/proc/self/ns/net", ns, sizeof ns - 1);
+    ns[n > 0 ? n : 0] = '\0';
+    snprintf(buf, len, "%s/%s", host, ns);
   }
-  char host[256] = "unknown", ns[128] = "";
-  gethostname(host, sizeof host - 1);
-  ssize_t n = readlink("/proc/self/ns/net", ns, sizeof ns - 1);
-  ns[n > 0 ? n : 0] = '\0';
-  snprintf(buf, len, "%s/%s", host, ns);
+  /* The identity travels as one word of the rendezvous record. */
+  for (char *c = buf; *c; c++)
+    if (*c <= ' ' || *c == 0x7f) *c = '_';
 }
 
 /* The local address other ranks reach us at: the source address the kernel
@@ -639,10 +658,13 @@ void dt_group_destroy(dt_group *g) {
   if (g->store) dt_store_close(g->store);
   if (g->server) dt_store_server_stop(g->server);
   dt_free(g->global);
-  if (g->prefix[0]) {
-    pthread_mutex_destroy(&g->mu);
-    pthread_cond_destroy(&g->cv_queue);
-    pthread_cond_destroy(&g->cv_done);
+  if (!g->prefix[0]) { /* failed before the lock existed */
+    dt_free(g);
+    return;
   }
-  dt_free(g);
+  pthread_mutex_lock(&g->mu);
+  g->destroyed = 1;
+  int in_use = g->handles > 0;
+  pthread_mutex_unlock(&g->mu);
+  if (!in_use) group_release_memory(g);
 }
