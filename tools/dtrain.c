@@ -407,7 +407,7 @@ static const flag_spec train_flags[] = {
     {"--warmup-steps", "N", K_NONNEG_INT, "0", "500", "linear warm-up over the first N optimizer steps instead", NULL},
     {"--clip-grad-norm", "X", K_POS_FLOAT, "off", "1.0", "clip the global gradient L2 norm to X", NULL},
     {"--label-smoothing", "X", K_UNIT_FLOAT, "0", "0.1", "cross-entropy label smoothing in [0, 1)", NULL},
-    {"--threads", "N", K_NONNEG_INT, "0 = all cores (or DT_NUM_THREADS)", "4", "compute threads", NULL},
+    {"--threads", "N", K_NONNEG_INT, "DT_NUM_THREADS, OMP_NUM_THREADS or all cores", "4", "compute threads", NULL},
     {"--seed", "N", K_U64, "0", "42", "seed of initialisation, shuffling and dropout", NULL},
     {"--out", "DIR", K_STR, "runs/<model>-<yyyymmdd-hhmmss>", "runs/exp1",
      "output directory: metrics.csv, metrics.jsonl, config.json, summary.json, model.safetensors", NULL},
@@ -464,8 +464,8 @@ static void print_train_summary(const dt_train_config *cfg, const dt_train_resul
   fprintf(f, "  %-22s %.2f s compute, %.2f s waiting for data, %.2f s communication\n", "training time",
           r->compute_seconds, r->data_wait_seconds, r->comm_seconds);
   if (cfg->strategy == DT_STRATEGY_DDP)
-    fprintf(f, "  %-22s %d ranks, all-reduce %.2f s of which %.0f%% hidden behind backward\n", "ddp", r->world_size,
-            r->comm_total_seconds, 100 * r->comm_hidden);
+    fprintf(f, "  %-22s %d ranks over %s, all-reduce %.2f s of which %.0f%% hidden behind backward\n", "ddp",
+            r->world_size, r->backend, r->comm_total_seconds, 100 * r->comm_hidden);
   fprintf(f, "  %-22s %.0f samples/s\n", "train throughput", r->train_samples_per_s);
   fprintf(f, "  %-22s %.0f samples/s\n", "inference throughput", r->infer_samples_per_s);
   fprintf(f, "  %-22s %.2f%%\n", "test top-1", 100 * r->test_acc1);
@@ -584,8 +584,11 @@ static int cmd_train(const parsed *p) {
     char url[300];
     if (cfg.master) snprintf(url, sizeof url, "tcp://%s", cfg.master);
     dt_dist_env env;
-    if (dt_dist_env_detect(cfg.master ? url : NULL, -1, -1, &env) != DT_OK)
-      return runtime_error(DT_INVALID_ARGUMENT, NULL);
+    if (dt_dist_env_detect(cfg.master ? url : NULL, -1, -1, &env) != DT_OK) {
+      fprintf(stderr, "dtrain: %s (e.g. dtrun --standalone --nproc-per-node 2 -- dtrain train --strategy ddp ...)\n",
+              dt_last_error());
+      return EXIT_RUNTIME;
+    }
     rank = env.rank;
   }
 
@@ -647,7 +650,7 @@ static const flag_spec eval_flags[] = {
     {"--normalize", "MEAN,STD", K_MEAN_STD, "from the file's metadata", "0.2860,0.3530",
      "input normalisation used in training", NULL},
     {"--batch-size", "N", K_POS_INT, "256", "256", "samples per forward pass", NULL},
-    {"--threads", "N", K_NONNEG_INT, "0 = all cores (or DT_NUM_THREADS)", "4", "compute threads", NULL},
+    {"--threads", "N", K_NONNEG_INT, "DT_NUM_THREADS, OMP_NUM_THREADS or all cores", "4", "compute threads", NULL},
     {"--limit", "N", K_POS_I64, "all", "500", "evaluate the first N samples only", NULL},
     {"--strategy", "NAME", K_CHOICE, "single", "dp", "single, or dp: worker threads on slices of each batch",
      "single|dp"},

@@ -13,8 +13,9 @@ extern "C" {
 
 /* ---- threads ---------------------------------------------------------- */
 /* Sets the compute thread budget of this process: our OpenMP loops and
- * OpenBLAS together never use more than n threads. n <= 0 means "all cores"
- * (or DT_NUM_THREADS if set). Call before training; not thread-safe. */
+ * OpenBLAS together never use more than n threads. n <= 0 means DT_NUM_THREADS
+ * if set, else OMP_NUM_THREADS if set, else all cores. Call before training;
+ * not thread-safe. */
 dt_status dt_set_threads(int n);
 /* The current budget (>= 1). */
 int dt_get_threads(void);

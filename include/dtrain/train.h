@@ -115,6 +115,7 @@ typedef struct dt_train_result {
   size_t peak_rss_bytes;
   /* ddp: this process's place; all-reduce time in total and the part hidden behind backward */
   int rank, world_size;
+  char backend[16];          /* the group's backend ("shm", "tcp", "shm+tcp", "mpi"), "" without ddp */
   double comm_total_seconds; /* all-reduces ran this long; comm_seconds of it was waited for */
   double comm_hidden;        /* 1 - comm_seconds / comm_total_seconds (0 without communication) */
 } dt_train_result;

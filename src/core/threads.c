@@ -2,6 +2,8 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <stdlib.h>
+
 #include "core/impl.h"
 
 /* OpenBLAS's own setter; declared here so the public headers need no cblas.h. */
@@ -19,6 +21,15 @@ dt_status dt_set_threads(int n) {
     long env = 0;
     DT_CHECK(dt_tunable_int("DT_NUM_THREADS", &env));
     if (env < 0) return dt_error(DT_INVALID_ARGUMENT, "DT_NUM_THREADS=%ld must be >= 0", env);
+    if (env == 0) {
+      /* Launchers and PyTorch users set OMP_NUM_THREADS; honour it next. */
+      const char *omp = getenv("OMP_NUM_THREADS");
+      char *end = NULL;
+      long v = omp && *omp ? strtol(omp, &end, 10) : 0;
+      if (omp && *omp && (*end != '\0' || v < 1))
+        return dt_error(DT_INVALID_ARGUMENT, "OMP_NUM_THREADS=%s is not a positive integer", omp);
+      env = v;
+    }
     n = env > 0 ? (int)env : dt_num_cores();
   }
   if (n > 4096) return dt_error(DT_INVALID_ARGUMENT, "thread count %d is too large", n);

@@ -166,10 +166,10 @@ dt_status dt_train_write_summary(const char *dir, const char *model, const dt_tr
            "\"train_samples_per_s\":%.1f,\"infer_samples_per_s\":%.1f,"
            "\"compute_seconds\":%.3f,\"data_wait_seconds\":%.3f,\"comm_seconds\":%.3f,"
            "\"test_loss\":%.6f,\"test_acc1\":%.6f,\"test_acc5\":%.6f,\"peak_rss_bytes\":%zu,"
-           "\"world_size\":%d,\"comm_total_seconds\":%.3f,\"comm_hidden\":%.4f}\n",
+           "\"world_size\":%d,\"backend\":\"%s\",\"comm_total_seconds\":%.3f,\"comm_hidden\":%.4f}\n",
            r->epochs_done, r->interrupted ? "true" : "false", (long long)r->steps, r->params, r->wall_seconds,
            r->cpu_user_seconds, r->cpu_sys_seconds, r->train_samples_per_s, r->infer_samples_per_s,
            r->compute_seconds, r->data_wait_seconds, r->comm_seconds, r->test_loss, r->test_acc1, r->test_acc5,
-           r->peak_rss_bytes, r->world_size > 0 ? r->world_size : 1, r->comm_total_seconds, r->comm_hidden);
+           r->peak_rss_bytes, r->world_size > 0 ? r->world_size : 1, r->backend, r->comm_total_seconds, r->comm_hidden);
   return dt_train_write_file(path, text);
 }

@@ -393,6 +393,7 @@ dt_status dt_train_run(const dt_train_config *c, dt_train_result *res) {
   out.params = n_params;
   out.rank = r.rank;
   out.world_size = r.world;
+  if (r.group) snprintf(out.backend, sizeof out.backend, "%s", dt_group_backend(r.group));
   /* Throughput of the whole job: every rank's samples over the training time. */
   out.train_samples_per_s = train_time > 0 ? (double)all_samples * r.world / train_time : 0;
   out.infer_samples_per_s = out.last.infer_samples_per_s;
