@@ -581,7 +581,11 @@ static dt_status tcp_allreduce(dt_backend *base, const dt_coll *c) {
   if (bytes <= SMALL_BYTES) {
     if (c->send != c->recv && bytes) memcpy(c->recv, c->send, bytes);
     st = rd_allreduce(b, &cs, c->recv, bytes, 1);
-  } else if ((n & (n - 1)) == 0) {
+  } else if ((n & (n - 1)) == 0 && (n >= 4 || bytes > ((size_t)4 << 20))) {
+    /* Halving and doubling: log2(n) rounds instead of 2(n-1). With 2 ranks
+     * the data flow is the same as the ring's, whose pipeline streams the
+     * all-gather behind the reduce-scatter in small segments (faster up to a
+     * few MiB); above that the exchange's larger segments (fewer wake-ups) win. */
     st = rab_allreduce(b, &cs);
   } else {
     pstep *ss = b->steps, *rs = b->steps + 2 * n;
