@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist_values.h"
 #include "dtrain/dist.h"
 
 /* Input element i of rank r: a small integer in [-8, 8]. */
@@ -16,17 +17,7 @@ static inline int dc_value(int r, size_t i, int salt) {
   return (int)(((size_t)(r + 1) * 7 + i * 3 + (size_t)salt * 5) % 17) - 8;
 }
 
-static inline void dc_store(void *buf, size_t i, dt_dtype t, double v) {
-  switch (t) {
-  case DT_F32: ((float *)buf)[i] = (float)v; break;
-  case DT_F64: ((double *)buf)[i] = v; break;
-  case DT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-  case DT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-  case DT_BF16: ((uint16_t *)buf)[i] = dt_f32_to_bf16((float)v); break;
-  case DT_F16: ((uint16_t *)buf)[i] = dt_f32_to_f16((float)v); break;
-  default: break;
-  }
-}
+static inline void dc_store(void *buf, size_t i, dt_dtype t, double v) { dv_put(buf, t, i, v); }
 
 /* The expected element for rank-reduced values (exact: small integers). */
 static inline double dc_reduce(int world, size_t i, int salt, dt_redop op, dt_dtype t) {

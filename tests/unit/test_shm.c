@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "dist/dist-impl.h"
+#include "dist_values.h"
 #include "harness.h"
 
 static dt_store_server *server;
@@ -116,30 +117,6 @@ static int shm_leftovers(void) {
 /* Integer-valued inputs: every sum of up to 5 ranks is exact in bf16 and f16. */
 static double input(int rank, size_t i) { return (double)((int)((i * 7 + (size_t)rank * 13) % 23) - 11); }
 
-static void put(void *buf, dt_dtype t, size_t i, double v) {
-  switch (t) {
-  case DT_F32: ((float *)buf)[i] = (float)v; break;
-  case DT_F64: ((double *)buf)[i] = v; break;
-  case DT_BF16: ((uint16_t *)buf)[i] = dt_f32_to_bf16((float)v); break;
-  case DT_F16: ((uint16_t *)buf)[i] = dt_f32_to_f16((float)v); break;
-  case DT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-  case DT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-  default: break;
-  }
-}
-
-static double get(const void *buf, dt_dtype t, size_t i) {
-  switch (t) {
-  case DT_F32: return ((const float *)buf)[i];
-  case DT_F64: return ((const double *)buf)[i];
-  case DT_BF16: return dt_bf16_to_f32(((const uint16_t *)buf)[i]);
-  case DT_F16: return dt_f16_to_f32(((const uint16_t *)buf)[i]);
-  case DT_I32: return ((const int32_t *)buf)[i];
-  case DT_I64: return (double)((const int64_t *)buf)[i];
-  default: return 0;
-  }
-}
-
 static double reference(dt_redop op, int size, size_t i) {
   double acc = input(0, i);
   for (int r = 1; r < size; r++) {
@@ -147,12 +124,6 @@ static double reference(dt_redop op, int size, size_t i) {
     acc = op == DT_MIN ? (v < acc ? v : acc) : op == DT_MAX ? (v > acc ? v : acc) : acc + v;
   }
   return acc;
-}
-
-static void blk(size_t count, int size, int r, size_t *off, size_t *len) {
-  size_t q = count / (size_t)size, rem = count % (size_t)size;
-  *off = q * (size_t)r + ((size_t)r < rem ? (size_t)r : rem);
-  *len = q + ((size_t)r < rem);
 }
 
 static uint64_t seq_counter;
@@ -183,10 +154,10 @@ static dt_status run_coll(dt_backend *b, dt_coll_kind kind, const void *send, vo
 static int check_one(dt_backend *b, int rank, int size, dt_coll_kind kind, dt_dtype t, dt_redop op,
                      size_t count, int in_place, int root) {
   size_t es = dt_dtype_size(t), off, len;
-  blk(count, size, rank, &off, &len);
+  dv_block(count, size, rank, &off, &len);
   char *send = malloc((count + 1) * es), *recv = malloc((count + 1) * es);
   CHILD_CHECK(send && recv, "out of memory");
-  for (size_t i = 0; i < count; i++) put(send, t, i, input(rank, i)), put(recv, t, i, -99);
+  for (size_t i = 0; i < count; i++) dv_put(send, t, i, input(rank, i)), dv_put(recv, t, i, -99);
   const void *sp = send;
   void *rp = recv;
   size_t check_off = 0, check_len = count;
@@ -198,14 +169,14 @@ static int check_one(dt_backend *b, int rank, int size, dt_coll_kind kind, dt_dt
     sp = NULL;
     rp = rank == root ? send : recv;
     if (rank != root)
-      for (size_t i = 0; i < count; i++) put(recv, t, i, -99);
+      for (size_t i = 0; i < count; i++) dv_put(recv, t, i, -99);
     break;
   case DT_COLL_ALLGATHER:
     if (in_place) {
-      for (size_t i = 0; i < len; i++) put(recv, t, off + i, input(rank, off + i));
+      for (size_t i = 0; i < len; i++) dv_put(recv, t, off + i, input(rank, off + i));
       sp = recv + off * es;
     } else {
-      for (size_t i = 0; i < len; i++) put(send, t, i, input(rank, off + i));
+      for (size_t i = 0; i < len; i++) dv_put(send, t, i, input(rank, off + i));
     }
     break;
   case DT_COLL_REDUCE_SCATTER:
@@ -228,12 +199,12 @@ static int check_one(dt_backend *b, int rank, int size, dt_coll_kind kind, dt_dt
         int owner = 0;
         for (int r = 0; r < size; r++) {
           size_t o2, l2;
-          blk(count, size, r, &o2, &l2);
+          dv_block(count, size, r, &o2, &l2);
           if (g >= o2 && g < o2 + l2) owner = r;
         }
         want = input(owner, g);
       }
-      double got = get(out, t, i);
+      double got = dv_get(out, t, i);
       if (got != want) {
         fprintf(stderr, "rank %d: %s %s %s count %zu%s root %d: element %zu is %g, expected %g\n", rank,
                 dt_coll_name(kind), dt_dtype_name(t), dt_redop_name(op), count, in_place ? " in place" : "", root,

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "dist/dist-impl.h"
+#include "dist_values.h"
 #include "harness.h"
 
 static dt_store_server *server;
@@ -124,30 +125,6 @@ static int run_world(int size, rank_fn fn, void *arg, const world_opts *o, doubl
 /* Integer-valued inputs in -11..11: every sum of up to 5 ranks is exact in bf16 and f16. */
 static double input(int rank, size_t i) { return (double)((int)((i * 7 + (size_t)rank * 13) % 23) - 11); }
 
-static void put(void *buf, dt_dtype t, size_t i, double v) {
-  switch (t) {
-  case DT_F32: ((float *)buf)[i] = (float)v; break;
-  case DT_F64: ((double *)buf)[i] = v; break;
-  case DT_BF16: ((uint16_t *)buf)[i] = dt_f32_to_bf16((float)v); break;
-  case DT_F16: ((uint16_t *)buf)[i] = dt_f32_to_f16((float)v); break;
-  case DT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-  case DT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-  default: break;
-  }
-}
-
-static double get(const void *buf, dt_dtype t, size_t i) {
-  switch (t) {
-  case DT_F32: return ((const float *)buf)[i];
-  case DT_F64: return ((const double *)buf)[i];
-  case DT_BF16: return dt_bf16_to_f32(((const uint16_t *)buf)[i]);
-  case DT_F16: return dt_f16_to_f32(((const uint16_t *)buf)[i]);
-  case DT_I32: return ((const int32_t *)buf)[i];
-  case DT_I64: return (double)((const int64_t *)buf)[i];
-  default: return 0;
-  }
-}
-
 static double reference(int size, size_t i, dt_redop op) {
   double acc = input(0, i);
   for (int r = 1; r < size; r++) {
@@ -155,12 +132,6 @@ static double reference(int size, size_t i, dt_redop op) {
     acc = op == DT_MIN ? (v < acc ? v : acc) : op == DT_MAX ? (v > acc ? v : acc) : acc + v;
   }
   return acc;
-}
-
-static void block(size_t count, int size, int r, size_t *off, size_t *len) {
-  size_t q = count / (size_t)size, rem = count % (size_t)size;
-  *off = (size_t)r * q + ((size_t)r < rem ? (size_t)r : rem);
-  *len = q + ((size_t)r < rem);
 }
 
 /* ---- one rank of the correctness sweep ------------------------------------------ */
@@ -190,7 +161,7 @@ static dt_status run(ctx_run *x, dt_coll_kind kind, const void *send, void *recv
 static int compare(const ctx_run *x, const char *what, dt_dtype t, int op, int inplace, const void *got, size_t n,
                    size_t first, double (*want)(int size, size_t i, int op, int root), int root) {
   for (size_t i = 0; i < n; i++) {
-    double w = want(x->size, first + i, op, root), g = get(got, t, i);
+    double w = want(x->size, first + i, op, root), g = dv_get(got, t, i);
     if (g != w) {
       fprintf(stderr, "rank %d/%d: %s %s op %d %s: element %zu is %g, expected %g\n", x->rank, x->size, what,
               dt_dtype_name(t), op, inplace ? "in place" : "out of place", first + i, g, w);
@@ -208,7 +179,7 @@ static int check_gathered(const ctx_run *x, dt_dtype t, int inplace, const void 
   size_t es = dt_dtype_size(t);
   for (int q = 0; q < x->size; q++) {
     size_t off, len;
-    block(count, x->size, q, &off, &len);
+    dv_block(count, x->size, q, &off, &len);
     if (compare(x, "allgather", t, 0, inplace, (const char *)out + off * es, len, off, want_root, q)) return 1;
   }
   return 0;
@@ -217,24 +188,24 @@ static int check_gathered(const ctx_run *x, dt_dtype t, int inplace, const void 
 static int sweep_one(ctx_run *x, dt_dtype t, size_t count, int inplace, void *a, void *c) {
   int r = x->rank, n = x->size;
   size_t es = dt_dtype_size(t), off, len;
-  block(count, n, r, &off, &len);
+  dv_block(count, n, r, &off, &len);
   static const dt_redop ops[] = {DT_SUM, DT_MIN, DT_MAX};
   for (int k = 0; k < 3; k++) {
     dt_redop op = ops[k];
     /* all-reduce */
-    for (size_t i = 0; i < count; i++) put(a, t, i, input(r, i));
+    for (size_t i = 0; i < count; i++) dv_put(a, t, i, input(r, i));
     memset(c, 0x5a, count * es + 16);
     void *out = inplace ? a : c;
     CHECK_RUN(run(x, DT_COLL_ALLREDUCE, a, out, count, t, op, 0), "allreduce");
     if (compare(x, "allreduce", t, op, inplace, out, count, 0, want_reduced, 0)) return 1;
     if (!inplace)
       for (size_t i = 0; i < count; i++)
-        if (get(a, t, i) != input(r, i)) {
+        if (dv_get(a, t, i) != input(r, i)) {
           fprintf(stderr, "rank %d: allreduce wrote its send buffer\n", r);
           return 1;
         }
     /* reduce-scatter */
-    for (size_t i = 0; i < count; i++) put(a, t, i, input(r, i));
+    for (size_t i = 0; i < count; i++) dv_put(a, t, i, input(r, i));
     memset(c, 0x5a, count * es + 16);
     out = inplace ? (char *)a + off * es : c;
     CHECK_RUN(run(x, DT_COLL_REDUCE_SCATTER, a, out, count, t, op, 0), "reduce_scatter");
@@ -246,13 +217,13 @@ static int sweep_one(ctx_run *x, dt_dtype t, size_t count, int inplace, void *a,
   }
   /* all-gather */
   memset(c, 0x5a, count * es + 16);
-  for (size_t i = 0; i < len; i++) put(inplace ? (char *)c + off * es : a, t, i, input(r, off + i));
+  for (size_t i = 0; i < len; i++) dv_put(inplace ? (char *)c + off * es : a, t, i, input(r, off + i));
   CHECK_RUN(run(x, DT_COLL_ALLGATHER, inplace ? (char *)c + off * es : a, c, count, t, DT_SUM, 0), "allgather");
   if (check_gathered(x, t, inplace, c, count)) return 1;
   /* broadcast from the first and the last rank */
   for (int root = 0; root < n; root += (n > 1 ? n - 1 : 1)) {
     if (r == root)
-      for (size_t i = 0; i < count; i++) put(a, t, i, input(root, i));
+      for (size_t i = 0; i < count; i++) dv_put(a, t, i, input(root, i));
     else
       memset(a, 0x5a, count * es);
     CHECK_RUN(run(x, DT_COLL_BROADCAST, NULL, a, count, t, DT_SUM, root), "broadcast");
@@ -312,7 +283,7 @@ static int rank_halving(dt_backend *b, int rank, int size, void *arg) {
       for (int oi = 0; oi < 2 && !fail; oi++) {
         dt_dtype t = cases[k].t;
         size_t count = cases[k].count, es = dt_dtype_size(t);
-        for (size_t i = 0; i < count; i++) put(a, t, i, input(rank, i));
+        for (size_t i = 0; i < count; i++) dv_put(a, t, i, input(rank, i));
         memset(c, 0x5a, count * es + 16);
         void *out = ip ? a : c;
         CHECK_RUN(run(x, DT_COLL_ALLREDUCE, a, out, count, t, ops[oi], 0), "allreduce");
@@ -322,7 +293,7 @@ static int rank_halving(dt_backend *b, int rank, int size, void *arg) {
           fail = 1;
         }
         for (size_t i = 0; i < count && !fail && !ip; i++)
-          if (get(a, t, i) != input(rank, i)) {
+          if (dv_get(a, t, i) != input(rank, i)) {
             fprintf(stderr, "rank %d: allreduce wrote its send buffer\n", rank);
             fail = 1;
           }
