@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/dist.h"
 #include "dtrain/tensor.h"
 
 /* buf[i] = v in dtype t (bf16/f16 rounded to nearest even). */
@@ -31,6 +32,20 @@ static inline double dv_get(const void *buf, dt_dtype t, size_t i) {
   case DT_I64: return (double)((const int64_t *)buf)[i];
   default: return 0;
   }
+}
+
+/* Backend-level test inputs: element i of rank r, an integer in -11..11, so
+ * every sum over up to 5 ranks is exact in bf16 and f16. */
+static inline double dv_input(int rank, size_t i) { return (double)((int)((i * 7 + (size_t)rank * 13) % 23) - 11); }
+
+/* The reduction of dv_input over ranks 0..size-1 (AVG as SUM, as backends do). */
+static inline double dv_reference(dt_redop op, int size, size_t i) {
+  double acc = dv_input(0, i);
+  for (int r = 1; r < size; r++) {
+    double v = dv_input(r, i);
+    acc = op == DT_MIN ? (v < acc ? v : acc) : op == DT_MAX ? (v > acc ? v : acc) : acc + v;
+  }
+  return acc;
 }
 
 /* dt_group_block's partition without a group: rank r owns [off, off+len). */

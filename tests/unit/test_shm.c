@@ -114,18 +114,6 @@ static int shm_leftovers(void) {
 
 /* ---- data --------------------------------------------------------------------- */
 
-/* Integer-valued inputs: every sum of up to 5 ranks is exact in bf16 and f16. */
-static double input(int rank, size_t i) { return (double)((int)((i * 7 + (size_t)rank * 13) % 23) - 11); }
-
-static double reference(dt_redop op, int size, size_t i) {
-  double acc = input(0, i);
-  for (int r = 1; r < size; r++) {
-    double v = input(r, i);
-    acc = op == DT_MIN ? (v < acc ? v : acc) : op == DT_MAX ? (v > acc ? v : acc) : acc + v;
-  }
-  return acc;
-}
-
 static uint64_t seq_counter;
 
 static dt_status run_coll(dt_backend *b, dt_coll_kind kind, const void *send, void *recv, size_t count,
@@ -157,7 +145,7 @@ static int check_one(dt_backend *b, int rank, int size, dt_coll_kind kind, dt_dt
   dv_block(count, size, rank, &off, &len);
   char *send = malloc((count + 1) * es), *recv = malloc((count + 1) * es);
   CHILD_CHECK(send && recv, "out of memory");
-  for (size_t i = 0; i < count; i++) dv_put(send, t, i, input(rank, i)), dv_put(recv, t, i, -99);
+  for (size_t i = 0; i < count; i++) dv_put(send, t, i, dv_input(rank, i)), dv_put(recv, t, i, -99);
   const void *sp = send;
   void *rp = recv;
   size_t check_off = 0, check_len = count;
@@ -173,10 +161,10 @@ static int check_one(dt_backend *b, int rank, int size, dt_coll_kind kind, dt_dt
     break;
   case DT_COLL_ALLGATHER:
     if (in_place) {
-      for (size_t i = 0; i < len; i++) dv_put(recv, t, off + i, input(rank, off + i));
+      for (size_t i = 0; i < len; i++) dv_put(recv, t, off + i, dv_input(rank, off + i));
       sp = recv + off * es;
     } else {
-      for (size_t i = 0; i < len; i++) dv_put(send, t, i, input(rank, off + i));
+      for (size_t i = 0; i < len; i++) dv_put(send, t, i, dv_input(rank, off + i));
     }
     break;
   case DT_COLL_REDUCE_SCATTER:
@@ -192,8 +180,8 @@ static int check_one(dt_backend *b, int rank, int size, dt_coll_kind kind, dt_dt
     if (kind == DT_COLL_REDUCE_SCATTER) out = rp;
     for (size_t i = 0; i < check_len && !bad; i++) {
       size_t g = check_off + i;
-      double want = kind == DT_COLL_ALLREDUCE || kind == DT_COLL_REDUCE_SCATTER ? reference(op, size, g)
-                    : kind == DT_COLL_BROADCAST                                 ? input(root, g)
+      double want = kind == DT_COLL_ALLREDUCE || kind == DT_COLL_REDUCE_SCATTER ? dv_reference(op, size, g)
+                    : kind == DT_COLL_BROADCAST                                 ? dv_input(root, g)
                                                                                 : 0;
       if (kind == DT_COLL_ALLGATHER) {
         int owner = 0;
@@ -202,7 +190,7 @@ static int check_one(dt_backend *b, int rank, int size, dt_coll_kind kind, dt_dt
           dv_block(count, size, r, &o2, &l2);
           if (g >= o2 && g < o2 + l2) owner = r;
         }
-        want = input(owner, g);
+        want = dv_input(owner, g);
       }
       double got = dv_get(out, t, i);
       if (got != want) {

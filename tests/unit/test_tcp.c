@@ -122,18 +122,6 @@ static int run_world(int size, rank_fn fn, void *arg, const world_opts *o, doubl
 
 /* ---- data --------------------------------------------------------------------- */
 
-/* Integer-valued inputs in -11..11: every sum of up to 5 ranks is exact in bf16 and f16. */
-static double input(int rank, size_t i) { return (double)((int)((i * 7 + (size_t)rank * 13) % 23) - 11); }
-
-static double reference(int size, size_t i, dt_redop op) {
-  double acc = input(0, i);
-  for (int r = 1; r < size; r++) {
-    double v = input(r, i);
-    acc = op == DT_MIN ? (v < acc ? v : acc) : op == DT_MAX ? (v > acc ? v : acc) : acc + v;
-  }
-  return acc;
-}
-
 /* ---- one rank of the correctness sweep ------------------------------------------ */
 
 typedef struct ctx_run {
@@ -171,8 +159,8 @@ static int compare(const ctx_run *x, const char *what, dt_dtype t, int op, int i
   return 0;
 }
 
-static double want_reduced(int size, size_t i, int op, int root) { return reference(size, i, (dt_redop)op); }
-static double want_root(int size, size_t i, int op, int root) { return input(root, i); }
+static double want_reduced(int size, size_t i, int op, int root) { return dv_reference((dt_redop)op, size, i); }
+static double want_root(int size, size_t i, int op, int root) { return dv_input(root, i); }
 
 /* All-gather: block q of the result must hold rank q's inputs. */
 static int check_gathered(const ctx_run *x, dt_dtype t, int inplace, const void *out, size_t count) {
@@ -193,19 +181,19 @@ static int sweep_one(ctx_run *x, dt_dtype t, size_t count, int inplace, void *a,
   for (int k = 0; k < 3; k++) {
     dt_redop op = ops[k];
     /* all-reduce */
-    for (size_t i = 0; i < count; i++) dv_put(a, t, i, input(r, i));
+    for (size_t i = 0; i < count; i++) dv_put(a, t, i, dv_input(r, i));
     memset(c, 0x5a, count * es + 16);
     void *out = inplace ? a : c;
     CHECK_RUN(run(x, DT_COLL_ALLREDUCE, a, out, count, t, op, 0), "allreduce");
     if (compare(x, "allreduce", t, op, inplace, out, count, 0, want_reduced, 0)) return 1;
     if (!inplace)
       for (size_t i = 0; i < count; i++)
-        if (dv_get(a, t, i) != input(r, i)) {
+        if (dv_get(a, t, i) != dv_input(r, i)) {
           fprintf(stderr, "rank %d: allreduce wrote its send buffer\n", r);
           return 1;
         }
     /* reduce-scatter */
-    for (size_t i = 0; i < count; i++) dv_put(a, t, i, input(r, i));
+    for (size_t i = 0; i < count; i++) dv_put(a, t, i, dv_input(r, i));
     memset(c, 0x5a, count * es + 16);
     out = inplace ? (char *)a + off * es : c;
     CHECK_RUN(run(x, DT_COLL_REDUCE_SCATTER, a, out, count, t, op, 0), "reduce_scatter");
@@ -217,13 +205,13 @@ static int sweep_one(ctx_run *x, dt_dtype t, size_t count, int inplace, void *a,
   }
   /* all-gather */
   memset(c, 0x5a, count * es + 16);
-  for (size_t i = 0; i < len; i++) dv_put(inplace ? (char *)c + off * es : a, t, i, input(r, off + i));
+  for (size_t i = 0; i < len; i++) dv_put(inplace ? (char *)c + off * es : a, t, i, dv_input(r, off + i));
   CHECK_RUN(run(x, DT_COLL_ALLGATHER, inplace ? (char *)c + off * es : a, c, count, t, DT_SUM, 0), "allgather");
   if (check_gathered(x, t, inplace, c, count)) return 1;
   /* broadcast from the first and the last rank */
   for (int root = 0; root < n; root += (n > 1 ? n - 1 : 1)) {
     if (r == root)
-      for (size_t i = 0; i < count; i++) dv_put(a, t, i, input(root, i));
+      for (size_t i = 0; i < count; i++) dv_put(a, t, i, dv_input(root, i));
     else
       memset(a, 0x5a, count * es);
     CHECK_RUN(run(x, DT_COLL_BROADCAST, NULL, a, count, t, DT_SUM, root), "broadcast");
@@ -283,7 +271,7 @@ static int rank_halving(dt_backend *b, int rank, int size, void *arg) {
       for (int oi = 0; oi < 2 && !fail; oi++) {
         dt_dtype t = cases[k].t;
         size_t count = cases[k].count, es = dt_dtype_size(t);
-        for (size_t i = 0; i < count; i++) dv_put(a, t, i, input(rank, i));
+        for (size_t i = 0; i < count; i++) dv_put(a, t, i, dv_input(rank, i));
         memset(c, 0x5a, count * es + 16);
         void *out = ip ? a : c;
         CHECK_RUN(run(x, DT_COLL_ALLREDUCE, a, out, count, t, ops[oi], 0), "allreduce");
@@ -293,7 +281,7 @@ static int rank_halving(dt_backend *b, int rank, int size, void *arg) {
           fail = 1;
         }
         for (size_t i = 0; i < count && !fail && !ip; i++)
-          if (dv_get(a, t, i) != input(rank, i)) {
+          if (dv_get(a, t, i) != dv_input(rank, i)) {
             fprintf(stderr, "rank %d: allreduce wrote its send buffer\n", rank);
             fail = 1;
           }
