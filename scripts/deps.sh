@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config zlib1g-dev libopenblas-openmp-dev
       dataset-fashion-mnist python3 python3-torch python3-numpy clang libclang-rt-dev time
-      openmpi-bin libopenmpi-dev iproute2)
+      openmpi-bin libopenmpi-dev iproute2 protobuf-compiler python3-protobuf chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

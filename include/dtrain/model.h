@@ -59,6 +59,10 @@ void dt_model_set_training(dt_model *m, int training);
 /* Dropout masks come from Philox(seed, stream, step): set the stream (e.g. the
  * rank) so workers draw different masks; the step advances with every training forward. */
 void dt_model_set_rng_stream(dt_model *m, uint64_t stream);
+/* The dropout step (training forwards so far); a snapshot saves it and a
+ * resumed run sets it back, so masks continue where they stopped. */
+uint64_t dt_model_rng_step(const dt_model *m);
+void dt_model_set_rng_step(dt_model *m, uint64_t step);
 
 /* x (batch, sample_shape...) -> *out (batch, dt_model_output_size), owned by the
  * model, valid until the next forward. batch in 1..max_batch. */

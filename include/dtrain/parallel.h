@@ -84,6 +84,11 @@ dt_status dt_dp_train_step(dt_dp *d, const float *x, const int32_t *y, int batch
                            int64_t *top1, int64_t *top5);
 /* Inference: logits (batch, classes) into out. */
 dt_status dt_dp_forward(dt_dp *d, const float *x, int batch, float *out);
+/* Worker count, and each worker's dropout step (training forwards it ran; see
+ * dt_model_rng_step), for snapshots and resume. */
+int dt_dp_workers(const dt_dp *d);
+uint64_t dt_dp_rng_step(const dt_dp *d, int w);
+void dt_dp_set_rng_step(dt_dp *d, int w, uint64_t step);
 
 #ifdef __cplusplus
 }

@@ -145,6 +145,9 @@ dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout)
 float *dt_model_ctx_grads(dt_model_ctx *c);
 void dt_model_ctx_zero_grad(const dt_model *m, dt_model_ctx *c);
 void dt_model_ctx_set_rng_stream(dt_model_ctx *c, uint64_t stream);
+/* Training forwards run so far (the dropout step); set it to resume a run. */
+uint64_t dt_model_ctx_rng_step(const dt_model_ctx *c);
+void dt_model_ctx_set_rng_step(dt_model_ctx *c, uint64_t step);
 void dt_model_ctx_on_grad_ready(dt_model_ctx *c, dt_grad_ready_fn fn, void *user);
 /* Compute the gradient w.r.t. the model input in backward (off by default). */
 void dt_model_ctx_want_input_grad(dt_model_ctx *c, int on);

@@ -382,6 +382,10 @@ float *dt_model_ctx_grads(dt_model_ctx *c) { return c ? c->grads : NULL; }
 void dt_model_ctx_set_rng_stream(dt_model_ctx *c, uint64_t stream) {
   if (c) c->rng_stream = stream;
 }
+uint64_t dt_model_ctx_rng_step(const dt_model_ctx *c) { return c ? c->step : 0; }
+void dt_model_ctx_set_rng_step(dt_model_ctx *c, uint64_t step) {
+  if (c) c->step = step;
+}
 void dt_model_ctx_on_grad_ready(dt_model_ctx *c, dt_grad_ready_fn fn, void *user) {
   if (!c) return;
   c->on_ready = fn;
@@ -510,6 +514,10 @@ void dt_model_set_training(dt_model *m, int training) {
 }
 void dt_model_set_rng_stream(dt_model *m, uint64_t stream) {
   if (m) dt_model_ctx_set_rng_stream(m->ctx, stream);
+}
+uint64_t dt_model_rng_step(const dt_model *m) { return m ? dt_model_ctx_rng_step(m->ctx) : 0; }
+void dt_model_set_rng_step(dt_model *m, uint64_t step) {
+  if (m) dt_model_ctx_set_rng_step(m->ctx, step);
 }
 dt_status dt_model_forward(dt_model *m, const float *x, int batch, const float **out) {
   if (m && !m->built) return dt_error(DT_INVALID_ARGUMENT, "dt_model_forward: call dt_model_build first");

@@ -225,6 +225,14 @@ void dt_dp_free(dt_dp *d) {
   dt_free(d);
 }
 
+int dt_dp_workers(const dt_dp *d) { return d ? d->workers : 0; }
+uint64_t dt_dp_rng_step(const dt_dp *d, int w) {
+  return d && w >= 0 && w < d->workers ? dt_model_ctx_rng_step(d->w[w].ctx) : 0;
+}
+void dt_dp_set_rng_step(dt_dp *d, int w, uint64_t step) {
+  if (d && w >= 0 && w < d->workers) dt_model_ctx_set_rng_step(d->w[w].ctx, step);
+}
+
 dt_status dt_dp_new(dt_model *m, int workers, int max_batch, dt_dp **out) {
   if (!m || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_new: NULL argument");
   if (workers < 1 || workers > DP_MAX_WORKERS)
