@@ -23,15 +23,31 @@ typedef struct dt_kv {
   const char *value;
 } dt_kv;
 
+/* The metadata key under which dt_safetensors_save records the crc32 (zlib's,
+ * as 8 lowercase hex digits) of the file's data section: every byte after the
+ * header. */
+#define DT_SAFETENSORS_CRC_KEY "dtrain.crc32"
+
 /* Writes tensors and string metadata to `path` atomically: a temporary file in
  * the same directory, fsync, rename, fsync of the directory. On any failure the
- * previous file at `path` is untouched and the temporary is removed. */
+ * previous file at `path` is untouched and the temporary is removed.
+ * The header's __metadata__ holds the caller's entries in order, then
+ * "dtrain.crc32" (DT_SAFETENSORS_CRC_KEY), computed from the tensors in memory
+ * before anything is written. A caller's own "dtrain.crc32" entry is dropped
+ * and replaced by the one for the bytes written, so metadata copied from a
+ * loaded file can be saved again as it is. */
 dt_status dt_safetensors_save(const char *path, const dt_named_tensor *tensors, int n, const dt_kv *meta,
                               int n_meta);
 
 /* A loaded file: names, dtypes, shapes and data checked against the header
  * (offsets inside the file, sizes = product of shape x dtype size, no overlap,
- * header JSON well formed and bounded). */
+ * header JSON well formed and bounded). When the metadata holds
+ * "dtrain.crc32" the data section must match it: a mismatch is DT_CORRUPT
+ * ("the file is damaged", expected vs found crc), and so is a value that is
+ * not 8 hex digits. Files without the key (PyTorch, Hugging Face) load
+ * unverified; dt_safetensors_meta(f, DT_SAFETENSORS_CRC_KEY) != NULL on a
+ * loaded f means its data was verified. The crc covers the data only: damage
+ * to the header is caught where it breaks the structure (JSON, offsets, sizes). */
 typedef struct dt_safetensors dt_safetensors;
 dt_status dt_safetensors_load(const char *path, dt_safetensors **out);
 /* Parses an in-memory file image (copied); for tests and fuzzing. */

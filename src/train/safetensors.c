@@ -1,4 +1,4 @@
-/* safetensors files: a checked reader (whole file in memory, tensors as views) and an atomic writer. */
+/* safetensors files: a checked reader (whole file in memory, tensors as views, crc32 verified) and an atomic writer. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "core/impl.h"
 #include "dtrain/checkpoint.h"
@@ -41,6 +42,35 @@ static int host_is_little_endian(void) {
   uint8_t b;
   memcpy(&b, &one, 1);
   return b == 1;
+}
+
+/* zlib's crc32 takes a 32-bit length; tensors can be larger, so feed 1 GiB at a time. */
+static uint32_t crc_update(uint32_t crc, const uint8_t *p, size_t n) {
+  uLong c = crc;
+  while (n) {
+    size_t k = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
+    c = crc32(c, p, (uInt)k);
+    p += k;
+    n -= k;
+  }
+  return (uint32_t)c;
+}
+
+/* "dtrain.crc32" values are exactly 8 hex digits; anything else means the header was damaged or forged. */
+static int parse_crc_hex(const char *s, uint32_t *out) {
+  uint32_t v = 0;
+  for (int i = 0; i < 8; i++) {
+    char c = s[i];
+    uint32_t d;
+    if (c >= '0' && c <= '9') d = (uint32_t)(c - '0');
+    else if (c >= 'a' && c <= 'f') d = (uint32_t)(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F') d = (uint32_t)(c - 'A' + 10);
+    else return 0; /* also stops at the NUL of a short value */
+    v = v << 4 | d;
+  }
+  if (s[8] != '\0') return 0;
+  *out = v;
+  return 1;
 }
 
 void dt_safetensors_free(dt_safetensors *f) {
@@ -137,8 +167,9 @@ static dt_status parse_entry(const char *what, const dt_json *doc, int v, uint64
                     what, name, (unsigned long long)begin, (unsigned long long)end,
                     (unsigned long long)(end - begin), (unsigned long long)bytes);
   if (end > data_len)
-    return dt_error(DT_CORRUPT, "%s: tensor \"%s\": data_offsets [%llu, %llu] outside the %llu-byte data buffer", what,
-                    name, (unsigned long long)begin, (unsigned long long)end, (unsigned long long)data_len);
+    return dt_error(DT_CORRUPT,
+                    "%s: tensor \"%s\": data_offsets [%llu, %llu] outside the %llu-byte data buffer (truncated file?)",
+                    what, name, (unsigned long long)begin, (unsigned long long)end, (unsigned long long)data_len);
 
   memset(e, 0, sizeof *e);
   e->name = name;
@@ -205,6 +236,25 @@ static dt_status check_coverage(const char *what, dt_safetensors *f, uint64_t da
   return st;
 }
 
+/* Files dtrain wrote carry the crc32 of their data section; files from other
+ * writers (PyTorch, Hugging Face) have none and are taken as they are. The file
+ * is already in memory, so this is one pass over bytes we hold anyway. */
+static dt_status verify_crc(const char *what, const dt_safetensors *f, const uint8_t *data, uint64_t data_len) {
+  const char *want_hex = dt_safetensors_meta(f, DT_SAFETENSORS_CRC_KEY);
+  if (!want_hex) return DT_OK;
+  uint32_t want;
+  if (!parse_crc_hex(want_hex, &want))
+    return dt_error(DT_CORRUPT, "%s: __metadata__ \"%s\" is \"%.40s\", not 8 hex digits", what, DT_SAFETENSORS_CRC_KEY,
+                    want_hex);
+  uint32_t got = crc_update((uint32_t)crc32(0L, Z_NULL, 0), data, (size_t)data_len);
+  if (got != want)
+    return dt_error(DT_CORRUPT,
+                    "%s: the file is damaged: crc32 of the %llu data bytes expected %08x (header's %s), found %08x; "
+                    "restore it from a copy or write it again",
+                    what, (unsigned long long)data_len, (unsigned)want, DT_SAFETENSORS_CRC_KEY, (unsigned)got);
+  return DT_OK;
+}
+
 /* Parses the image at img[0..len) (inside f->block, which f owns). */
 static dt_status parse_image(const char *what, dt_safetensors *f, const uint8_t *img, size_t len) {
   uint64_t n;
@@ -227,6 +277,7 @@ static dt_status parse_image(const char *what, dt_safetensors *f, const uint8_t 
     f->n++;
   }
   DT_CHECK(check_coverage(what, f, data_len));
+  DT_CHECK(verify_crc(what, f, data, data_len));
   for (int i = 0; i < f->n; i++) {
     st_entry *e = &f->entries[i];
     const uint8_t *src = data + e->begin;
@@ -253,11 +304,17 @@ static dt_status alloc_image(size_t len, uint64_t n, uint8_t **block, uint8_t **
 
 static dt_status check_sizes(const char *what, size_t len, uint64_t n) {
   if (!host_is_little_endian()) return dt_error(DT_UNSUPPORTED, "%s: safetensors needs a little-endian host", what);
+  /* A length written big-endian reads as an absurd number; say so rather than only "too long". */
+  uint64_t swapped = __builtin_bswap64(n);
+  const char *endian_hint = swapped > 0 && swapped <= len - 8 && swapped < n
+                                ? " (it fits when read big-endian: the length field must be little-endian)"
+                                : "";
   if (n > ST_MAX_HEADER)
-    return dt_error(DT_CORRUPT, "%s: header length %llu exceeds the 100 MB limit", what, (unsigned long long)n);
+    return dt_error(DT_CORRUPT, "%s: header length %llu exceeds the 100 MB limit%s", what, (unsigned long long)n,
+                    endian_hint);
   if (n > len - 8)
-    return dt_error(DT_CORRUPT, "%s: header length %llu exceeds the %zu bytes after the length field", what,
-                    (unsigned long long)n, len - 8);
+    return dt_error(DT_CORRUPT, "%s: header length %llu exceeds the %zu bytes after the length field%s", what,
+                    (unsigned long long)n, len - 8, endian_hint[0] ? endian_hint : " (truncated file?)");
   return DT_OK;
 }
 
@@ -394,24 +451,32 @@ static dt_status check_inputs(const char *path, const dt_named_tensor *t, int n,
   return st;
 }
 
-/* The header JSON, space-padded so that 8 + its length is a multiple of 8. */
-static dt_status build_header(const dt_named_tensor *t, int n, const dt_kv *meta, int n_meta, dt_buf *h) {
+/* crc32 of the data section as it will be written: the tensors' bytes in file
+ * order, taken from memory so the file is never read back. */
+static uint32_t tensors_crc(const dt_named_tensor *t, int n) {
+  uint32_t crc = (uint32_t)crc32(0L, Z_NULL, 0);
+  for (int i = 0; i < n; i++) crc = crc_update(crc, t[i].tensor.data, dt_tensor_bytes(&t[i].tensor));
+  return crc;
+}
+
+/* The header JSON, space-padded so that 8 + its length is a multiple of 8.
+ * Metadata: the caller's entries in order (less any "dtrain.crc32"), then ours. */
+static dt_status build_header(const dt_named_tensor *t, int n, const dt_kv *meta, int n_meta, uint32_t crc,
+                              dt_buf *h) {
   uint64_t off = 0;
-  dt_buf_append(h, "{", 1);
-  if (n_meta) {
-    dt_buf_append(h, "\"__metadata__\":{", 16);
-    for (int i = 0; i < n_meta; i++) {
-      if (i) dt_buf_append(h, ",", 1);
-      dt_buf_json_string(h, meta[i].key);
-      dt_buf_append(h, ":", 1);
-      dt_buf_json_string(h, meta[i].value);
-    }
-    dt_buf_append(h, "}", 1);
+  dt_buf_append(h, "{\"__metadata__\":{", 17);
+  for (int i = 0; i < n_meta; i++) {
+    if (strcmp(meta[i].key, DT_SAFETENSORS_CRC_KEY) == 0) continue;
+    dt_buf_json_string(h, meta[i].key);
+    dt_buf_append(h, ":", 1);
+    dt_buf_json_string(h, meta[i].value);
+    dt_buf_append(h, ",", 1);
   }
+  dt_buf_printf(h, "\"%s\":\"%08x\"}", DT_SAFETENSORS_CRC_KEY, (unsigned)crc);
   for (int i = 0; i < n; i++) {
     const dt_tensor *x = &t[i].tensor;
     uint64_t bytes = dt_tensor_bytes(x);
-    if (i || n_meta) dt_buf_append(h, ",", 1);
+    dt_buf_append(h, ",", 1);
     dt_buf_json_string(h, t[i].name);
     dt_buf_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype_names[x->dtype]);
     for (int d = 0; d < x->ndim; d++) dt_buf_printf(h, "%s%lld", d ? "," : "", (long long)x->shape[d]);
@@ -452,7 +517,7 @@ dt_status dt_safetensors_save(const char *path, const dt_named_tensor *tensors, 
   if (!host_is_little_endian()) return dt_error(DT_UNSUPPORTED, "%s: safetensors needs a little-endian host", path);
   DT_CHECK(check_inputs(path, tensors, n, meta, n_meta));
   dt_buf header = {0};
-  dt_status st = build_header(tensors, n, meta, n_meta, &header);
+  dt_status st = build_header(tensors, n, meta, n_meta, tensors_crc(tensors, n), &header);
   if (st != DT_OK) {
     dt_buf_free(&header);
     return st;

@@ -1,12 +1,14 @@
 """safetensors parity with PyTorch: Python (json + struct + torch.frombuffer) reads a file
-dtrain wrote, and dtrain reads back files Python wrote by hand (other key order, metadata
-last, pretty-printed header, raw UTF-8 names). Exit 77 only when torch is missing."""
+dtrain wrote and checks its dtrain.crc32 with zlib, and dtrain reads back files Python wrote
+by hand (other key order, metadata last, pretty-printed header, raw UTF-8 names, with and
+without a checksum). Exit 77 only when torch is missing."""
 import json
 import os
 import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 
 try:
     import torch
@@ -55,6 +57,9 @@ def read_with_python(path):
     header = json.loads(raw.decode("utf-8"))
     data = blob[8 + n:]
     meta = header.pop("__metadata__", {})
+    if "dtrain.crc32" in meta:
+        crc = meta.pop("dtrain.crc32")
+        check(crc == "%08x" % zlib.crc32(data), f"dtrain.crc32 {crc} is zlib.crc32 of the data section")
     tensors = {}
     spans = []
     for name, info in header.items():
@@ -88,6 +93,8 @@ def dtrain_read(path):
 def test_python_reads_dtrain_file(tmp):
     path = os.path.join(tmp, "from_dtrain.safetensors")
     subprocess.run([DUMP, "write", path], check=True)
+    with open(path, "rb") as f:
+        check(b'"dtrain.crc32":"' in f.read(4096), "dtrain wrote a checksum")
     names, tensors, meta = read_with_python(path)
     want = expected_tensors()
     check(names == [n for n, _ in want], f"tensor order {names}")
@@ -106,8 +113,9 @@ def test_python_reads_dtrain_file(tmp):
         pass
 
 
-def write_by_hand(path, tensors, meta, key_order, indent=None, ensure_ascii=True):
-    """Data laid out in list order; header keys in key_order; metadata last."""
+def write_by_hand(path, tensors, meta, key_order, indent=None, ensure_ascii=True, crc=None):
+    """Data laid out in list order; header keys in key_order; metadata last. crc: None (no
+    checksum), "right" (zlib.crc32 of the data) or a literal dtrain.crc32 value."""
     header, chunks, off = {}, [], 0
     for name, t in tensors:
         b = t.reshape(-1).contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b""
@@ -116,6 +124,9 @@ def write_by_hand(path, tensors, meta, key_order, indent=None, ensure_ascii=True
         chunks.append(b)
         off += len(b)
     ordered = {k: header[k] for k in key_order}
+    if crc is not None:
+        meta = dict(meta or {})
+        meta["dtrain.crc32"] = "%08x" % zlib.crc32(b"".join(chunks)) if crc == "right" else crc
     if meta is not None:
         ordered["__metadata__"] = meta
     text = json.dumps(ordered, indent=indent, ensure_ascii=ensure_ascii).encode("utf-8")
@@ -191,6 +202,34 @@ def test_dtrain_rejects_python_corruptions(tmp):
     check(rc == 2 and "duplicate key" in out, f"duplicate: {out!r}")
 
 
+def test_checksum_from_python(tmp):
+    """A checksum Python computed with zlib is accepted; a wrong or malformed one is DT_CORRUPT."""
+    tensors = [("x", torch.arange(6, dtype=torch.float32).reshape(2, 3)), ("n", torch.tensor(5, dtype=torch.int64))]
+    data = b"".join(t.reshape(-1).contiguous().view(torch.uint8).numpy().tobytes() for _, t in tensors)
+    for crc, want in [("right", "ok"), ("00000000", "the file is damaged"), ("12345", "not 8 hex digits"),
+                      ("xyzxyzxy", "not 8 hex digits")]:
+        path = os.path.join(tmp, f"crc_{crc}.safetensors")
+        write_by_hand(path, tensors, {"format": "pt"}, ["n", "x"], crc=crc)
+        rc, out = dtrain_read(path)
+        if want == "ok":
+            check(rc == 0, f"crc {crc}: dtrain read failed: {out}")
+            metas, _ = parse_dump(out)
+            check(metas.get("dtrain.crc32") == "%08x" % zlib.crc32(data), f"crc {crc}: metadata {metas}")
+        else:
+            check(rc == 2 and out.startswith("error DT_CORRUPT") and want in out and path in out,
+                  f"crc {crc}: {rc} {out!r}")
+    # A dtrain file with one data byte changed, as a disk or a copy might do it.
+    path = os.path.join(tmp, "flipped.safetensors")
+    subprocess.run([DUMP, "write", path], check=True)
+    with open(path, "r+b") as f:
+        f.seek(-9, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-9, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 0x01]))
+    rc, out = dtrain_read(path)
+    check(rc == 2 and "the file is damaged" in out and "expected" in out and "found" in out, f"flipped: {out!r}")
+
+
 def main():
     if not os.path.exists(DUMP):
         print(f"missing {DUMP}: build the project first")
@@ -199,6 +238,7 @@ def main():
         test_python_reads_dtrain_file(tmp)
         test_dtrain_reads_python_file(tmp)
         test_dtrain_rejects_python_corruptions(tmp)
+        test_checksum_from_python(tmp)
     print("safetensors parity:", "FAILED" if failures else "ok", f"({len(failures)} failures)")
     return 1 if failures else 0
 

@@ -1,10 +1,11 @@
-/* Tests of safetensors files: round trips, exact byte layout, every corruption, atomic save, JSON reader. */
+/* Tests of safetensors files: round trips, exact byte layout, checksum, every corruption and truncation, atomic save, JSON reader. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "core/impl.h"
 #include "harness.h"
@@ -151,12 +152,14 @@ TEST(round_trip_all_dtypes_scalar_and_empty) {
   ASSERT_EQ(*(int64_t *)g.tensor.data, INT64_C(-1234567890123));
   ASSERT_STATUS(dt_safetensors_find(f, "nope", &g), DT_NOT_FOUND);
   ASSERT_STATUS(dt_safetensors_get(f, 7, &g), DT_INVALID_ARGUMENT);
-  ASSERT_EQ(dt_safetensors_meta_count(f), 2);
+  ASSERT_EQ(dt_safetensors_meta_count(f), 3); /* the caller's two, then the checksum */
   ASSERT_STR_EQ(dt_safetensors_meta(f, "format"), "pt");
   ASSERT_STR_EQ(dt_safetensors_meta(f, "note\n"), meta[1].value);
   ASSERT(dt_safetensors_meta(f, "missing") == NULL);
   ASSERT_STR_EQ(dt_safetensors_meta_at(f, 1).key, "note\n");
-  ASSERT(dt_safetensors_meta_at(f, 2).key == NULL);
+  ASSERT_STR_EQ(dt_safetensors_meta_at(f, 2).key, DT_SAFETENSORS_CRC_KEY);
+  ASSERT_EQ(strlen(dt_safetensors_meta_at(f, 2).value), 8);
+  ASSERT(dt_safetensors_meta_at(f, 3).key == NULL);
   dt_safetensors_free(f);
 
   /* Same input, same bytes; and the in-memory parser agrees with the file loader. */
@@ -186,29 +189,32 @@ TEST(tiny_file_byte_layout_is_exact) {
   size_t len;
   uint8_t *b = read_file(path, &len);
   ASSERT(b);
-  /* 54 bytes of JSON, padded with 2 spaces to 56; 8 + 56 + 8 data bytes. */
-  const char *json = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}  ";
-  ASSERT_EQ(len, 72);
-  const uint8_t want_len[8] = {56, 0, 0, 0, 0, 0, 0, 0};
+  /* 97 bytes of JSON, padded with 7 spaces to 104; 8 + 104 + 8 data bytes. c3872656 is
+   * zlib.crc32 of the 8 data bytes (Python: "%08x" % zlib.crc32(struct.pack("<2f", 1, -2))). */
+  const char *json = "{\"__metadata__\":{\"dtrain.crc32\":\"c3872656\"},"
+                     "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}       ";
+  ASSERT_EQ(len, 120);
+  const uint8_t want_len[8] = {104, 0, 0, 0, 0, 0, 0, 0};
   ASSERT(memcmp(b, want_len, 8) == 0);
-  ASSERT(memcmp(b + 8, json, 56) == 0);
+  ASSERT(memcmp(b + 8, json, 104) == 0);
   const uint8_t want_data[8] = {0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0xc0}; /* 1.0f, -2.0f little-endian */
-  ASSERT(memcmp(b + 64, want_data, 8) == 0);
+  ASSERT(memcmp(b + 112, want_data, 8) == 0);
   free(b);
 
-  /* No tensors: "{}" padded to 8 bytes, 16 bytes in all. */
+  /* No tensors: only the checksum of no bytes (0), padded to 48 bytes, 56 in all. */
   ASSERT_OK(dt_safetensors_save(path, NULL, 0, NULL, 0));
   b = read_file(path, &len);
-  ASSERT_EQ(len, 16);
-  ASSERT(memcmp(b + 8, "{}      ", 8) == 0);
+  ASSERT_EQ(len, 56);
+  ASSERT(memcmp(b + 8, "{\"__metadata__\":{\"dtrain.crc32\":\"00000000\"}}    ", 48) == 0);
   free(b);
 
-  /* Metadata comes first, in the order given. */
-  dt_kv meta[2] = {{"z", "1"}, {"a", "2"}};
-  ASSERT_OK(dt_safetensors_save(path, &t, 1, meta, 2));
+  /* Metadata comes first, in the order given, the checksum last; a caller's
+   * "dtrain.crc32" is replaced by the real one. */
+  dt_kv meta[3] = {{"z", "1"}, {"dtrain.crc32", "deadbeef"}, {"a", "2"}};
+  ASSERT_OK(dt_safetensors_save(path, &t, 1, meta, 3));
   b = read_file(path, &len);
-  const char *json2 =
-      "{\"__metadata__\":{\"z\":\"1\",\"a\":\"2\"},\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+  const char *json2 = "{\"__metadata__\":{\"z\":\"1\",\"a\":\"2\",\"dtrain.crc32\":\"c3872656\"},"
+                      "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
   size_t n2 = strlen(json2), padded = (n2 + 7) / 8 * 8;
   ASSERT_EQ(len, 8 + padded + 8);
   ASSERT(memcmp(b + 8, json2, n2) == 0);
@@ -619,7 +625,7 @@ TEST(model_load_mismatches_name_the_tensor_and_change_nothing) {
   const char *path2 = tmp_path("model_deeper.safetensors");
   ASSERT_OK(dt_model_save(deeper, path2, NULL, 0));
   ASSERT_STATUS(dt_model_load(a, path2), DT_NOT_FOUND);
-  ASSERT_HAS(dt_last_error(), "fc2.weight in the file is not in the model (2 unexpected)");
+  ASSERT_HAS(dt_last_error(), "fc2.weight in the file is not in the model");
   ASSERT(same_weights(a, a_copy));
 
   ASSERT_STATUS(dt_model_load(a, tmp_path("absent.safetensors")), DT_NOT_FOUND);
@@ -628,6 +634,248 @@ TEST(model_load_mismatches_name_the_tensor_and_change_nothing) {
   dt_model_free(wide);
   dt_model_free(wide_copy);
   dt_model_free(deeper);
+}
+
+/* ---- checksum, truncation and bad input through files ------------------------- */
+
+static int write_bytes(const char *path, const uint8_t *b, size_t len) {
+  FILE *fp = fopen(path, "wb");
+  if (!fp) return 0;
+  size_t w = len ? fwrite(b, 1, len, fp) : 0;
+  return fclose(fp) == 0 && w == len;
+}
+
+/* The detail after a failed load: names the file, fits on one line. */
+#define ASSERT_DETAIL_NAMES(path)                                       \
+  do {                                                                  \
+    ASSERT_HAS(dt_last_error(), (path));                                \
+    ASSERT_MSG(strchr(dt_last_error(), '\n') == NULL, dt_last_error()); \
+  } while (0)
+
+/* Two tensors and one metadata entry, saved by dtrain (so with a checksum). */
+static dt_status save_sample(const char *path) {
+  static float w[6] = {0.5f, -1.0f, 2.0f, 3.5f, -4.0f, 8.0f};
+  static int64_t steps = 42;
+  dt_named_tensor t[2] = {{.name = "w"}, {.name = "steps"}};
+  DT_CHECK(dt_tensor_view(&t[0].tensor, w, DT_F32, 2, (int64_t[]){2, 3}));
+  DT_CHECK(dt_tensor_view(&t[1].tensor, &steps, DT_I64, 0, NULL));
+  dt_kv meta = {"model", "sample"};
+  return dt_safetensors_save(path, t, 2, &meta, 1);
+}
+
+/* Header with the checksum value `crc` (a string), and data_len bytes of 0x5a. */
+static dt_status parse_with_crc(const char *crc, size_t data_len) {
+  char header[256];
+  snprintf(header, sizeof header,
+           "{\"__metadata__\":{\"dtrain.crc32\":\"%s\"},\"a\":{\"dtype\":\"F32\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}",
+           crc, data_len / 4, data_len / 4 * 4);
+  return parse_header(header, data_len);
+}
+
+TEST(checksum_is_written_and_verified) {
+  const char *path = tmp_path("crc.safetensors");
+  ASSERT_OK(save_sample(path));
+  size_t len;
+  uint8_t *b = read_file(path, &len);
+  ASSERT(b);
+  uint64_t n;
+  memcpy(&n, b, 8);
+  size_t data_at = 8 + (size_t)n;
+  ASSERT_EQ(len - data_at, 6 * 4 + 8);
+  /* The value is zlib's crc32 over every byte after the header, as 8 lowercase hex digits. */
+  char want[16];
+  snprintf(want, sizeof want, "%08lx", crc32(0L, b + data_at, (uInt)(len - data_at)));
+  dt_safetensors *f = NULL;
+  ASSERT_OK(dt_safetensors_load(path, &f));
+  ASSERT_STR_EQ(dt_safetensors_meta(f, DT_SAFETENSORS_CRC_KEY), want);
+  ASSERT_STR_EQ(dt_safetensors_meta(f, "model"), "sample");
+
+  /* Metadata copied from a loaded file (checksum included) saves again as it is. */
+  int nm = dt_safetensors_meta_count(f);
+  dt_kv meta[4];
+  for (int i = 0; i < nm && i < 4; i++) meta[i] = dt_safetensors_meta_at(f, i);
+  dt_named_tensor t[2];
+  ASSERT_OK(dt_safetensors_get(f, 0, &t[0]));
+  ASSERT_OK(dt_safetensors_get(f, 1, &t[1]));
+  ((float *)t[0].tensor.data)[0] = 7.0f; /* different data: the copied checksum would be wrong */
+  const char *again = tmp_path("crc_again.safetensors");
+  ASSERT_OK(dt_safetensors_save(again, t, 2, meta, nm));
+  dt_safetensors_free(f);
+  f = NULL;
+  ASSERT_OK(dt_safetensors_load(again, &f));
+  ASSERT_EQ(dt_safetensors_meta_count(f), 2);
+  ASSERT(strcmp(dt_safetensors_meta(f, DT_SAFETENSORS_CRC_KEY), want) != 0);
+  dt_safetensors_free(f);
+  f = NULL;
+
+  /* Every single flipped data byte is caught, by load and by parse, with both crcs in the detail. */
+  for (size_t at = data_at; at < len; at++) {
+    b[at] ^= 0x10;
+    ASSERT(write_bytes(path, b, len));
+    ASSERT_STATUS(dt_safetensors_load(path, &f), DT_CORRUPT);
+    ASSERT_DETAIL_NAMES(path);
+    ASSERT_HAS(dt_last_error(), "the file is damaged");
+    ASSERT_HAS(dt_last_error(), want); /* expected */
+    ASSERT_STATUS(dt_safetensors_parse(b, len, &f), DT_CORRUPT);
+    ASSERT_HAS(dt_last_error(), "damaged");
+    ASSERT(f == NULL);
+    b[at] ^= 0x10;
+  }
+  /* The same file without its checksum (as PyTorch would write it) loads unverified. */
+  char *hdr = (char *)b + 8, *key = strstr(hdr, "\"dtrain.crc32\"");
+  ASSERT(key);
+  memcpy(key, "\"dtrain.other\"", 14);
+  b[data_at] ^= 0x10;
+  ASSERT_OK(dt_safetensors_parse(b, len, &f));
+  ASSERT(dt_safetensors_meta(f, DT_SAFETENSORS_CRC_KEY) == NULL);
+  dt_safetensors_free(f);
+  free(b);
+
+  /* Hand-made headers: right value in either case, wrong value, malformed values. */
+  uint8_t data[8];
+  memset(data, 0x5a, 8);
+  char good[16], upper[16], wrong[16];
+  unsigned long crc = crc32(0L, data, 8);
+  snprintf(good, sizeof good, "%08lx", crc);
+  snprintf(upper, sizeof upper, "%08lX", crc);
+  snprintf(wrong, sizeof wrong, "%08lx", crc ^ 1);
+  ASSERT_OK(parse_with_crc(good, 8));
+  ASSERT_OK(parse_with_crc(upper, 8));
+  ASSERT_STATUS(parse_with_crc(wrong, 8), DT_CORRUPT);
+  ASSERT_HAS(dt_last_error(), "damaged");
+  ASSERT_OK(parse_with_crc("00000000", 0)); /* crc32 of no bytes */
+  ASSERT_STATUS(parse_with_crc("00000001", 0), DT_CORRUPT);
+  const char *malformed[] = {"", "1234567", "123456789", "1234567g", " 1234567", "0x123456", "-1234567",
+                             "123456\\u00e97"};
+  for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
+    ASSERT_STATUS(parse_with_crc(malformed[i], 8), DT_CORRUPT);
+    ASSERT_HAS(dt_last_error(), "not 8 hex digits");
+  }
+  ASSERT_CORRUPT("{\"__metadata__\":{\"dtrain.crc32\":305419896}}", 0, "is not a string");
+}
+
+TEST(truncation_at_every_length_is_corrupt) {
+  const char *path = tmp_path("full.safetensors"), *cut = tmp_path("cut.safetensors");
+  ASSERT_OK(save_sample(path));
+  size_t len;
+  uint8_t *b = read_file(path, &len);
+  ASSERT(b);
+  uint64_t n;
+  memcpy(&n, b, 8);
+  for (size_t keep = 0; keep < len; keep++) {
+    ASSERT(write_bytes(cut, b, keep));
+    dt_safetensors *f = NULL;
+    dt_status st = dt_safetensors_load(cut, &f);
+    if (st != DT_CORRUPT) FAIL_("truncated to %zu of %zu bytes: %s (%s)", keep, len, dt_status_name(st), dt_last_error());
+    ASSERT(f == NULL);
+    ASSERT_DETAIL_NAMES(cut);
+    const char *want = keep < 8 ? "shorter than the 8-byte header length"
+                       : keep < 8 + n ? "after the length field (truncated file?)"
+                                      : "data buffer (truncated file?)";
+    ASSERT_HAS(dt_last_error(), want);
+  }
+  free(b);
+}
+
+TEST(big_endian_and_huge_header_lengths_are_refused_before_allocating) {
+  const char *path = tmp_path("endian.safetensors");
+  ASSERT_OK(save_sample(path));
+  size_t len;
+  uint8_t *b = read_file(path, &len);
+  ASSERT(b);
+  for (int i = 0; i < 4; i++) { /* the length field byte-reversed, as a big-endian writer would put it */
+    uint8_t t = b[i];
+    b[i] = b[7 - i];
+    b[7 - i] = t;
+  }
+  ASSERT(write_bytes(path, b, len));
+  dt_safetensors *f = NULL;
+  ASSERT_STATUS(dt_safetensors_load(path, &f), DT_CORRUPT);
+  ASSERT_DETAIL_NAMES(path);
+  ASSERT_HAS(dt_last_error(), "100 MB");
+  ASSERT_HAS(dt_last_error(), "must be little-endian");
+  /* Just over the limit in a file far too small: refused by the size check, not by a failed 100 MB malloc. */
+  uint64_t huge = 100u * 1000u * 1000u + 1;
+  memcpy(b, &huge, 8);
+  ASSERT(write_bytes(path, b, len));
+  ASSERT_STATUS(dt_safetensors_load(path, &f), DT_CORRUPT);
+  ASSERT_DETAIL_NAMES(path);
+  ASSERT_HAS(dt_last_error(), "header length 100000001 exceeds the 100 MB limit");
+  ASSERT(strstr(dt_last_error(), "big-endian") == NULL);
+  ASSERT(f == NULL);
+  free(b);
+}
+
+TEST(every_bad_header_through_load_names_the_file_on_one_line) {
+  static const struct {
+    const char *header;
+    size_t data_len;
+    dt_status want;
+    const char *detail;
+  } cases[] = {
+      {"hello", 0, DT_CORRUPT, "start with '{'"},
+      {"[1,2]", 0, DT_CORRUPT, "start with '{'"},
+      {"{\"a\":", 0, DT_CORRUPT, "header"},
+      {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+       "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+       8, DT_CORRUPT, "duplicate key \"a\""},
+      {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+       "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+       8, DT_CORRUPT, "overlap"},
+      {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8, DT_CORRUPT, "outside the 8-byte data buffer"},
+      {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[18446744073709551612,0]}}", 4, DT_CORRUPT,
+       "end before begin"},
+      {"{\"a\":{\"dtype\":\"Q7\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, DT_CORRUPT, "unknown dtype \"Q7\""},
+      {"{\"a\":{\"dtype\":\"F64\",\"shape\":[1048576,1048576,1048576,16],\"data_offsets\":[0,8]}}", 8, DT_CORRUPT,
+       "overflows"},
+      {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2,-3],\"data_offsets\":[0,8]}}", 8, DT_CORRUPT, "shape[1] is negative"},
+      {"{\"__metadata__\":{\"k\":1}}", 0, DT_CORRUPT, "\"k\" is not a string"},
+      {"{\"__metadata__\":{\"k\":null}}", 0, DT_CORRUPT, "\"k\" is not a string"},
+      {"{\"__metadata__\":{\"k\":[\"v\"]}}", 0, DT_CORRUPT, "\"k\" is not a string"},
+      {"{\"__metadata__\":{\"k\":{}}}", 0, DT_CORRUPT, "\"k\" is not a string"},
+      {"{\"__metadata__\":\"k\"}", 0, DT_CORRUPT, "__metadata__ is not an object"},
+      {"{\"__metadata__\":{\"dtrain.crc32\":\"12345\"}}", 0, DT_CORRUPT, "not 8 hex digits"},
+      {"{\"__metadata__\":{\"dtrain.crc32\":\"12345678\"}}", 0, DT_CORRUPT, "the file is damaged"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, DT_UNSUPPORTED, "dtype U8"},
+  };
+  const char *path = tmp_path("bad_header.safetensors");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    size_t len;
+    uint8_t *b = image(cases[i].header, cases[i].data_len, &len);
+    int written = write_bytes(path, b, len);
+    free(b);
+    ASSERT(written);
+    dt_safetensors *f = NULL;
+    dt_status st = dt_safetensors_load(path, &f);
+    if (st != cases[i].want)
+      FAIL_("case %zu (%s): %s, expected %s (%s)", i, cases[i].header, dt_status_name(st),
+            dt_status_name(cases[i].want), dt_last_error());
+    ASSERT(f == NULL);
+    ASSERT_DETAIL_NAMES(path);
+    ASSERT_HAS(dt_last_error(), cases[i].detail);
+  }
+}
+
+TEST(model_load_refuses_a_damaged_file_and_keeps_the_model) {
+  dt_model *a = NULL, *b = NULL, *b_copy = NULL;
+  ASSERT_OK(small_model(2, 0, 1, &a));
+  ASSERT_OK(small_model(2, 0, 2, &b));
+  ASSERT_OK(small_model(2, 0, 2, &b_copy));
+  const char *path = tmp_path("model_damaged.safetensors");
+  ASSERT_OK(dt_model_save(a, path, NULL, 0));
+  size_t len;
+  uint8_t *bytes = read_file(path, &len);
+  ASSERT(bytes);
+  bytes[len - 20] ^= 0x01; /* one bit of some weight */
+  ASSERT(write_bytes(path, bytes, len));
+  free(bytes);
+  ASSERT_STATUS(dt_model_load(b, path), DT_CORRUPT);
+  ASSERT_DETAIL_NAMES(path);
+  ASSERT_HAS(dt_last_error(), "damaged");
+  ASSERT(same_weights(b, b_copy));
+  dt_model_free(a);
+  dt_model_free(b);
+  dt_model_free(b_copy);
 }
 
 int main(int argc, char **argv) {
@@ -647,6 +895,11 @@ int main(int argc, char **argv) {
       TEST_ENTRY(json_writer_escapes_round_trip),
       TEST_ENTRY(model_round_trip_restores_every_tensor),
       TEST_ENTRY(model_load_mismatches_name_the_tensor_and_change_nothing),
+      TEST_ENTRY(checksum_is_written_and_verified),
+      TEST_ENTRY(truncation_at_every_length_is_corrupt),
+      TEST_ENTRY(big_endian_and_huge_header_lengths_are_refused_before_allocating),
+      TEST_ENTRY(every_bad_header_through_load_names_the_file_on_one_line),
+      TEST_ENTRY(model_load_refuses_a_damaged_file_and_keeps_the_model),
   };
   int rc = dt_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
   remove_tmpdir();
