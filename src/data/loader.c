@@ -5,6 +5,7 @@
 
 #include "core/impl.h"
 #include "dtrain/data.h"
+#include "dtrain/trace.h"
 
 /* Loader threading. The caller's thread owns the order and the epoch; the
  * worker only reads `order` while an epoch is active and it is busy, and the
@@ -52,6 +53,7 @@ static int batch_size_of(const dt_loader *l, int64_t k) {
 
 static void *worker(void *arg) {
   dt_loader *l = arg;
+  dt_trace_thread_name("loader");
   pthread_mutex_lock(&l->mu);
   for (;;) {
     while (!l->stop && !(l->active && l->produced < l->n_batches && l->produced < l->released + l->nslots))
@@ -65,7 +67,13 @@ static void *worker(void *arg) {
     l->busy = 1;
     pthread_mutex_unlock(&l->mu);
 
+    const double t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
     dt_dataset_gather(l->ds, idx, n, s->x, s->y);
+    if (t0 > 0) {
+      char args[64];
+      snprintf(args, sizeof args, "\"batch\":%lld,\"samples\":%d", (long long)k, n);
+      dt_trace_span("data", "load batch", t0, dt_trace_now_us(), args);
+    }
 
     pthread_mutex_lock(&l->mu);
     l->busy = 0;

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "dist/dist-impl.h"
+#include "dtrain/trace.h"
 
 #define ERR_LEN 768
 
@@ -114,9 +115,24 @@ static void note_failure(dt_group *g, char *err, size_t len) {
   dt_store_set_timeout(g->store, g->timeout_s);
 }
 
+/* One span per collective on the thread that ran it (the communication
+ * thread, or a caller that ran it itself): "allreduce" etc. with its size. */
+static void trace_coll(const dt_coll *c, double t0_us, dt_status s) {
+  char args[256];
+  int n = snprintf(args, sizeof args, "\"seq\":%llu,\"count\":%zu,\"dtype\":\"%s\",\"bytes\":%zu",
+                   (unsigned long long)c->seq, c->count, dt_dtype_name(c->dtype), c->count * dt_dtype_size(c->dtype));
+  if (c->kind == DT_COLL_ALLREDUCE || c->kind == DT_COLL_REDUCE_SCATTER)
+    n += snprintf(args + n, sizeof args - (size_t)n, ",\"op\":\"%s\"", dt_redop_name(c->op));
+  else if (c->kind == DT_COLL_BROADCAST)
+    n += snprintf(args + n, sizeof args - (size_t)n, ",\"root\":%d", c->root);
+  if (s != DT_OK) snprintf(args + n, sizeof args - (size_t)n, ",\"status\":\"%s\"", dt_status_name(s));
+  dt_trace_span("comm", dt_coll_name(c->kind), t0_us, dt_trace_now_us(), args);
+}
+
 /* Runs w (state RUNNING, lock not held) and records the result. */
 static void work_run(dt_group *g, dt_work *w) {
   dt_coll c = w->c;
+  const double trace_t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
   double t0 = dt_time_now();
   c.deadline = t0 + g->timeout_s;
   dt_status s = dt_backend_run(g->backend, &c);
@@ -140,6 +156,7 @@ static void work_run(dt_group *g, dt_work *w) {
     snprintf(err, sizeof err, "%s on rank %d: %.500s", what, g->rank, dt_last_error());
     if (s != DT_INTERRUPTED) note_failure(g, err, sizeof err);
   }
+  if (trace_t0 > 0) trace_coll(&c, trace_t0, s);
   pthread_mutex_lock(&g->mu);
   if (s != DT_OK) {
     memcpy(w->err, err, sizeof err);
@@ -184,6 +201,7 @@ static dt_work *pop_head_locked(dt_group *g) {
 
 static void *comm_thread(void *arg) {
   dt_group *g = arg;
+  dt_trace_thread_name("comm");
   pthread_mutex_lock(&g->mu);
   for (;;) {
     if (g->head && !g->running) {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/impl.h"
+#include "dtrain/trace.h"
 #include "nn/layer.h"
 
 #define MAX_RESIDUAL_DEPTH 16
@@ -437,6 +438,7 @@ dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const float *x, int
   c->forward_training = m->training;
   memcpy(c->act[0], x, (size_t)batch * m->sample_numel * sizeof(float));
   c->fused_forward = !c->no_fusion;
+  const double trace_t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
   for (int i = 0; i < m->n_layers; i++) {
     if (m->layers[i].ops->is_view) continue;
     dt_layer_io io;
@@ -455,7 +457,24 @@ dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const float *x, int
   if (m->training) c->step++;
   c->have_forward = 1;
   *out = c->act[m->n_layers];
+  if (trace_t0 > 0) {
+    char args[64];
+    snprintf(args, sizeof args, "\"batch\":%d,\"training\":%d", batch, c->forward_training);
+    dt_trace_span("nn", "forward", trace_t0, dt_trace_now_us(), args);
+  }
   return DT_OK;
+}
+
+/* The span of one layer's backward (or a fused group's, layers first..last),
+ * ended before its gradient-ready event so it measures the layer alone. */
+static void trace_backward(const dt_model *m, int first, int last, double t0_us) {
+  char name[3 * DT_LAYER_NAME_MAX + 16], args[96];
+  int n = snprintf(name, sizeof name, "backward %s", m->layers[first].name);
+  for (int k = first + 1; k <= last && n > 0 && (size_t)n < sizeof name; k++)
+    n += snprintf(name + n, sizeof name - (size_t)n, "+%s", m->layers[k].name);
+  snprintf(args, sizeof args, "\"kind\":\"%s\",\"params\":%zu", m->layers[first].ops->kind,
+           m->layers[first].n_params);
+  dt_trace_span("nn", name, t0_us, dt_trace_now_us(), args);
 }
 
 dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout) {
@@ -481,9 +500,12 @@ dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout)
   const float *cur = dout;
   int which = 0;
   c->input_grad = NULL;
+  /* Spans per layer only: the caller (the trainer) spans the whole backward. */
+  const int tracing = dt_trace_enabled();
   for (int i = m->n_layers - 1; i >= lowest; i--) {
     const dt_layer *l = &m->layers[i];
     if (l->ops->is_view && i > lowest) continue; /* the gradient passes as it is */
+    const double layer_t0 = tracing ? dt_trace_now_us() : 0;
     dt_layer_io io;
     fill_io(m, c, i, &io);
     if (c->fused_forward && fused_group(m, i - 2)) { /* the pool of a fused group: run the group */
@@ -492,6 +514,7 @@ dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout)
       fill_io(m, c, i, &io);
       float *dinp = (i > lowest || c->want_input_grad) ? c->gbuf[which] : NULL;
       dt_bn_relu_pool_backward(l, &io, c->ws[i + 2], c->act[i + 1], c->act[i], c->act[i + 3], cur, dinp);
+      if (tracing) trace_backward(m, i, i + 2, layer_t0);
       if (c->on_ready) c->on_ready(c->on_ready_user, l->param_off, l->n_params);
       cur = dinp;
       which ^= 1;
@@ -499,6 +522,7 @@ dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout)
     }
     float *dinp = (i > lowest || c->want_input_grad) ? c->gbuf[which] : NULL;
     l->ops->backward(l, &io, c->act[i], c->act[i + 1], cur, dinp);
+    if (tracing) trace_backward(m, i, i, layer_t0);
     if (l->n_params && c->on_ready) c->on_ready(c->on_ready_user, l->param_off, l->n_params);
     cur = dinp;
     which ^= 1;

@@ -8,6 +8,7 @@
 #include "core/impl.h"
 #include "dtrain/core.h"
 #include "dtrain/parallel.h"
+#include "dtrain/trace.h"
 #include "parallel/parallel-impl.h"
 
 /* A trainable tensor, in arena order (the arena holds the last layer first). */
@@ -25,6 +26,7 @@ typedef struct ddp_bucket {
   int launched;
   dt_work *work;     /* NULL before launch, or if the launch itself failed */
   uint16_t *stage;   /* (count) bf16/f16 copy for a compression hook, else NULL */
+  double trace_t0;   /* dt_trace_now_us() at launch; 0 when not tracing */
 } ddp_bucket;
 
 struct dt_ddp {
@@ -310,6 +312,7 @@ static void launch(dt_ddp *d, int i) {
   dt_status st;
   b->launched = 1;
   d->launch_s[i] = dt_time_now();
+  b->trace_t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
   if (d->cfg.comm_hook == DT_COMM_HOOK_NONE) {
     st = dt_allreduce(d->g, g, g, b->count, DT_F32, DT_AVG, &b->work);
   } else {
@@ -330,11 +333,25 @@ static void launch(dt_ddp *d, int i) {
   }
 }
 
+/* Bucket i's all-reduce from launch until DDP saw it complete, as an async
+ * span: buckets overlap each other and backward's layer spans. */
+static void trace_bucket(const dt_ddp *d, int i) {
+  const ddp_bucket *b = &d->buckets[i];
+  if (!(b->trace_t0 > 0)) return;
+  char name[32], args[160];
+  const size_t elem = d->cfg.comm_hook == DT_COMM_HOOK_NONE ? 4 : 2;
+  snprintf(name, sizeof name, "bucket %d", i);
+  snprintf(args, sizeof args, "\"bytes\":%zu,\"count\":%zu,\"tensors\":%d,\"seq\":%llu", b->count * elem, b->count,
+           b->n, b->work ? (unsigned long long)dt_work_seq(b->work) : 0ull);
+  dt_trace_async("ddp", name, b->trace_t0, dt_trace_now_us(), args);
+}
+
 /* Notes the launched buckets already complete (for the trace and comm time). */
 static void poll_done(dt_ddp *d) {
   while (d->first_pending < d->next_launch) {
     ddp_bucket *b = &d->buckets[d->first_pending];
     if (b->work && !dt_work_test(b->work)) break;
+    trace_bucket(d, d->first_pending);
     d->done_s[d->first_pending++] = dt_time_now();
   }
 }
@@ -445,7 +462,10 @@ static dt_status wait_launched(dt_ddp *d) {
     ddp_bucket *b = &d->buckets[i];
     if (!b->work) continue;
     dt_status s = dt_work_wait(b->work, 0);
-    if (i >= d->first_pending) d->done_s[i] = dt_time_now();
+    if (i >= d->first_pending) {
+      d->done_s[i] = dt_time_now();
+      trace_bucket(d, i);
+    }
     double ran = dt_work_elapsed(b->work);
     if (ran > 0) d->step_comm += ran;
     if (s != DT_OK && first == DT_OK) {
