@@ -438,6 +438,22 @@ static const flag_spec train_flags[] = {
      "none|bf16|fp16"},
     {"--timeout", "SECONDS", K_POS_FLOAT, "DT_TIMEOUT (300)", "60",
      "ddp: how long the rendezvous and each all-reduce may wait for the other ranks", NULL},
+    {"--save-every", "EPOCHS", K_POS_INT, "off", "1",
+     "write a snapshot (weights, optimizer state, position) to DIR/snapshots after every EPOCHS epochs", NULL},
+    {"--save-every-steps", "N", K_POS_I64, "off", "500", "write a snapshot every N optimizer steps", NULL},
+    {"--keep", "K", K_POS_INT, "3", "2", "keep the newest K snapshots, delete older ones", NULL},
+    {"--save-on-interrupt", NULL, K_BOOL, "off", NULL,
+     "Ctrl-C (SIGINT) writes a snapshot where the run stopped, to resume from that step", NULL},
+    {"--resume", "auto|PATH", K_STR, "off", "auto",
+     "continue from a snapshot: auto = the newest loadable one in --out DIR (none: start afresh), or a file", NULL},
+    {"--tensorboard", "DIR", K_STR, "off", "runs/tb",
+     "write TensorBoard event files (loss, accuracy, lr, throughput per step) to DIR", NULL},
+    {"--tensorboard-all-ranks", NULL, K_BOOL, "off", NULL,
+     "ddp: every rank writes its own events (rank R > 0 into DIR/rank<R>), not only rank 0", NULL},
+    {"--log-every", "N", K_POS_INT, "10", "50", "TensorBoard training scalars: means over every N optimizer steps",
+     NULL},
+    {"--trace", "FILE", K_STR, "off", "runs/exp1/trace.json",
+     "write a Chrome trace (Perfetto, chrome://tracing) of every rank and thread to FILE at the end", NULL},
 };
 
 static void on_sigint(int sig) {
@@ -592,6 +608,33 @@ static int cmd_train(const parsed *p) {
     rank = env.rank;
   }
 
+  if ((v = flag(p, "--save-every"))->given) cfg.save_every = (int)v->i;
+  if ((v = flag(p, "--save-every-steps"))->given) cfg.save_every_steps = v->i;
+  if ((v = flag(p, "--keep"))->given) {
+    if (!cfg.save_every && !cfg.save_every_steps && !flag(p, "--save-on-interrupt")->given)
+      return usage_error(c, "add --save-every N", "--keep applies only when snapshots are written");
+    cfg.keep = (int)v->i;
+  }
+  if (flag(p, "--save-on-interrupt")->given) cfg.save_on_interrupt = 1;
+  if ((v = flag(p, "--resume"))->given) {
+    if (strcmp(v->raw, "auto") == 0 && !flag(p, "--out")->given)
+      return usage_error(c, "e.g. --out runs/exp1 --resume auto",
+                         "--resume auto looks for snapshots in --out DIR: give --out");
+    cfg.resume = v->raw;
+  }
+  if ((v = flag(p, "--tensorboard"))->given) cfg.tensorboard = v->raw;
+  if (flag(p, "--tensorboard-all-ranks")->given) {
+    if (!cfg.tensorboard || cfg.strategy != DT_STRATEGY_DDP)
+      return usage_error(c, "add --strategy ddp --tensorboard DIR",
+                         "--tensorboard-all-ranks needs --tensorboard DIR and --strategy ddp");
+    cfg.tensorboard_all_ranks = 1;
+  }
+  if ((v = flag(p, "--log-every"))->given) {
+    if (!cfg.tensorboard) return usage_error(c, "add --tensorboard DIR", "--log-every applies only with --tensorboard");
+    cfg.log_every = (int)v->i;
+  }
+  if ((v = flag(p, "--trace"))->given) cfg.trace = v->raw;
+
   char out_dir[256];
   if ((v = flag(p, "--out"))->given) {
     cfg.out_dir = v->raw;
@@ -632,8 +675,8 @@ static int cmd_train(const parsed *p) {
   if (st != DT_OK) return runtime_error(st, NULL);
   if (!quiet) print_train_summary(&cfg, &res, stdout);
   if (res.interrupted) {
-    fprintf(stderr, "dtrain: interrupted after %lld step(s); metrics and weights are in %s\n", (long long)res.steps,
-            cfg.out_dir);
+    fprintf(stderr, "dtrain: interrupted after %lld step(s); metrics and weights are in %s%s\n", (long long)res.steps,
+            cfg.out_dir, cfg.save_on_interrupt ? " (continue with --resume auto)" : "");
     return EXIT_INTERRUPTED;
   }
   return 0;
@@ -763,6 +806,21 @@ static int cmd_inspect(const parsed *p) {
   return 0;
 }
 
+/* ---- export ------------------------------------------------------------------- */
+static const flag_spec export_flags[] = {
+    {"--format", "NAME", K_CHOICE, "safetensors", "safetensors", "output format (safetensors: weights only)",
+     "safetensors"},
+};
+
+static int cmd_export(const parsed *p) {
+  if (strcmp(p->pos[0], p->pos[1]) == 0)
+    return usage_error(p->cmd, "write to another file", "the output %s is the input", p->pos[1]);
+  dt_status st = dt_snapshot_export(p->pos[0], p->pos[1]);
+  if (st != DT_OK) return runtime_error(st, "check the input file name and that the output directory is writable");
+  printf("exported the weights of %s to %s\n", p->pos[0], p->pos[1]);
+  return 0;
+}
+
 /* ---- bench ------------------------------------------------------------------ */
 static const flag_spec bench_flags[] = {
     {"-b", "BYTES", K_SIZE, "8", "8", "smallest message (K, M, G suffixes are powers of 1024)", NULL},
@@ -876,14 +934,22 @@ static const command commands[] = {
     {"train", "train a model from the zoo and write metrics and weights", "[flags]",
      "Trains a zoo model on a dataset, evaluating on the test split after every epoch.\n"
      "Writes DIR/metrics.csv and DIR/metrics.jsonl (one row per epoch, flushed at once),\n"
-     "DIR/config.json, and at the end DIR/summary.json and DIR/model.safetensors. Ctrl-C\n"
-     "stops at the next step, still writes metrics and weights, and exits with 130; a\n"
+     "DIR/config.json, DIR/report.html (after every epoch), and at the end DIR/summary.json\n"
+     "and DIR/model.safetensors; with --save-every, snapshots in DIR/snapshots that\n"
+     "--resume continues from bit for bit. Ctrl-C stops at the next step, still writes\n"
+     "metrics and weights (and a snapshot with --save-on-interrupt), and exits with 130; a\n"
      "second Ctrl-C ends at once.",
      train_flags, COUNT(train_flags), 0, 0, cmd_train},
     {"eval", "evaluate saved weights on a dataset split", "--weights FILE [flags]",
      "Loads weights written by 'dtrain train' and reports loss, top-1 and top-5 accuracy.\n"
      "Model, hidden widths, dataset and normalisation default to what the file's metadata records.",
      eval_flags, COUNT(eval_flags), 0, 0, cmd_eval},
+    {"export", "write the weights of a snapshot (or weights file) alone, e.g. to share or evaluate", "SNAPSHOT OUT",
+     "Reads a snapshot written by 'dtrain train --save-every' (or any weights file) and writes\n"
+     "its model tensors only, under PyTorch state_dict names with the model's metadata, to OUT\n"
+     "(atomically). Optimizer and trainer state are left out. Example:\n"
+     "  dtrain export runs/exp1/snapshots/step-000001876.safetensors model.safetensors",
+     export_flags, COUNT(export_flags), 2, 2, cmd_export},
     {"models", "list the model zoo with parameter counts", "", "Lists the registered models.", NULL, 0, 0, 0,
      cmd_models},
     {"inspect", "show a safetensors file: metadata, tensors, statistics", "FILE",

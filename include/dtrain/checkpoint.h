@@ -66,7 +66,9 @@ dt_kv dt_safetensors_meta_at(const dt_safetensors *f, int i);
 dt_status dt_model_save(dt_model *m, const char *path, const dt_kv *meta, int n_meta);
 /* Loads weights into a built model: every tensor of the model must be present
  * with the same dtype and shape; the first difference is DT_SHAPE_MISMATCH or
- * DT_NOT_FOUND naming the tensor. The model is unchanged on failure. */
+ * DT_NOT_FOUND naming the tensor. A snapshot's optimizer.* and trainer.*
+ * tensors are skipped (a snapshot loads as weights); any other tensor the
+ * model lacks is DT_NOT_FOUND. The model is unchanged on failure. */
 dt_status dt_model_load(dt_model *m, const char *path);
 
 #ifdef __cplusplus

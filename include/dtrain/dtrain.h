@@ -9,8 +9,10 @@
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
 #include "dtrain/parallel.h"
+#include "dtrain/snapshot.h"
 #include "dtrain/status.h"
 #include "dtrain/tensor.h"
+#include "dtrain/trace.h"
 #include "dtrain/train.h"
 
 #define DTRAIN_VERSION "0.1.0"

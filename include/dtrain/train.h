@@ -72,6 +72,18 @@ typedef struct dt_train_config {
   const char *out_dir;     /* NULL: write no files; else created (mkdir -p) */
   FILE *progress;          /* NULL: no progress */
   dt_progress_mode progress_mode;
+  /* snapshots (out_dir/snapshots/step-<step>.safetensors, rank 0 writes) and resume */
+  int save_every;           /* > 0: a snapshot after every N epochs */
+  int64_t save_every_steps; /* > 0: a snapshot every N optimizer steps */
+  int keep;                 /* newest snapshots kept (>= 1; older ones are deleted) */
+  int save_on_interrupt;    /* a snapshot where dt_train_request_stop stopped the run */
+  const char *resume;       /* NULL: start afresh; "auto": the newest loadable snapshot in out_dir, if
+                             * any (a damaged one falls back to the one before); else a snapshot path */
+  /* observability */
+  const char *tensorboard;  /* NULL: none; else a directory for TensorBoard event files */
+  int tensorboard_all_ranks; /* ddp: every rank writes (rank R > 0 into tensorboard/rank<R>), not only rank 0 */
+  int log_every;            /* TensorBoard training scalars: means over every N optimizer steps (>= 1) */
+  const char *trace;        /* NULL: none; else a Chrome trace JSON file of every rank, written at the end */
 } dt_train_config;
 
 /* The defaults of `dtrain train`: fashioncnn on fashion-mnist, 1 epoch, batch
@@ -101,7 +113,10 @@ typedef struct dt_epoch_metrics {
 } dt_epoch_metrics;
 
 typedef struct dt_train_result {
-  int epochs_done;  /* complete epochs (an interrupted one is not counted) */
+  int epochs_done;  /* complete epochs (an interrupted one is not counted), those before a resume included */
+  int resumed_epoch; /* -1: started afresh; else the epoch (0-based) the run resumed in ... */
+  int64_t resumed_step; /* ... at this optimizer step */
+  char resumed_from[512]; /* the snapshot it resumed from */
   int interrupted;  /* 1: stopped by dt_train_request_stop */
   int64_t steps;    /* optimizer steps taken */
   size_t params;    /* trainable parameters */
@@ -121,8 +136,9 @@ typedef struct dt_train_result {
 } dt_train_result;
 
 /* Runs training as configured. With out_dir set, creates it and writes
- * metrics.csv and metrics.jsonl (flushed after every epoch), config.json and,
- * at the end (also after a stop request), model.safetensors. An unwritable
+ * metrics.csv and metrics.jsonl (flushed after every epoch), config.json,
+ * report.html (after every epoch) and, at the end (also after a stop request),
+ * model.safetensors and summary.json. An unwritable
  * out_dir fails before any training. *res is filled on DT_OK, including a run
  * stopped by dt_train_request_stop (res->interrupted = 1). */
 dt_status dt_train_run(const dt_train_config *cfg, dt_train_result *res);

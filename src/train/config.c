@@ -24,6 +24,8 @@ void dt_train_config_default(dt_train_config *cfg) {
   cfg->accumulate = 1;
   dt_ddp_config_default(&cfg->ddp);
   cfg->backend = "auto";
+  cfg->keep = 3;
+  cfg->log_every = 10;
 }
 
 const char *dt_strategy_name(dt_strategy s) {
@@ -103,6 +105,17 @@ dt_status dt_train_config_check(const dt_train_config *c) {
     return dt_error(DT_INVALID_ARGUMENT, "normalize std = %g must be > 0", (double)c->normalize.std);
   if (c->progress_mode < DT_PROGRESS_AUTO || c->progress_mode > DT_PROGRESS_NONE)
     return dt_error(DT_INVALID_ARGUMENT, "unknown progress mode %d", (int)c->progress_mode);
+  if (c->save_every < 0 || c->save_every_steps < 0)
+    return dt_error(DT_INVALID_ARGUMENT, "snapshot interval must be >= 0 (0: off)");
+  if (c->keep < 1) return dt_error(DT_INVALID_ARGUMENT, "keep = %d snapshots must be >= 1", c->keep);
+  if (!c->out_dir && (c->save_every || c->save_every_steps || c->save_on_interrupt))
+    return dt_error(DT_INVALID_ARGUMENT, "snapshots need an output directory");
+  if (!c->out_dir && c->resume && strcmp(c->resume, "auto") == 0)
+    return dt_error(DT_INVALID_ARGUMENT, "resume auto looks in the output directory: give one");
+  if (c->resume && !*c->resume) return dt_error(DT_INVALID_ARGUMENT, "resume: empty snapshot path");
+  if (c->tensorboard && !*c->tensorboard) return dt_error(DT_INVALID_ARGUMENT, "tensorboard: empty directory name");
+  if (c->trace && !*c->trace) return dt_error(DT_INVALID_ARGUMENT, "trace: empty file name");
+  if (c->log_every < 1) return dt_error(DT_INVALID_ARGUMENT, "log every %d steps must be >= 1", c->log_every);
   return DT_OK;
 }
 
@@ -174,6 +187,12 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
   }
   if (c->out_dir) STR("out", c->out_dir);
   STR("progress", progress_name(c->progress_mode));
+  RAW(",\"save_every\":%d,\"save_every_steps\":%lld,\"keep\":%d,\"save_on_interrupt\":%s", c->save_every,
+      (long long)c->save_every_steps, c->keep, c->save_on_interrupt ? "true" : "false");
+  if (c->resume) STR("resume", c->resume);
+  if (c->tensorboard) STR("tensorboard", c->tensorboard);
+  if (c->trace) STR("trace", c->trace);
+  RAW(",\"log_every\":%d", c->log_every);
   RAW("}");
 #undef STR
 #undef RAW
