@@ -92,7 +92,8 @@ train_flags="--model --hidden --dropout --data --normalize --limit-train --limit
 --optimizer --lr --momentum --dampening --nesterov --weight-decay --betas --eps --schedule --step-size --gamma
 --min-lr --warmup-epochs --warmup-steps --clip-grad-norm --label-smoothing --threads --seed --out --progress --quiet
 --strategy --workers --accumulate --backend --master --bucket-cap-mb --first-bucket-mb --broadcast-buffers
---find-unused-parameters --comm-hook --timeout"
+--find-unused-parameters --comm-hook --timeout --save-every --save-every-steps --keep --save-on-interrupt --resume
+--tensorboard --tensorboard-all-ranks --log-every --trace"
 eval_flags="--weights --model --hidden --data --split --normalize --batch-size --threads --limit --strategy --workers"
 check_help() { # command, expected flags
   local cmd=$1 want=$2
@@ -113,7 +114,7 @@ check_help() { # command, expected flags
 check_help train "$train_flags"
 check_help eval "$eval_flags"
 "$DTRAIN" help train | cmp -s - <("$DTRAIN" train --help) || fail "'dtrain help train' differs from 'dtrain train --help'"
-for c in train eval models inspect version help; do
+for c in train eval export models inspect version help; do
   "$DTRAIN" help | grep -q "^  $c " || fail "'dtrain help' does not list $c"
 done
 "$DTRAIN" version | grep -qE '^dtrain [0-9]+\.[0-9]+\.[0-9]+$' || fail "dtrain version"
