@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/impl.h"
 #include "dtrain/checkpoint.h"
@@ -460,6 +461,18 @@ static dt_status epoch_outputs(const dt_train_config *c, run *r, const dt_epoch_
   return DT_OK;
 }
 
+/* --trace FILE is written at the end: its directory is made now, so a bad path fails before training. */
+static dt_status make_trace_dir(const char *path) {
+  char dir[TRAIN_PATH_MAX];
+  if ((size_t)snprintf(dir, sizeof dir, "%s", path) >= sizeof dir)
+    return dt_error(DT_INVALID_ARGUMENT, "--trace: file name too long");
+  char *slash = strrchr(dir, '/');
+  if (!slash || slash == dir) return DT_OK; /* the working directory, or / */
+  *slash = '\0';
+  dt_status st = dt_train_mkdir_p(dir);
+  return st == DT_OK ? DT_OK : dt_error_prefix(st, "--trace %s", path);
+}
+
 /* TensorBoard writers: rank 0 into DIR, every other rank into DIR/rank<R> with --tensorboard-all-ranks. */
 static dt_status open_tensorboard(const dt_train_config *c, run *r) {
   if (!c->tensorboard || (r->rank != 0 && !c->tensorboard_all_ranks)) return DT_OK;
@@ -468,7 +481,10 @@ static dt_status open_tensorboard(const dt_train_config *c, run *r) {
     snprintf(dir, sizeof dir, "%s", c->tensorboard);
   else if ((size_t)snprintf(dir, sizeof dir, "%s/rank%d", c->tensorboard, r->rank) >= sizeof dir)
     return dt_error(DT_INVALID_ARGUMENT, "tensorboard directory name too long");
-  return dt_tb_open(dir, NULL, &r->tb);
+  /* The pid in the name keeps the file of a quick restart (same second) apart, as PyTorch's writer does. */
+  char suffix[32];
+  snprintf(suffix, sizeof suffix, ".%ld", (long)getpid());
+  return dt_tb_open(dir, suffix, &r->tb);
 }
 
 dt_status dt_train_run(const dt_train_config *c, dt_train_result *res) {
@@ -491,6 +507,7 @@ dt_status dt_train_run(const dt_train_config *c, dt_train_result *res) {
   if (ddp) DT_CHECK_GOTO(join_group(c, &r), st, done);
   const int lead = r.rank == 0; /* writes files, prints progress */
   if (c->trace) {
+    if (lead) DT_CHECK_GOTO(make_trace_dir(c->trace), st, done);
     DT_CHECK_GOTO(dt_trace_enable(r.rank), st, done);
     dt_trace_thread_name("main");
   }

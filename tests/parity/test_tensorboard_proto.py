@@ -191,6 +191,48 @@ def run_dump(args, expect_ok=True):
     return out, t0, t1
 
 
+def check_training_run(tmp, event_pb2):
+    """dtrain train --tensorboard: every expected (tag, step) once, validation scalars equal to metrics.csv."""
+    if not os.path.isdir("/usr/share/datasets/fashion-mnist"):
+        print("fashion-mnist not installed: the training-run part is skipped")
+        return
+    out_dir, tb = os.path.join(tmp, "run"), os.path.join(tmp, "run", "tb")
+    # 256 samples, batch 32: 8 steps per epoch; train scalars every 4 steps, validation every epoch.
+    cmd = [os.path.join(BUILD, "dtrain"), "train", "--model", "mlp", "--epochs", "2", "--limit-train", "256",
+           "--limit-test", "100", "--batch-size", "32", "--threads", "1", "--progress", "none", "--out", out_dir,
+           "--tensorboard", tb, "--log-every", "4"]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    check(run.returncode == 0, f"dtrain train --tensorboard succeeded ({run.stderr.strip()})")
+    if run.returncode != 0:
+        return
+    files = os.listdir(tb)
+    check(len(files) == 1 and files[0].startswith("events.out.tfevents."), f"one events file: {files}")
+    with open(os.path.join(tb, files[0]), "rb") as f:
+        records = read_records(f.read())
+    seen = {}
+    for _, data in records[1:]:
+        ev = event_pb2.Event()
+        ev.ParseFromString(data)
+        for v in ev.summary.value:
+            check((v.tag, ev.step) not in seen, f"{v.tag} at step {ev.step} written once")
+            seen[(v.tag, ev.step)] = v.simple_value
+    train_tags = ["Loss/train", "acc1/train", "acc5/train", "lr", "throughput/samples_per_s"]
+    val_tags = ["Loss/val", "acc1/val", "acc5/val"]
+    want = {(t, s) for t in train_tags for s in (4, 8, 12, 16)} | {(t, s) for t in val_tags for s in (8, 16)}
+    check(set(seen) == want, f"tags and steps: missing {sorted(want - set(seen))}, extra {sorted(set(seen) - want)}")
+    with open(os.path.join(out_dir, "metrics.csv")) as f:
+        rows = [line.strip().split(",") for line in f][1:]
+    for row in rows:
+        step, test_loss, acc1, acc5 = int(row[1]), float(row[5]), float(row[6]), float(row[7])
+        for tag, want_v in (("Loss/val", test_loss), ("acc1/val", acc1), ("acc5/val", acc5)):
+            got = seen.get((tag, step))
+            check(got is not None and abs(got - want_v) < 1e-5, f"{tag} at step {step}: {got} vs metrics.csv {want_v}")
+    check(all(0 <= seen[(t, s)] <= 1 for t in ("acc1/train", "acc5/train") for s in (4, 8, 12, 16)), "accuracies in [0, 1]")
+    check(all(seen[("acc5/train", s)] >= seen[("acc1/train", s)] for s in (4, 8, 12, 16)), "top-5 >= top-1")
+    check(all(abs(seen[("lr", s)] - 0.01) < 1e-9 for s in (4, 8, 12, 16)), "lr is the constant 0.01")
+    check(all(seen[("throughput/samples_per_s", s)] > 0 for s in (4, 8, 12, 16)), "throughput > 0")
+
+
 def main():
     if not os.path.exists(DUMP):
         print(f"{DUMP} missing: build first (make build)")
@@ -240,6 +282,8 @@ def main():
         out, _, _ = run_dump([os.path.join(plain, "logs")], expect_ok=False)
         check(out.returncode != 0 and "DT_IO" in out.stderr and plain in out.stderr,
               f"unwritable directory fails with DT_IO naming it ({out.stderr.strip()})")
+
+        check_training_run(tmp, event_pb2)
 
     if failures:
         print(f"{len(failures)} check(s) failed")
