@@ -24,3 +24,6 @@ echo
 echo "## scaling: single vs ddp/dp with 1..2 workers of 1 thread (fashioncnn, mlp)"
 "$build/dtrain" bench scaling --model fashioncnn --max-workers 2
 "$build/dtrain" bench scaling --model mlp --max-workers 2
+echo
+echo "## what snapshots, TensorBoard and the trace cost (fashioncnn), and one snapshot vs torch.save"
+DT_BUILD_DIR=$build /usr/bin/python3 "$here/observability.py" --reps "${REPS:-3}"

@@ -115,7 +115,7 @@ static void join_widths(const int *w, int n, char *buf, size_t len) {
 
 /* The metadata of weights and snapshots: what the model is and how it was trained. */
 typedef struct run_meta {
-  char hidden[256], epochs[32], seed[32], acc1[32], acc5[32], norm[64], dropout[32], step[32], world[16];
+  char hidden[256], epochs[32], seed[32], acc1[32], acc5[32], norm[64], dropout[32];
   dt_kv kv[16];
   int n;
 } run_meta;
@@ -357,7 +357,7 @@ static dt_status history_add(run *r, const dt_epoch_metrics *m) {
 static dt_status take_snapshot(const dt_train_config *c, run *r, dt_snapshot_position *pos) {
   rng_get(r, pos);
   if (r->rank != 0) return DT_OK;
-  char path[TRAIN_PATH_MAX], world[16], step[32], epoch[32];
+  char path[TRAIN_PATH_MAX], world[16], step[32];
   if ((size_t)snprintf(path, sizeof path, "%s/snapshots/step-%09lld.safetensors", c->out_dir, (long long)pos->step) >=
       sizeof path)
     return dt_error(DT_INVALID_ARGUMENT, "output directory name too long");
@@ -365,7 +365,6 @@ static dt_status take_snapshot(const dt_train_config *c, run *r, dt_snapshot_pos
   run_meta_fill(&rm, c, r->n_history ? &r->history[r->n_history - 1] : NULL, (int)pos->epoch);
   snprintf(world, sizeof world, "%d", r->world);
   snprintf(step, sizeof step, "%lld", (long long)pos->step);
-  snprintf(epoch, sizeof epoch, "%lld", (long long)pos->epoch);
   const dt_kv extra[] = {{"dtrain.snapshot", "1"}, {"step", step}, {"world_size", world}, {"config", r->config_json}};
   memcpy(rm.kv + rm.n, extra, sizeof extra);
   int n_meta = rm.n + (int)(sizeof extra / sizeof extra[0]);
