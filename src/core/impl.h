@@ -70,6 +70,25 @@ dt_status dt_file_open_regular(const char *path, FILE **out, size_t *len);
 /* Reads exactly n bytes: DT_IO on a read error, DT_CORRUPT if the file ended early. */
 dt_status dt_file_read_exact(FILE *f, const char *path, void *buf, size_t n);
 
+/* A file that appears whole or not at all. Writes go to `path.tmp.<pid>` next
+ * to path (same file system, so the rename is atomic); commit flushes, fsyncs,
+ * closes, renames it over path and fsyncs the directory. Abort, or any failure
+ * before the rename, removes the temporary and leaves a previous file at path
+ * untouched. Errors are DT_IO naming path and the temporary. */
+typedef struct dt_atomic_file {
+  FILE *f;      /* open from dt_atomic_open until commit or abort */
+  dt_status st; /* the first write failure; later writes are skipped */
+  int renamed;  /* the new file is at path: a failed commit failed only to sync the directory */
+  char path[4096], tmp[4128];
+} dt_atomic_file;
+dt_status dt_atomic_open(dt_atomic_file *a, const char *path);
+/* After a failure, a no-op that returns it (commit reports it too). */
+dt_status dt_atomic_write(dt_atomic_file *a, const void *buf, size_t n);
+/* Closes a, whatever it returns. */
+dt_status dt_atomic_commit(dt_atomic_file *a);
+/* Safe after commit or a failed open (a no-op then). */
+void dt_atomic_abort(dt_atomic_file *a);
+
 #define DT_ALIGN 64
 #define DT_ALIGN_UP(n) (((n) + (DT_ALIGN - 1)) & ~(size_t)(DT_ALIGN - 1))
 

@@ -1,10 +1,7 @@
 /* The run report: a self-contained HTML page with SVG charts drawn here, written atomically. */
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/impl.h"
 #include "dtrain/dtrain.h"
@@ -532,62 +529,6 @@ static dt_status build_page(dt_buf *b, const dt_report *r) {
   return b->status;
 }
 
-/* ---- atomic write ---------------------------------------------------------- */
-
-static dt_status write_atomic(const char *path, const char *data, size_t len) {
-  /* The temporary lives next to path (same file system, so rename is atomic).
-   * O_TRUNC without O_EXCL: a stale temporary of a dead process with our pid is overwritten. */
-  size_t tlen = strlen(path) + 32;
-  char *tmp = NULL;
-  dt_status st = DT_OK;
-  DT_CHECK(dt_alloc(tlen, (void **)&tmp));
-  snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    st = dt_error(DT_IO, "%s: cannot create temporary file %s: %s", path, tmp, strerror(errno));
-    goto out;
-  }
-  for (size_t off = 0; off < len;) {
-    ssize_t w = write(fd, data + off, len - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      st = dt_error(DT_IO, "%s: writing %s failed: %s", path, tmp, strerror(w < 0 ? errno : EIO));
-      goto close_tmp;
-    }
-    off += (size_t)w;
-  }
-  if (fsync(fd) != 0 && errno != EINVAL) {
-    st = dt_error(DT_IO, "%s: fsync of %s failed: %s", path, tmp, strerror(errno));
-    goto close_tmp;
-  }
-  int rc = close(fd);
-  if (rc != 0) {
-    st = dt_error(DT_IO, "%s: closing %s failed: %s", path, tmp, strerror(errno));
-    goto remove_tmp;
-  }
-  if (rename(tmp, path) != 0) {
-    st = dt_error(DT_IO, "%s: renaming %s over it failed: %s", path, tmp, strerror(errno));
-    goto remove_tmp;
-  }
-  /* Make the rename durable. The page is already in place, so a directory
-   * that cannot be synced is worth a warning, not a failed report. */
-  const char *slash = strrchr(path, '/');
-  if (slash) snprintf(tmp, tlen, "%.*s", slash == path ? 1 : (int)(slash - path), path);
-  int dfd = open(slash ? tmp : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0 || (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS))
-    DT_LOG_WARN("report", "%s: written, but syncing its directory failed: %s", path, strerror(errno));
-  if (dfd >= 0) close(dfd);
-  goto out;
-
-close_tmp:
-  close(fd); /* its error is already reported */
-remove_tmp:
-  unlink(tmp);
-out:
-  dt_free(tmp);
-  return st;
-}
-
 static dt_status check_report(const char *path, const dt_report *r) {
   if (!path || !path[0]) return dt_error(DT_INVALID_ARGUMENT, "report: no path");
   if (!r) return dt_error(DT_INVALID_ARGUMENT, "%s: no report", path);
@@ -603,8 +544,19 @@ static dt_status check_report(const char *path, const dt_report *r) {
 dt_status dt_report_write(const char *path, const dt_report *r) {
   DT_CHECK(check_report(path, r));
   dt_buf page = {0};
+  dt_atomic_file a;
   dt_status st = build_page(&page, r);
-  if (st == DT_OK) st = write_atomic(path, page.data, page.len);
+  if (st == DT_OK) st = dt_atomic_open(&a, path);
+  if (st == DT_OK) {
+    dt_atomic_write(&a, page.data, page.len);
+    st = dt_atomic_commit(&a);
+    /* Once the page is in place, a directory that cannot be synced is worth a warning, not a failed report. */
+    if (st != DT_OK && a.renamed) {
+      DT_LOG_WARN("report", "%s", dt_last_error());
+      dt_clear_error();
+      st = DT_OK;
+    }
+  }
   dt_buf_free(&page);
   return st;
 }

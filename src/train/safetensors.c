@@ -1,11 +1,7 @@
 /* safetensors files: a checked reader (whole file in memory, tensors as views, crc32 verified) and an atomic writer. */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include "core/impl.h"
@@ -488,95 +484,22 @@ static dt_status build_header(const dt_named_tensor *t, int n, const dt_kv *meta
   return h->status;
 }
 
-static dt_status write_all(FILE *fp, const void *p, size_t n, const char *tmp) {
-  if (n && fwrite(p, 1, n, fp) != n)
-    return dt_error(DT_IO, "%s: write failed: %s", tmp, strerror(errno ? errno : EIO));
-  return DT_OK;
-}
-
-/* fsync of the directory holding path, so the rename itself is durable. */
-static dt_status sync_dir(const char *path) {
-  char dir[4096];
-  const char *slash = strrchr(path, '/');
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else if (slash == path) snprintf(dir, sizeof dir, "/");
-  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return dt_error(DT_IO, "%s: saved, but opening directory %s to sync it failed: %s", path, dir, strerror(errno));
-  int rc = fsync(fd), err = errno;
-  close(fd);
-  /* Some file systems cannot sync directories (EINVAL); the rename stands. */
-  if (rc != 0 && err != EINVAL && err != EROFS)
-    return dt_error(DT_IO, "%s: saved, but syncing directory %s failed: %s", path, dir, strerror(err));
-  return DT_OK;
-}
-
 dt_status dt_safetensors_save(const char *path, const dt_named_tensor *tensors, int n, const dt_kv *meta,
                               int n_meta) {
   if (!path || !path[0]) return dt_error(DT_INVALID_ARGUMENT, "safetensors save: no path");
   if (!host_is_little_endian()) return dt_error(DT_UNSUPPORTED, "%s: safetensors needs a little-endian host", path);
   DT_CHECK(check_inputs(path, tensors, n, meta, n_meta));
   dt_buf header = {0};
+  dt_atomic_file a;
   dt_status st = build_header(tensors, n, meta, n_meta, tensors_crc(tensors, n), &header);
-  if (st != DT_OK) {
-    dt_buf_free(&header);
-    return st;
+  if (st == DT_OK) st = dt_atomic_open(&a, path);
+  if (st == DT_OK) {
+    uint64_t hl = header.len; /* the length field: little-endian, as the host (checked above) */
+    dt_atomic_write(&a, &hl, 8);
+    dt_atomic_write(&a, header.data, header.len);
+    for (int i = 0; i < n; i++) dt_atomic_write(&a, tensors[i].tensor.data, dt_tensor_bytes(&tensors[i].tensor));
+    st = dt_atomic_commit(&a);
   }
-
-  /* The temporary lives next to path (same file system, so rename is atomic).
-   * O_TRUNC without O_EXCL: a stale temporary of a dead process with our pid is overwritten. */
-  size_t tlen = strlen(path) + 32;
-  char *tmp = NULL;
-  FILE *fp = NULL;
-  int fd = -1;
-  DT_CHECK_GOTO(dt_alloc(tlen, (void **)&tmp), st, out);
-  snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
-  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    st = dt_error(DT_IO, "%s: cannot create temporary file %s: %s", path, tmp, strerror(errno));
-    goto out;
-  }
-  fp = fdopen(fd, "wb");
-  if (!fp) {
-    st = dt_error(DT_IO, "%s: %s", tmp, strerror(errno));
-    close(fd);
-    goto remove_tmp;
-  }
-  uint8_t len8[8];
-  uint64_t hl = header.len;
-  memcpy(len8, &hl, 8);
-  errno = 0;
-  DT_CHECK_GOTO(write_all(fp, len8, 8, tmp), st, close_tmp);
-  DT_CHECK_GOTO(write_all(fp, header.data, header.len, tmp), st, close_tmp);
-  for (int i = 0; i < n; i++)
-    DT_CHECK_GOTO(write_all(fp, tensors[i].tensor.data, dt_tensor_bytes(&tensors[i].tensor), tmp), st, close_tmp);
-  if (fflush(fp) != 0) {
-    st = dt_error(DT_IO, "%s: write failed: %s", tmp, strerror(errno));
-    goto close_tmp;
-  }
-  if (fsync(fileno(fp)) != 0 && errno != EINVAL) {
-    st = dt_error(DT_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-    goto close_tmp;
-  }
-  int rc = fclose(fp);
-  fp = NULL;
-  if (rc != 0) {
-    st = dt_error(DT_IO, "%s: close failed: %s", tmp, strerror(errno));
-    goto remove_tmp;
-  }
-  if (rename(tmp, path) != 0) {
-    st = dt_error(DT_IO, "%s: renaming %s over it failed: %s", path, tmp, strerror(errno));
-    goto remove_tmp;
-  }
-  st = sync_dir(path);
-  goto out;
-
-close_tmp:
-  fclose(fp); /* its error is already reported */
-remove_tmp:
-  unlink(tmp);
-out:
-  dt_free(tmp);
   dt_buf_free(&header);
   return st;
 }
