@@ -7,7 +7,7 @@
 #     ranks, TensorBoard and report.html are written;
 #  3. SIGINT to dtrun with --save-on-interrupt: both ranks stop at one step, rank 0 writes a
 #     snapshot there, no worker or /dev/shm segment is left; resuming ends with the parameters
-#     of the uninterrupted run;
+#     of the uninterrupted run; --tensorboard-all-ranks gives each rank its own events file;
 #  4. export and inspect of a snapshot; eval of the exported weights equals eval of the final ones;
 #  5. damaged and foreign snapshots given to --resume: one clear line, exit 1.
 set -u
@@ -121,7 +121,8 @@ section "3 SIGINT to dtrun with --save-on-interrupt"
 run_id=snapint$$
 mkdir -p "$tmp/int"
 DDP_PID_DIR=$tmp/int "$DTRUN" --standalone --nproc-per-node 2 --run-id "$run_id" -- bash "$W" "${common[@]}" \
-  --save-on-interrupt --out "$tmp/int/o" >"$tmp/int.out" 2>"$tmp/int.err" </dev/null &
+  --save-on-interrupt --out "$tmp/int/o" --tensorboard "$tmp/int/tb" --tensorboard-all-ranks \
+  >"$tmp/int.out" 2>"$tmp/int.err" </dev/null &
 dpid=$!
 bg_pids+=($dpid)
 if ! wait_line "$tmp/int.out" '^\[rank 0\]: epoch 2/4  step ' 60; then
@@ -142,6 +143,12 @@ else
   else
     fail "SIGINT: exit $rc, steps '$s0'/'$s1', snapshot $snap $(ls "$tmp/int/o/snapshots" 2>&1), left '$left', shm '$shm'"
     show int
+  fi
+  if ls "$tmp"/int/tb/events.out.tfevents.* >/dev/null 2>&1 && ls "$tmp"/int/tb/rank1/events.out.tfevents.* >/dev/null 2>&1 &&
+    [ ! -e "$tmp/int/tb/rank0" ]; then
+    ok "SIGINT: --tensorboard-all-ranks: rank 0 in tb/, rank 1 in tb/rank1/"
+  else
+    fail "SIGINT: TensorBoard files per rank: $(find "$tmp/int/tb" 2>&1 | tr '\n' ' ')"
   fi
   "$DTRUN" --standalone --nproc-per-node 2 -- "$DTRAIN" "${common[@]}" --resume auto --out "$tmp/int/o" \
     >"$tmp/int2.out" 2>"$tmp/int2.err" </dev/null
