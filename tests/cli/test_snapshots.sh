@@ -35,17 +35,18 @@ show() { for f in "$tmp/$1".out "$tmp/$1".err; do [ -f "$f" ] && { echo "--- $f"
 
 # ---- 1: usage errors -----------------------------------------------------------------------------
 section "1 usage errors"
-usage() { # EXPECTED-SUBSTRING ARGS...: exit 2 and one stderr line holding the substring
-  local want=$1
-  shift
-  "$DTRAIN" "$@" >"$tmp/u.out" 2>"$tmp/u.err" </dev/null
-  local code=$?
-  if [ $code -eq 2 ] && [ "$(wc -l <"$tmp/u.err")" -eq 1 ] && grep -qF -- "$want" "$tmp/u.err"; then
-    ok "usage: $*"
+expect() { # CODE EXPECTED-SUBSTRING ARGS...: dtrain exits CODE with one stderr line holding the substring
+  local code=$1 want=$2
+  shift 2
+  "$DTRAIN" "$@" >"$tmp/e.out" 2>"$tmp/e.err" </dev/null
+  local got=$?
+  if [ $got -eq "$code" ] && [ "$(wc -l <"$tmp/e.err")" -eq 1 ] && grep -qF -- "$want" "$tmp/e.err"; then
+    ok "exit $code: $want"
   else
-    fail "usage: $* -> exit $code, stderr: $(cat "$tmp/u.err")"
+    fail "$* -> exit $got (expected $code), stderr: $(cat "$tmp/e.err")"
   fi
 }
+usage() { expect 2 "$@"; }
 usage "--keep applies only when snapshots are written" train --keep 2 --out "$tmp/never"
 usage "--resume auto looks for snapshots in --out DIR" train --resume auto
 usage "--log-every applies only with --tensorboard" train --log-every 5 --out "$tmp/never"
@@ -184,17 +185,7 @@ e2=$("$DTRAIN" eval --weights "$tmp/ref/model.safetensors" --limit 500 | sed 's/
 
 # ---- 5: bad snapshots --------------------------------------------------------------------------------
 section "5 damaged and foreign snapshots"
-runtime() { # EXPECTED-SUBSTRING ARGS...: exit 1 and one stderr line holding the substring
-  local want=$1
-  shift
-  "$DTRAIN" "$@" >"$tmp/r.out" 2>"$tmp/r.err" </dev/null
-  local code=$?
-  if [ $code -eq 1 ] && [ "$(wc -l <"$tmp/r.err")" -eq 1 ] && grep -qF -- "$want" "$tmp/r.err"; then
-    ok "error: $want"
-  else
-    fail "$* -> exit $code, stderr: $(cat "$tmp/r.err")"
-  fi
-}
+runtime() { expect 1 "$@"; }
 head -c 3000 "$last" >"$tmp/cut.safetensors"
 runtime "cut.safetensors" train --limit-train 320 --out "$tmp/bad" --resume "$tmp/cut.safetensors" --quiet
 runtime "is a snapshot of model fashioncnn, this run trains mlp" train --model mlp --limit-train 320 --out "$tmp/bad" \

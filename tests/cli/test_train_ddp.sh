@@ -37,27 +37,7 @@ cleanup() {
   [ -n "${KEEP_TMP:-}" ] && echo "kept $tmp" >&2 || rm -rf "$tmp"
 }
 trap cleanup EXIT
-t_start=$(date +%s.%N)
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-ok() { echo "ok   $*"; }
-section() { echo "== $* ($(awk -v s="$t_start" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f s", n - s }'))"; }
-# alive PID: running (a zombie not yet reaped counts as gone).
-alive() { [ -n "$1" ] && [ -r "/proc/$1/stat" ] && ! grep -q ') Z ' "/proc/$1/stat" 2>/dev/null; }
-# wait_for PID SECONDS: waits until PID is gone (SIGKILL after SECONDS); its exit code in $rc.
-wait_for() {
-  local i
-  for ((i = 0; i < $2 * 10; i++)); do alive "$1" || break; sleep 0.1; done
-  alive "$1" && { kill -9 "$1" 2>/dev/null; echo "(killed pid $1 after $2 s)" >&2; }
-  wait "$1" 2>/dev/null # (no "Killed" job notice for the victim of part 6)
-  rc=$?
-}
-# wait_line FILE REGEX SECONDS: waits until FILE has a line matching REGEX.
-wait_line() {
-  local i
-  for ((i = 0; i < $3 * 20; i++)); do grep -qE -- "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-  return 1
-}
+. "$SRC/tests/cli/common.sh" # fail, ok, section, alive, wait_for, wait_line
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 json() { sed -n "s/.*\"$2\":\\([^,}]*\\).*/\\1/p" "$1" | tr -d '"'; } # FILE KEY
 csv_last() { # FILE COLUMN-NAME: the value in the last row
