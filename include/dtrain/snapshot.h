@@ -26,7 +26,7 @@ extern "C" {
  * and metadata "dtrain.snapshot" = "1", "model", "epoch", "step", "world_size", "config" and
  * what model.safetensors records. Snapshots live in DIR/snapshots/step-<step, 9 digits>.safetensors. */
 
-#define DT_SNAPSHOT_MAX_RNG 64
+#define DT_SNAPSHOT_MAX_RNG 1024 /* one dropout step per dp worker (dp allows up to 1024) */
 #define DT_SNAPSHOT_HISTORY_COLS 16
 
 typedef struct dt_snapshot_position {
