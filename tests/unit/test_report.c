@@ -6,41 +6,10 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "test_files.h"
 #include "train/report.h"
 
 /* ---- helpers ------------------------------------------------------------------- */
-
-static char tmpdir[64];
-
-static const char *tmp_path(const char *name) {
-  static char buf[4][256];
-  static int k;
-  if (!tmpdir[0]) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/dt_report_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-      perror("mkdtemp");
-      exit(1);
-    }
-  }
-  char *b = buf[k++ % 4];
-  snprintf(b, 256, "%s/%s", tmpdir, name);
-  return b;
-}
-
-/* Removes tmpdir and what the tests left in it (files and empty directories). */
-static void remove_tmpdir(void) {
-  if (!tmpdir[0]) return;
-  DIR *d = opendir(tmpdir);
-  struct dirent *e;
-  while (d && (e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.') continue;
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-    if (unlink(p) != 0) rmdir(p);
-  }
-  if (d) closedir(d);
-  rmdir(tmpdir);
-}
 
 /* Entries of tmpdir whose name contains ".tmp." */
 static int count_temporaries(void) {
@@ -50,20 +19,6 @@ static int count_temporaries(void) {
   while (d && (e = readdir(d)) != NULL) n += strstr(e->d_name, ".tmp.") != NULL;
   if (d) closedir(d);
   return n;
-}
-
-/* Whole file as a NUL-terminated malloc'd string; NULL if missing. */
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  size_t got = fread(b, 1, (size_t)n, f);
-  b[got] = '\0';
-  fclose(f);
-  return b;
 }
 
 static int count(const char *hay, const char *needle) {

@@ -9,40 +9,10 @@
 
 #include "core/impl.h"
 #include "harness.h"
+#include "test_files.h"
 #include "train/json.h"
 
 /* ---- helpers ------------------------------------------------------------------- */
-
-static char tmpdir[64];
-
-static const char *tmp_path(const char *name) {
-  static char buf[4][256];
-  static int k;
-  if (!tmpdir[0]) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/dt_st_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-      perror("mkdtemp");
-      exit(1);
-    }
-  }
-  char *b = buf[k++ % 4];
-  snprintf(b, 256, "%s/%s", tmpdir, name);
-  return b;
-}
-
-static void remove_tmpdir(void) {
-  if (!tmpdir[0]) return;
-  DIR *d = opendir(tmpdir);
-  struct dirent *e;
-  while (d && (e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.') continue;
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-    unlink(p);
-  }
-  if (d) closedir(d);
-  rmdir(tmpdir);
-}
 
 /* Whole file into a malloc'd buffer; NULL if missing. */
 static uint8_t *read_file(const char *path, size_t *len) {

@@ -8,6 +8,7 @@
 #include "dist_fork.h"
 #include "dtrain/trace.h"
 #include "harness.h"
+#include "test_files.h"
 #include "train/trace_merge.h"
 
 static const char *run_id(void) {
@@ -162,22 +163,6 @@ static int python_check(const char *code, const char *file, const char *extra) {
   char cmd[8192];
   snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c '%s' '%s' %s", code, file, extra ? extra : "");
   return system(cmd);
-}
-
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-    free(s);
-    s = NULL;
-  }
-  if (s) s[n] = '\0';
-  fclose(f);
-  return s;
 }
 
 static char tmp_dir[64];
