@@ -31,6 +31,7 @@ typedef enum flag_kind {
   K_BETAS,     /* B1,B2 each in [0, 1) */
   K_MEAN_STD,  /* MEAN,STD with STD > 0 */
   K_WIDTHS,    /* W1,W2,... positive integers */
+  K_WEIGHTS,   /* W1,W2,... non-negative numbers */
   K_CHOICE,    /* one of choices ("a|b|c") */
   K_SIZE,      /* bytes: 8, 64K, 1M, 2G (powers of 1024) */
 } flag_kind;
@@ -52,6 +53,8 @@ typedef struct flag_value {
   unsigned long long u;
   double f, pair[2];
   int list[DT_TRAIN_MAX_HIDDEN], n_list;
+  double weights[DT_TRAIN_MAX_POS_WEIGHT];
+  int n_weights;
   int choice;
 } flag_value;
 
@@ -108,6 +111,7 @@ static const struct {
     {DT_TIMEOUT, "a rank did not answer in time: check that every rank started and reaches MASTER_ADDR, or raise DT_TIMEOUT"},
     {DT_PEER_LOST, "another rank exited or lost its connection: its own output says why"},
     {DT_MISMATCH, "every rank must run the same program with the same flags and WORLD_SIZE"},
+    {DT_USAGE, "see 'dtrain models' for the tasks each model supports, and --data in 'dtrain train --help'"},
 };
 
 /* One line on stderr: "dtrain: <detail> (<hint>)"; file_hint replaces the
@@ -123,7 +127,7 @@ static int runtime_error(dt_status s, const char *file_hint) {
     if (status_hints[i].status == s) hint = status_hints[i].hint;
   if (file_hint && (s == DT_NOT_FOUND || s == DT_IO)) hint = file_hint;
   fprintf(stderr, "dtrain: %s (%s)\n", detail, hint);
-  return EXIT_RUNTIME;
+  return s == DT_USAGE ? EXIT_USAGE : EXIT_RUNTIME;
 }
 
 static int parse_ll(const char *s, long long *out) {
@@ -232,6 +236,23 @@ static int parse_value(const command *c, const flag_spec *f, const char *s, flag
       v->list[v->n_list++] = (int)w;
     }
     if (empty || v->n_list == 0) return usage_error(c, eg, "%s: '%s' is not a list of positive widths", f->name, s);
+    return 0;
+  }
+  case K_WEIGHTS: {
+    char buf[1024];
+    if (strlen(s) >= sizeof buf) return usage_error(c, eg, "%s: the list is too long", f->name);
+    strcpy(buf, s);
+    v->n_weights = 0;
+    char *save = NULL;
+    int empty = *s == '\0' || s[strlen(s) - 1] == ',' || *s == ',' || strstr(s, ",,") != NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok && !empty; tok = strtok_r(NULL, ",", &save)) {
+      if (v->n_weights == DT_TRAIN_MAX_POS_WEIGHT)
+        return usage_error(c, eg, "%s: more than %d values", f->name, DT_TRAIN_MAX_POS_WEIGHT);
+      if (parse_double(tok, &v->weights[v->n_weights]) || v->weights[v->n_weights] < 0)
+        return usage_error(c, eg, "%s: '%s' is not a list of non-negative numbers", f->name, s);
+      v->n_weights++;
+    }
+    if (empty) return usage_error(c, eg, "%s: '%s' is not a list of non-negative numbers", f->name, s);
     return 0;
   }
   case K_SIZE: {
@@ -406,7 +427,15 @@ static const flag_spec train_flags[] = {
      "linear warm-up over the first N epochs, from lr/3 (torch LinearLR)", NULL},
     {"--warmup-steps", "N", K_NONNEG_INT, "0", "500", "linear warm-up over the first N optimizer steps instead", NULL},
     {"--clip-grad-norm", "X", K_POS_FLOAT, "off", "1.0", "clip the global gradient L2 norm to X", NULL},
-    {"--label-smoothing", "X", K_UNIT_FLOAT, "0", "0.1", "cross-entropy label smoothing in [0, 1)", NULL},
+    {"--label-smoothing", "X", K_UNIT_FLOAT, "0", "0.1", "classification: cross-entropy label smoothing in [0, 1)", NULL},
+    {"--loss", "NAME", K_CHOICE, "mse", "l1", "regression: mse (torch.nn.MSELoss) or l1 (L1Loss)", "mse|l1"},
+    {"--pos-weight", "W[,W...]", K_WEIGHTS, "none", "3.0",
+     "multilabel: BCEWithLogitsLoss pos_weight, one value for every label or one per label", NULL},
+    {"--val-fraction", "F", K_UNIT_FLOAT, "off", "0.1",
+     "hold out this fraction of the training data for validation (a split by --seed); for sources without a test "
+     "split", NULL},
+    {"--val-data", "SOURCE", K_STR, "the source's test split", "synthetic:512,seed=1",
+     "validate on this source instead (its test split, or its only split)", NULL},
     {"--threads", "N", K_NONNEG_INT, "DT_NUM_THREADS, OMP_NUM_THREADS or all cores", "4", "compute threads", NULL},
     {"--seed", "N", K_U64, "0", "42", "seed of initialisation, shuffling and dropout", NULL},
     {"--out", "DIR", K_STR, "runs/<model>-<yyyymmdd-hhmmss>", "runs/exp1",
@@ -484,8 +513,15 @@ static void print_train_summary(const dt_train_config *cfg, const dt_train_resul
             r->world_size, r->backend, r->comm_total_seconds, 100 * r->comm_hidden);
   fprintf(f, "  %-22s %.0f samples/s\n", "train throughput", r->train_samples_per_s);
   fprintf(f, "  %-22s %.0f samples/s\n", "inference throughput", r->infer_samples_per_s);
-  fprintf(f, "  %-22s %.2f%%\n", "test top-1", 100 * r->test_acc1);
-  fprintf(f, "  %-22s %.2f%%\n", "test top-5", 100 * r->test_acc5);
+  if (r->test_loss != r->test_loss)
+    fprintf(f, "  %-22s %s\n", "test", "none: no validation data (give --val-fraction or --val-data)");
+  for (int i = 0; i < r->metrics.n_eval && r->test_loss == r->test_loss; i++) {
+    const dt_metric_desc *d = &r->metrics.eval[i];
+    char name[64];
+    snprintf(name, sizeof name, "test %s", d->label);
+    if (d->percent) fprintf(f, "  %-22s %.2f%%\n", name, 100 * r->test_metric[i]);
+    else fprintf(f, "  %-22s %.4f\n", name, r->test_metric[i]);
+  }
   fprintf(f, "  %-22s %s\n", "peak RSS", rss);
   if (cfg->out_dir) fprintf(f, "  %-22s %s\n", "outputs", cfg->out_dir);
 }
@@ -569,6 +605,18 @@ static int cmd_train(const parsed *p) {
   if ((v = flag(p, "--warmup-steps"))->given) cfg.warmup_steps = v->i;
   if ((v = flag(p, "--clip-grad-norm"))->given) cfg.clip_grad_norm = (float)v->f;
   if ((v = flag(p, "--label-smoothing"))->given) cfg.label_smoothing = (float)v->f;
+  if ((v = flag(p, "--loss"))->given) cfg.regression_loss = v->choice == 1 ? DT_LOSS_L1 : DT_LOSS_MSE;
+  if ((v = flag(p, "--pos-weight"))->given) {
+    cfg.n_pos_weight = v->n_weights;
+    for (int i = 0; i < v->n_weights; i++) cfg.pos_weight[i] = (float)v->weights[i];
+  }
+  if ((v = flag(p, "--val-fraction"))->given) {
+    if (v->f <= 0) return usage_error(c, "e.g. --val-fraction 0.1", "--val-fraction: '%s' must be in (0, 1)", v->raw);
+    cfg.val_fraction = v->f;
+  }
+  if ((v = flag(p, "--val-data"))->given) cfg.val_data = v->raw;
+  if (cfg.val_data && cfg.val_fraction > 0)
+    return usage_error(c, "drop one of them", "--val-fraction and --val-data both choose the validation data");
   if ((v = flag(p, "--threads"))->given) cfg.threads = (int)v->i;
   if ((v = flag(p, "--seed"))->given) cfg.seed = v->u;
   if (dt_set_threads(cfg.threads) != DT_OK) return usage_error(c, "e.g. --threads 4", "%s", dt_last_error());
@@ -737,16 +785,21 @@ static int cmd_eval(const parsed *p) {
   dt_status st = dt_eval_run(&cfg, &r);
   if (st != DT_OK)
     return runtime_error(st, "check --weights and --data; --model and --hidden must match the training run");
-  printf("eval %s on %s %s (%lld samples): loss %.4f  top1 %.2f%%  top5 %.2f%%  %.2f s  %.0f samples/s\n", r.model,
-         r.data, cfg.split == DT_SPLIT_TEST ? "test" : "train", (long long)r.samples, r.loss, 100 * r.acc1,
-         100 * r.acc5, r.seconds, r.samples_per_s);
+  printf("eval %s on %s %s (%lld samples): loss %.4f", r.model, r.data, cfg.split == DT_SPLIT_TEST ? "test" : "train",
+         (long long)r.samples, r.loss);
+  for (int i = 0; i < r.metrics.n_eval; i++) {
+    const dt_metric_desc *d = &r.metrics.eval[i];
+    if (d->percent) printf("  %s %.2f%%", d->brief, 100 * r.metric[i]);
+    else printf("  %s %.4f", d->brief, r.metric[i]);
+  }
+  printf("  %.2f s  %.0f samples/s\n", r.seconds, r.samples_per_s);
   return 0;
 }
 
 /* ---- models ------------------------------------------------------------------ */
 static void print_model(const char *name, const char *doc, void *user) {
   (void)user;
-  dt_zoo_config zc = {.sample_shape = {1, 28, 28}, .classes = 10, .hidden = NULL, .n_hidden = 0, .dropout = -1.0f};
+  dt_zoo_config zc = {.ndim = 3, .input_shape = {1, 28, 28}, .outputs = 10, .hidden = NULL, .n_hidden = 0, .dropout = -1.0f};
   dt_model *m = NULL;
   char params[32] = "?";
   if (dt_model_zoo_new(name, &zc, &m) == DT_OK && dt_model_build(m, 1, 0) == DT_OK)

@@ -1,4 +1,4 @@
-/* Datasets (IDX files: MNIST, Fashion-MNIST) and a shuffling, prefetching batch loader. */
+/* Datasets (a registry of sources: IDX, synthetic, ...; samples as named fields) and a prefetching batch loader. */
 #ifndef DTRAIN_DATA_H
 #define DTRAIN_DATA_H
 
@@ -6,6 +6,8 @@
 #include <stdint.h>
 
 #include "dtrain/status.h"
+#include "dtrain/task.h"
+#include "dtrain/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,19 +46,67 @@ typedef struct dt_normalize {
   float mean, std;
 } dt_normalize;
 
+/* ---- samples: named fields ------------------------------------------------- */
+/* A sample is a few named fields: f32 tensors of any shape ("x": an image
+ * (C, H, W) or a feature vector), integer index fields (i32/i64: token ids,
+ * an attention mask, user and item ids) and the target ("target": one i32
+ * class index, or K f32 values or 0/1 labels). A batch holds each field as
+ * (batch, shape...) contiguous. */
+#define DT_MAX_FIELDS 8
+#define DT_FIELD_MAX_DIMS 4
+typedef struct dt_field {
+  char name[24];
+  dt_dtype dtype;  /* DT_F32, DT_I32 or DT_I64 */
+  int ndim;        /* per-sample dimensions; 0: one value */
+  int64_t shape[DT_FIELD_MAX_DIMS];
+} dt_field;
+size_t dt_field_numel(const dt_field *f); /* elements per sample */
+size_t dt_field_bytes(const dt_field *f); /* bytes per sample */
+
+/* What a dataset holds: its fields (inputs first, "target" last) and the task
+ * its target implies (class indices: classification over `outputs` classes;
+ * K 0/1 labels: multilabel; K values: regression). */
+typedef struct dt_data_info {
+  dt_task_kind task;
+  int outputs;       /* classes, labels or regression targets */
+  int n_fields;
+  dt_field field[DT_MAX_FIELDS];
+  int input, target; /* indices of the "x" field (-1: none) and of the target */
+  int has_test;      /* the source has an official test split */
+  char name[64];     /* "idx", "synthetic", ... */
+} dt_data_info;
+/* The index of the field called name, or -1. */
+int dt_data_field(const dt_data_info *info, const char *name);
+
 typedef struct dt_dataset dt_dataset;
-/* `source` is a known name ("fashion-mnist", "mnist": looked up under
- * DT_DATA_DIR, default /usr/share/datasets) or a directory holding
- * {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]. Images and labels must
- * agree in count; labels must be < classes (10). DT_NOT_FOUND names the missing
- * file and how to get it. */
+/* `source` picks a data source from the registry (see dt_dataset_sources):
+ * "synthetic:N[,in=20,out=1,task=regression,seed=S]" (generated), a known
+ * name ("fashion-mnist", "mnist": IDX files under DT_DATA_DIR, default
+ * /usr/share/datasets) or a directory of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].
+ * DT_NOT_FOUND names the missing file and how to get it; DT_INVALID_ARGUMENT
+ * names the malformed part of a spec; a source without the split asked for is
+ * DT_NOT_FOUND saying so. `norm` applies to image sources (may be NULL). */
 dt_status dt_dataset_load(const char *source, dt_split split, const dt_normalize *norm, dt_dataset **out);
+/* Calls fn(name, doc) for every registered source. */
+void dt_dataset_sources(void (*fn)(const char *name, const char *doc, void *user), void *user);
 void dt_dataset_free(dt_dataset *ds);
 int64_t dt_dataset_size(const dt_dataset *ds);
-/* (C, H, W) of one sample. */
+const dt_data_info *dt_dataset_info(const dt_dataset *ds);
+/* Writes samples idx[0..n) into the batch buffers, one per field in info
+ * order, each (n, field shape...). Thread-safe for distinct buffers. */
+void dt_dataset_fetch(const dt_dataset *ds, const int64_t *idx, int n, void *const *fields);
+/* A view of samples idx[0..n) of parent (copied; parent must outlive it). */
+dt_status dt_dataset_subset(dt_dataset *parent, const int64_t *idx, int64_t n, dt_dataset **out);
+/* Splits ds into a training and a validation view: a permutation of Philox(seed)
+ * puts round(fraction * n) samples in *val, the rest (in index order) in *train.
+ * fraction in (0, 1); both parts non-empty, else DT_INVALID_ARGUMENT. */
+dt_status dt_dataset_split(dt_dataset *ds, double fraction, uint64_t seed, dt_dataset **train, dt_dataset **val);
+
+/* Image sources: (C, H, W) of the "x" field (1 for missing dims). */
 void dt_dataset_sample_shape(const dt_dataset *ds, int64_t shape[3]);
+/* Classes of a classification dataset (0 for other tasks). */
 int dt_dataset_classes(const dt_dataset *ds);
-/* Writes samples idx[0..n) as normalised floats into x (n, C, H, W) and labels into y (n). */
+/* Classification sources: samples idx[0..n) as floats into x (n, C, H, W) and labels into y (n). */
 void dt_dataset_gather(const dt_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y);
 
 /* ---- loader --------------------------------------------------------------- */
@@ -77,8 +127,10 @@ typedef struct dt_loader_config {
 } dt_loader_config;
 
 typedef struct dt_batch {
-  const float *x;      /* (size, C, H, W) */
-  const int32_t *y;    /* (size) */
+  const void *field[DT_MAX_FIELDS]; /* each (size, field shape...), in dt_data_info order */
+  const float *x;      /* the f32 input field "x" (size, shape...), or NULL */
+  const void *target;  /* the target field */
+  const int32_t *y;    /* the target as class indices (classification), else NULL */
   int size;            /* 0 at the end of the epoch */
   int64_t index;       /* batch number within the epoch */
 } dt_batch;

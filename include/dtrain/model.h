@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "dtrain/status.h"
+#include "dtrain/task.h"
 #include "dtrain/tensor.h"
 
 #ifdef __cplusplus
@@ -108,30 +109,24 @@ dt_status dt_model_find_tensor(const dt_model *m, const char *name, int *index);
 /* A layer table like torchsummary (name, kind, output shape, parameters). */
 void dt_model_print_summary(const dt_model *m, FILE *f);
 
-/* ---- loss and metrics -------------------------------------------------------- */
-/* Mean cross entropy of logits (batch, classes) against labels, with label
- * smoothing eps (torch.nn.CrossEntropyLoss semantics). dlogits (batch, classes)
- * receives the gradient of the mean loss if non-NULL. A label outside
- * [0, classes) is DT_INVALID_ARGUMENT naming the sample. */
-dt_status dt_loss_cross_entropy(const float *logits, const int32_t *labels, int batch, int classes, float eps,
-                                float *loss, float *dlogits);
-/* Counts samples whose label is the top-1 logit and among the top-k. */
-void dt_topk_correct(const float *logits, const int32_t *labels, int batch, int classes, int k, int64_t *top1,
-                     int64_t *topk);
-
 /* ---- model zoo ---------------------------------------------------------------- */
 typedef struct dt_zoo_config {
-  int64_t sample_shape[3]; /* (C, H, W) of the data, e.g. {1, 28, 28} */
-  int classes;             /* e.g. 10 */
-  const int *hidden;       /* mlp: hidden widths (NULL: the model's default) */
+  int ndim;                 /* dimensions of one input sample: 3 for images (C, H, W), 1 for vectors */
+  int64_t input_shape[4];   /* e.g. {1, 28, 28} or {20} */
+  int outputs;              /* from the data: classes, labels or regression targets */
+  dt_task_kind task;        /* the data's task: the model must support it */
+  const int *hidden;        /* mlp: hidden widths (NULL: the model's default) */
   int n_hidden;
-  float dropout;           /* < 0: the model's default; 0 disables dropout */
+  float dropout;            /* < 0: the model's default; 0 disables dropout */
 } dt_zoo_config;
 /* Builds the layers of a registered model (not yet dt_model_build-ed).
- * DT_NOT_FOUND naming the known models for an unknown name. */
+ * DT_NOT_FOUND naming the known models for an unknown name; DT_USAGE naming
+ * both sides when the model does not support the task or the input's rank. */
 dt_status dt_model_zoo_new(const char *name, const dt_zoo_config *cfg, dt_model **out);
 /* Calls fn for every registered model, with a one-line description. */
 void dt_model_zoo_each(void (*fn)(const char *name, const char *doc, void *user), void *user);
+/* The tasks a model supports, as "classification, regression" into buf; DT_NOT_FOUND for an unknown name. */
+dt_status dt_model_zoo_tasks(const char *name, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

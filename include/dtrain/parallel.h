@@ -11,6 +11,7 @@
 #include "dtrain/dist.h"
 #include "dtrain/model.h"
 #include "dtrain/status.h"
+#include "dtrain/task.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -76,12 +77,15 @@ typedef struct dt_dp dt_dp;
  * is shared among the workers. */
 dt_status dt_dp_new(dt_model *m, int workers, int max_batch, dt_dp **out);
 void dt_dp_free(dt_dp *d);
-/* Forward, cross-entropy (mean over the whole batch, label smoothing eps) and
- * backward of every slice in parallel; the gradients of the whole batch are
- * ACCUMULATED into the model's gradient arena (as dt_model_backward does), equal
- * to what one forward/backward of the whole batch would give. loss, top1, top5 may be NULL. */
-dt_status dt_dp_train_step(dt_dp *d, const float *x, const int32_t *y, int batch, float eps, float *loss,
-                           int64_t *top1, int64_t *top5);
+/* Forward, the task's training loss (mean over the whole batch) and backward
+ * of every slice in parallel; the gradients of the whole batch are ACCUMULATED
+ * into the model's gradient arena (as dt_model_backward does), equal to what
+ * one forward/backward of the whole batch would give. x (batch, input) and
+ * target (batch, the task's target width) are sliced by sample. The task's
+ * counters of the batch (dt_task_num_sums of them) are ADDED to sums. loss
+ * and sums may be NULL. */
+dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const float *x, const void *target, int batch, float *loss,
+                           double *sums);
 /* Inference: logits (batch, classes) into out. */
 dt_status dt_dp_forward(dt_dp *d, const float *x, int batch, float *out);
 /* Worker count, and each worker's dropout step (training forwards it ran; see

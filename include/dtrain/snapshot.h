@@ -21,13 +21,15 @@ extern "C" {
  *   optimizer.step                         i64 (1): optimizer steps taken
  *   trainer.position                       i64 (8): see dt_snapshot_position
  *   trainer.rng_step                       i64 (n): dropout step of the model, or of each dp worker
- *   trainer.epoch_sums                     f64 (3): loss sum, correct, samples of the unfinished epoch
+ *   trainer.epoch_sums                     f64 (n): the unfinished epoch's metric state (samples, loss
+ *                                          sum, the task's counters; older snapshots: loss sum, correct, samples)
  *   trainer.history                        f64 (epochs, DT_SNAPSHOT_HISTORY_COLS): the metrics rows so far
  * and metadata "dtrain.snapshot" = "1", "model", "epoch", "step", "world_size", "config" and
  * what model.safetensors records. Snapshots live in DIR/snapshots/step-<step, 9 digits>.safetensors. */
 
 #define DT_SNAPSHOT_MAX_RNG 1024 /* one dropout step per dp worker (dp allows up to 1024) */
-#define DT_SNAPSHOT_HISTORY_COLS 16
+#define DT_SNAPSHOT_HISTORY_COLS 21 /* 16 in snapshots of classification-only versions: still read */
+#define DT_SNAPSHOT_MAX_SUMS 16
 
 typedef struct dt_snapshot_position {
   int64_t epoch;           /* epochs completed; training resumes in epoch `epoch` (0-based) */
@@ -38,7 +40,8 @@ typedef struct dt_snapshot_position {
   int64_t accumulate;      /* batches per optimizer step */
   int64_t steps_per_epoch; /* to refuse a mid-epoch resume whose epochs are cut differently */
   int64_t seed;
-  double epoch_sums[3];    /* loss sum, top-1 correct, samples of the unfinished epoch (all ranks) */
+  double epoch_sums[DT_SNAPSHOT_MAX_SUMS]; /* the unfinished epoch's metric state (dt_metric_acc_sums), all ranks */
+  int n_sums;
   int n_rng;
   uint64_t rng_step[DT_SNAPSHOT_MAX_RNG];
 } dt_snapshot_position;

@@ -21,7 +21,8 @@ extern "C" {
   X(PEER_LOST, "peer lost")                                                  \
   X(INTERRUPTED, "interrupted")                                              \
   X(MISMATCH, "ranks disagree (collective, world size or model differs)")    \
-  X(INTERNAL, "internal error (a bug in dtrain: please report it)")
+  X(INTERNAL, "internal error (a bug in dtrain: please report it)")         \
+  X(USAGE, "the configuration does not fit the data or the model")
 
 typedef enum dt_status {
 #define DT_STATUS_ENUM_(name, msg) DT_##name,

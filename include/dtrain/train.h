@@ -10,12 +10,14 @@
 #include "dtrain/optim.h"
 #include "dtrain/parallel.h"
 #include "dtrain/status.h"
+#include "dtrain/task.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define DT_TRAIN_MAX_HIDDEN 16
+#define DT_TRAIN_MAX_POS_WEIGHT 64
 
 /* How progress within an epoch is shown on dt_train_config.progress. AUTO: a
  * bar when the stream is a terminal, plain lines otherwise; NONE: only the
@@ -38,7 +40,9 @@ typedef struct dt_train_config {
   int n_hidden;
   float dropout; /* < 0: the model's default */
   /* data */
-  const char *data;       /* dataset name or directory (see dt_dataset_load) */
+  const char *data;       /* data source spec (see dt_dataset_load): its train split is trained on */
+  const char *val_data;   /* NULL: the source's test split, or --val-fraction; else a source evaluated on */
+  double val_fraction;    /* in (0, 1): hold out this part of the training data (by seed); 0: off */
   dt_normalize normalize; /* disabled: x / 255 */
   int64_t limit_train;    /* > 0: use only the first N training samples (shuffled among themselves) */
   int64_t limit_test;     /* > 0: evaluate on the first N test samples */
@@ -59,7 +63,10 @@ typedef struct dt_train_config {
   int64_t warmup_steps; /* ... or in optimizer steps (give at most one of the two) */
   /* regularisation */
   float clip_grad_norm;  /* > 0: clip the global gradient L2 norm; 0: off */
-  float label_smoothing; /* in [0, 1) */
+  float label_smoothing; /* classification: in [0, 1) */
+  dt_regression_loss regression_loss; /* regression: MSE or L1 */
+  float pos_weight[DT_TRAIN_MAX_POS_WEIGHT]; /* multilabel: BCE pos_weight per label (or one for all) */
+  int n_pos_weight;                          /* 0: none */
   /* parallelism */
   dt_strategy strategy;
   int workers;          /* dp: worker threads (0: the thread budget) */
@@ -96,13 +103,17 @@ dt_status dt_train_config_check(const dt_train_config *cfg);
 /* The configuration as one JSON object (no newline) into buf; DT_INVALID_ARGUMENT if it does not fit. */
 dt_status dt_train_config_json(const dt_train_config *cfg, char *buf, size_t len);
 
-/* One row of metrics.csv / metrics.jsonl. Rates are fractions in [0, 1]. */
+/* One row of metrics.csv / metrics.jsonl. The metrics are the task's
+ * (dt_metric_set: train_metric[i] is train[i] for i < n_train_row,
+ * test_metric[i] is eval[i]); rates are fractions in [0, 1]. */
 typedef struct dt_epoch_metrics {
   int epoch;     /* 1-based */
   int64_t step;  /* optimizer steps taken so far (all epochs) */
   float lr;      /* learning rate of the epoch's last step */
-  double train_loss, train_acc1; /* sample-weighted means over the epoch */
-  double test_loss, test_acc1, test_acc5; /* test loss is plain cross entropy (no smoothing) */
+  double train_loss;                   /* sample-weighted mean over the epoch */
+  double train_metric[DT_MAX_METRICS]; /* over the epoch's training samples */
+  double test_loss;                    /* the task's loss without label smoothing; NaN: no validation data */
+  double test_metric[DT_MAX_METRICS];
   double epoch_seconds;       /* training part of the epoch, wall clock */
   double train_samples_per_s;
   int64_t train_samples;
@@ -126,7 +137,9 @@ typedef struct dt_train_result {
   double train_samples_per_s; /* all training samples / training time */
   double infer_samples_per_s; /* the last test pass */
   double compute_seconds, data_wait_seconds, comm_seconds; /* summed over epochs */
-  double test_loss, test_acc1, test_acc5;                  /* of the last row */
+  double test_loss, test_metric[DT_MAX_METRICS];          /* of the last row */
+  dt_metric_set metrics;      /* the names of the rows' metrics (the task's) */
+  dt_task_kind task;
   size_t peak_rss_bytes;
   /* ddp: this process's place; all-reduce time in total and the part hidden behind backward */
   int rank, world_size;
@@ -168,7 +181,9 @@ typedef struct dt_eval_config {
 
 typedef struct dt_eval_result {
   int64_t samples;
-  double loss, acc1, acc5; /* plain cross entropy; fractions */
+  double loss;                   /* the task's loss without label smoothing */
+  double metric[DT_MAX_METRICS]; /* metrics.eval */
+  dt_metric_set metrics;
   double seconds, samples_per_s;
   char model[64];          /* the model evaluated */
   char data[512];          /* the dataset it was evaluated on */

@@ -1,175 +1,181 @@
-/* Image-classification datasets from IDX files (MNIST, Fashion-MNIST): u8 in memory, normalised on gather. */
+/* Datasets: the registry of data sources, the handle over an open source, subsets and validation splits. */
 #include <assert.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core/impl.h"
-#include "dtrain/data.h"
+#include "data/source.h"
 
-#define CLASSES 10
+/* In claiming order: the IDX source last, since it takes any name or directory. */
+static const dt_source_ops *const sources[] = {&dt_source_synthetic, &dt_source_idx};
+#define N_SOURCES (sizeof sources / sizeof sources[0])
 
 struct dt_dataset {
-  int64_t n;          /* samples */
-  int h, w;           /* pixels */
-  uint8_t *images;    /* (n, h, w) */
-  uint8_t *labels;    /* (n), each < CLASSES */
-  float lut[256];     /* pixel value -> normalised float */
+  const dt_source_ops *ops; /* NULL for a subset */
+  void *state;
+  dt_data_info info;
+  int64_t n;
+  const dt_dataset *parent; /* subset: samples map[i] of parent */
+  int64_t *map;
 };
 
-/* Datasets known by name: sub-directory of DT_DATA_DIR and how to get it. */
-typedef struct known_dataset {
-  const char *name;
-  const char *hint;
-} known_dataset;
-
-static const known_dataset known[] = {
-    {"fashion-mnist", "install it with: apt-get install dataset-fashion-mnist (or set DT_DATA_DIR)"},
-    {"mnist", "download {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz from http://yann.lecun.com/exdb/mnist/ "
-              "into that directory (or set DT_DATA_DIR)"},
-};
-#define N_KNOWN (sizeof known / sizeof known[0])
-
-static int is_dir(const char *path) {
-  struct stat sb;
-  return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+size_t dt_field_numel(const dt_field *f) {
+  size_t n = 1;
+  for (int d = 0; d < f->ndim; d++) n *= (size_t)f->shape[d];
+  return n;
 }
 
-static int is_file(const char *path) {
-  struct stat sb;
-  return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+size_t dt_field_bytes(const dt_field *f) { return dt_field_numel(f) * dt_dtype_size(f->dtype); }
+
+int dt_data_field(const dt_data_info *info, const char *name) {
+  for (int i = 0; i < info->n_fields; i++)
+    if (strcmp(info->field[i].name, name) == 0) return i;
+  return -1;
 }
 
-/* dir/<prefix>-<kind>-ubyte, raw or .gz, into path; DT_NOT_FOUND with the hint. */
-static dt_status find_file(const char *dir, const char *prefix, const char *kind, const char *hint, char *path,
-                           size_t len) {
-  int k = snprintf(path, len, "%s/%s-%s-ubyte", dir, prefix, kind);
-  if (k < 0 || (size_t)k + 4 > len) return dt_error(DT_INVALID_ARGUMENT, "dataset path too long: %s", dir);
-  if (is_file(path)) return DT_OK;
-  strcat(path, ".gz");
-  if (is_file(path)) return DT_OK;
-  return dt_error(DT_NOT_FOUND, "%s/%s-%s-ubyte[.gz] not found; %s", dir, prefix, kind, hint);
+int dt_data_add_field(dt_data_info *info, const char *name, dt_dtype dtype, int ndim, const int64_t *shape) {
+  assert(info->n_fields < DT_MAX_FIELDS && ndim <= DT_FIELD_MAX_DIMS);
+  dt_field *f = &info->field[info->n_fields];
+  memset(f, 0, sizeof *f);
+  snprintf(f->name, sizeof f->name, "%s", name);
+  f->dtype = dtype;
+  f->ndim = ndim;
+  for (int d = 0; d < ndim; d++) f->shape[d] = shape[d];
+  return info->n_fields++;
 }
 
-/* Resolves `source` to a directory and the hint given when its files are missing. */
-static dt_status resolve(const char *source, char *dir, size_t len, const char **hint) {
-  for (size_t i = 0; i < N_KNOWN; i++) {
-    if (strcmp(source, known[i].name) != 0) continue;
-    const char *root;
-    DT_CHECK(dt_tunable_str("DT_DATA_DIR", &root));
-    int k = snprintf(dir, len, "%s/%s", root, source);
-    if (k < 0 || (size_t)k >= len) return dt_error(DT_INVALID_ARGUMENT, "DT_DATA_DIR too long: %s", root);
-    *hint = known[i].hint;
-    return DT_OK;
-  }
-  if (!is_dir(source)) {
-    char names[256] = "";
-    for (size_t i = 0; i < N_KNOWN; i++) {
-      if (i) strcat(names, ", ");
-      strcat(names, known[i].name);
-    }
-    return dt_error(DT_NOT_FOUND, "dataset '%s' is neither a directory nor a known name (%s)", source, names);
-  }
-  int k = snprintf(dir, len, "%s", source);
-  if (k < 0 || (size_t)k >= len) return dt_error(DT_INVALID_ARGUMENT, "dataset path too long: %s", source);
-  *hint = "the directory must hold {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]";
-  return DT_OK;
+void dt_dataset_sources(void (*fn)(const char *name, const char *doc, void *user), void *user) {
+  for (size_t i = 0; i < N_SOURCES; i++) fn(sources[i]->name, sources[i]->doc, user);
 }
 
 dt_status dt_dataset_load(const char *source, dt_split split, const dt_normalize *norm, dt_dataset **out) {
   if (!source || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_dataset_load: NULL source or out");
   if (split != DT_SPLIT_TRAIN && split != DT_SPLIT_TEST)
     return dt_error(DT_INVALID_ARGUMENT, "dt_dataset_load: unknown split %d", (int)split);
-  if (norm && norm->enabled && !(norm->std > 0.0f && isfinite(norm->std) && isfinite(norm->mean)))
-    return dt_error(DT_INVALID_ARGUMENT, "normalisation needs a finite mean and std > 0 (got mean %g, std %g)",
-                    (double)norm->mean, (double)norm->std);
-
-  char dir[2048], img_path[2200], lab_path[2200];
-  const char *hint = NULL;
-  DT_CHECK(resolve(source, dir, sizeof dir, &hint));
-  const char *prefix = split == DT_SPLIT_TRAIN ? "train" : "t10k";
-  DT_CHECK(find_file(dir, prefix, "images-idx3", hint, img_path, sizeof img_path));
-  DT_CHECK(find_file(dir, prefix, "labels-idx1", hint, lab_path, sizeof lab_path));
-
-  dt_status st;
-  dt_idx img = {0}, lab = {0};
+  const dt_source_ops *ops = NULL;
+  for (size_t i = 0; i < N_SOURCES && !ops; i++)
+    if (sources[i]->claims(source)) ops = sources[i];
+  if (!ops) return dt_error(DT_NOT_FOUND, "no data source reads '%s'", source);
   dt_dataset *ds = NULL;
-  DT_CHECK_GOTO(dt_idx_load(img_path, &img), st, done);
-  DT_CHECK_GOTO(dt_idx_load(lab_path, &lab), st, done);
-  if (img.type != 0x08 || img.ndim != 3) {
-    st = dt_error(DT_CORRUPT, "%s: images must be u8 (type 0x08) with 3 dims (N, H, W); found type 0x%02x, %d dims",
-                  img_path, img.type, img.ndim);
-    goto done;
+  DT_CHECK(dt_alloc(sizeof *ds, (void **)&ds));
+  ds->ops = ops;
+  ds->info.input = ds->info.target = -1;
+  dt_status st = ops->open(source, split, norm, &ds->state, &ds->info, &ds->n);
+  if (st != DT_OK) {
+    dt_free(ds);
+    return st;
   }
-  if (lab.type != 0x08 || lab.ndim != 1) {
-    st = dt_error(DT_CORRUPT, "%s: labels must be u8 (type 0x08) with 1 dim (N); found type 0x%02x, %d dims",
-                  lab_path, lab.type, lab.ndim);
-    goto done;
-  }
-  if (img.dims[0] != lab.dims[0]) {
-    st = dt_error(DT_CORRUPT, "%s holds %u images but %s holds %u labels", img_path, img.dims[0], lab_path,
-                  lab.dims[0]);
-    goto done;
-  }
-  const uint8_t *labels = lab.data;
-  for (size_t i = 0; i < lab.count; i++) {
-    if (labels[i] >= CLASSES) {
-      st = dt_error(DT_CORRUPT, "%s: label %u at index %zu is not below %d classes", lab_path, labels[i], i, CLASSES);
-      goto done;
-    }
-  }
-
-  DT_CHECK_GOTO(dt_alloc(sizeof *ds, (void **)&ds), st, done);
-  ds->n = img.dims[0];
-  ds->h = (int)img.dims[1];
-  ds->w = (int)img.dims[2];
-  ds->images = img.data;
-  ds->labels = lab.data;
-  img.data = lab.data = NULL;
-  /* The same float expression as any reference (x / 255, then (x - mean) / std)
-   * so gathered values are exact, not merely close. */
-  for (int v = 0; v < 256; v++) {
-    float x = (float)v / 255.0f;
-    if (norm && norm->enabled) x = (x - norm->mean) / norm->std;
-    ds->lut[v] = x;
-  }
-  DT_LOG_INFO("data", "%s %s: %lld samples of 1x%dx%d", source, prefix, (long long)ds->n, ds->h, ds->w);
+  snprintf(ds->info.name, sizeof ds->info.name, "%s", ops->name);
+  ds->info.input = dt_data_field(&ds->info, "x");
+  ds->info.target = dt_data_field(&ds->info, "target");
+  assert(ds->info.target >= 0);
   *out = ds;
-  st = DT_OK;
-done:
-  dt_idx_free(&lab);
-  dt_idx_free(&img);
-  return st;
+  return DT_OK;
 }
 
 void dt_dataset_free(dt_dataset *ds) {
   if (!ds) return;
-  dt_free(ds->labels);
-  dt_free(ds->images);
+  if (ds->ops) ds->ops->free(ds->state);
+  dt_free(ds->map);
   dt_free(ds);
 }
 
 int64_t dt_dataset_size(const dt_dataset *ds) { return ds->n; }
+const dt_data_info *dt_dataset_info(const dt_dataset *ds) { return &ds->info; }
 
-void dt_dataset_sample_shape(const dt_dataset *ds, int64_t shape[3]) {
-  shape[0] = 1;
-  shape[1] = ds->h;
-  shape[2] = ds->w;
+/* A subset maps its indices in chunks, so the parent's fetch still sees whole runs. */
+#define MAP_CHUNK 256
+
+void dt_dataset_fetch(const dt_dataset *ds, const int64_t *idx, int n, void *const *fields) {
+  if (ds->ops) {
+    ds->ops->fetch(ds->state, idx, n, fields);
+    return;
+  }
+  int64_t mapped[MAP_CHUNK];
+  void *at[DT_MAX_FIELDS];
+  for (int lo = 0; lo < n; lo += MAP_CHUNK) {
+    const int k = n - lo < MAP_CHUNK ? n - lo : MAP_CHUNK;
+    for (int i = 0; i < k; i++) {
+      assert(idx[lo + i] >= 0 && idx[lo + i] < ds->n);
+      mapped[i] = ds->map[idx[lo + i]];
+    }
+    for (int f = 0; f < ds->info.n_fields; f++)
+      at[f] = (char *)fields[f] + (size_t)lo * dt_field_bytes(&ds->info.field[f]);
+    dt_dataset_fetch(ds->parent, mapped, k, at);
+  }
 }
 
-int dt_dataset_classes(const dt_dataset *ds) { return CLASSES; }
+dt_status dt_dataset_subset(dt_dataset *parent, const int64_t *idx, int64_t n, dt_dataset **out) {
+  if (!parent || (!idx && n > 0) || n < 0 || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_dataset_subset: bad argument");
+  for (int64_t i = 0; i < n; i++)
+    if (idx[i] < 0 || idx[i] >= parent->n)
+      return dt_error(DT_INVALID_ARGUMENT, "subset index %lld at %lld is outside [0, %lld)", (long long)idx[i],
+                      (long long)i, (long long)parent->n);
+  dt_dataset *ds = NULL;
+  DT_CHECK(dt_alloc(sizeof *ds, (void **)&ds));
+  dt_status st = dt_alloc_array((size_t)(n ? n : 1), sizeof *ds->map, "subset indices", (void **)&ds->map);
+  if (st != DT_OK) {
+    dt_free(ds);
+    return st;
+  }
+  if (n) memcpy(ds->map, idx, (size_t)n * sizeof *idx);
+  ds->info = parent->info;
+  ds->n = n;
+  ds->parent = parent;
+  *out = ds;
+  return DT_OK;
+}
+
+dt_status dt_dataset_split(dt_dataset *ds, double fraction, uint64_t seed, dt_dataset **train, dt_dataset **val) {
+  if (!(fraction > 0 && fraction < 1))
+    return dt_error(DT_INVALID_ARGUMENT, "validation fraction %g must be in (0, 1)", fraction);
+  const int64_t n = ds->n, n_val = (int64_t)llround(fraction * (double)n);
+  if (n_val < 1 || n_val >= n)
+    return dt_error(DT_INVALID_ARGUMENT, "a validation fraction of %g leaves %lld of %lld samples for validation; "
+                    "both parts need at least one", fraction, (long long)n_val, (long long)n);
+  int64_t *perm = NULL;
+  uint8_t *is_val = NULL;
+  dt_status st = dt_alloc_array((size_t)n, sizeof *perm, "split", (void **)&perm);
+  if (st == DT_OK) st = dt_alloc_array((size_t)n, 1, "split", (void **)&is_val);
+  if (st != DT_OK) goto done;
+  /* The validation samples: the first n_val of a Fisher-Yates permutation of Philox(seed, "split");
+   * both parts keep index order, so the split is a pure function of (n, fraction, seed). */
+  dt_rng r;
+  dt_rng_init(&r, seed, 0x53504c4954000000ull);
+  for (int64_t i = 0; i < n; i++) perm[i] = i;
+  for (int64_t i = n - 1; i > 0; i--) {
+    int64_t j = (int64_t)dt_rng_below(&r, (uint32_t)(i + 1)), t = perm[i];
+    perm[i] = perm[j], perm[j] = t;
+  }
+  for (int64_t i = 0; i < n_val; i++) is_val[perm[i]] = 1;
+  int64_t a = 0, b = n - n_val; /* train first, then validation, each in index order */
+  for (int64_t i = 0; i < n; i++) perm[is_val[i] ? b++ : a++] = i;
+  st = dt_dataset_subset(ds, perm, n - n_val, train);
+  if (st == DT_OK && (st = dt_dataset_subset(ds, perm + n - n_val, n_val, val)) != DT_OK) {
+    dt_dataset_free(*train);
+    *train = NULL;
+  }
+done:
+  dt_free(is_val);
+  dt_free(perm);
+  return st;
+}
+
+void dt_dataset_sample_shape(const dt_dataset *ds, int64_t shape[3]) {
+  shape[0] = shape[1] = shape[2] = 1;
+  if (ds->info.input < 0) return;
+  const dt_field *f = &ds->info.field[ds->info.input];
+  const int nd = f->ndim < 3 ? f->ndim : 3; /* right-aligned: a vector (20) is (1, 1, 20) */
+  for (int d = 0; d < nd; d++) shape[3 - nd + d] = f->shape[f->ndim - nd + d];
+}
+
+int dt_dataset_classes(const dt_dataset *ds) {
+  return ds->info.task == DT_TASK_CLASSIFICATION ? ds->info.outputs : 0;
+}
 
 void dt_dataset_gather(const dt_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y) {
-  const size_t pixels = (size_t)ds->h * (size_t)ds->w;
-  const float *lut = ds->lut;
-  for (int i = 0; i < n; i++) {
-    int64_t s = idx[i];
-    assert(s >= 0 && s < ds->n); /* the loader validates sampler output */
-    const uint8_t *src = ds->images + (size_t)s * pixels;
-    float *dst = x + (size_t)i * pixels;
-    for (size_t p = 0; p < pixels; p++) dst[p] = lut[src[p]];
-    y[i] = ds->labels[s];
-  }
+  assert(ds->info.n_fields == 2 && ds->info.input == 0 && ds->info.target == 1);
+  void *fields[2] = {x, y};
+  dt_dataset_fetch(ds, idx, n, fields);
 }

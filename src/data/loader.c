@@ -15,14 +15,13 @@
  * the caller no longer holds (the last handed-out batch stays held until the
  * next call). All counters below are guarded by mu. */
 typedef struct slot {
-  float *x;    /* (batch_size, C, H, W) */
-  int32_t *y;  /* (batch_size) */
+  void *field[DT_MAX_FIELDS]; /* (batch_size, field shape...) each */
 } slot;
 
 struct dt_loader {
   const dt_dataset *ds;
   dt_loader_config cfg;
-  size_t sample_elems;      /* C * H * W */
+  const dt_data_info *info; /* the dataset's fields */
   int64_t capacity;         /* entries of order */
   int64_t *order;           /* (capacity) sample indices of the current epoch */
   int64_t n_samples;        /* samples the current epoch visits */
@@ -68,7 +67,7 @@ static void *worker(void *arg) {
     pthread_mutex_unlock(&l->mu);
 
     const double t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
-    dt_dataset_gather(l->ds, idx, n, s->x, s->y);
+    dt_dataset_fetch(l->ds, idx, n, s->field);
     if (t0 > 0) {
       char args[64];
       snprintf(args, sizeof args, "\"batch\":%lld,\"samples\":%d", (long long)k, n);
@@ -129,6 +128,12 @@ static int64_t batches_for(const dt_loader *l, int64_t n) {
   return l->cfg.drop_last ? n / b : (n + b - 1) / b;
 }
 
+static void free_slots(dt_loader *l) {
+  for (int i = 0; l->slots && i < l->nslots; i++)
+    for (int f = 0; f < DT_MAX_FIELDS; f++) dt_free(l->slots[i].field[f]);
+  dt_free(l->slots);
+}
+
 dt_status dt_loader_new(const dt_dataset *ds, const dt_loader_config *cfg, dt_loader **out) {
   if (!ds || !cfg || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_loader_new: NULL dataset, config or out");
   if (cfg->batch_size < 1) return dt_error(DT_INVALID_ARGUMENT, "loader: batch_size %d must be >= 1", cfg->batch_size);
@@ -153,24 +158,17 @@ dt_status dt_loader_new(const dt_dataset *ds, const dt_loader_config *cfg, dt_lo
   l->ds = ds;
   l->cfg = *cfg;
   l->cfg.prefetch = (int)prefetch;
-  int64_t shape[3];
-  dt_dataset_sample_shape(ds, shape);
-  l->sample_elems = (size_t)(shape[0] * shape[1] * shape[2]);
+  l->info = dt_dataset_info(ds);
   l->capacity = cfg->sampler ? (cfg->sampler_capacity ? cfg->sampler_capacity : size) : size;
   l->nslots = (int)prefetch + 1;
   DT_CHECK_GOTO(dt_alloc_array((size_t)(l->capacity ? l->capacity : 1), sizeof *l->order, "loader order", (void **)&l->order),
                 st, fail);
   DT_CHECK_GOTO(dt_alloc_array((size_t)l->nslots, sizeof *l->slots, "loader slots", (void **)&l->slots), st, fail);
-  size_t x_elems;
-  if (dt_mul_overflow((size_t)cfg->batch_size, l->sample_elems, &x_elems)) {
-    st = dt_error(DT_OUT_OF_MEMORY, "loader: batch of %d samples overflows", cfg->batch_size);
-    goto fail;
-  }
-  for (int i = 0; i < l->nslots; i++) {
-    DT_CHECK_GOTO(dt_alloc_array(x_elems, sizeof(float), "loader batch x", (void **)&l->slots[i].x), st, fail);
-    DT_CHECK_GOTO(dt_alloc_array((size_t)cfg->batch_size, sizeof(int32_t), "loader batch y", (void **)&l->slots[i].y),
-                  st, fail);
-  }
+  for (int i = 0; i < l->nslots; i++)
+    for (int f = 0; f < l->info->n_fields; f++)
+      DT_CHECK_GOTO(dt_alloc_array((size_t)cfg->batch_size, dt_field_bytes(&l->info->field[f]), l->info->field[f].name,
+                                   &l->slots[i].field[f]),
+                    st, fail);
   /* Size the epoch before any start (a sampler is asked for epoch 0). */
   DT_CHECK_GOTO(make_order(l, 0, &l->n_samples), st, fail);
   l->n_batches = batches_for(l, l->n_samples);
@@ -204,11 +202,7 @@ fail:
     pthread_cond_destroy(&l->work);
     pthread_mutex_destroy(&l->mu);
   }
-  for (int i = 0; l->slots && i < l->nslots; i++) {
-    dt_free(l->slots[i].y);
-    dt_free(l->slots[i].x);
-  }
-  dt_free(l->slots);
+  free_slots(l);
   dt_free(l->order);
   dt_free(l);
   return st;
@@ -224,11 +218,7 @@ void dt_loader_free(dt_loader *l) {
   pthread_cond_destroy(&l->ready);
   pthread_cond_destroy(&l->work);
   pthread_mutex_destroy(&l->mu);
-  for (int i = 0; i < l->nslots; i++) {
-    dt_free(l->slots[i].y);
-    dt_free(l->slots[i].x);
-  }
-  dt_free(l->slots);
+  free_slots(l);
   dt_free(l->order);
   dt_free(l);
 }
@@ -282,8 +272,11 @@ dt_status dt_loader_next(dt_loader *l, dt_batch *b) {
   int64_t k = l->handed++;
   l->holding = 1;
   const slot *s = &l->slots[k % l->nslots];
-  b->x = s->x;
-  b->y = s->y;
+  const dt_data_info *in = l->info;
+  for (int f = 0; f < DT_MAX_FIELDS; f++) b->field[f] = s->field[f];
+  b->x = in->input >= 0 ? s->field[in->input] : NULL;
+  b->target = s->field[in->target];
+  b->y = in->task == DT_TASK_CLASSIFICATION ? s->field[in->target] : NULL;
   b->size = batch_size_of(l, k);
   b->index = k;
   pthread_mutex_unlock(&l->mu);

@@ -11,7 +11,7 @@ dt_status dt_zoo_build_fashioncnn(const dt_zoo_config *cfg, dt_model **out) {
   float drop = cfg->dropout < 0 ? 0.25f : cfg->dropout;
   dt_model *m = NULL;
   dt_status st = DT_OK;
-  DT_CHECK(dt_model_new(3, cfg->sample_shape, &m));
+  DT_CHECK(dt_model_new(cfg->ndim, cfg->input_shape, &m));
   DT_CHECK_GOTO(dt_model_add_conv2d(m, "layer1.0", 32, 3, 1, 1, 1), st, fail);
   DT_CHECK_GOTO(dt_model_add_batchnorm2d(m, "layer1.1", 1e-5f, 0.1f), st, fail);
   DT_CHECK_GOTO(dt_model_add_activation(m, "layer1.2", DT_RELU), st, fail);
@@ -24,7 +24,7 @@ dt_status dt_zoo_build_fashioncnn(const dt_zoo_config *cfg, dt_model **out) {
   DT_CHECK_GOTO(dt_model_add_linear(m, "fc1", 600, 1), st, fail);
   DT_CHECK_GOTO(dt_model_add_dropout(m, "drop", drop), st, fail); /* p = 0: an identity copy */
   DT_CHECK_GOTO(dt_model_add_linear(m, "fc2", 120, 1), st, fail);
-  DT_CHECK_GOTO(dt_model_add_linear(m, "fc3", cfg->classes, 1), st, fail);
+  DT_CHECK_GOTO(dt_model_add_linear(m, "fc3", cfg->outputs, 1), st, fail);
   *out = m;
   return DT_OK;
 fail:

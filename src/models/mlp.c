@@ -1,4 +1,4 @@
-/* Zoo model "mlp": flatten, Linear+ReLU per hidden width ("fc1", "act1", ...), then Linear to the classes. */
+/* Zoo model "mlp": flatten, Linear+ReLU per hidden width ("fc1", "act1", ...), then Linear to the outputs. */
 #include <stdio.h>
 
 #include "core/impl.h"
@@ -12,7 +12,7 @@ dt_status dt_zoo_build_mlp(const dt_zoo_config *cfg, dt_model **out) {
   if (n_hidden < 0) return dt_error(DT_INVALID_ARGUMENT, "mlp: n_hidden %d, expected >= 0", n_hidden);
   dt_model *m = NULL;
   dt_status st = DT_OK;
-  DT_CHECK(dt_model_new(3, cfg->sample_shape, &m));
+  DT_CHECK(dt_model_new(cfg->ndim, cfg->input_shape, &m));
   DT_CHECK_GOTO(dt_model_add_flatten(m, "flatten"), st, fail);
   char name[32];
   for (int i = 0; i < n_hidden; i++) {
@@ -26,7 +26,7 @@ dt_status dt_zoo_build_mlp(const dt_zoo_config *cfg, dt_model **out) {
     }
   }
   snprintf(name, sizeof name, "fc%d", n_hidden + 1);
-  DT_CHECK_GOTO(dt_model_add_linear(m, name, cfg->classes, 1), st, fail);
+  DT_CHECK_GOTO(dt_model_add_linear(m, name, cfg->outputs, 1), st, fail);
   *out = m;
   return DT_OK;
 fail:

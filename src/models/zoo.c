@@ -1,40 +1,82 @@
-/* Model zoo registry: name, one-line description and builder of every model, looked up by name. */
+/* Model zoo registry: name, one-line description, supported tasks and builder of every model, looked up by name. */
 #include <string.h>
 
 #include "core/impl.h"
 #include "models/zoo.h"
 
+#define ALL_TASKS ((1u << DT_TASK_CLASSIFICATION) | (1u << DT_TASK_MULTILABEL) | (1u << DT_TASK_REGRESSION))
+
 static const struct zoo_entry {
   const char *name;
   const char *doc;
+  unsigned tasks;  /* bit per dt_task_kind */
+  int input_ndim;  /* rank of the input sample it needs; 0: any */
   dt_zoo_build_fn build;
 } zoo[] = {
-    {"mlp", "flatten, then Linear+ReLU per hidden width (default 256,128), then Linear to the classes",
-     dt_zoo_build_mlp},
+    {"linear", "Linear(in, out) on the flattened input: the PyTorch DDP tutorial's model (any task)", ALL_TASKS, 0,
+     dt_zoo_build_linear},
+    {"mlp", "flatten, then Linear+ReLU per hidden width (default 256,128), then Linear to the outputs (any task)",
+     ALL_TASKS, 0, dt_zoo_build_mlp},
     {"fashioncnn",
-     "2x (Conv2d 3x3 + BatchNorm2d + ReLU + MaxPool2d), Linear 600, Dropout 0.25, Linear 120, Linear classes",
-     dt_zoo_build_fashioncnn},
+     "2x (Conv2d 3x3 + BatchNorm2d + ReLU + MaxPool2d), Linear 600, Dropout 0.25, Linear 120, Linear classes "
+     "(classification of (C, H, W) images)",
+     1u << DT_TASK_CLASSIFICATION, 3, dt_zoo_build_fashioncnn},
 };
 #define ZOO_SIZE (sizeof zoo / sizeof zoo[0])
 
+static const struct zoo_entry *find(const char *name) {
+  for (size_t i = 0; i < ZOO_SIZE; i++)
+    if (strcmp(zoo[i].name, name) == 0) return &zoo[i];
+  return NULL;
+}
+
+static void tasks_text(unsigned mask, char *buf, size_t len) {
+  size_t o = 0;
+  buf[0] = '\0';
+  for (int k = DT_TASK_CLASSIFICATION; k <= DT_TASK_REGRESSION && o < len; k++)
+    if (mask & (1u << k)) o += (size_t)snprintf(buf + o, len - o, "%s%s", o ? ", " : "", dt_task_kind_name(k));
+}
+
+/* The model fits the data's task and input rank; DT_USAGE naming both sides otherwise. */
+static dt_status check_fit(const struct zoo_entry *e, const dt_zoo_config *cfg) {
+  char tasks[96];
+  tasks_text(e->tasks, tasks, sizeof tasks);
+  if (!(e->tasks & (1u << cfg->task)))
+    return dt_error(DT_USAGE, "model %s supports %s; the data is a %s task", e->name, tasks,
+                    dt_task_kind_name(cfg->task));
+  if (e->input_ndim && cfg->ndim != e->input_ndim)
+    return dt_error(DT_USAGE, "model %s needs %d-dimensional inputs (C, H, W); the data's samples have %d dimension(s)",
+                    e->name, e->input_ndim, cfg->ndim);
+  if (cfg->ndim < 1 || cfg->ndim > 4)
+    return dt_error(DT_INVALID_ARGUMENT, "model %s: input rank %d, expected 1..4", e->name, cfg->ndim);
+  for (int d = 0; d < cfg->ndim; d++)
+    if (cfg->input_shape[d] < 1)
+      return dt_error(DT_INVALID_ARGUMENT, "model %s: input_shape[%d] is %lld, expected >= 1", e->name, d,
+                      (long long)cfg->input_shape[d]);
+  if (cfg->outputs < 1) return dt_error(DT_INVALID_ARGUMENT, "model %s: %d outputs, expected >= 1", e->name, cfg->outputs);
+  return DT_OK;
+}
+
 dt_status dt_model_zoo_new(const char *name, const dt_zoo_config *cfg, dt_model **out) {
   if (!name || !cfg || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_model_zoo_new: NULL argument");
-  for (size_t i = 0; i < ZOO_SIZE; i++)
-    if (strcmp(zoo[i].name, name) == 0) {
-      if (cfg->classes < 1)
-        return dt_error(DT_INVALID_ARGUMENT, "model %s: classes %d, expected >= 1", name, cfg->classes);
-      for (int d = 0; d < 3; d++)
-        if (cfg->sample_shape[d] < 1)
-          return dt_error(DT_INVALID_ARGUMENT, "model %s: sample_shape[%d] is %lld, expected >= 1", name, d,
-                          (long long)cfg->sample_shape[d]);
-      dt_status st = zoo[i].build(cfg, out);
-      return st == DT_OK ? st : dt_error_prefix(st, "building model %s", name);
-    }
+  const struct zoo_entry *e = find(name);
+  if (e) {
+    DT_CHECK(check_fit(e, cfg));
+    dt_status st = e->build(cfg, out);
+    return st == DT_OK ? st : dt_error_prefix(st, "building model %s", name);
+  }
   char known[256] = "";
   size_t o = 0;
   for (size_t i = 0; i < ZOO_SIZE && o < sizeof known; i++)
     o += (size_t)snprintf(known + o, sizeof known - o, "%s%s", i ? ", " : "", zoo[i].name);
   return dt_error(DT_NOT_FOUND, "unknown model \"%s\"; known models: %s", name, known);
+}
+
+dt_status dt_model_zoo_tasks(const char *name, char *buf, size_t len) {
+  const struct zoo_entry *e = name ? find(name) : NULL;
+  if (!e) return dt_error(DT_NOT_FOUND, "unknown model \"%s\"", name ? name : "(null)");
+  tasks_text(e->tasks, buf, len);
+  return DT_OK;
 }
 
 void dt_model_zoo_each(void (*fn)(const char *name, const char *doc, void *user), void *user) {

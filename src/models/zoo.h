@@ -7,6 +7,7 @@
 typedef dt_status (*dt_zoo_build_fn)(const dt_zoo_config *cfg, dt_model **out);
 
 /* Adds the model's layers to a new model (not yet built). */
+dt_status dt_zoo_build_linear(const dt_zoo_config *cfg, dt_model **out);
 dt_status dt_zoo_build_mlp(const dt_zoo_config *cfg, dt_model **out);
 dt_status dt_zoo_build_fashioncnn(const dt_zoo_config *cfg, dt_model **out);
 

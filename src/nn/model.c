@@ -104,7 +104,7 @@ dt_status dt_layer_declare(dt_layer *l, const char *suffix, dt_tensor_place plac
     return dt_error(DT_INTERNAL, "%s: too many tensors or dims declared", l->name);
   dt_layer_tensor *t = &l->t[l->n_tensors];
   memset(t, 0, sizeof *t);
-  snprintf(t->name, sizeof t->name, "%s.%s", l->name, suffix);
+  snprintf(t->name, sizeof t->name, "%s%s%s", l->name, l->name[0] ? "." : "", suffix);
   t->place = place;
   t->init = init;
   t->fan_in = fan_in;
@@ -163,8 +163,9 @@ static dt_status add_layer(dt_model *m, const dt_layer_ops *ops, const char *nam
     st = dt_error(DT_INVALID_ARGUMENT, "%s: cannot add a layer after dt_model_build", name ? name : "?");
     goto fail;
   }
-  if (!name || !name[0] || strlen(name) >= DT_LAYER_NAME_MAX) {
-    st = dt_error(DT_INVALID_ARGUMENT, "add %s: layer name must have 1..%d characters", ops->kind,
+  /* "" is the model itself, as a bare torch.nn.Linear used as the model: tensors "weight", "bias". */
+  if (!name || strlen(name) >= DT_LAYER_NAME_MAX) {
+    st = dt_error(DT_INVALID_ARGUMENT, "add %s: layer name must have at most %d characters", ops->kind,
                   DT_LAYER_NAME_MAX - 1);
     goto fail;
   }

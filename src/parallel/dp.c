@@ -7,7 +7,9 @@
 
 #include "core/impl.h"
 #include "dtrain/core.h"
+#include "dtrain/loss.h"
 #include "dtrain/parallel.h"
+#include "dtrain/task.h"
 #include "nn/layer.h"
 
 /* OpenBLAS's own setter (the OpenMP build); declared here so no cblas.h is needed. */
@@ -17,6 +19,8 @@ void openblas_set_num_threads(int n);
 #define DP_ERR_LEN 512
 /* Gradient reduction block, floats: the workers' blocks stay in L1/L2 while they are summed (16 KiB each). */
 #define DP_REDUCE_BLOCK 4096
+/* Task counters a worker keeps per slice (dt_task_num_sums). */
+#define DP_MAX_SUMS 8
 
 typedef enum dp_job { DP_JOB_NONE = 0, DP_JOB_TRAIN, DP_JOB_FORWARD, DP_JOB_REDUCE } dp_job;
 
@@ -25,14 +29,14 @@ typedef struct dp_worker {
   int index;
   pthread_t thread;
   dt_model_ctx *ctx;
-  float *dlogits; /* (max_slice, classes) */
+  float *dlogits; /* (max_slice, outputs) */
   /* this step's slice of the batch: samples [lo, lo + n) */
   int lo, n;
   /* results of the last job */
   dt_status st;
   char err[DP_ERR_LEN];
   float loss; /* mean over the slice */
-  int64_t top1, top5;
+  double sums[DP_MAX_SUMS]; /* the task's counters of the slice */
 } dp_worker;
 
 struct dt_dp {
@@ -56,10 +60,11 @@ struct dt_dp {
   dp_job job;
   /* the job's arguments */
   const float *x;
-  const int32_t *y;
+  const void *target;
+  size_t target_bytes; /* per sample */
+  const dt_task *task;
   float *out;
   int batch;
-  float eps;
 };
 
 /* Slice w of a batch: contiguous, sizes differ by at most one, the larger ones first (7 over 3: 3, 2, 2).
@@ -81,13 +86,14 @@ static void run_train(dp_worker *wk) {
   struct dt_dp *d = wk->d;
   dt_model *m = d->m;
   const float *x = d->x + (size_t)wk->lo * d->sample_numel;
-  const int32_t *y = d->y + wk->lo;
+  const void *y = (const char *)d->target + (size_t)wk->lo * d->target_bytes;
   const float *logits = NULL;
   dt_status st;
   dt_model_ctx_zero_grad(m, wk->ctx);
   if ((st = dt_model_ctx_forward(m, wk->ctx, x, wk->n, &logits)) != DT_OK) goto fail;
-  if ((st = dt_loss_cross_entropy(logits, y, wk->n, d->classes, d->eps, &wk->loss, wk->dlogits)) != DT_OK) goto fail;
-  dt_topk_correct(logits, y, wk->n, d->classes, 5, &wk->top1, &wk->top5);
+  if ((st = dt_task_loss(d->task, logits, y, wk->n, 1, &wk->loss, wk->dlogits)) != DT_OK) goto fail;
+  memset(wk->sums, 0, sizeof wk->sums);
+  dt_task_count(d->task, logits, y, wk->n, wk->sums);
   /* dlogits is the gradient of this slice's mean loss; scaled by n / batch the workers' gradients sum to
    * the gradient of the whole batch's mean loss. One worker holding the whole batch is left unscaled. */
   if (wk->n != d->batch) {
@@ -307,15 +313,20 @@ static void set_slices(dt_dp *d, int batch) {
   for (int w = 0; w < d->workers; w++) slice_of(batch, d->workers, w, &d->w[w].lo, &d->w[w].n);
 }
 
-dt_status dt_dp_train_step(dt_dp *d, const float *x, const int32_t *y, int batch, float eps, float *loss,
-                           int64_t *top1, int64_t *top5) {
-  if (!d || !x || !y) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_train_step: NULL argument");
+dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const float *x, const void *target, int batch, float *loss,
+                           double *sums) {
+  if (!d || !task || !x || !target) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_train_step: NULL argument");
   DT_CHECK(check_batch(d, "dt_dp_train_step", batch));
+  const int n_sums = dt_task_num_sums(task);
+  if (dt_task_config_of(task)->outputs != d->classes || n_sums > DP_MAX_SUMS)
+    return dt_error(DT_INVALID_ARGUMENT, "dt_dp_train_step: the task has %d outputs, the model %d",
+                    dt_task_config_of(task)->outputs, d->classes);
   set_slices(d, batch);
   d->x = x;
-  d->y = y;
+  d->target = target;
+  d->target_bytes = (size_t)dt_task_target_width(task) * dt_dtype_size(dt_task_target_dtype(task));
+  d->task = task;
   d->batch = batch;
-  d->eps = eps;
   set_blas_for_workers(d, 1);
   dispatch(d, DP_JOB_TRAIN);
   dt_status st = first_error(d, "dt_dp_train_step");
@@ -323,16 +334,12 @@ dt_status dt_dp_train_step(dt_dp *d, const float *x, const int32_t *y, int batch
   set_blas_for_workers(d, 0);
   if (st != DT_OK) return st;
   double loss_sum = 0.0; /* sum of slice mean * slice size: the whole batch's mean times batch */
-  int64_t t1 = 0, t5 = 0;
   for (int w = 0; w < d->workers; w++) {
     if (d->w[w].n == 0) continue;
     loss_sum += (double)d->w[w].loss * d->w[w].n;
-    t1 += d->w[w].top1;
-    t5 += d->w[w].top5;
+    for (int k = 0; sums && k < n_sums; k++) sums[k] += d->w[w].sums[k];
   }
   if (loss) *loss = (float)(loss_sum / batch);
-  if (top1) *top1 = t1;
-  if (top5) *top5 = t5;
   return DT_OK;
 }
 

@@ -127,7 +127,15 @@ void dt_log_softmax_backward(float *dinp, const float *dout, const float *out, i
  * DT_INVALID_ARGUMENT (naming the sample) if a label is outside [0, C). */
 dt_status dt_cross_entropy(float *loss, float *dlogits, const float *logits, const int32_t *labels, int B, int C,
                            float eps);
-/* dt_topk_correct (public, dtrain/model.h) is implemented with these kernels. */
+/* BCEWithLogits of x (n) against 0/1 targets y (n): mean over n of
+ * (1 - y) x + (1 + (pw - 1) y) softplus(-x), with pos_weight pw[i % K] (NULL: 1),
+ * as torch.nn.BCEWithLogitsLoss(pos_weight). dx (n) = d(mean)/dx if non-NULL. */
+void dt_bce_with_logits(float *loss, float *dx, const float *x, const float *y, size_t n, const float *pw, int K);
+/* Mean squared error and mean absolute error over n values (torch.nn.MSELoss, L1Loss);
+ * dx = d(mean)/dx if non-NULL (L1: sign, 0 at a tie, as PyTorch). */
+void dt_mse(float *loss, float *dx, const float *x, const float *y, size_t n);
+void dt_l1(float *loss, float *dx, const float *x, const float *y, size_t n);
+/* dt_topk_correct (public, dtrain/loss.h) is implemented with these kernels. */
 
 /* ---- elementwise -------------------------------------------------------- */
 void dt_add_forward(float *out, const float *a, const float *b, size_t n); /* out = a + b */

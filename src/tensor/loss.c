@@ -1,8 +1,8 @@
-/* Cross-entropy loss with label smoothing (torch.nn.CrossEntropyLoss semantics) and top-k accuracy counts. */
+/* Losses (cross entropy with label smoothing, BCE with logits, MSE, L1; PyTorch semantics) and top-k accuracy counts. */
 #include <math.h>
 
 #include "core/impl.h"
-#include "dtrain/model.h"
+#include "dtrain/loss.h"
 #include "tensor/kernels.h"
 
 /* Row maximum and sum_c exp(x_c - max) (>= 1), so logp_c = (x_c - max) - log(sum) stays exact for large logits. */
@@ -81,4 +81,80 @@ void dt_topk_correct(const float *logits, const int32_t *labels, int batch, int 
   }
   if (top1) *top1 = n1;
   if (topk) *topk = nk;
+}
+
+/* ---- binary cross entropy with logits, MSE, L1 ---------------------------------- */
+
+void dt_bce_with_logits(float *loss, float *dx, const float *x, const float *y, size_t n, const float *pw, int K) {
+  /* (1 - y) x + lw * softplus(-x), lw = 1 + (pw - 1) y, softplus(-x) = log1p(exp(-|x|)) + max(-x, 0):
+   * stable for large |x|, as PyTorch computes it. Serial sum: the same bits on any thread count. */
+  double total = 0.0;
+  const float inv = 1.0f / (float)n;
+  for (size_t i = 0; i < n; i++) {
+    const double xi = x[i], yi = y[i], w = pw ? pw[i % (size_t)K] : 1.0;
+    const double lw = 1.0 + (w - 1.0) * yi;
+    const double sp = log1p(exp(-fabs(xi))) + (xi < 0 ? -xi : 0.0);
+    total += (1.0 - yi) * xi + lw * sp;
+    if (dx) {
+      const double sig_neg = 1.0 / (1.0 + exp(xi)); /* sigmoid(-x) */
+      dx[i] = (float)((1.0 - yi) - lw * sig_neg) * inv;
+    }
+  }
+  *loss = (float)(total / (double)n);
+}
+
+void dt_mse(float *loss, float *dx, const float *x, const float *y, size_t n) {
+  double total = 0.0;
+  const float scale = 2.0f / (float)n;
+  for (size_t i = 0; i < n; i++) {
+    const float d = x[i] - y[i];
+    total += (double)d * d;
+    if (dx) dx[i] = scale * d;
+  }
+  *loss = (float)(total / (double)n);
+}
+
+void dt_l1(float *loss, float *dx, const float *x, const float *y, size_t n) {
+  double total = 0.0;
+  const float inv = 1.0f / (float)n;
+  for (size_t i = 0; i < n; i++) {
+    const float d = x[i] - y[i];
+    total += fabs((double)d);
+    if (dx) dx[i] = d > 0 ? inv : d < 0 ? -inv : 0.0f;
+  }
+  *loss = (float)(total / (double)n);
+}
+
+/* NULL pointers, sizes and finite targets, for the public wrappers below. */
+static dt_status check_dense(const char *what, const float *out, const float *targets, int batch, int k, float *loss) {
+  if (!out || !targets || !loss) return dt_error(DT_INVALID_ARGUMENT, "%s: outputs, targets and loss must not be NULL", what);
+  if (batch < 1 || k < 1) return dt_error(DT_INVALID_ARGUMENT, "%s: batch %d and width %d must be >= 1", what, batch, k);
+  for (size_t i = 0; i < (size_t)batch * (size_t)k; i++)
+    if (!isfinite(targets[i]))
+      return dt_error(DT_INVALID_ARGUMENT, "%s: target %zu of sample %zu is not finite", what, i % (size_t)k,
+                      i / (size_t)k);
+  return DT_OK;
+}
+
+dt_status dt_loss_bce_with_logits(const float *logits, const float *targets, int batch, int k, const float *pos_weight,
+                                  float *loss, float *dlogits) {
+  DT_CHECK(check_dense("BCE with logits", logits, targets, batch, k, loss));
+  for (size_t i = 0; i < (size_t)batch * (size_t)k; i++)
+    if (targets[i] < 0.0f || targets[i] > 1.0f)
+      return dt_error(DT_INVALID_ARGUMENT, "BCE with logits: target %zu of sample %zu is %g, not in [0, 1]",
+                      i % (size_t)k, i / (size_t)k, (double)targets[i]);
+  dt_bce_with_logits(loss, dlogits, logits, targets, (size_t)batch * (size_t)k, pos_weight, k);
+  return DT_OK;
+}
+
+dt_status dt_loss_mse(const float *out, const float *targets, int batch, int k, float *loss, float *dout) {
+  DT_CHECK(check_dense("MSE", out, targets, batch, k, loss));
+  dt_mse(loss, dout, out, targets, (size_t)batch * (size_t)k);
+  return DT_OK;
+}
+
+dt_status dt_loss_l1(const float *out, const float *targets, int batch, int k, float *loss, float *dout) {
+  DT_CHECK(check_dense("L1", out, targets, batch, k, loss));
+  dt_l1(loss, dout, out, targets, (size_t)batch * (size_t)k);
+  return DT_OK;
 }

@@ -101,6 +101,18 @@ dt_status dt_train_config_check(const dt_train_config *c) {
     return dt_error(DT_INVALID_ARGUMENT, "clip grad norm = %g must be >= 0 (0: off)", (double)c->clip_grad_norm);
   if (bad_float(c->label_smoothing) || c->label_smoothing < 0 || c->label_smoothing >= 1)
     return dt_error(DT_INVALID_ARGUMENT, "label smoothing = %g must be in [0, 1)", (double)c->label_smoothing);
+  if (c->val_fraction != 0 && !(c->val_fraction > 0 && c->val_fraction < 1))
+    return dt_error(DT_INVALID_ARGUMENT, "validation fraction = %g must be in (0, 1) (0: off)", c->val_fraction);
+  if (c->val_fraction > 0 && c->val_data)
+    return dt_error(DT_INVALID_ARGUMENT, "give a validation fraction or validation data, not both");
+  if (c->val_data && !*c->val_data) return dt_error(DT_INVALID_ARGUMENT, "validation data: empty source");
+  if (c->regression_loss != DT_LOSS_MSE && c->regression_loss != DT_LOSS_L1)
+    return dt_error(DT_INVALID_ARGUMENT, "unknown regression loss %d", (int)c->regression_loss);
+  if (c->n_pos_weight < 0 || c->n_pos_weight > DT_TRAIN_MAX_POS_WEIGHT)
+    return dt_error(DT_INVALID_ARGUMENT, "%d pos_weight values: at most %d", c->n_pos_weight, DT_TRAIN_MAX_POS_WEIGHT);
+  for (int i = 0; i < c->n_pos_weight; i++)
+    if (bad_float(c->pos_weight[i]) || c->pos_weight[i] < 0)
+      return dt_error(DT_INVALID_ARGUMENT, "pos_weight %d = %g must be finite and >= 0", i + 1, (double)c->pos_weight[i]);
   if (c->normalize.enabled && (bad_float(c->normalize.mean) || bad_float(c->normalize.std) || c->normalize.std <= 0))
     return dt_error(DT_INVALID_ARGUMENT, "normalize std = %g must be > 0", (double)c->normalize.std);
   if (c->progress_mode < DT_PROGRESS_AUTO || c->progress_mode > DT_PROGRESS_NONE)
@@ -159,6 +171,8 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
     RAW(",\"normalize\":{\"mean\":%g,\"std\":%g}", (double)c->normalize.mean, (double)c->normalize.std);
   else
     RAW(",\"normalize\":null");
+  if (c->val_data) STR("val_data", c->val_data);
+  if (c->val_fraction > 0) RAW(",\"val_fraction\":%g", c->val_fraction);
   RAW(",\"limit_train\":%lld,\"limit_test\":%lld", (long long)c->limit_train, (long long)c->limit_test);
   RAW(",\"epochs\":%d,\"batch_size\":%d,\"seed\":%llu,\"threads\":%d", c->epochs, c->batch_size,
       (unsigned long long)c->seed, c->threads);
@@ -174,6 +188,12 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
       (double)c->min_lr);
   RAW(",\"warmup_epochs\":%d,\"warmup_steps\":%lld", c->warmup_epochs, (long long)c->warmup_steps);
   RAW(",\"clip_grad_norm\":%g,\"label_smoothing\":%g", (double)c->clip_grad_norm, (double)c->label_smoothing);
+  if (c->regression_loss == DT_LOSS_L1) RAW(",\"loss\":\"l1\"");
+  if (c->n_pos_weight) {
+    RAW(",\"pos_weight\":[");
+    for (int i = 0; i < c->n_pos_weight; i++) RAW("%s%g", i ? "," : "", (double)c->pos_weight[i]);
+    RAW("]");
+  }
   STR("strategy", dt_strategy_name(c->strategy));
   RAW(",\"accumulate\":%d", c->accumulate);
   if (c->strategy == DT_STRATEGY_DP) RAW(",\"workers\":%d", c->workers);

@@ -26,44 +26,29 @@ dt_status dt_prefix_sampler_fn(void *user, int64_t epoch, int64_t *out, int64_t 
   return DT_OK;
 }
 
-dt_status dt_train_evaluate(dt_model *m, dt_dp *dp, dt_loader *l, int classes, int64_t count, dt_eval_sums *out) {
-  dt_eval_sums sums = {0};
+dt_status dt_train_evaluate(dt_model *m, dt_forward_fn fwd, void *user, dt_loader *l, const dt_task *t, int64_t count,
+                            dt_metric_acc *acc, double *seconds) {
   dt_status st = DT_OK;
-  int k = classes < 5 ? classes : 5;
-  float *buf = NULL; /* dp: logits of a whole batch */
-  double t0 = dt_time_now();
+  const double t0 = dt_time_now();
+  int64_t counted = 0;
   dt_model_set_training(m, 0);
   DT_CHECK_GOTO(dt_loader_start_epoch(l, 0), st, done);
   for (;;) {
     dt_batch b;
     DT_CHECK_GOTO(dt_loader_next(l, &b), st, done);
     if (b.size == 0) break;
-    const float *logits = NULL;
-    float loss = 0;
-    int64_t top1 = 0, topk = 0;
-    if (dp) {
-      if (!buf)
-        DT_CHECK_GOTO(dt_alloc_array((size_t)b.size * (size_t)classes, sizeof(float), "eval logits", (void **)&buf),
-                      st, done);
-      DT_CHECK_GOTO(dt_dp_forward(dp, b.x, b.size, buf), st, done);
-      logits = buf;
-    } else {
-      DT_CHECK_GOTO(dt_model_forward(m, b.x, b.size, &logits), st, done);
-    }
+    const float *out = NULL;
+    DT_CHECK_GOTO(fwd(user, b.x, b.size, &out), st, done);
     int n = b.size;
-    if (count >= 0 && sums.samples + n > count) n = (int)(count - sums.samples); /* padding at the end */
+    if (count >= 0 && counted + n > count) n = (int)(count - counted); /* padding at the end */
     if (n <= 0) continue;
-    DT_CHECK_GOTO(dt_loss_cross_entropy(logits, b.y, n, classes, 0.0f, &loss, NULL), st, done);
-    dt_topk_correct(logits, b.y, n, classes, k, &top1, &topk);
-    sums.samples += n;
-    sums.loss_sum += (double)loss * n;
-    sums.top1 += top1;
-    sums.top5 += topk;
+    float loss = 0;
+    DT_CHECK_GOTO(dt_task_loss(t, out, b.target, n, 0, &loss, NULL), st, done);
+    DT_CHECK_GOTO(dt_metric_acc_add(acc, out, b.target, n, (double)loss), st, done);
+    counted += n;
   }
-  sums.seconds = dt_time_now() - t0;
-  *out = sums;
+  *seconds = dt_time_now() - t0;
 done:
-  dt_free(buf);
   dt_model_set_training(m, 1);
   return st;
 }
@@ -91,6 +76,43 @@ static int parse_widths(const char *s, int *w, int *n) {
   return 0;
 }
 
+/* The model's forward, or dp's into a whole-batch buffer. */
+typedef struct eval_forward {
+  dt_model *m;
+  dt_dp *dp;
+  float *buf;
+} eval_forward;
+
+static dt_status forward(void *user, const float *x, int n, const float **out) {
+  eval_forward *ef = user;
+  if (!ef->dp) return dt_model_forward(ef->m, x, n, out);
+  DT_CHECK(dt_dp_forward(ef->dp, x, n, ef->buf));
+  *out = ef->buf;
+  return DT_OK;
+}
+
+/* What the weights' metadata says of the task: its width, an L1 regression loss, BCE's pos_weight. */
+typedef struct task_meta {
+  int outputs, l1, n_pos_weight;
+  float pos_weight[DT_TRAIN_MAX_POS_WEIGHT];
+} task_meta;
+
+static dt_status read_task_meta(const dt_safetensors *f, const char *path, task_meta *t) {
+  const char *o = dt_safetensors_meta(f, "outputs"), *l = dt_safetensors_meta(f, "loss");
+  const char *pw = dt_safetensors_meta(f, "pos_weight");
+  if (o && *o && (sscanf(o, "%d", &t->outputs) != 1 || t->outputs < 1))
+    return dt_error(DT_CORRUPT, "%s: metadata outputs=\"%.40s\" is not a positive count", path, o);
+  t->l1 = l && strcmp(l, "l1") == 0;
+  for (const char *p = pw; p && *p; t->n_pos_weight++) {
+    char *end;
+    if (t->n_pos_weight == DT_TRAIN_MAX_POS_WEIGHT) return dt_error(DT_CORRUPT, "%s: metadata pos_weight too long", path);
+    t->pos_weight[t->n_pos_weight] = strtof(p, &end);
+    if (end == p || (*end && *end != ',')) return dt_error(DT_CORRUPT, "%s: metadata pos_weight is not a list", path);
+    p = *end ? end + 1 : end;
+  }
+  return DT_OK;
+}
+
 dt_status dt_eval_run(const dt_eval_config *cfg, dt_eval_result *res) {
   if (!cfg || !cfg->weights) return dt_error(DT_INVALID_ARGUMENT, "no weights file to evaluate");
   if (cfg->batch_size < 1) return dt_error(DT_INVALID_ARGUMENT, "batch size = %d must be >= 1", cfg->batch_size);
@@ -103,6 +125,10 @@ dt_status dt_eval_run(const dt_eval_config *cfg, dt_eval_result *res) {
   dt_model *m = NULL;
   dt_loader *loader = NULL;
   dt_dp *dp = NULL;
+  dt_task *task = NULL;
+  dt_metric_acc *acc = NULL;
+  eval_forward ef = {0};
+  task_meta task_meta = {0};
   dt_eval_result r;
   memset(&r, 0, sizeof r);
   char model_name[64], data[512];
@@ -154,19 +180,26 @@ dt_status dt_eval_run(const dt_eval_config *cfg, dt_eval_result *res) {
     goto done;
   }
   strcpy(data, src);
+  DT_CHECK_GOTO(read_task_meta(file, cfg->weights, &task_meta), st, done);
   dt_safetensors_free(file);
   file = NULL;
 
   DT_CHECK_GOTO(dt_dataset_load(data, cfg->split, &norm, &ds), st, done);
   int64_t n = dt_dataset_size(ds);
   if (cfg->limit > 0 && cfg->limit < n) n = cfg->limit;
-  dt_zoo_config zc;
-  memset(&zc, 0, sizeof zc);
-  dt_dataset_sample_shape(ds, zc.sample_shape);
-  zc.classes = dt_dataset_classes(ds);
-  zc.hidden = n_hidden ? hidden : NULL;
-  zc.n_hidden = n_hidden;
-  zc.dropout = -1.0f;
+  const dt_data_info *info = dt_dataset_info(ds);
+  dt_task_config tc = {.kind = info->task, .outputs = info->outputs, .regression_loss = task_meta.l1 ? DT_LOSS_L1 : DT_LOSS_MSE,
+                       .pos_weight = task_meta.n_pos_weight ? task_meta.pos_weight : NULL};
+  if (task_meta.outputs > tc.outputs) tc.outputs = task_meta.outputs; /* a split may not reach the last class */
+  DT_CHECK_GOTO(dt_task_new(&tc, &task), st, done);
+  if (info->input < 0) {
+    st = dt_error(DT_USAGE, "model %s reads an f32 input field \"x\"; %s has none", model_name, data);
+    goto done;
+  }
+  const dt_field *x = &info->field[info->input];
+  dt_zoo_config zc = {.ndim = x->ndim, .outputs = tc.outputs, .task = tc.kind, .dropout = -1.0f,
+                      .hidden = n_hidden ? hidden : NULL, .n_hidden = n_hidden};
+  for (int d = 0; d < x->ndim; d++) zc.input_shape[d] = x->shape[d];
   DT_CHECK_GOTO(dt_model_zoo_new(model_name, &zc, &m), st, done);
   DT_CHECK_GOTO(dt_model_build(m, cfg->batch_size, 0), st, done);
   DT_CHECK_GOTO(dt_model_load(m, cfg->weights), st, done);
@@ -181,22 +214,32 @@ dt_status dt_eval_run(const dt_eval_config *cfg, dt_eval_result *res) {
     lc.sampler_capacity = n;
   }
   DT_CHECK_GOTO(dt_loader_new(ds, &lc, &loader), st, done);
-  if (cfg->workers > 0) DT_CHECK_GOTO(dt_dp_new(m, cfg->workers, cfg->batch_size, &dp), st, done);
-  dt_eval_sums sums;
-  DT_CHECK_GOTO(dt_train_evaluate(m, dp, loader, zc.classes, -1, &sums), st, done);
-  r.samples = sums.samples;
-  r.loss = sums.samples ? sums.loss_sum / (double)sums.samples : 0;
-  r.acc1 = sums.samples ? (double)sums.top1 / (double)sums.samples : 0;
-  r.acc5 = sums.samples ? (double)sums.top5 / (double)sums.samples : 0;
-  r.seconds = sums.seconds;
-  r.samples_per_s = sums.seconds > 0 ? (double)sums.samples / sums.seconds : 0;
+  ef.m = m;
+  if (cfg->workers > 0) {
+    DT_CHECK_GOTO(dt_dp_new(m, cfg->workers, cfg->batch_size, &dp), st, done);
+    DT_CHECK_GOTO(dt_alloc_array((size_t)cfg->batch_size * (size_t)tc.outputs, sizeof(float), "eval outputs",
+                                 (void **)&ef.buf), st, done);
+    ef.dp = dp;
+  }
+  DT_CHECK_GOTO(dt_metric_acc_new(task, 1, &acc), st, done);
+  double seconds = 0;
+  DT_CHECK_GOTO(dt_train_evaluate(m, forward, &ef, loader, task, -1, acc, &seconds), st, done);
+  r.samples = dt_metric_acc_samples(acc);
+  r.loss = dt_metric_acc_loss(acc);
+  r.metrics = *dt_task_metrics(task);
+  dt_metric_acc_values(acc, 0, r.metric);
+  r.seconds = seconds;
+  r.samples_per_s = seconds > 0 ? (double)r.samples / seconds : 0;
   strcpy(r.model, model_name);
   strcpy(r.data, data);
   *res = r;
 done:
+  dt_metric_acc_free(acc);
+  dt_free(ef.buf);
   dt_dp_free(dp);
   dt_loader_free(loader);
   dt_model_free(m);
+  dt_task_free(task);
   dt_dataset_free(ds);
   dt_safetensors_free(file);
   return st;

@@ -12,16 +12,25 @@
 #define DT_PATH_MAX 4096
 
 struct dt_metrics_writer {
+  const dt_metric_set *ms;
   FILE *csv;
   FILE *jsonl;
   char csv_path[DT_PATH_MAX];
   char jsonl_path[DT_PATH_MAX];
 };
 
-static const char csv_header[] =
-    "epoch,step,lr,train_loss,train_acc1,test_loss,test_acc1,test_acc5,epoch_seconds,train_samples_per_s";
-
-const char *dt_metrics_csv_header(void) { return csv_header; }
+dt_status dt_metrics_csv_header(const dt_metric_set *ms, char *buf, size_t len) {
+  size_t o = 0;
+  int k = snprintf(buf, len, "epoch,step,lr,train_loss");
+  for (int i = 0; k >= 0 && i < ms->n_train_row; i++)
+    o += (size_t)k, k = o < len ? snprintf(buf + o, len - o, ",train_%s", ms->train[i].name) : -1;
+  if (k >= 0) o += (size_t)k, k = o < len ? snprintf(buf + o, len - o, ",test_loss") : -1;
+  for (int i = 0; k >= 0 && i < ms->n_eval; i++)
+    o += (size_t)k, k = o < len ? snprintf(buf + o, len - o, ",test_%s", ms->eval[i].name) : -1;
+  if (k >= 0) o += (size_t)k, k = o < len ? snprintf(buf + o, len - o, ",epoch_seconds,train_samples_per_s") : -1;
+  if (k < 0 || o + (size_t)k >= len) return dt_error(DT_INVALID_ARGUMENT, "metrics header longer than %zu bytes", len);
+  return DT_OK;
+}
 
 dt_status dt_train_mkdir_p(const char *path) {
   char buf[DT_PATH_MAX];
@@ -94,10 +103,13 @@ static dt_status open_with_header(const char *path, const char *header, FILE **o
   return DT_OK;
 }
 
-dt_status dt_metrics_open(const char *dir, dt_metrics_writer **out) {
+dt_status dt_metrics_open(const char *dir, const dt_metric_set *ms, dt_metrics_writer **out) {
+  char csv_header[512];
+  DT_CHECK(dt_metrics_csv_header(ms, csv_header, sizeof csv_header));
   dt_metrics_writer *w = NULL;
   dt_status st = dt_alloc(sizeof *w, (void **)&w);
   if (st != DT_OK) return st;
+  w->ms = ms;
   if ((size_t)snprintf(w->csv_path, sizeof w->csv_path, "%s/metrics.csv", dir) >= sizeof w->csv_path ||
       (size_t)snprintf(w->jsonl_path, sizeof w->jsonl_path, "%s/metrics.jsonl", dir) >= sizeof w->jsonl_path) {
     st = dt_error(DT_INVALID_ARGUMENT, "output directory name too long");
@@ -121,17 +133,36 @@ static void json_num(FILE *f, const char *key, double v, const char *fmt) {
     fputs("null", f);
 }
 
+/* A CSV value: empty for NaN (no validation data, or a metric undefined for the data). */
+static void csv_num(FILE *f, double v) {
+  if (isfinite(v))
+    fprintf(f, ",%.6f", v);
+  else
+    fputc(',', f);
+}
+
+static void json_metrics(FILE *f, const char *prefix, const dt_metric_desc *d, const double *v, int n) {
+  char key[64];
+  for (int i = 0; i < n; i++) {
+    snprintf(key, sizeof key, "%s_%s", prefix, d[i].name);
+    json_num(f, key, v[i], "%.6f");
+  }
+}
+
 dt_status dt_metrics_write(dt_metrics_writer *w, const dt_epoch_metrics *m) {
-  fprintf(w->csv, "%d,%lld,%.6g,%.6f,%.6f,%.6f,%.6f,%.6f,%.3f,%.1f\n", m->epoch, (long long)m->step, (double)m->lr,
-          m->train_loss, m->train_acc1, m->test_loss, m->test_acc1, m->test_acc5, m->epoch_seconds,
-          m->train_samples_per_s);
+  const dt_metric_set *ms = w->ms;
+  fprintf(w->csv, "%d,%lld,%.6g", m->epoch, (long long)m->step, (double)m->lr);
+  csv_num(w->csv, m->train_loss);
+  for (int i = 0; i < ms->n_train_row; i++) csv_num(w->csv, m->train_metric[i]);
+  csv_num(w->csv, m->test_loss);
+  for (int i = 0; i < ms->n_eval; i++) csv_num(w->csv, m->test_metric[i]);
+  fprintf(w->csv, ",%.3f,%.1f\n", m->epoch_seconds, m->train_samples_per_s);
   fprintf(w->jsonl, "{\"epoch\":%d,\"step\":%lld", m->epoch, (long long)m->step);
   json_num(w->jsonl, "lr", m->lr, "%.6g");
   json_num(w->jsonl, "train_loss", m->train_loss, "%.6f");
-  json_num(w->jsonl, "train_acc1", m->train_acc1, "%.6f");
+  json_metrics(w->jsonl, "train", ms->train, m->train_metric, ms->n_train_row);
   json_num(w->jsonl, "test_loss", m->test_loss, "%.6f");
-  json_num(w->jsonl, "test_acc1", m->test_acc1, "%.6f");
-  json_num(w->jsonl, "test_acc5", m->test_acc5, "%.6f");
+  json_metrics(w->jsonl, "test", ms->eval, m->test_metric, ms->n_eval);
   json_num(w->jsonl, "epoch_seconds", m->epoch_seconds, "%.3f");
   json_num(w->jsonl, "train_samples_per_s", m->train_samples_per_s, "%.1f");
   json_num(w->jsonl, "compute_seconds", m->compute_seconds, "%.3f");
@@ -153,23 +184,53 @@ void dt_metrics_close(dt_metrics_writer *w) {
   dt_free(w);
 }
 
-dt_status dt_train_write_summary(const char *dir, const char *model, const dt_train_result *r) {
-  char path[4096], text[2048];
+/* ,"test_<name>":value for each evaluation metric (null for NaN). */
+static size_t summary_metrics(char *buf, size_t len, const dt_metric_set *ms, const double *v) {
+  size_t o = 0;
+  for (int i = 0; i < ms->n_eval && o < len; i++) {
+    int k = isfinite(v[i]) ? snprintf(buf + o, len - o, ",\"test_%s\":%.6f", ms->eval[i].name, v[i])
+                           : snprintf(buf + o, len - o, ",\"test_%s\":null", ms->eval[i].name);
+    if (k < 0) break;
+    o += (size_t)k;
+  }
+  return o;
+}
+
+dt_status dt_train_write_summary(const char *dir, const char *model, const dt_train_result *r, const char *detail) {
+  char path[4096], text[4096];
   size_t pos = 0;
   if ((size_t)snprintf(path, sizeof path, "%s/summary.json", dir) >= sizeof path)
     return dt_error(DT_INVALID_ARGUMENT, "output directory path too long: %s", dir);
   pos += (size_t)snprintf(text, sizeof text, "{\"model\":");
   if (!dt_train_json_str(text, sizeof text, &pos, model)) return dt_error(DT_INVALID_ARGUMENT, "model name too long");
-  snprintf(text + pos, sizeof text - pos,
-           ",\"epochs_done\":%d,\"interrupted\":%s,\"steps\":%lld,\"params\":%zu,"
+  pos += (size_t)snprintf(text + pos, sizeof text - pos,
+           ",\"task\":\"%s\",\"epochs_done\":%d,\"interrupted\":%s,\"steps\":%lld,\"params\":%zu,"
            "\"wall_seconds\":%.3f,\"cpu_user_seconds\":%.3f,\"cpu_sys_seconds\":%.3f,"
            "\"train_samples_per_s\":%.1f,\"infer_samples_per_s\":%.1f,"
-           "\"compute_seconds\":%.3f,\"data_wait_seconds\":%.3f,\"comm_seconds\":%.3f,"
-           "\"test_loss\":%.6f,\"test_acc1\":%.6f,\"test_acc5\":%.6f,\"peak_rss_bytes\":%zu,"
-           "\"world_size\":%d,\"backend\":\"%s\",\"comm_total_seconds\":%.3f,\"comm_hidden\":%.4f}\n",
-           r->epochs_done, r->interrupted ? "true" : "false", (long long)r->steps, r->params, r->wall_seconds,
-           r->cpu_user_seconds, r->cpu_sys_seconds, r->train_samples_per_s, r->infer_samples_per_s,
-           r->compute_seconds, r->data_wait_seconds, r->comm_seconds, r->test_loss, r->test_acc1, r->test_acc5,
-           r->peak_rss_bytes, r->world_size > 0 ? r->world_size : 1, r->backend, r->comm_total_seconds, r->comm_hidden);
-  return dt_train_write_file(path, text);
+           "\"compute_seconds\":%.3f,\"data_wait_seconds\":%.3f,\"comm_seconds\":%.3f,",
+           dt_task_kind_name(r->task), r->epochs_done, r->interrupted ? "true" : "false", (long long)r->steps,
+           r->params, r->wall_seconds, r->cpu_user_seconds, r->cpu_sys_seconds, r->train_samples_per_s,
+           r->infer_samples_per_s, r->compute_seconds, r->data_wait_seconds, r->comm_seconds);
+  if (pos < sizeof text) {
+    int k = isfinite(r->test_loss) ? snprintf(text + pos, sizeof text - pos, "\"test_loss\":%.6f", r->test_loss)
+                                   : snprintf(text + pos, sizeof text - pos, "\"test_loss\":null");
+    pos += k > 0 ? (size_t)k : 0;
+  }
+  if (pos < sizeof text) pos += summary_metrics(text + pos, sizeof text - pos, &r->metrics, r->test_metric);
+  if (pos < sizeof text)
+    pos += (size_t)snprintf(text + pos, sizeof text - pos,
+                            ",\"peak_rss_bytes\":%zu,\"world_size\":%d,\"backend\":\"%s\",\"comm_total_seconds\":%.3f,"
+                            "\"comm_hidden\":%.4f",
+                            r->peak_rss_bytes, r->world_size > 0 ? r->world_size : 1, r->backend,
+                            r->comm_total_seconds, r->comm_hidden);
+  if (pos >= sizeof text) return dt_error(DT_INTERNAL, "summary longer than %zu bytes", sizeof text);
+  /* The detail (a confusion matrix of many classes) can be large: it is streamed after the fixed part. */
+  FILE *f = fopen(path, "w");
+  if (!f) return dt_error(DT_IO, "cannot write %s: %s", path, strerror(errno));
+  int bad = fputs(text, f) < 0;
+  if (detail && *detail) bad |= fprintf(f, ",\"eval\":{%s}", detail) < 0;
+  bad |= fputs("}\n", f) < 0;
+  bad |= fclose(f) != 0;
+  if (bad) return dt_error(DT_IO, "writing %s failed: %s", path, strerror(errno));
+  return DT_OK;
 }

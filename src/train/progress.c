@@ -63,17 +63,40 @@ void dt_progress_step(dt_progress *p, int64_t step, double loss, int64_t samples
   fflush(p->f);
 }
 
-void dt_progress_format_epoch(const dt_epoch_metrics *m, int epochs, char *buf, size_t len) {
-  snprintf(buf, len,
-           "epoch %d/%d  train loss %.4f acc %.2f%%  test loss %.4f top1 %.2f%% top5 %.2f%%  %.1fs  %.0f samples/s",
-           m->epoch, epochs, m->train_loss, 100 * m->train_acc1, m->test_loss, 100 * m->test_acc1,
-           100 * m->test_acc5, m->epoch_seconds, m->train_samples_per_s);
+const dt_metric_set *dt_metric_set_default(void) {
+  static const dt_metric_set classification = {
+      .n_train = 1, .n_train_row = 1, .n_eval = 2, .loss_label = "cross-entropy loss",
+      .train = {{"acc1", "top-1", "acc", 1}}, .eval = {{"acc1", "top-1", "top1", 1}, {"acc5", "top-5", "top5", 1}}};
+  return &classification;
+}
+
+/* " <brief> <value>" for each metric: fractions in %, others with 4 decimals. */
+static size_t put_metrics(char *buf, size_t len, const dt_metric_desc *d, const double *v, int n) {
+  size_t o = 0;
+  for (int i = 0; i < n && o < len; i++) {
+    int k = d[i].percent ? snprintf(buf + o, len - o, " %s %.2f%%", d[i].brief, 100 * v[i])
+                         : snprintf(buf + o, len - o, " %s %.4f", d[i].brief, v[i]);
+    if (k < 0) break;
+    o += (size_t)k;
+  }
+  return o < len ? o : len - 1;
+}
+
+void dt_progress_format_epoch(const dt_epoch_metrics *m, const dt_metric_set *ms, int epochs, char *buf, size_t len) {
+  if (!ms) ms = dt_metric_set_default();
+  size_t o = (size_t)snprintf(buf, len, "epoch %d/%d  train loss %.4f", m->epoch, epochs, m->train_loss);
+  if (o < len) o += put_metrics(buf + o, len - o, ms->train, m->train_metric, ms->n_train_row);
+  if (o < len && m->test_loss == m->test_loss) { /* no validation data: no test figures */
+    o += (size_t)snprintf(buf + o, len - o, "  test loss %.4f", m->test_loss);
+    if (o < len) o += put_metrics(buf + o, len - o, ms->eval, m->test_metric, ms->n_eval);
+  }
+  if (o < len) snprintf(buf + o, len - o, "  %.1fs  %.0f samples/s", m->epoch_seconds, m->train_samples_per_s);
 }
 
 void dt_progress_epoch_end(dt_progress *p, const dt_epoch_metrics *m) {
   if (!p->f) return;
-  char line[256];
-  dt_progress_format_epoch(m, p->epochs, line, sizeof line);
+  char line[512];
+  dt_progress_format_epoch(m, p->metrics, p->epochs, line, sizeof line);
   fprintf(p->f, "%s%s\n", p->bar && !p->steps_off ? "\r\033[K" : "", line);
   fflush(p->f);
 }

@@ -7,6 +7,7 @@
 #include "dtrain/dtrain.h"
 #include "train/json.h"
 #include "train/report.h"
+#include "train/train_impl.h"
 
 /* ---- text --------------------------------------------------------------- */
 
@@ -51,6 +52,14 @@ static void put_pct(dt_buf *b, double fraction) {
     dt_buf_printf(b, "%.2f%%", 100.0 * fraction);
   else
     put(b, DASH);
+}
+
+/* A metric's value: a fraction in %, anything else with 4 decimals. */
+static void put_metric(dt_buf *b, const dt_metric_desc *d, double v) {
+  if (d->percent)
+    put_pct(b, v);
+  else
+    put_num(b, v, 4);
 }
 
 /* Times are durations: a negative one is a clock glitch and counts as nothing. */
@@ -320,25 +329,56 @@ static void rank_chart(dt_buf *b, const dt_report_rank *ranks, int world) {
 
 /* ---- the charts from the report ------------------------------------------- */
 
-static const char *const color_train = "#1f77b4", *const color_val = "#ff7f0e", *const color_val5 = "#2ca02c";
+static const char *const color_train = "#1f77b4", *const color_val = "#ff7f0e";
+
+static const char *const colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"};
+
+static const dt_metric_set *metric_set_of(const dt_report *r) {
+  return r->metrics ? r->metrics : dt_metric_set_default();
+}
+
+/* One series per train-row and evaluation metric (fractions in %). */
+static int metric_series(const dt_report *r, const double *ep, double *v, series *out, char labels[][48]) {
+  const dt_metric_set *ms = metric_set_of(r);
+  const int n = r->n_epochs;
+  int k = 0, all_percent = 1;
+  for (int split = 0; split < 2; split++) {
+    const dt_metric_desc *d = split ? ms->eval : ms->train;
+    for (int i = 0; i < (split ? ms->n_eval : ms->n_train_row); i++, k++) {
+      double *y = v + (size_t)k * n;
+      for (int e = 0; e < n; e++) {
+        const dt_epoch_metrics *m = &r->epochs[e];
+        const double x = split ? m->test_metric[i] : m->train_metric[i];
+        y[e] = d[i].percent ? 100 * x : x;
+      }
+      all_percent &= d[i].percent;
+      snprintf(labels[k], 48, "%s %s", split ? "val" : "train", d[i].label);
+      out[k] = (series){labels[k], colors[k % 6], split && i > 0, ep, y, n};
+    }
+  }
+  return all_percent ? k : -k;
+}
 
 static dt_status epoch_charts(dt_buf *b, const dt_report *r) {
   int n = r->n_epochs;
-  double *v = NULL; /* (6, n): epoch, train loss, val loss, train acc1, val acc1, val acc5 (accuracies in %) */
-  DT_CHECK(dt_alloc_array((size_t)(n > 0 ? n : 1) * 6, sizeof *v, "report epoch series", (void **)&v));
-  double *ep = v, *tl = v + n, *vl = v + 2 * n, *ta = v + 3 * n, *va = v + 4 * n, *va5 = v + 5 * n;
+  const int rows = 3 + 2 * DT_MAX_METRICS;
+  double *v = NULL; /* (rows, n): epoch, train loss, val loss, the metrics */
+  DT_CHECK(dt_alloc_array((size_t)(n > 0 ? n : 1) * rows, sizeof *v, "report epoch series", (void **)&v));
+  double *ep = v, *tl = v + n, *vl = v + 2 * n;
   for (int i = 0; i < n; i++) {
     const dt_epoch_metrics *m = &r->epochs[i];
     ep[i] = m->epoch;
     tl[i] = m->train_loss, vl[i] = m->test_loss;
-    ta[i] = 100 * m->train_acc1, va[i] = 100 * m->test_acc1, va5[i] = 100 * m->test_acc5;
   }
   series loss[2] = {{"train", color_train, 0, ep, tl, n}, {"val", color_val, 0, ep, vl, n}};
-  line_chart(b, &(line_chart_spec){"Loss per epoch", "epoch", "cross-entropy loss", 1, 0}, loss, 2);
-  series acc[3] = {{"train top-1", color_train, 0, ep, ta, n},
-                   {"val top-1", color_val, 0, ep, va, n},
-                   {"val top-5", color_val5, 1, ep, va5, n}};
-  line_chart(b, &(line_chart_spec){"Accuracy per epoch", "epoch", "accuracy (%)", 1, 0}, acc, 3);
+  line_chart(b, &(line_chart_spec){"Loss per epoch", "epoch", metric_set_of(r)->loss_label, 1, 0}, loss, 2);
+  series ms[2 * DT_MAX_METRICS];
+  char labels[2 * DT_MAX_METRICS][48];
+  int k = metric_series(r, ep, v + 3 * (size_t)n, ms, labels);
+  if (k > 0)
+    line_chart(b, &(line_chart_spec){"Accuracy per epoch", "epoch", "accuracy (%)", 1, 0}, ms, k);
+  else
+    line_chart(b, &(line_chart_spec){"Metrics per epoch", "epoch", "value (accuracy in %)", 1, 0}, ms, -k);
   dt_free(v);
   return DT_OK;
 }
@@ -362,9 +402,13 @@ static void epoch_table(dt_buf *b, const dt_report *r) {
     put(b, "<p>No epoch finished.</p>\n");
     return;
   }
-  put(b, "<table class=\"num\"><thead><tr><th>epoch</th><th>step</th><th>lr</th><th>train loss</th><th>train top-1</th>"
-         "<th>val loss</th><th>val top-1</th><th>val top-5</th><th>train s</th><th>samples/s</th>"
-         "<th>compute s</th><th>data wait s</th><th>comm s</th><th>eval s</th></tr></thead><tbody>\n");
+  const dt_metric_set *ms = metric_set_of(r);
+  put(b, "<table class=\"num\"><thead><tr><th>epoch</th><th>step</th><th>lr</th><th>train loss</th>");
+  for (int i = 0; i < ms->n_train_row; i++) put(b, "<th>train "), put_escaped(b, ms->train[i].label), put(b, "</th>");
+  put(b, "<th>val loss</th>");
+  for (int i = 0; i < ms->n_eval; i++) put(b, "<th>val "), put_escaped(b, ms->eval[i].label), put(b, "</th>");
+  put(b, "<th>train s</th><th>samples/s</th><th>compute s</th><th>data wait s</th><th>comm s</th><th>eval s</th>"
+         "</tr></thead><tbody>\n");
   for (int i = 0; i < r->n_epochs; i++) {
     const dt_epoch_metrics *m = &r->epochs[i];
     dt_buf_printf(b, "<tr><td>%d</td><td>%lld</td><td>", m->epoch, (long long)m->step);
@@ -373,10 +417,9 @@ static void epoch_table(dt_buf *b, const dt_report *r) {
     else
       put(b, DASH);
     put(b, "</td><td>"), put_num(b, m->train_loss, 4);
-    put(b, "</td><td>"), put_pct(b, m->train_acc1);
+    for (int k = 0; k < ms->n_train_row; k++) put(b, "</td><td>"), put_metric(b, &ms->train[k], m->train_metric[k]);
     put(b, "</td><td>"), put_num(b, m->test_loss, 4);
-    put(b, "</td><td>"), put_pct(b, m->test_acc1);
-    put(b, "</td><td>"), put_pct(b, m->test_acc5);
+    for (int k = 0; k < ms->n_eval; k++) put(b, "</td><td>"), put_metric(b, &ms->eval[k], m->test_metric[k]);
     put(b, "</td><td>"), put_num(b, m->epoch_seconds, 2);
     put(b, "</td><td>"), put_num(b, m->train_samples_per_s, 0);
     put(b, "</td><td>"), put_num(b, m->compute_seconds, 2);
@@ -501,7 +544,8 @@ static void key_figures(dt_buf *b, const dt_report *r) {
   dt_buf_printf(b, "%d epoch%s", r->n_epochs, r->n_epochs == 1 ? "" : "s");
   if (r->n_epochs > 0) {
     const dt_epoch_metrics *m = &r->epochs[r->n_epochs - 1];
-    put(b, " &#183; val top-1 "), put_pct(b, m->test_acc1);
+    const dt_metric_desc *d = &metric_set_of(r)->eval[0];
+    put(b, " &#183; val "), put_escaped(b, d->label), put(b, " "), put_metric(b, d, m->test_metric[0]);
     put(b, " &#183; val loss "), put_num(b, m->test_loss, 4);
     put(b, " &#183; "), put_num(b, m->train_samples_per_s, 0), put(b, " samples/s");
   }

@@ -30,6 +30,7 @@ typedef struct dt_report {
   const dt_report_rank *ranks; /* world rows, rank 0 first (world 0: empty chart) */
   int world;
   const char *summary_lines; /* preformatted end-of-run table; NULL: none */
+  const dt_metric_set *metrics; /* the names of the rows' metrics; NULL: classification's */
 } dt_report;
 
 /* Writes the page to path atomically: a temporary next to it (path.tmp.<pid>),

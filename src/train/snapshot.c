@@ -25,38 +25,53 @@ static int state_name(char *buf, size_t len, const char *param, const char *stat
 }
 
 /* A metrics row as DT_SNAPSHOT_HISTORY_COLS doubles, and back. */
+enum { H_EPOCH, H_STEP, H_LR, H_TRAIN_LOSS, H_TRAIN_M, H_TEST_LOSS = H_TRAIN_M + DT_MAX_METRICS, H_TEST_M,
+       H_TIMES = H_TEST_M + DT_MAX_METRICS, H_COLS = H_TIMES + 8 };
+_Static_assert(H_COLS == DT_SNAPSHOT_HISTORY_COLS, "history columns");
+
 static void row_pack(const dt_epoch_metrics *m, double *r) {
-  const double v[DT_SNAPSHOT_HISTORY_COLS] = {
-      m->epoch,          (double)m->step,     m->lr,           m->train_loss,        m->train_acc1,
-      m->test_loss,      m->test_acc1,        m->test_acc5,    m->epoch_seconds,     m->train_samples_per_s,
-      (double)m->train_samples, m->compute_seconds, m->data_wait_seconds, m->comm_seconds, m->eval_seconds,
-      m->infer_samples_per_s};
-  memcpy(r, v, sizeof v);
+  r[H_EPOCH] = m->epoch, r[H_STEP] = (double)m->step, r[H_LR] = m->lr;
+  r[H_TRAIN_LOSS] = m->train_loss, r[H_TEST_LOSS] = m->test_loss;
+  memcpy(r + H_TRAIN_M, m->train_metric, sizeof m->train_metric);
+  memcpy(r + H_TEST_M, m->test_metric, sizeof m->test_metric);
+  const double t[8] = {m->epoch_seconds,   m->train_samples_per_s, (double)m->train_samples, m->compute_seconds,
+                       m->data_wait_seconds, m->comm_seconds,       m->eval_seconds,          m->infer_samples_per_s};
+  memcpy(r + H_TIMES, t, sizeof t);
 }
 
-static void row_unpack(const double *r, dt_epoch_metrics *m) {
+static void row_times(const double *t, dt_epoch_metrics *m) {
+  m->epoch_seconds = t[0];
+  m->train_samples_per_s = t[1];
+  m->train_samples = (int64_t)t[2];
+  m->compute_seconds = t[3];
+  m->data_wait_seconds = t[4];
+  m->comm_seconds = t[5];
+  m->eval_seconds = t[6];
+  m->infer_samples_per_s = t[7];
+}
+
+/* cols: DT_SNAPSHOT_HISTORY_COLS, or 16 (epoch, step, lr, train loss, train acc1, test loss, acc1, acc5, times). */
+static void row_unpack(const double *r, int cols, dt_epoch_metrics *m) {
   memset(m, 0, sizeof *m);
-  m->epoch = (int)r[0];
-  m->step = (int64_t)r[1];
-  m->lr = (float)r[2];
-  m->train_loss = r[3];
-  m->train_acc1 = r[4];
-  m->test_loss = r[5];
-  m->test_acc1 = r[6];
-  m->test_acc5 = r[7];
-  m->epoch_seconds = r[8];
-  m->train_samples_per_s = r[9];
-  m->train_samples = (int64_t)r[10];
-  m->compute_seconds = r[11];
-  m->data_wait_seconds = r[12];
-  m->comm_seconds = r[13];
-  m->eval_seconds = r[14];
-  m->infer_samples_per_s = r[15];
+  m->epoch = (int)r[H_EPOCH];
+  m->step = (int64_t)r[H_STEP];
+  m->lr = (float)r[H_LR];
+  m->train_loss = r[H_TRAIN_LOSS];
+  if (cols == 16) {
+    m->train_metric[0] = r[4], m->test_loss = r[5], m->test_metric[0] = r[6], m->test_metric[1] = r[7];
+    row_times(r + 8, m);
+    return;
+  }
+  m->test_loss = r[H_TEST_LOSS];
+  memcpy(m->train_metric, r + H_TRAIN_M, sizeof m->train_metric);
+  memcpy(m->test_metric, r + H_TEST_M, sizeof m->test_metric);
+  row_times(r + H_TIMES, m);
 }
 
 dt_status dt_snapshot_save(const char *path, dt_model *m, dt_optim *o, const dt_snapshot_position *pos,
                            const dt_epoch_metrics *history, int n_history, const dt_kv *meta, int n_meta) {
-  if (!path || !m || !o || !pos || pos->n_rng < 1 || pos->n_rng > DT_SNAPSHOT_MAX_RNG || n_history < 0)
+  if (!path || !m || !o || !pos || pos->n_rng < 1 || pos->n_rng > DT_SNAPSHOT_MAX_RNG || n_history < 0 ||
+      pos->n_sums < 0 || pos->n_sums > DT_SNAPSHOT_MAX_SUMS)
     return dt_error(DT_INVALID_ARGUMENT, "snapshot save: bad arguments");
   const int n_model = dt_model_num_tensors(m), n_states = dt_optim_num_states(o);
   int n_params = 0;
@@ -109,8 +124,7 @@ dt_status dt_snapshot_save(const char *path, dt_model *m, dt_optim *o, const dt_
                                     pos->batch_size, pos->accumulate, pos->steps_per_epoch, pos->seed};
   int64_t rng[DT_SNAPSHOT_MAX_RNG];
   for (int i = 0; i < pos->n_rng; i++) rng[i] = (int64_t)pos->rng_step[i];
-  double sums[3] = {pos->epoch_sums[0], pos->epoch_sums[1], pos->epoch_sums[2]};
-  const int64_t one = 1, len_pos = SNAP_POS_LEN, len_rng = pos->n_rng, three = 3;
+  const int64_t one = 1, len_pos = SNAP_POS_LEN, len_rng = pos->n_rng, n_sums = pos->n_sums;
   const int64_t hist_shape[2] = {n_history, DT_SNAPSHOT_HISTORY_COLS};
   list[n].name = "optimizer.step";
   DT_CHECK_GOTO(dt_tensor_view(&list[n++].tensor, &optim_step, DT_I64, 1, &one), st, out);
@@ -119,7 +133,9 @@ dt_status dt_snapshot_save(const char *path, dt_model *m, dt_optim *o, const dt_
   list[n].name = "trainer.rng_step";
   DT_CHECK_GOTO(dt_tensor_view(&list[n++].tensor, rng, DT_I64, 1, &len_rng), st, out);
   list[n].name = "trainer.epoch_sums";
-  DT_CHECK_GOTO(dt_tensor_view(&list[n++].tensor, sums, DT_F64, 1, &three), st, out);
+  double sums[DT_SNAPSHOT_MAX_SUMS];
+  memcpy(sums, pos->epoch_sums, sizeof sums);
+  DT_CHECK_GOTO(dt_tensor_view(&list[n++].tensor, sums, DT_F64, 1, &n_sums), st, out);
   if (n_history > 0) {
     for (int r = 0; r < n_history; r++) row_pack(&history[r], hist + (size_t)r * DT_SNAPSHOT_HISTORY_COLS);
     list[n].name = "trainer.history";
@@ -222,7 +238,7 @@ dt_status dt_snapshot_load(const char *path, const char *model_name, dt_model *m
   DT_CHECK_GOTO(find_vector(f, path, "optimizer.step", DT_I64, 1, &t_step), st, out);
   DT_CHECK_GOTO(find_vector(f, path, "trainer.position", DT_I64, SNAP_POS_LEN, &t_pos), st, out);
   DT_CHECK_GOTO(find_vector(f, path, "trainer.rng_step", DT_I64, -1, &t_rng), st, out);
-  DT_CHECK_GOTO(find_vector(f, path, "trainer.epoch_sums", DT_F64, 3, &t_sums), st, out);
+  DT_CHECK_GOTO(find_vector(f, path, "trainer.epoch_sums", DT_F64, -1, &t_sums), st, out);
   dt_snapshot_position p;
   memset(&p, 0, sizeof p);
   const int64_t *pv = t_pos.tensor.data;
@@ -247,12 +263,25 @@ dt_status dt_snapshot_load(const char *path, const char *model_name, dt_model *m
   }
   p.n_rng = (int)n_rng;
   for (int i = 0; i < p.n_rng; i++) p.rng_step[i] = (uint64_t)((const int64_t *)t_rng.tensor.data)[i];
-  memcpy(p.epoch_sums, t_sums.tensor.data, sizeof p.epoch_sums);
+  const int64_t n_sums = t_sums.tensor.shape[0];
+  const double *sv = t_sums.tensor.data;
+  if (n_sums < 2 || n_sums > DT_SNAPSHOT_MAX_SUMS) {
+    st = dt_error(DT_CORRUPT, "%s: trainer.epoch_sums has %" PRId64 " entries", path, n_sums);
+    goto out;
+  }
+  p.n_sums = (int)n_sums;
+  memcpy(p.epoch_sums, sv, (size_t)n_sums * sizeof *sv);
+  if (n_sums == 3) { /* loss sum, correct, samples -> samples, loss sum, correct, top-5 (not kept) */
+    const double v[4] = {sv[2], sv[0], sv[1], 0};
+    memcpy(p.epoch_sums, v, sizeof v);
+    p.n_sums = 4;
+  }
 
   int n_rows = 0;
   if (dt_safetensors_find(f, "trainer.history", &t_hist) == DT_OK) {
     if (t_hist.tensor.dtype != DT_F64 || t_hist.tensor.ndim != 2 ||
-        t_hist.tensor.shape[1] != DT_SNAPSHOT_HISTORY_COLS || t_hist.tensor.shape[0] > p.epoch) {
+        (t_hist.tensor.shape[1] != DT_SNAPSHOT_HISTORY_COLS && t_hist.tensor.shape[1] != 16) ||
+        t_hist.tensor.shape[0] > p.epoch) {
       st = dt_error(DT_CORRUPT, "%s: trainer.history has the wrong dtype or shape", path);
       goto out;
     }
@@ -260,7 +289,8 @@ dt_status dt_snapshot_load(const char *path, const char *model_name, dt_model *m
     if (n_rows > 0) {
       DT_CHECK_GOTO(dt_alloc_array((size_t)n_rows, sizeof *rows, "snapshot history", (void **)&rows), st, out);
       for (int r = 0; r < n_rows; r++)
-        row_unpack((const double *)t_hist.tensor.data + (size_t)r * DT_SNAPSHOT_HISTORY_COLS, &rows[r]);
+        row_unpack((const double *)t_hist.tensor.data + (size_t)r * t_hist.tensor.shape[1],
+                   (int)t_hist.tensor.shape[1], &rows[r]);
     }
   }
 

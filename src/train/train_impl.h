@@ -6,6 +6,8 @@
 
 #include "dtrain/checkpoint.h"
 #include "dtrain/data.h"
+#include "dtrain/loss.h"
+#include "dtrain/task.h"
 #include "dtrain/model.h"
 #include "dtrain/parallel.h"
 #include "dtrain/snapshot.h"
@@ -23,14 +25,15 @@ int dt_train_json_str(char *buf, size_t len, size_t *pos, const char *s);
 /* metrics.csv + metrics.jsonl in a directory: the header is written (and
  * flushed) on open, so an unwritable directory fails before training. */
 typedef struct dt_metrics_writer dt_metrics_writer;
-dt_status dt_metrics_open(const char *dir, dt_metrics_writer **out);
+dt_status dt_metrics_open(const char *dir, const dt_metric_set *ms, dt_metrics_writer **out);
 /* One row in both files, flushed. */
 dt_status dt_metrics_write(dt_metrics_writer *w, const dt_epoch_metrics *m);
 void dt_metrics_close(dt_metrics_writer *w);
-/* DIR/summary.json: the figures of the end-of-run table, for scripts and benchmarks. */
-dt_status dt_train_write_summary(const char *dir, const char *model, const dt_train_result *r);
-/* The CSV header line (without newline); the column order of every row. */
-const char *dt_metrics_csv_header(void);
+/* DIR/summary.json: the figures of the end-of-run table, for scripts and benchmarks; detail: the
+ * evaluation's detail members (dt_metric_acc_detail_json), or NULL. */
+dt_status dt_train_write_summary(const char *dir, const char *model, const dt_train_result *r, const char *detail);
+/* The CSV header line (without newline) of the metric set: the column order of every row. */
+dt_status dt_metrics_csv_header(const dt_metric_set *ms, char *buf, size_t len);
 
 /* ---- progress (progress.c) ---------------------------------------------- */
 typedef struct dt_progress {
@@ -43,6 +46,7 @@ typedef struct dt_progress {
   int next_tenth;     /* plain: the next 10% mark to print */
   double t0;          /* epoch start (dt_time_now) */
   double last_draw;   /* bar: when the line was last redrawn */
+  const dt_metric_set *metrics; /* the names in the epoch line (NULL: classification's) */
 } dt_progress;
 void dt_progress_init(dt_progress *p, FILE *f, dt_progress_mode mode, int epochs);
 void dt_progress_epoch_start(dt_progress *p, int epoch, int64_t steps);
@@ -50,20 +54,21 @@ void dt_progress_epoch_start(dt_progress *p, int epoch, int64_t steps);
 void dt_progress_step(dt_progress *p, int64_t step, double loss, int64_t samples);
 /* Clears the bar and prints the epoch line. */
 void dt_progress_epoch_end(dt_progress *p, const dt_epoch_metrics *m);
-/* "epoch 1/3  train loss ...  4870 samples/s" into buf. */
-void dt_progress_format_epoch(const dt_epoch_metrics *m, int epochs, char *buf, size_t len);
+/* "epoch 1/3  train loss ... acc ...  test loss ... top1 ...  4870 samples/s" into buf (ms NULL: classification's names). */
+void dt_progress_format_epoch(const dt_epoch_metrics *m, const dt_metric_set *ms, int epochs, char *buf, size_t len);
+/* The metric names of classification with more than 5 classes (the default where none are given). */
+const dt_metric_set *dt_metric_set_default(void);
 
 /* ---- evaluation pass (eval.c) ------------------------------------------- */
-typedef struct dt_eval_sums {
-  int64_t samples, top1, top5;
-  double loss_sum; /* sum over samples of plain cross entropy */
-  double seconds;
-} dt_eval_sums;
+/* An evaluation forward: outputs (n, outputs) of x, valid until the next call. */
+typedef dt_status (*dt_forward_fn)(void *user, const float *x, int n, const float **out);
 /* One pass over the loader's epoch 0 in evaluation mode (the model returns to
- * training mode afterwards), through dp's worker threads if dp is set. Only the
- * first `count` samples are counted (count < 0: all): a distributed shard ends
- * with padding duplicates that must not count twice. */
-dt_status dt_train_evaluate(dt_model *m, dt_dp *dp, dt_loader *l, int classes, int64_t count, dt_eval_sums *out);
+ * training mode afterwards) through fwd, ADDED to acc (the task's loss without
+ * label smoothing, its counters and detail). Only the first `count` samples are
+ * counted (count < 0: all): a distributed shard ends with padding duplicates
+ * that must not count twice. */
+dt_status dt_train_evaluate(dt_model *m, dt_forward_fn fwd, void *user, dt_loader *l, const dt_task *t, int64_t count,
+                            dt_metric_acc *acc, double *seconds);
 
 /* A sampler visiting the first n samples, shuffled per epoch with Philox(seed)
  * when shuffle is set (the --limit-* flags). */

@@ -37,9 +37,9 @@ int main(int argc, char **argv) {
     m->lr = 0.05f * (float)(0.5 * (1 + cos(M_PI * e / EPOCHS)));
     m->train_loss = 0.22 + 0.45 / t;
     m->test_loss = 0.27 + 0.33 / t + 0.004 * t;
-    m->train_acc1 = 0.93 - 0.12 / t;
-    m->test_acc1 = 0.91 - 0.10 / t;
-    m->test_acc5 = 0.998 - 0.01 / t;
+    m->train_metric[0] = 0.93 - 0.12 / t;
+    m->test_metric[0] = 0.91 - 0.10 / t;
+    m->test_metric[1] = 0.998 - 0.01 / t;
     m->epoch_seconds = 11.5 + 0.3 * sin(t);
     m->train_samples = 60000;
     m->train_samples_per_s = m->train_samples / m->epoch_seconds;
@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
       "  train 5217 samples/s   infer 11111 samples/s   wall 121.4 s\n"
       "  time: compute 84.1%   data wait 3.2%   comm 9.4% (61% hidden)\n";
 
-  dt_report rep = {"fashioncnn on fashion-mnist", config, ep, EPOCHS, tp, POINTS, ranks, WORLD, summary};
+  dt_report rep = {"fashioncnn on fashion-mnist", config, ep, EPOCHS, tp, POINTS, ranks, WORLD, summary, NULL};
   if (dt_report_write(argv[1], &rep) != DT_OK) {
     fprintf(stderr, "dump_report: %s\n", dt_last_error());
     return 1;

@@ -90,7 +90,8 @@ usage "dtrain help: unknown command 'nope'" help nope
 # ---- help: every flag of the parser, with defaults, and the DT_* tunables ------------
 train_flags="--model --hidden --dropout --data --normalize --limit-train --limit-test --epochs --batch-size
 --optimizer --lr --momentum --dampening --nesterov --weight-decay --betas --eps --schedule --step-size --gamma
---min-lr --warmup-epochs --warmup-steps --clip-grad-norm --label-smoothing --threads --seed --out --progress --quiet
+--min-lr --warmup-epochs --warmup-steps --clip-grad-norm --label-smoothing --loss --pos-weight --val-fraction --val-data
+--threads --seed --out --progress --quiet
 --strategy --workers --accumulate --backend --master --bucket-cap-mb --first-bucket-mb --broadcast-buffers
 --find-unused-parameters --comm-hook --timeout --save-every --save-every-steps --keep --save-on-interrupt --resume
 --tensorboard --tensorboard-all-ranks --log-every --trace"

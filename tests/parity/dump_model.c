@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "dump_model: cannot write into %s\n", argv[2]);
     return 1;
   }
-  dt_zoo_config cfg = {.sample_shape = {1, 28, 28}, .classes = 10, .dropout = 0.0f};
+  dt_zoo_config cfg = {.ndim = 3, .input_shape = {1, 28, 28}, .outputs = 10, .dropout = 0.0f};
   dt_model *m = NULL;
   TRY("zoo", dt_model_zoo_new("fashioncnn", &cfg, &m));
   TRY("build", dt_model_build(m, batch, 1234));

@@ -7,6 +7,7 @@
 
 #include "core/impl.h"
 #include "dist_fork.h"
+#include "dtrain/loss.h"
 #include "harness.h"
 #include "parallel/parallel-impl.h"
 
@@ -37,10 +38,10 @@ static dt_status build_model(model_kind kind, int max_batch, uint64_t seed, dt_m
   dt_status st = DT_OK;
   if (kind == MLP || kind == MLP_OTHER || kind == MLP_BIG) {
     static const int small[] = {32, 16}, other[] = {16, 16}, big[] = {512, 256, 128};
-    dt_zoo_config cfg = {.sample_shape = {1, 8, 8}, .classes = CLASSES, .hidden = small, .n_hidden = 2, .dropout = 0};
+    dt_zoo_config cfg = {.ndim = 3, .input_shape = {1, 8, 8}, .outputs = CLASSES, .hidden = small, .n_hidden = 2, .dropout = 0};
     if (kind == MLP_OTHER) cfg.hidden = other;
     if (kind == MLP_BIG) {
-      cfg.sample_shape[1] = cfg.sample_shape[2] = 28;
+      cfg.input_shape[1] = cfg.input_shape[2] = 28;
       cfg.hidden = big;
       cfg.n_hidden = 3;
     }

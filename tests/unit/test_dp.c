@@ -8,12 +8,27 @@
 
 #include "core/impl.h"
 #include "dtrain/parallel.h"
+#include "dtrain/loss.h"
 #include "harness.h"
 
 #define CLASSES 10
 #define MAX_BATCH 8
 static const int64_t SAMPLE[3] = {1, 8, 8}; /* (C, H, W) */
 #define SAMPLE_NUMEL 64
+
+/* A classification step with label smoothing eps through dt_dp_train_step; top-1/top-5 counts as before. */
+static dt_status dp_step(dt_dp *dp, const float *x, const int32_t *y, int batch, float eps, float *loss, int64_t *top1,
+                         int64_t *top5) {
+  dt_task_config tc = {.kind = DT_TASK_CLASSIFICATION, .outputs = CLASSES, .label_smoothing = eps};
+  dt_task *t = NULL;
+  DT_CHECK(dt_task_new(&tc, &t));
+  double sums[DT_TASK_MAX_SUMS] = {0};
+  dt_status st = dt_dp_train_step(dp, t, x, y, batch, loss, sums);
+  dt_task_free(t);
+  if (top1) *top1 = (int64_t)sums[0];
+  if (top5) *top5 = (int64_t)sums[1];
+  return st;
+}
 
 typedef enum model_kind { MLP, MLP_DROPOUT, CONV, CONV_BN } model_kind;
 
@@ -22,7 +37,7 @@ static dt_status build_model(model_kind kind, int max_batch, dt_model **out) {
   dt_status st = DT_OK;
   if (kind == MLP || kind == MLP_DROPOUT) {
     static const int hidden[] = {32, 16};
-    dt_zoo_config cfg = {.sample_shape = {1, 8, 8}, .classes = CLASSES, .hidden = hidden, .n_hidden = 2,
+    dt_zoo_config cfg = {.ndim = 3, .input_shape = {1, 8, 8}, .outputs = CLASSES, .hidden = hidden, .n_hidden = 2,
                          .dropout = kind == MLP_DROPOUT ? 0.3f : 0.0f};
     DT_CHECK_GOTO(dt_model_zoo_new("mlp", &cfg, &m), st, fail);
   } else {
@@ -101,7 +116,7 @@ static double train_both(int *dt_test_failed_, model_kind kind, int workers, int
     int64_t t1a = -1, t1b = -1, t5b = -1;
     dt_status sa = plain_step(a, x, y, batch, &la, &t1a);
     dt_model_zero_grad(b);
-    dt_status sb = dt_dp_train_step(dp, x, y, batch, 0.1f, &lb, &t1b, &t5b);
+    dt_status sb = dp_step(dp, x, y, batch, 0.1f, &lb, &t1b, &t5b);
     if (sa != DT_OK || sb != DT_OK) {
       fprintf(stderr, "  step %d: %s / %s: %s\n", step, dt_status_name(sa), dt_status_name(sb), dt_last_error());
       *dt_test_failed_ = 1;
@@ -177,11 +192,11 @@ TEST(gradients_accumulate_into_the_arena) {
   size_t n = 0;
   float *g = dt_model_grads(m, &n);
   dt_model_zero_grad(m);
-  ASSERT_OK(dt_dp_train_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL));
+  ASSERT_OK(dp_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL));
   float *once = malloc(n * sizeof(float));
   ASSERT(once);
   memcpy(once, g, n * sizeof(float));
-  ASSERT_OK(dt_dp_train_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL)); /* no zero_grad: adds */
+  ASSERT_OK(dp_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL)); /* no zero_grad: adds */
   double err = 0, scale = 0;
   for (size_t i = 0; i < n; i++) {
     err = fmax(err, fabs(g[i] - 2.0 * once[i]));
@@ -232,7 +247,7 @@ TEST(batchnorm_statistics_come_from_worker_0) {
   const float *logits;
   for (int step = 0; step < 2; step++) {
     make_batch(x, y, 7, 60 + (uint64_t)step); /* slices 4 and 3 */
-    ASSERT_OK(dt_dp_train_step(dp, x, y, 7, 0.0f, NULL, NULL, NULL));
+    ASSERT_OK(dp_step(dp, x, y, 7, 0.0f, NULL, NULL, NULL));
     ASSERT_OK(dt_model_forward(ref, x, 4, &logits)); /* worker 0's slice alone */
     ASSERT_OK(dt_model_forward(whole, x, 7, &logits));
   }
@@ -269,21 +284,21 @@ TEST(argument_errors) {
   float x[(MAX_BATCH + 1) * SAMPLE_NUMEL], out[(MAX_BATCH + 1) * CLASSES];
   int32_t y[MAX_BATCH + 1];
   make_batch(x, y, MAX_BATCH + 1, 9);
-  ASSERT_STATUS(dt_dp_train_step(dp, x, y, MAX_BATCH + 1, 0.0f, NULL, NULL, NULL), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dp_step(dp, x, y, MAX_BATCH + 1, 0.0f, NULL, NULL, NULL), DT_INVALID_ARGUMENT);
   ASSERT(strstr(dt_last_error(), "batch 9"));
-  ASSERT_STATUS(dt_dp_train_step(dp, x, y, 0, 0.0f, NULL, NULL, NULL), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dp_step(dp, x, y, 0, 0.0f, NULL, NULL, NULL), DT_INVALID_ARGUMENT);
   ASSERT_STATUS(dt_dp_forward(dp, x, MAX_BATCH + 1, out), DT_INVALID_ARGUMENT);
-  ASSERT_STATUS(dt_dp_train_step(dp, NULL, y, 4, 0.0f, NULL, NULL, NULL), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dp_step(dp, NULL, y, 4, 0.0f, NULL, NULL, NULL), DT_INVALID_ARGUMENT);
   /* A bad label in worker 2's slice: the error names the worker, and the gradients are left alone. */
   size_t n = 0;
   float *g = dt_model_grads(m, &n);
   dt_model_zero_grad(m);
   y[7] = CLASSES;
-  ASSERT_STATUS(dt_dp_train_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dp_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL), DT_INVALID_ARGUMENT);
   ASSERT_MSG(strstr(dt_last_error(), "worker 2"), dt_last_error());
   for (size_t i = 0; i < n; i++) ASSERT(g[i] == 0.0f);
   y[7] = 0;
-  ASSERT_OK(dt_dp_train_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL)); /* and it recovers */
+  ASSERT_OK(dp_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL)); /* and it recovers */
   dt_dp_free(dp);
   dt_dp_free(NULL);
   dt_model_free(m);
@@ -316,7 +331,7 @@ TEST(no_thread_leak) {
   for (int i = 0; i < 50; i++) {
     dt_dp *dp = NULL;
     ASSERT_OK(dt_dp_new(m, 1 + i % 4, MAX_BATCH, &dp));
-    if (i % 5 == 0) ASSERT_OK(dt_dp_train_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL));
+    if (i % 5 == 0) ASSERT_OK(dp_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL));
     dt_dp_free(dp);
   }
   /* OpenMP pools of finished worker threads wind down on their own: allow them a moment */

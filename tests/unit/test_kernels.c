@@ -2,6 +2,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "dtrain/loss.h"
 #include "harness.h"
 #include "tensor/kernels.h"
 

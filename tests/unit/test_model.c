@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/impl.h"
+#include "dtrain/loss.h"
 #include "harness.h"
 #include "nn/layer.h"
 
@@ -15,7 +16,7 @@ static void fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi) 
 }
 
 static dt_status fashioncnn(float dropout, dt_model **out) {
-  dt_zoo_config cfg = {.sample_shape = {1, 28, 28}, .classes = 10, .dropout = dropout};
+  dt_zoo_config cfg = {.ndim = 3, .input_shape = {1, 28, 28}, .outputs = 10, .dropout = dropout};
   return dt_model_zoo_new("fashioncnn", &cfg, out);
 }
 
@@ -447,14 +448,14 @@ TEST(error_cases_name_layers_and_numbers) {
   ASSERT_STATUS(dt_model_add_maxpool2d(m, "pool", 2, 2, 2), DT_INVALID_ARGUMENT); /* pad > kernel/2 */
   dt_model_free(m);
 
-  dt_zoo_config cfg = {.sample_shape = {1, 28, 28}, .classes = 10, .dropout = -1};
+  dt_zoo_config cfg = {.ndim = 3, .input_shape = {1, 28, 28}, .outputs = 10, .dropout = -1};
   ASSERT_STATUS(dt_model_zoo_new("resnet999", &cfg, &m), DT_NOT_FOUND);
   ASSERT(strstr(dt_last_error(), "resnet999") && strstr(dt_last_error(), "mlp") &&
          strstr(dt_last_error(), "fashioncnn"));
 }
 
 TEST(mlp_zoo_model_and_summary) {
-  dt_zoo_config cfg = {.sample_shape = {1, 28, 28}, .classes = 10, .dropout = -1};
+  dt_zoo_config cfg = {.ndim = 3, .input_shape = {1, 28, 28}, .outputs = 10, .dropout = -1};
   dt_model *m = NULL;
   ASSERT_OK(dt_model_zoo_new("mlp", &cfg, &m));
   ASSERT_EQ(dt_model_num_params(m), (784 * 256 + 256) + (256 * 128 + 128) + (128 * 10 + 10));

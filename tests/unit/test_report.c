@@ -43,9 +43,9 @@ static void fill_epoch(dt_epoch_metrics *m, int epoch, double loss) {
   m->lr = 0.01f;
   m->train_loss = loss;
   m->test_loss = loss * 1.1;
-  m->train_acc1 = 0.7 + 0.05 * epoch;
-  m->test_acc1 = 0.68 + 0.05 * epoch;
-  m->test_acc5 = 0.95 + 0.01 * epoch;
+  m->train_metric[0] = 0.7 + 0.05 * epoch;
+  m->test_metric[0] = 0.68 + 0.05 * epoch;
+  m->test_metric[1] = 0.95 + 0.01 * epoch;
   m->epoch_seconds = 10;
   m->train_samples_per_s = 6000;
   m->train_samples = 60000;
@@ -92,7 +92,7 @@ TEST(three_epochs_two_ranks_has_every_piece_escaped) {
   const char *config =
       "{\"model\":\"fashioncnn\",\"lr\":0.05,\"betas\":[0.9,0.999],"
       "\"note\":\"<script>alert('x')</script> & \\\"q\\\"\",\"normalize\":{\"mean\":0.286,\"std\":0.353}}";
-  dt_report r = {"cnn <b>&</b> \"mnist\"", config, ep, 3, tp, 5, ranks, 2, "final  <i>0.9</i>\n"};
+  dt_report r = {"cnn <b>&</b> \"mnist\"", config, ep, 3, tp, 5, ranks, 2, "final  <i>0.9</i>\n", NULL};
   const char *path = tmp_path("report.html");
   ASSERT_OK(dt_report_write(path, &r));
   char *html = read_text(path);
@@ -142,7 +142,7 @@ TEST(one_epoch_no_throughput_and_no_config_draw_markers) {
   dt_epoch_metrics ep;
   fill_epoch(&ep, 1, 0.5);
   dt_report_rank rank = {10, 1, 0};
-  dt_report r = {NULL, NULL, &ep, 1, NULL, 0, &rank, 1, NULL};
+  dt_report r = {NULL, NULL, &ep, 1, NULL, 0, &rank, 1, NULL, NULL};
   const char *path = tmp_path("one.html");
   ASSERT_OK(dt_report_write(path, &r));
   char *html = read_text(path);
@@ -162,13 +162,13 @@ TEST(one_epoch_no_throughput_and_no_config_draw_markers) {
 TEST(nan_values_are_gaps_and_dashes) {
   dt_epoch_metrics ep[4];
   for (int e = 0; e < 4; e++) fill_epoch(&ep[e], e + 1, 1.0 / (e + 1));
-  ep[1].test_loss = ep[1].test_acc1 = ep[1].test_acc5 = NAN; /* no evaluation that epoch */
-  for (int e = 0; e < 4; e++) ep[e].train_acc1 = NAN;           /* never measured */
+  ep[1].test_loss = ep[1].test_metric[0] = ep[1].test_metric[1] = NAN; /* no evaluation that epoch */
+  for (int e = 0; e < 4; e++) ep[e].train_metric[0] = NAN;           /* never measured */
   ep[3].train_loss = INFINITY;
   ep[2].lr = NAN;
   dt_report_point tp[4] = {{1, 100}, {NAN, 200}, {3, NAN}, {4, 300}};
   dt_report_rank ranks[3] = {{NAN, 1, 2}, {-5, 1, 2}, {INFINITY, NAN, -1}};
-  dt_report r = {"gaps", "{}", ep, 4, tp, 4, ranks, 3, ""};
+  dt_report r = {"gaps", "{}", ep, 4, tp, 4, ranks, 3, "", NULL};
   const char *path = tmp_path("nan.html");
   ASSERT_OK(dt_report_write(path, &r));
   char *html = read_text(path);
@@ -190,11 +190,11 @@ TEST(flat_and_zero_ranges_do_not_divide_by_zero) {
   for (int e = 0; e < 3; e++) {
     fill_epoch(&ep[e], e + 1, 0);
     ep[e].test_loss = 0;
-    ep[e].train_acc1 = ep[e].test_acc1 = ep[e].test_acc5 = 1;
+    ep[e].train_metric[0] = ep[e].test_metric[0] = ep[e].test_metric[1] = 1;
   }
   dt_report_point tp[3] = {{0, 0}, {0, 0}, {0, 0}};
   dt_report_rank ranks[2] = {{0, 0, 0}, {0, 0, 0}};
-  dt_report r = {"flat", NULL, ep, 3, tp, 3, ranks, 2, NULL};
+  dt_report r = {"flat", NULL, ep, 3, tp, 3, ranks, 2, NULL, NULL};
   const char *path = tmp_path("flat.html");
   ASSERT_OK(dt_report_write(path, &r));
   char *html = read_text(path);
@@ -212,7 +212,7 @@ TEST(flat_and_zero_ranges_do_not_divide_by_zero) {
   free(html);
 
   /* nothing at all: empty charts that say so */
-  dt_report empty = {"empty", NULL, NULL, 0, NULL, 0, NULL, 0, NULL};
+  dt_report empty = {"empty", NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL};
   ASSERT_OK(dt_report_write(path, &empty));
   html = read_text(path);
   ASSERT(html);
@@ -229,7 +229,7 @@ TEST(config_that_is_not_an_object_is_shown_verbatim_escaped) {
   const char *bad[] = {"{\"a\":<script>}", "[1,2]", "not json & <b>"};
   const char *want[] = {"<pre>{&quot;a&quot;:&lt;script&gt;}</pre>", "<pre>[1,2]</pre>", "<pre>not json &amp; &lt;b&gt;</pre>"};
   for (int i = 0; i < 3; i++) {
-    dt_report r = {"cfg", bad[i], &ep, 1, NULL, 0, &rank, 1, NULL};
+    dt_report r = {"cfg", bad[i], &ep, 1, NULL, 0, &rank, 1, NULL, NULL};
     const char *path = tmp_path("cfg.html");
     ASSERT_OK(dt_report_write(path, &r));
     char *html = read_text(path);
@@ -241,7 +241,7 @@ TEST(config_that_is_not_an_object_is_shown_verbatim_escaped) {
 }
 
 TEST(bad_arguments_are_invalid) {
-  dt_report ok = {"t", NULL, NULL, 0, NULL, 0, NULL, 0, NULL};
+  dt_report ok = {"t", NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL};
   ASSERT_STATUS(dt_report_write(NULL, &ok), DT_INVALID_ARGUMENT);
   ASSERT_STATUS(dt_report_write("", &ok), DT_INVALID_ARGUMENT);
   ASSERT_STATUS(dt_report_write(tmp_path("x.html"), NULL), DT_INVALID_ARGUMENT);
@@ -256,7 +256,7 @@ TEST(bad_arguments_are_invalid) {
 }
 
 TEST(unwritable_paths_fail_with_io_and_leave_no_temporaries) {
-  dt_report r = {"t", NULL, NULL, 0, NULL, 0, NULL, 0, NULL};
+  dt_report r = {"t", NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL};
   /* a directory that does not exist */
   char missing[300];
   snprintf(missing, sizeof missing, "%s/no/such/dir/report.html", tmp_path(""));
@@ -279,7 +279,7 @@ TEST(failed_write_keeps_previous_report) {
   dt_epoch_metrics ep;
   fill_epoch(&ep, 1, 0.5);
   dt_report_rank rank = {1, 0, 0};
-  dt_report r = {"previous", NULL, &ep, 1, NULL, 0, &rank, 1, NULL};
+  dt_report r = {"previous", NULL, &ep, 1, NULL, 0, &rank, 1, NULL, NULL};
   const char *path = tmp_path("keep.html");
   ASSERT_OK(dt_report_write(path, &r));
   char *before = read_text(path);

@@ -7,6 +7,7 @@
 
 #include "dist_fork.h"
 #include "dtrain/trace.h"
+#include "dtrain/loss.h"
 #include "harness.h"
 #include "test_files.h"
 #include "train/trace_merge.h"
@@ -545,7 +546,7 @@ static int merge_child(df_job *j, int r, int world, void *user) {
     return 3;
   }
   static const int hidden[] = {32, 16};
-  dt_zoo_config zc = {.sample_shape = {1, 8, 8}, .classes = CLASSES, .hidden = hidden, .n_hidden = 2, .dropout = 0};
+  dt_zoo_config zc = {.ndim = 3, .input_shape = {1, 8, 8}, .outputs = CLASSES, .hidden = hidden, .n_hidden = 2, .dropout = 0};
   dt_model *m = NULL;
   dt_ddp *d = NULL;
   dt_ddp_config dc;

@@ -137,14 +137,14 @@ TEST(epoch_line_format) {
   memset(&m, 0, sizeof m);
   m.epoch = 1;
   m.train_loss = 0.43214;
-  m.train_acc1 = 0.84121;
+  m.train_metric[0] = 0.84121;
   m.test_loss = 0.34561;
-  m.test_acc1 = 0.87654;
-  m.test_acc5 = 0.997;
+  m.test_metric[0] = 0.87654;
+  m.test_metric[1] = 0.997;
   m.epoch_seconds = 12.34;
   m.train_samples_per_s = 4870.2;
   char line[256];
-  dt_progress_format_epoch(&m, 3, line, sizeof line);
+  dt_progress_format_epoch(&m, NULL, 3, line, sizeof line);
   ASSERT_STR_EQ(line, "epoch 1/3  train loss 0.4321 acc 84.12%  test loss 0.3456 top1 87.65% top5 99.70%  12.3s  "
                       "4870 samples/s");
 }
@@ -222,8 +222,8 @@ TEST(tiny_run_learns_and_writes_outputs) {
   ASSERT_EQ(r.last.epoch, 3);
   ASSERT_EQ(r.last.step, 30);
   ASSERT_EQ(r.last.train_samples, 200);
-  ASSERT(r.test_acc1 >= 0.9);
-  ASSERT(r.test_acc5 >= r.test_acc1);
+  ASSERT(r.test_metric[0] >= 0.9);
+  ASSERT(r.test_metric[1] >= r.test_metric[0]);
   ASSERT(r.last.train_loss < 1.0);
   ASSERT(r.wall_seconds > 0 && r.train_samples_per_s > 0 && r.infer_samples_per_s > 0);
   ASSERT(r.peak_rss_bytes > 0);
@@ -237,7 +237,7 @@ TEST(tiny_run_learns_and_writes_outputs) {
   ASSERT_EQ(read_line(path, 3, line, sizeof line), 0);
   ASSERT(strncmp(line, "3,30,0.1,", 9) == 0);
   char acc[32];
-  snprintf(acc, sizeof acc, ",%.6f,", r.test_acc1);
+  snprintf(acc, sizeof acc, ",%.6f,", r.test_metric[0]);
   ASSERT(strstr(line, acc) != NULL);
   snprintf(path, sizeof path, "%s/metrics.jsonl", out);
   ASSERT_EQ(count_lines(path), 3);
@@ -259,7 +259,7 @@ TEST(tiny_run_learns_and_writes_outputs) {
   ASSERT_OK(dt_eval_run(&ec, &er));
   ASSERT_STR_EQ(er.model, "mlp");
   ASSERT_EQ(er.samples, 100);
-  ASSERT_NEAR(er.acc1, r.test_acc1, 1e-12);
+  ASSERT_NEAR(er.metric[0], r.test_metric[0], 1e-12);
   ASSERT_NEAR(er.loss, r.test_loss, 1e-5);
   ec.model = "mlp"; /* named explicitly: the widths still come from the file */
   ec.limit = 40;

@@ -1,0 +1,97 @@
+/* Pieces of a run the trainer, strategies and hooks share: loaders over a prefix, the history, paths, metadata. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/impl.h"
+#include "dtrain/dtrain.h"
+#include "train/run.h"
+
+dt_status dt_run_prefix_loader(dt_run *r, const dt_dataset *ds, int shuffle, uint64_t seed, int64_t limit,
+                               dt_prefix_sampler *prefix, dt_loader **out) {
+  dt_loader_config lc;
+  memset(&lc, 0, sizeof lc);
+  lc.batch_size = r->cfg->batch_size;
+  lc.shuffle = shuffle;
+  lc.seed = seed;
+  const int64_t size = dt_dataset_size(ds);
+  if (limit > 0 && limit < size) {
+    prefix->n = limit;
+    prefix->shuffle = shuffle;
+    prefix->seed = seed;
+    lc.sampler = dt_prefix_sampler_fn;
+    lc.sampler_user = prefix;
+    lc.sampler_capacity = limit;
+  }
+  return dt_loader_new(ds, &lc, out);
+}
+
+dt_status dt_run_history_add(dt_run *r, const dt_epoch_metrics *m) {
+  if (r->n_history == r->history_cap) {
+    int cap = r->history_cap ? 2 * r->history_cap : 16;
+    dt_epoch_metrics *grown = NULL;
+    DT_CHECK(dt_alloc_array((size_t)cap, sizeof *grown, "metrics history", (void **)&grown));
+    if (r->n_history) memcpy(grown, r->history, (size_t)r->n_history * sizeof *grown);
+    dt_free(r->history);
+    r->history = grown;
+    r->history_cap = cap;
+  }
+  r->history[r->n_history++] = *m;
+  return DT_OK;
+}
+
+dt_status dt_run_path(const dt_run *r, const char *name, char *buf, size_t len) {
+  if ((size_t)snprintf(buf, len, "%s/%s", r->cfg->out_dir, name) >= len)
+    return dt_error(DT_INVALID_ARGUMENT, "output directory name too long");
+  return DT_OK;
+}
+
+static void join_widths(const int *w, int n, char *buf, size_t len) {
+  size_t pos = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n && pos < len; i++) {
+    int k = snprintf(buf + pos, len - pos, "%s%d", i ? "," : "", w[i]);
+    if (k < 0) break;
+    pos += (size_t)k;
+  }
+}
+
+static void join_floats(const float *v, int n, char *buf, size_t len) {
+  size_t pos = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n && pos < len; i++) {
+    int k = snprintf(buf + pos, len - pos, "%s%.9g", i ? "," : "", (double)v[i]);
+    if (k < 0) break;
+    pos += (size_t)k;
+  }
+}
+
+void dt_run_meta_fill(dt_run_meta *rm, const dt_run *r, const dt_epoch_metrics *last, int epochs_done) {
+  const dt_train_config *c = r->cfg;
+  const dt_task_config *tc = dt_task_config_of(r->task);
+  join_widths(c->hidden, c->n_hidden, rm->hidden, sizeof rm->hidden);
+  join_floats(tc->pos_weight, tc->pos_weight ? tc->outputs : 0, rm->pos_weight, sizeof rm->pos_weight);
+  snprintf(rm->epochs, sizeof rm->epochs, "%d", epochs_done);
+  snprintf(rm->seed, sizeof rm->seed, "%llu", (unsigned long long)c->seed);
+  snprintf(rm->outputs, sizeof rm->outputs, "%d", tc->outputs);
+  snprintf(rm->m0, sizeof rm->m0, "%.6f", last ? last->test_metric[0] : 0.0);
+  snprintf(rm->m1, sizeof rm->m1, "%.6f", last ? last->test_metric[1] : 0.0);
+  rm->norm[0] = '\0';
+  if (c->normalize.enabled)
+    snprintf(rm->norm, sizeof rm->norm, "%.9g,%.9g", (double)c->normalize.mean, (double)c->normalize.std);
+  rm->dropout[0] = '\0';
+  if (c->dropout >= 0) snprintf(rm->dropout, sizeof rm->dropout, "%g", (double)c->dropout);
+  const dt_metric_set *ms = r->metrics;
+  char *k0 = rm->key0, *k1 = rm->key1;
+  snprintf(k0, sizeof rm->key0, "test_%s", ms->eval[0].name);
+  snprintf(k1, sizeof rm->key1, "test_%s", ms->n_eval > 1 ? ms->eval[1].name : "unused");
+  const dt_kv kv[] = {
+      {"format", "pt"},         {"dtrain_version", DTRAIN_VERSION}, {"model", c->model},      {"hidden", rm->hidden},
+      {"dropout", rm->dropout}, {"data", c->data},                  {"normalize", rm->norm},  {"epochs", rm->epochs},
+      {"seed", rm->seed},       {"task", dt_task_kind_name(tc->kind)}, {"outputs", rm->outputs},
+      {"loss", tc->kind == DT_TASK_REGRESSION && tc->regression_loss == DT_LOSS_L1 ? "l1" : ""},
+      {"pos_weight", rm->pos_weight}, {k0, rm->m0},
+  };
+  rm->n = (int)(sizeof kv / sizeof kv[0]);
+  memcpy(rm->kv, kv, sizeof kv);
+  if (ms->n_eval > 1) rm->kv[rm->n++] = (dt_kv){k1, rm->m1};
+}

@@ -1,0 +1,147 @@
+/* Internal: one training run's state, the strategy ops table (single, dp, ddp) and the run hooks. */
+#ifndef DT_TRAIN_RUN_H
+#define DT_TRAIN_RUN_H
+
+#include "train/train_impl.h"
+
+typedef struct dt_run dt_run;
+
+/* How the work is spread. The trainer's loop calls these and never asks which
+ * strategy it runs; each is one file (strategy_single.c, _dp.c, _ddp.c). */
+typedef struct dt_strategy_ops {
+  const char *name;
+  /* Joins the group and sets r->rank / r->world (before data and model). */
+  dt_status (*join)(dt_run *r);
+  /* Loaders over this rank's part of the training and validation sets. */
+  dt_status (*make_loaders)(dt_run *r);
+  /* After the model and any resume: wraps the model (ddp broadcast, dp workers). */
+  dt_status (*wrap)(dt_run *r);
+  /* Forward, the task's loss and backward of one batch (micro-batch of an
+   * accumulation group: last = 1 on its last one); adds the task's counters. */
+  dt_status (*train_batch)(dt_run *r, const dt_batch *b, int last, float *loss, double *sums);
+  /* Gradients of the whole step are in the arena, averaged over ranks. */
+  dt_status (*finish_step)(dt_run *r);
+  /* Before an evaluation pass (ddp: rank 0's batch-norm statistics to all); may be NULL. */
+  dt_status (*eval_start)(dt_run *r);
+  /* Evaluation forward: outputs (n, outputs) valid until the next call. */
+  dt_status (*forward)(dt_run *r, const float *x, int n, const float **out);
+  /* Sums over ranks in place; the exact reduction of an evaluation. */
+  dt_status (*all_sum)(dt_run *r, double *v, size_t n);
+  dt_status (*reduce_metrics)(dt_run *r, dt_metric_acc *acc);
+  /* 1 if any rank asked to stop (every rank gets the same answer). */
+  dt_status (*agree_stop)(dt_run *r, int local, int *stop);
+  /* Dropout steps into / out of a snapshot position. */
+  void (*rng_get)(dt_run *r, dt_snapshot_position *p);
+  void (*rng_set)(dt_run *r, const dt_snapshot_position *p);
+  /* Communication seconds waited for so far, and run in total. */
+  void (*comm_seconds)(dt_run *r, double *waited, double *total);
+  /* The per-rank figures of every rank into all (world, n), from mine (n). */
+  dt_status (*gather)(dt_run *r, const double *mine, double *all, size_t n);
+  void (*free)(dt_run *r);
+} dt_strategy_ops;
+
+extern const dt_strategy_ops dt_strategy_single_ops, dt_strategy_dp_ops, dt_strategy_ddp_ops;
+
+/* What a step event tells the hooks. */
+typedef struct dt_step_event {
+  int epoch;          /* 0-based */
+  int64_t epoch_step; /* steps done in this epoch */
+  int64_t step;       /* steps done in all */
+  float lr;
+  float loss;         /* of the step's last batch */
+  int64_t seen;       /* samples this rank has seen in the epoch */
+} dt_step_event;
+
+/* Run hooks subscribe to the loop's events; every rank calls every hook
+ * (a hook that writes files does so on rank 0; one that reduces over ranks
+ * does so on all). Any callback may be NULL. */
+typedef struct dt_run_hook {
+  const char *name;
+  dt_status (*start)(dt_run *r);
+  dt_status (*epoch_start)(dt_run *r, int epoch);
+  dt_status (*batch)(dt_run *r, int n, double loss_sum, const double *sums);
+  dt_status (*step)(dt_run *r, const dt_step_event *e);
+  dt_status (*epoch_end)(dt_run *r, const dt_epoch_metrics *m, int complete);
+  dt_status (*end)(dt_run *r, dt_train_result *res, const double *ranks);
+  void (*free)(dt_run *r);
+} dt_run_hook;
+
+extern const dt_run_hook dt_hook_trace, dt_hook_progress, dt_hook_metrics, dt_hook_tensorboard, dt_hook_snapshot, dt_hook_report;
+
+/* Per-rank figures of the end-of-run table, gathered on every rank. */
+enum { RK_WALL, RK_USER, RK_SYS, RK_SAMPLES, RK_COMPUTE, RK_DATA, RK_COMM, RK_COMM_TOTAL, RK_METRIC, RK_N = RK_METRIC + 2 };
+
+/* Where a resumed run starts. */
+typedef struct dt_resume_point {
+  int active;
+  dt_snapshot_position pos;
+  char path[4096];
+} dt_resume_point;
+
+struct dt_run {
+  const dt_train_config *cfg;
+  const dt_strategy_ops *strategy;
+  int rank, world, lead; /* lead: rank 0, writes files and prints */
+  /* data */
+  dt_dataset *train_src, *val_src; /* as opened (val_src: a second source or the test split) */
+  dt_dataset *train, *val;         /* what is trained and evaluated (views with --val-fraction); val may be NULL */
+  dt_loader *train_loader, *val_loader;
+  int64_t my_train, my_val;        /* samples this rank trains per epoch / counts in evaluation (-1: all) */
+  dt_prefix_sampler train_prefix, val_prefix;
+  /* model, task, optimizer */
+  dt_task *task;
+  const dt_metric_set *metrics;
+  dt_model *model;
+  dt_optim *optim;
+  float *params, *grads;
+  size_t n_params;
+  float *dout;                     /* (batch, outputs) */
+  dt_lr_schedule sched;
+  int64_t steps_per_epoch;
+  /* strategy state */
+  dt_group *group;
+  dt_ddp *ddp;
+  dt_dist_sampler *train_shard, *val_shard;
+  dt_dp *dp;
+  float *eval_buf;                 /* dp: outputs of a whole batch */
+  /* the loop's position and history */
+  dt_resume_point resume;
+  dt_snapshot_position at;         /* where the run is, for snapshots */
+  int stopped_in_epoch;            /* a stop request ended an epoch early */
+  dt_epoch_metrics *history;       /* the completed epochs' rows */
+  int n_history, history_cap;
+  dt_metric_acc *epoch_acc, *eval_acc;
+  char config_json[8192];
+  double t_start;
+  /* hooks' state */
+  dt_progress prog;
+  dt_metrics_writer *metrics_writer;
+  struct dt_tb_writer *tb;
+  struct run_window *window;       /* tensorboard */
+  struct report_state *report;
+};
+
+/* Sums over ranks (strategy), for hooks. */
+static inline dt_status dt_run_all_sum(dt_run *r, double *v, size_t n) { return r->strategy->all_sum(r, v, n); }
+/* A loader over the first `limit` samples of ds (all when limit <= 0), shuffled per epoch when asked. */
+dt_status dt_run_prefix_loader(dt_run *r, const dt_dataset *ds, int shuffle, uint64_t seed, int64_t limit,
+                               dt_prefix_sampler *prefix, dt_loader **out);
+/* A metrics row into the history (snapshots, report). */
+dt_status dt_run_history_add(dt_run *r, const dt_epoch_metrics *m);
+/* "%s/<name>" into buf; DT_INVALID_ARGUMENT when too long. */
+dt_status dt_run_path(const dt_run *r, const char *name, char *buf, size_t len);
+/* The metadata of weights and snapshots (model, data, task, ...). */
+typedef struct dt_run_meta {
+  char hidden[256], epochs[32], seed[32], m0[32], m1[32], key0[40], key1[40], norm[64], dropout[32], outputs[16];
+  char pos_weight[1024];
+  dt_kv kv[24];
+  int n;
+} dt_run_meta;
+void dt_run_meta_fill(dt_run_meta *rm, const dt_run *r, const dt_epoch_metrics *last, int epochs_done);
+/* Resume (resume.c): rank 0 loads, every rank gets the decision, position and optimizer state. */
+dt_status dt_run_resume(dt_run *r);
+dt_status dt_run_resume_optim(dt_run *r);
+/* Writes a snapshot of the run at r->at (rank 0) and prunes beyond --keep (snapshot hook). */
+dt_status dt_run_snapshot(dt_run *r);
+
+#endif

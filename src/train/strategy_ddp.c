@@ -1,0 +1,155 @@
+/* Strategy "ddp": one process per worker under a launcher; buckets of gradients all-reduced during backward. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/impl.h"
+#include "train/run.h"
+#include "train/strategy.h"
+
+/* Joins the group of the launcher (dtrun, torchrun, mpirun, srun). */
+static dt_status ddp_join(dt_run *r) {
+  const dt_train_config *c = r->cfg;
+  dt_group_options o;
+  dt_group_options_default(&o);
+  o.backend = c->backend ? c->backend : "auto";
+  o.timeout_s = c->timeout_s;
+  char url[300];
+  if (c->master) {
+    snprintf(url, sizeof url, "tcp://%s", c->master);
+    o.init_method = url;
+  }
+  DT_CHECK(dt_group_init(&o, &r->group));
+  r->rank = dt_group_rank(r->group);
+  r->world = dt_group_size(r->group);
+  return DT_OK;
+}
+
+/* A loader over this rank's shard of the first n samples (DistributedSampler:
+ * PyTorch's index lists, padded so every rank gets the same count). */
+static dt_status shard_loader(dt_run *r, const dt_dataset *ds, int shuffle, uint64_t seed, int64_t n,
+                              dt_dist_sampler **shard, dt_loader **out) {
+  DT_CHECK(dt_dist_sampler_new(n, r->world, r->rank, seed, shuffle, 0, shard));
+  dt_loader_config lc;
+  memset(&lc, 0, sizeof lc);
+  lc.batch_size = r->cfg->batch_size;
+  lc.seed = seed;
+  lc.sampler = dt_dist_sampler_fn;
+  lc.sampler_user = *shard;
+  lc.sampler_capacity = dt_dist_sampler_num_samples(*shard);
+  if (lc.sampler_capacity < 1) lc.sampler_capacity = 1;
+  return dt_loader_new(ds, &lc, out);
+}
+
+static int64_t limited(const dt_dataset *ds, int64_t limit) {
+  const int64_t n = dt_dataset_size(ds);
+  return limit > 0 && limit < n ? limit : n;
+}
+
+static dt_status ddp_loaders(dt_run *r) {
+  const dt_train_config *c = r->cfg;
+  DT_CHECK(shard_loader(r, r->train, 1, c->seed, limited(r->train, c->limit_train), &r->train_shard, &r->train_loader));
+  r->my_val = -1;
+  if (!r->val) return DT_OK;
+  DT_CHECK(shard_loader(r, r->val, 0, 0, limited(r->val, c->limit_test), &r->val_shard, &r->val_loader));
+  r->my_val = dt_dist_sampler_num_real(r->val_shard); /* the padding repeats at a shard's end do not count */
+  return DT_OK;
+}
+
+static dt_status ddp_wrap(dt_run *r) { return dt_ddp_new(r->model, r->group, &r->cfg->ddp, &r->ddp); }
+
+static dt_status ddp_batch(dt_run *r, const dt_batch *b, int last, float *loss, double *sums) {
+  dt_ddp_set_sync(r->ddp, last);
+  DT_CHECK(dt_ddp_before_forward(r->ddp));
+  return dt_strategy_model_batch(r, b, loss, sums);
+}
+
+static dt_status ddp_finish(dt_run *r) { return dt_ddp_finish(r->ddp); }
+
+/* Every rank evaluates with rank 0's batch-norm statistics. */
+static dt_status ddp_eval_start(dt_run *r) { return dt_ddp_before_forward(r->ddp); }
+
+static dt_status ddp_sum(dt_run *r, double *v, size_t n) { return dt_allreduce(r->group, v, v, n, DT_F64, DT_SUM, NULL); }
+
+/* Counters are summed; kept rows (for exact ROC-AUC) are gathered from every rank, in rank order. */
+static dt_status ddp_metrics(dt_run *r, dt_metric_acc *acc) {
+  size_t n_state;
+  double *state = dt_metric_acc_sums(acc, &n_state);
+  DT_CHECK(ddp_sum(r, state, n_state));
+  int64_t n_rows;
+  const float *rows = dt_metric_acc_scores(acc, &n_rows);
+  if (!rows) return DT_OK;
+  const size_t width = 2 * (size_t)dt_task_config_of(r->task)->outputs;
+  int64_t *counts = NULL;
+  float *mine = NULL, *all = NULL;
+  dt_status st = dt_alloc_array((size_t)r->world, sizeof *counts, "row counts", (void **)&counts);
+  if (st == DT_OK) st = dt_allgather(r->group, &n_rows, counts, (size_t)r->world, DT_I64, NULL);
+  int64_t most = 0, total = 0;
+  for (int q = 0; st == DT_OK && q < r->world; q++) most = counts[q] > most ? counts[q] : most, total += counts[q];
+  /* Every rank sends `most` rows (all-gather needs equal blocks); the padding is dropped after. */
+  if (st == DT_OK) st = dt_alloc_array((size_t)(most ? most : 1) * width, sizeof(float), "rows", (void **)&mine);
+  if (st == DT_OK) st = dt_alloc_array((size_t)(most ? most : 1) * width * (size_t)r->world, sizeof(float), "rows", (void **)&all);
+  if (st == DT_OK && most > 0) {
+    memcpy(mine, rows, (size_t)n_rows * width * sizeof(float));
+    st = dt_allgather(r->group, mine, all, (size_t)most * width * (size_t)r->world, DT_F32, NULL);
+  }
+  if (st == DT_OK) { /* compact: rank q's rows follow rank q-1's */
+    size_t at = 0;
+    for (int q = 0; q < r->world; q++) {
+      memmove(all + at * width, all + (size_t)q * (size_t)most * width, (size_t)counts[q] * width * sizeof(float));
+      at += (size_t)counts[q];
+    }
+    st = dt_metric_acc_set_scores(acc, all, total);
+  }
+  dt_free(all);
+  dt_free(mine);
+  dt_free(counts);
+  return st;
+}
+
+/* A stop request on any rank stops every rank at the same step. */
+static dt_status ddp_stop(dt_run *r, int local, int *stop) {
+  int32_t s32 = local != 0;
+  DT_CHECK(dt_allreduce(r->group, &s32, &s32, 1, DT_I32, DT_MAX, NULL));
+  *stop = s32 != 0;
+  return DT_OK;
+}
+
+static void ddp_comm(dt_run *r, double *waited, double *total) {
+  dt_ddp_stats s;
+  dt_ddp_get_stats(r->ddp, &s);
+  *waited = s.wait_s;
+  *total = s.comm_s;
+}
+
+static dt_status ddp_gather(dt_run *r, const double *mine, double *all, size_t n) {
+  return dt_allgather(r->group, mine, all, (size_t)r->world * n, DT_F64, NULL);
+}
+
+static void ddp_free(dt_run *r) {
+  dt_ddp_free(r->ddp);
+  dt_dist_sampler_free(r->val_shard);
+  dt_dist_sampler_free(r->train_shard);
+  dt_group_destroy(r->group);
+  r->ddp = NULL;
+  r->val_shard = r->train_shard = NULL;
+  r->group = NULL;
+}
+
+const dt_strategy_ops dt_strategy_ddp_ops = {
+    .name = "ddp",
+    .join = ddp_join,
+    .make_loaders = ddp_loaders,
+    .wrap = ddp_wrap,
+    .train_batch = ddp_batch,
+    .finish_step = ddp_finish,
+    .eval_start = ddp_eval_start,
+    .forward = dt_strategy_model_forward,
+    .all_sum = ddp_sum,
+    .reduce_metrics = ddp_metrics,
+    .agree_stop = ddp_stop,
+    .rng_get = dt_strategy_model_rng_get,
+    .rng_set = dt_strategy_model_rng_set,
+    .comm_seconds = ddp_comm,
+    .gather = ddp_gather,
+    .free = ddp_free,
+};
