@@ -10,9 +10,9 @@
 #include "dtrain/dtrain.h"
 #include "dtrain/snapshot.h"
 #include "dtrain/trace.h"
-#include "train/report.h"
-#include "train/tensorboard.h"
-#include "train/trace_merge.h"
+#include "io/report.h"
+#include "io/tensorboard.h"
+#include "io/trace_merge.h"
 #include "train/train_impl.h"
 
 #define TRAIN_PATH_MAX 4096

@@ -10,7 +10,7 @@
 #include "core/impl.h"
 #include "harness.h"
 #include "test_files.h"
-#include "train/json.h"
+#include "io/json.h"
 
 /* ---- helpers ------------------------------------------------------------------- */
 

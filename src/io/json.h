@@ -1,6 +1,6 @@
 /* A small, strict, bounded JSON reader (flat node array) and writer helpers, for file headers. */
-#ifndef DT_TRAIN_JSON_H
-#define DT_TRAIN_JSON_H
+#ifndef DT_IO_JSON_H
+#define DT_IO_JSON_H
 
 #include <stddef.h>
 #include <stdint.h>

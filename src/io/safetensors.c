@@ -6,7 +6,7 @@
 
 #include "core/impl.h"
 #include "dtrain/checkpoint.h"
-#include "train/json.h"
+#include "io/json.h"
 
 /* The reference implementation refuses headers above 100 MB; so do we. */
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)

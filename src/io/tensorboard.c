@@ -1,5 +1,5 @@
 /* TensorBoard events writer: TFRecord framing with masked CRC-32C around hand-encoded Event protobufs. */
-#include "train/tensorboard.h"
+#include "io/tensorboard.h"
 
 #include <errno.h>
 #include <stdio.h>

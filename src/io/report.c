@@ -5,8 +5,8 @@
 
 #include "core/impl.h"
 #include "dtrain/dtrain.h"
-#include "train/json.h"
-#include "train/report.h"
+#include "io/json.h"
+#include "io/report.h"
 
 /* ---- text --------------------------------------------------------------- */
 

@@ -1,5 +1,5 @@
 /* A strict, bounded JSON parser into a flat node array, and string-escaping writer helpers. */
-#include "train/json.h"
+#include "io/json.h"
 
 #include <stdarg.h>
 #include <stdio.h>
