@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include "core/impl.h"
-#include "train/train_impl.h"
 
 #define DT_TB_PATH_MAX 4096
 /* Largest Event we encode: the tag plus under 40 bytes of keys, lengths, time, step and value. */
@@ -161,7 +160,7 @@ dt_status dt_tb_open(const char *dir, const char *suffix, dt_tb_writer **out) {
   dt_tb_writer *w = NULL;
   int created = 0;
   if (!suffix) suffix = "";
-  DT_CHECK(dt_train_mkdir_p(dir));
+  DT_CHECK(dt_mkdir_p(dir, 0777));
   DT_CHECK(dt_alloc_array(1, sizeof *w, "tensorboard writer", (void **)&w));
 
   char host[256];

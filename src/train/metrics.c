@@ -1,10 +1,8 @@
-/* Metrics files (metrics.csv, metrics.jsonl), mkdir -p and small JSON string helpers. */
+/* Metrics files (metrics.csv, metrics.jsonl, summary.json) and small JSON string helpers. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/types.h>
 
 #include "core/impl.h"
 #include "train/train_impl.h"
@@ -22,38 +20,6 @@ static const char csv_header[] =
     "epoch,step,lr,train_loss,train_acc1,test_loss,test_acc1,test_acc5,epoch_seconds,train_samples_per_s";
 
 const char *dt_metrics_csv_header(void) { return csv_header; }
-
-dt_status dt_train_mkdir_p(const char *path) {
-  char buf[DT_PATH_MAX];
-  size_t n = strlen(path);
-  if (n == 0) return dt_error(DT_INVALID_ARGUMENT, "empty directory name");
-  if (n >= sizeof buf) return dt_error(DT_INVALID_ARGUMENT, "directory name too long (%zu bytes)", n);
-  memcpy(buf, path, n + 1);
-  /* Create every prefix ending before a '/', then the whole path. */
-  for (size_t i = 1; i <= n; i++) {
-    if (buf[i] != '/' && buf[i] != '\0') continue;
-    char saved = buf[i];
-    buf[i] = '\0';
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
-      int err = errno;
-      return dt_error(DT_IO, "cannot create directory %s: %s", buf, strerror(err));
-    }
-    buf[i] = saved;
-  }
-  struct stat st;
-  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return dt_error(DT_IO, "%s exists and is not a directory", path);
-  return DT_OK;
-}
-
-dt_status dt_train_write_file(const char *path, const char *text) {
-  FILE *f = fopen(path, "w");
-  if (!f) return dt_error(DT_IO, "cannot write %s: %s", path, strerror(errno));
-  size_t n = strlen(text);
-  int bad = fwrite(text, 1, n, f) != n;
-  bad |= fclose(f) != 0;
-  if (bad) return dt_error(DT_IO, "writing %s failed: %s", path, strerror(errno));
-  return DT_OK;
-}
 
 int dt_train_json_str(char *buf, size_t len, size_t *pos, const char *s) {
   size_t p = *pos;
@@ -171,5 +137,5 @@ dt_status dt_train_write_summary(const char *dir, const char *model, const dt_tr
            r->cpu_user_seconds, r->cpu_sys_seconds, r->train_samples_per_s, r->infer_samples_per_s,
            r->compute_seconds, r->data_wait_seconds, r->comm_seconds, r->test_loss, r->test_acc1, r->test_acc5,
            r->peak_rss_bytes, r->world_size > 0 ? r->world_size : 1, r->backend, r->comm_total_seconds, r->comm_hidden);
-  return dt_train_write_file(path, text);
+  return dt_file_write_text(path, text);
 }

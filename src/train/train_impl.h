@@ -13,10 +13,6 @@
 #include "io/io-impl.h"
 
 /* ---- files (metrics.c) -------------------------------------------------- */
-/* mkdir -p: creates path and its missing parents (mode 0777 & umask). */
-dt_status dt_train_mkdir_p(const char *path);
-/* Writes text to path (truncating); DT_IO naming the path on failure. */
-dt_status dt_train_write_file(const char *path, const char *text);
 /* Appends s as a JSON string literal (quotes included) to buf of len at *pos;
  * returns 0 when it does not fit. */
 int dt_train_json_str(char *buf, size_t len, size_t *pos, const char *s);

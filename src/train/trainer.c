@@ -158,12 +158,12 @@ static dt_status save_weights(const dt_train_config *c, dt_model *m, const dt_ep
  * from the snapshot's rows (the epochs after it are trained again). */
 static dt_status open_outputs(const dt_train_config *c, run *r) {
   char path[TRAIN_PATH_MAX];
-  dt_status st = dt_train_mkdir_p(c->out_dir);
+  dt_status st = dt_mkdir_p(c->out_dir, 0777);
   if (st != DT_OK) return st;
   if (c->save_every || c->save_every_steps || c->save_on_interrupt) {
     if ((size_t)snprintf(path, sizeof path, "%s/snapshots", c->out_dir) >= sizeof path)
       return dt_error(DT_INVALID_ARGUMENT, "output directory name too long");
-    DT_CHECK(dt_train_mkdir_p(path));
+    DT_CHECK(dt_mkdir_p(path, 0777));
   }
   DT_CHECK(dt_metrics_open(c->out_dir, &r->metrics));
   for (int i = 0; i < r->n_history; i++) DT_CHECK(dt_metrics_write(r->metrics, &r->history[i]));
@@ -173,7 +173,7 @@ static dt_status open_outputs(const dt_train_config *c, run *r) {
   memcpy(json + n, "\n", 2);
   if ((size_t)snprintf(path, sizeof path, "%s/config.json", c->out_dir) >= sizeof path)
     return dt_error(DT_INVALID_ARGUMENT, "output directory name too long");
-  return dt_train_write_file(path, json);
+  return dt_file_write_text(path, json);
 }
 
 /* Sums over ranks (a no-op without a group): train/eval counters become global. */
@@ -468,7 +468,7 @@ static dt_status make_trace_dir(const char *path) {
   char *slash = strrchr(dir, '/');
   if (!slash || slash == dir) return DT_OK; /* the working directory, or / */
   *slash = '\0';
-  dt_status st = dt_train_mkdir_p(dir);
+  dt_status st = dt_mkdir_p(dir, 0777);
   return st == DT_OK ? DT_OK : dt_error_prefix(st, "--trace %s", path);
 }
 
