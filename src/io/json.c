@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/impl.h"
+#include "core/text.h"
 
 typedef struct parser {
   const char *s;
@@ -84,45 +85,6 @@ static void put_utf8(parser *p, unsigned cp) {
   }
 }
 
-/* Length of the well-formed UTF-8 sequence at s[0..avail), or 0 (RFC 3629:
- * no overlongs, no surrogates, nothing above U+10FFFF). */
-static size_t utf8_len(const unsigned char *s, size_t avail) {
-  unsigned c = s[0];
-  size_t n;
-  unsigned lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) n = 2;
-  else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (avail < n) return 0;
-  if (s[1] < lo || s[1] > hi) return 0;
-  for (size_t i = 2; i < n; i++)
-    if (s[i] < 0x80 || s[i] > 0xBF) return 0;
-  return n;
-}
-
-int dt_utf8_valid(const char *s, size_t n) {
-  const unsigned char *u = (const unsigned char *)s;
-  for (size_t i = 0; i < n;) {
-    if (u[i] < 0x80) {
-      i++;
-      continue;
-    }
-    size_t k = utf8_len(u + i, n - i);
-    if (!k) return 0;
-    i += k;
-  }
-  return 1;
-}
-
 /* At the opening quote: decodes into the pool. */
 static dt_status parse_string(parser *p, const char **out, size_t *out_len) {
   size_t start = p->pool_len;
@@ -166,7 +128,7 @@ static dt_status parse_string(parser *p, const char **out, size_t *out_len) {
       p->pos++;
       continue;
     }
-    size_t n = utf8_len((const unsigned char *)p->s + p->pos, p->len - p->pos);
+    size_t n = dt_utf8_char_len(p->s + p->pos, p->len - p->pos);
     if (!n) return fail(p, "invalid UTF-8 in string");
     memcpy(p->pool + p->pool_len, p->s + p->pos, n);
     p->pool_len += n;

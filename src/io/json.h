@@ -54,9 +54,6 @@ typedef struct dt_json {
 dt_status dt_json_parse(const char *text, size_t len, dt_json *out);
 void dt_json_free(dt_json *doc); /* accepts a zeroed doc */
 
-/* 1 if s[0..n) is well-formed UTF-8 (RFC 3629), else 0. */
-int dt_utf8_valid(const char *s, size_t n);
-
 /* A growable byte buffer for writers. */
 typedef struct dt_buf {
   char *data;

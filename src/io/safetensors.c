@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include "core/impl.h"
+#include "core/text.h"
 #include "dtrain/checkpoint.h"
 #include "io/json.h"
 
