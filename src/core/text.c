@@ -1,4 +1,4 @@
-/* Text checks and encodings the file formats share: UTF-8 validation. */
+/* Text checks and encodings shared by the file formats and the trace: UTF-8 validation, JSON string literals. */
 #include "core/text.h"
 
 size_t dt_utf8_char_len(const char *s, size_t avail) {
@@ -34,5 +34,36 @@ int dt_utf8_valid(const char *s, size_t n) {
     if (!k) return 0;
     i += k;
   }
+  return 1;
+}
+
+int dt_json_escape(char *buf, size_t len, size_t *pos, const char *s) {
+  static const char hex[] = "0123456789abcdef";
+  size_t p = *pos;
+#define PUT(c)                  \
+  do {                          \
+    if (p + 1 >= len) return 0; \
+    buf[p++] = (char)(c);       \
+  } while (0)
+  PUT('"');
+  for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
+    if (*c == '"' || *c == '\\') {
+      PUT('\\');
+      PUT(*c);
+    } else if (*c < 0x20) {
+      PUT('\\');
+      PUT('u');
+      PUT('0');
+      PUT('0');
+      PUT(hex[*c >> 4]);
+      PUT(hex[*c & 15]);
+    } else {
+      PUT(*c);
+    }
+  }
+  PUT('"');
+#undef PUT
+  buf[p] = '\0';
+  *pos = p;
   return 1;
 }

@@ -325,25 +325,30 @@ void dt_json_free(dt_json *doc) {
   doc->n = 0;
 }
 
-void dt_buf_append(dt_buf *b, const void *src, size_t n) {
-  if (b->status != DT_OK) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + n + 1) {
-      if (cap > SIZE_MAX / 2) {
-        b->status = dt_error(DT_OUT_OF_MEMORY, "buffer of %zu bytes overflows", b->len + n);
-        return;
-      }
-      cap *= 2;
+/* Room for n more bytes and the NUL after them; 0 when there is none (b->status says why). */
+static int buf_reserve(dt_buf *b, size_t n) {
+  if (b->status != DT_OK) return 0;
+  if (b->len + n + 1 <= b->cap) return 1;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap < b->len + n + 1) {
+    if (cap > SIZE_MAX / 2) {
+      b->status = dt_error(DT_OUT_OF_MEMORY, "buffer of %zu bytes overflows", b->len + n);
+      return 0;
     }
-    char *bigger = NULL;
-    b->status = dt_alloc(cap, (void **)&bigger);
-    if (b->status != DT_OK) return;
-    if (b->len) memcpy(bigger, b->data, b->len);
-    dt_free(b->data);
-    b->data = bigger;
-    b->cap = cap;
+    cap *= 2;
   }
+  char *bigger = NULL;
+  b->status = dt_alloc(cap, (void **)&bigger);
+  if (b->status != DT_OK) return 0;
+  if (b->len) memcpy(bigger, b->data, b->len);
+  dt_free(b->data);
+  b->data = bigger;
+  b->cap = cap;
+  return 1;
+}
+
+void dt_buf_append(dt_buf *b, const void *src, size_t n) {
+  if (!buf_reserve(b, n)) return;
   memcpy(b->data + b->len, src, n);
   b->len += n;
   b->data[b->len] = '\0';
@@ -375,25 +380,17 @@ void dt_buf_printf(dt_buf *b, const char *fmt, ...) {
 }
 
 void dt_buf_json_string(dt_buf *b, const char *s) {
-  dt_buf_append(b, "\"", 1);
-  size_t run = 0; /* bytes copied verbatim in one append */
-  for (size_t i = 0;; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c != 0 && c >= 0x20 && c != '"' && c != '\\') {
-      run++;
-      continue;
+  /* First with room for s as it is; escapes take up to 6 bytes a byte, so a
+   * string full of them needs a few more tries. */
+  for (size_t room = strlen(s) + 2;; room *= 2) {
+    if (!buf_reserve(b, room)) return;
+    size_t pos = b->len;
+    if (dt_json_escape(b->data, b->cap, &pos, s)) {
+      b->len = pos;
+      return;
     }
-    dt_buf_append(b, s + i - run, run);
-    run = 0;
-    if (c == 0) break;
-    if (c == '"' || c == '\\') {
-      char esc[2] = {'\\', (char)c};
-      dt_buf_append(b, esc, 2);
-    } else {
-      dt_buf_printf(b, "\\u%04x", c);
-    }
+    b->data[b->len] = '\0'; /* the failed try wrote past the end */
   }
-  dt_buf_append(b, "\"", 1);
 }
 
 void dt_buf_free(dt_buf *b) {

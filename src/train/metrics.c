@@ -1,10 +1,11 @@
-/* Metrics files (metrics.csv, metrics.jsonl, summary.json) and small JSON string helpers. */
+/* Metrics files: metrics.csv, metrics.jsonl and summary.json. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/impl.h"
+#include "core/text.h"
 #include "train/train_impl.h"
 
 #define DT_PATH_MAX 4096
@@ -20,33 +21,6 @@ static const char csv_header[] =
     "epoch,step,lr,train_loss,train_acc1,test_loss,test_acc1,test_acc5,epoch_seconds,train_samples_per_s";
 
 const char *dt_metrics_csv_header(void) { return csv_header; }
-
-int dt_train_json_str(char *buf, size_t len, size_t *pos, const char *s) {
-  size_t p = *pos;
-#define PUT(c)                   \
-  do {                           \
-    if (p + 1 >= len) return 0;  \
-    buf[p++] = (char)(c);        \
-  } while (0)
-  PUT('"');
-  for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
-    if (*c == '"' || *c == '\\') {
-      PUT('\\');
-      PUT(*c);
-    } else if (*c < 0x20) {
-      char esc[8];
-      snprintf(esc, sizeof esc, "\\u%04x", *c);
-      for (int i = 0; esc[i]; i++) PUT(esc[i]);
-    } else {
-      PUT(*c);
-    }
-  }
-  PUT('"');
-#undef PUT
-  buf[p] = '\0';
-  *pos = p;
-  return 1;
-}
 
 static dt_status open_with_header(const char *path, const char *header, FILE **out) {
   FILE *f = fopen(path, "w");
@@ -125,7 +99,7 @@ dt_status dt_train_write_summary(const char *dir, const char *model, const dt_tr
   if ((size_t)snprintf(path, sizeof path, "%s/summary.json", dir) >= sizeof path)
     return dt_error(DT_INVALID_ARGUMENT, "output directory path too long: %s", dir);
   pos += (size_t)snprintf(text, sizeof text, "{\"model\":");
-  if (!dt_train_json_str(text, sizeof text, &pos, model)) return dt_error(DT_INVALID_ARGUMENT, "model name too long");
+  if (!dt_json_escape(text, sizeof text, &pos, model)) return dt_error(DT_INVALID_ARGUMENT, "model name too long");
   snprintf(text + pos, sizeof text - pos,
            ",\"epochs_done\":%d,\"interrupted\":%s,\"steps\":%lld,\"params\":%zu,"
            "\"wall_seconds\":%.3f,\"cpu_user_seconds\":%.3f,\"cpu_sys_seconds\":%.3f,"

@@ -13,10 +13,6 @@
 #include "io/io-impl.h"
 
 /* ---- files (metrics.c) -------------------------------------------------- */
-/* Appends s as a JSON string literal (quotes included) to buf of len at *pos;
- * returns 0 when it does not fit. */
-int dt_train_json_str(char *buf, size_t len, size_t *pos, const char *s);
-
 /* metrics.csv + metrics.jsonl in a directory: the header is written (and
  * flushed) on open, so an unwritable directory fails before training. */
 typedef struct dt_metrics_writer dt_metrics_writer;

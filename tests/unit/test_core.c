@@ -1,6 +1,7 @@
-/* Tests of the core: status table, error detail, tunables, allocation, Philox RNG, tensors, UTF-8. */
+/* Tests of the core: status table, error detail, tunables, allocation, Philox RNG, tensors, UTF-8, JSON string literals. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/impl.h"
 #include "core/text.h"
@@ -135,7 +136,27 @@ TEST(utf8_is_rfc3629_strict) {
 #undef VALID
 }
 
+TEST(json_escape_quotes_backslashes_and_controls_only) {
+  char buf[64];
+  size_t pos = 0;
+  ASSERT(dt_json_escape(buf, sizeof buf, &pos, "q\" b\\ nl\n ctl\x01\x1f / \x7f \xe2\x82\xac"));
+  ASSERT_STR_EQ(buf, "\"q\\\" b\\\\ nl\\u000a ctl\\u0001\\u001f / \x7f \xe2\x82\xac\"");
+  ASSERT_EQ(pos, strlen(buf));
+  pos = 2; /* appends at *pos */
+  ASSERT(dt_json_escape(buf, sizeof buf, &pos, NULL));
+  ASSERT_STR_EQ(buf + 2, "\"\"");
+  ASSERT_EQ(pos, 4);
+  /* "ab" needs 4 bytes and the NUL: 5 fit, 4 do not and leave *pos alone. */
+  pos = 0;
+  ASSERT(dt_json_escape(buf, 5, &pos, "ab"));
+  ASSERT_EQ(pos, 4);
+  pos = 0;
+  ASSERT(!dt_json_escape(buf, 4, &pos, "ab"));
+  ASSERT_EQ(pos, 0);
+}
+
 TEST_MAIN(TEST_ENTRY(status_names_and_messages), TEST_ENTRY(error_detail_is_recorded_and_prefixed),
           TEST_ENTRY(tunables_read_environment_and_reject_garbage), TEST_ENTRY(alloc_is_aligned_zeroed_and_checked),
           TEST_ENTRY(philox_known_answer), TEST_ENTRY(rng_is_reproducible_and_uniform),
-          TEST_ENTRY(tensor_describe_and_convert), TEST_ENTRY(thread_budget), TEST_ENTRY(utf8_is_rfc3629_strict))
+          TEST_ENTRY(tensor_describe_and_convert), TEST_ENTRY(thread_budget), TEST_ENTRY(utf8_is_rfc3629_strict),
+          TEST_ENTRY(json_escape_quotes_backslashes_and_controls_only))
