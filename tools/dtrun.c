@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/impl.h"
 #include "dtrain/core.h"
 #include "dtrain/dist.h"
 
@@ -747,33 +748,22 @@ static int open_log(const agent *a, const worker *w, const char *ext) {
   return fd;
 }
 
-/* mkdir -p; 0 or -1 with a message. */
+/* mkdir -p (dt_mkdir_p) of a --log-dir path we may write into; 0 or -1 with a message. */
 static int make_dirs(const char *path) {
-  char buf[PATH_MAX];
-  if (strlen(path) >= sizeof buf) {
+  if (strlen(path) >= PATH_MAX) {
     fprintf(stderr, "dtrun: --log-dir: path too long\n");
     return -1;
   }
-  strcpy(buf, path);
-  for (char *p = buf + 1;; p++) {
-    if (*p == '/' || *p == '\0') {
-      char c = *p;
-      *p = '\0';
-      if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "dtrun: --log-dir: cannot create directory %s: %s\n", buf, strerror(errno));
-        return -1;
-      }
-      *p = c;
-      if (c == '\0') break;
-    }
-  }
   struct stat st;
-  if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
-    fprintf(stderr, "dtrun: --log-dir: %s is not a directory\n", buf);
+  if (dt_mkdir_p(path, 0755) != DT_OK) {
+    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
+      fprintf(stderr, "dtrun: --log-dir: %s is not a directory\n", path);
+    else
+      fprintf(stderr, "dtrun: --log-dir: %s\n", dt_last_error());
     return -1;
   }
-  if (access(buf, W_OK | X_OK) != 0) {
-    fprintf(stderr, "dtrun: --log-dir: cannot write to %s: %s\n", buf, strerror(errno));
+  if (access(path, W_OK | X_OK) != 0) {
+    fprintf(stderr, "dtrun: --log-dir: cannot write to %s: %s\n", path, strerror(errno));
     return -1;
   }
   return 0;

@@ -51,6 +51,10 @@ typedef struct dt_metric_set {
   const char *loss_label; /* "cross-entropy loss", "BCE loss", "MSE loss" */
 } dt_metric_set;
 
+/* The metrics of classification over more than 5 classes (acc1, acc5): the
+ * names to use where no task is at hand, e.g. rows written by older versions. */
+const dt_metric_set *dt_metric_set_classification(void);
+
 /* ---- tasks -------------------------------------------------------------------- */
 typedef struct dt_task dt_task;
 /* DT_INVALID_ARGUMENT naming the bad field. The task copies pos_weight. */

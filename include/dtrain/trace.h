@@ -15,7 +15,7 @@
  * DT_TRACE_MAX_EVENTS are kept; later ones are counted as dropped and the
  * count goes into the output's metadata.
  * Recording never fails the caller and never touches dt_last_error.
- * dt_trace_write_merged (src/train/trace_merge.h) gathers every rank's events
+ * dt_trace_write_merged (src/io/trace_merge.h) gathers every rank's events
  * into one file on rank 0. */
 #ifndef DTRAIN_TRACE_H
 #define DTRAIN_TRACE_H

@@ -1,8 +1,9 @@
-/* Opening regular files for reading, with errors that name the path. */
+/* Files with errors that name the path: opening and reading regular files, writing a whole file, mkdir -p. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 
 #include "core/impl.h"
 
@@ -28,4 +29,36 @@ dt_status dt_file_read_exact(FILE *f, const char *path, void *buf, size_t n) {
   if (n == 0 || fread(buf, 1, n, f) == n) return DT_OK;
   return ferror(f) ? dt_error(DT_IO, "%s: read failed: %s", path, strerror(errno))
                    : dt_error(DT_CORRUPT, "%s: file shrank while reading", path);
+}
+
+dt_status dt_file_write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) return dt_error(DT_IO, "cannot write %s: %s", path, strerror(errno));
+  size_t n = strlen(text);
+  int bad = fwrite(text, 1, n, f) != n;
+  bad |= fclose(f) != 0;
+  if (bad) return dt_error(DT_IO, "writing %s failed: %s", path, strerror(errno));
+  return DT_OK;
+}
+
+dt_status dt_mkdir_p(const char *path, mode_t mode) {
+  char buf[4096];
+  size_t n = strlen(path);
+  if (n == 0) return dt_error(DT_INVALID_ARGUMENT, "empty directory name");
+  if (n >= sizeof buf) return dt_error(DT_INVALID_ARGUMENT, "directory name too long (%zu bytes)", n);
+  memcpy(buf, path, n + 1);
+  /* Create every prefix ending before a '/', then the whole path. */
+  for (size_t i = 1; i <= n; i++) {
+    if (buf[i] != '/' && buf[i] != '\0') continue;
+    char saved = buf[i];
+    buf[i] = '\0';
+    if (mkdir(buf, mode) != 0 && errno != EEXIST) {
+      int err = errno;
+      return dt_error(DT_IO, "cannot create directory %s: %s", buf, strerror(err));
+    }
+    buf[i] = saved;
+  }
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return dt_error(DT_IO, "%s exists and is not a directory", path);
+  return DT_OK;
 }

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "dtrain/core.h"
 #include "dtrain/status.h"
@@ -69,6 +70,13 @@ static inline int dt_mul_overflow(size_t a, size_t b, size_t *out) {
 dt_status dt_file_open_regular(const char *path, FILE **out, size_t *len);
 /* Reads exactly n bytes: DT_IO on a read error, DT_CORRUPT if the file ended early. */
 dt_status dt_file_read_exact(FILE *f, const char *path, void *buf, size_t n);
+/* Writes text to path (truncating); DT_IO naming the path on failure. */
+dt_status dt_file_write_text(const char *path, const char *text);
+/* mkdir -p: creates path and its missing parents (mode & umask); an existing
+ * directory is fine. DT_INVALID_ARGUMENT for an empty name or one of 4096
+ * bytes or more; DT_IO naming the directory that could not be created, or the
+ * path when it exists and is not a directory. */
+dt_status dt_mkdir_p(const char *path, mode_t mode);
 
 /* A file that appears whole or not at all. Writes go to `path.tmp.<pid>` next
  * to path (same file system, so the rename is atomic); commit flushes, fsyncs,

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "core/impl.h"
+#include "core/text.h"
 #include "dtrain/trace.h"
 
 /* Each event is formatted when recorded, as the members of its JSON object
@@ -93,24 +94,12 @@ static uint64_t to_ns(double us) {
   return (uint64_t)(us * 1000.0 + 0.5);
 }
 
-/* s as a JSON string literal; at most 6 bytes per input byte plus 2. */
+/* s as a JSON string literal: at most 6 bytes per input byte plus 2, and a
+ * NUL after them that the next write covers; callers reserve that room. */
 static char *put_json_str(char *p, const char *s) {
-  static const char hex[] = "0123456789abcdef";
-  *p++ = '"';
-  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-    if (*c == '"' || *c == '\\') {
-      *p++ = '\\';
-      *p++ = (char)*c;
-    } else if (*c < 0x20) {
-      p = put(p, "\\u00");
-      *p++ = hex[*c >> 4];
-      *p++ = hex[*c & 15];
-    } else {
-      *p++ = (char)*c;
-    }
-  }
-  *p++ = '"';
-  return p;
+  size_t n = 0;
+  dt_json_escape(p, SIZE_MAX, &n, s);
+  return p + n;
 }
 
 /* ---- tracks ----------------------------------------------------------------- */

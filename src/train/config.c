@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/impl.h"
+#include "core/text.h"
 #include "dtrain/dtrain.h"
 #include "train/train_impl.h"
 
@@ -154,7 +155,7 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
 #define STR(key, v)                                            \
   do {                                                         \
     RAW(",\"%s\":", key);                                      \
-    if (ok) ok = dt_train_json_str(buf, len, &pos, v);         \
+    if (ok) ok = dt_json_escape(buf, len, &pos, v);            \
   } while (0)
   if (len == 0) return dt_error(DT_INVALID_ARGUMENT, "no room for the configuration JSON");
   RAW("{\"dtrain_version\":\"%s\"", DTRAIN_VERSION);

@@ -15,10 +15,10 @@ static dt_status start(dt_run *r) {
   const dt_train_config *c = r->cfg;
   if (!c->out_dir || !r->lead) return DT_OK;
   char path[PATH_MAX_LEN];
-  DT_CHECK(dt_train_mkdir_p(c->out_dir));
+  DT_CHECK(dt_mkdir_p(c->out_dir, 0777));
   if (c->save_every || c->save_every_steps || c->save_on_interrupt) {
     DT_CHECK(dt_run_path(r, "snapshots", path, sizeof path));
-    DT_CHECK(dt_train_mkdir_p(path));
+    DT_CHECK(dt_mkdir_p(path, 0777));
   }
   DT_CHECK(dt_metrics_open(c->out_dir, r->metrics, &r->metrics_writer));
   for (int i = 0; i < r->n_history; i++) DT_CHECK(dt_metrics_write(r->metrics_writer, &r->history[i]));
@@ -27,7 +27,7 @@ static dt_status start(dt_run *r) {
   memcpy(json, r->config_json, n);
   memcpy(json + n, "\n", 2);
   DT_CHECK(dt_run_path(r, "config.json", path, sizeof path));
-  return dt_train_write_file(path, json);
+  return dt_file_write_text(path, json);
 }
 
 static dt_status epoch_end(dt_run *r, const dt_epoch_metrics *m, int complete) {

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "core/impl.h"
-#include "train/report.h"
+#include "io/report.h"
 #include "train/run.h"
 
 typedef struct report_state {

@@ -5,7 +5,7 @@
 
 #include "core/impl.h"
 #include "train/run.h"
-#include "train/tensorboard.h"
+#include "io/tensorboard.h"
 
 /* A window of training steps: rank-local sums. */
 typedef struct run_window {

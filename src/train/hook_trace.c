@@ -4,7 +4,7 @@
 
 #include "core/impl.h"
 #include "train/run.h"
-#include "train/trace_merge.h"
+#include "io/trace_merge.h"
 
 /* The directory is made now, so a bad path fails before training. */
 static dt_status start(dt_run *r) {
@@ -16,7 +16,7 @@ static dt_status start(dt_run *r) {
   char *slash = strrchr(dir, '/');
   if (!slash || slash == dir) return DT_OK; /* the working directory, or / */
   *slash = '\0';
-  dt_status st = dt_train_mkdir_p(dir);
+  dt_status st = dt_mkdir_p(dir, 0777);
   return st == DT_OK ? DT_OK : dt_error_prefix(st, "--trace %s", path);
 }
 

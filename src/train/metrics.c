@@ -1,12 +1,11 @@
-/* Metrics files (metrics.csv, metrics.jsonl), mkdir -p and small JSON string helpers. */
+/* Metrics files: metrics.csv, metrics.jsonl and summary.json. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/types.h>
 
 #include "core/impl.h"
+#include "core/text.h"
 #include "train/train_impl.h"
 
 #define DT_PATH_MAX 4096
@@ -30,65 +29,6 @@ dt_status dt_metrics_csv_header(const dt_metric_set *ms, char *buf, size_t len) 
   if (k >= 0) o += (size_t)k, k = o < len ? snprintf(buf + o, len - o, ",epoch_seconds,train_samples_per_s") : -1;
   if (k < 0 || o + (size_t)k >= len) return dt_error(DT_INVALID_ARGUMENT, "metrics header longer than %zu bytes", len);
   return DT_OK;
-}
-
-dt_status dt_train_mkdir_p(const char *path) {
-  char buf[DT_PATH_MAX];
-  size_t n = strlen(path);
-  if (n == 0) return dt_error(DT_INVALID_ARGUMENT, "empty directory name");
-  if (n >= sizeof buf) return dt_error(DT_INVALID_ARGUMENT, "directory name too long (%zu bytes)", n);
-  memcpy(buf, path, n + 1);
-  /* Create every prefix ending before a '/', then the whole path. */
-  for (size_t i = 1; i <= n; i++) {
-    if (buf[i] != '/' && buf[i] != '\0') continue;
-    char saved = buf[i];
-    buf[i] = '\0';
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
-      int err = errno;
-      return dt_error(DT_IO, "cannot create directory %s: %s", buf, strerror(err));
-    }
-    buf[i] = saved;
-  }
-  struct stat st;
-  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return dt_error(DT_IO, "%s exists and is not a directory", path);
-  return DT_OK;
-}
-
-dt_status dt_train_write_file(const char *path, const char *text) {
-  FILE *f = fopen(path, "w");
-  if (!f) return dt_error(DT_IO, "cannot write %s: %s", path, strerror(errno));
-  size_t n = strlen(text);
-  int bad = fwrite(text, 1, n, f) != n;
-  bad |= fclose(f) != 0;
-  if (bad) return dt_error(DT_IO, "writing %s failed: %s", path, strerror(errno));
-  return DT_OK;
-}
-
-int dt_train_json_str(char *buf, size_t len, size_t *pos, const char *s) {
-  size_t p = *pos;
-#define PUT(c)                   \
-  do {                           \
-    if (p + 1 >= len) return 0;  \
-    buf[p++] = (char)(c);        \
-  } while (0)
-  PUT('"');
-  for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
-    if (*c == '"' || *c == '\\') {
-      PUT('\\');
-      PUT(*c);
-    } else if (*c < 0x20) {
-      char esc[8];
-      snprintf(esc, sizeof esc, "\\u%04x", *c);
-      for (int i = 0; esc[i]; i++) PUT(esc[i]);
-    } else {
-      PUT(*c);
-    }
-  }
-  PUT('"');
-#undef PUT
-  buf[p] = '\0';
-  *pos = p;
-  return 1;
 }
 
 static dt_status open_with_header(const char *path, const char *header, FILE **out) {
@@ -202,7 +142,7 @@ dt_status dt_train_write_summary(const char *dir, const char *model, const dt_tr
   if ((size_t)snprintf(path, sizeof path, "%s/summary.json", dir) >= sizeof path)
     return dt_error(DT_INVALID_ARGUMENT, "output directory path too long: %s", dir);
   pos += (size_t)snprintf(text, sizeof text, "{\"model\":");
-  if (!dt_train_json_str(text, sizeof text, &pos, model)) return dt_error(DT_INVALID_ARGUMENT, "model name too long");
+  if (!dt_json_escape(text, sizeof text, &pos, model)) return dt_error(DT_INVALID_ARGUMENT, "model name too long");
   pos += (size_t)snprintf(text + pos, sizeof text - pos,
            ",\"task\":\"%s\",\"epochs_done\":%d,\"interrupted\":%s,\"steps\":%lld,\"params\":%zu,"
            "\"wall_seconds\":%.3f,\"cpu_user_seconds\":%.3f,\"cpu_sys_seconds\":%.3f,"

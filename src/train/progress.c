@@ -63,13 +63,6 @@ void dt_progress_step(dt_progress *p, int64_t step, double loss, int64_t samples
   fflush(p->f);
 }
 
-const dt_metric_set *dt_metric_set_default(void) {
-  static const dt_metric_set classification = {
-      .n_train = 1, .n_train_row = 1, .n_eval = 2, .loss_label = "cross-entropy loss",
-      .train = {{"acc1", "top-1", "acc", 1}}, .eval = {{"acc1", "top-1", "top1", 1}, {"acc5", "top-5", "top5", 1}}};
-  return &classification;
-}
-
 /* " <brief> <value>" for each metric: fractions in %, others with 4 decimals. */
 static size_t put_metrics(char *buf, size_t len, const dt_metric_desc *d, const double *v, int n) {
   size_t o = 0;
@@ -83,7 +76,7 @@ static size_t put_metrics(char *buf, size_t len, const dt_metric_desc *d, const 
 }
 
 void dt_progress_format_epoch(const dt_epoch_metrics *m, const dt_metric_set *ms, int epochs, char *buf, size_t len) {
-  if (!ms) ms = dt_metric_set_default();
+  if (!ms) ms = dt_metric_set_classification();
   size_t o = (size_t)snprintf(buf, len, "epoch %d/%d  train loss %.4f", m->epoch, epochs, m->train_loss);
   if (o < len) o += put_metrics(buf + o, len - o, ms->train, m->train_metric, ms->n_train_row);
   if (o < len && m->test_loss == m->test_loss) { /* no validation data: no test figures */

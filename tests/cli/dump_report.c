@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "dtrain/dtrain.h"
-#include "train/report.h"
+#include "io/report.h"
 
 #define EPOCHS 10
 #define WORLD 4

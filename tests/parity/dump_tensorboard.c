@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "dtrain/dtrain.h"
-#include "train/tensorboard.h"
+#include "io/tensorboard.h"
 
 static int usage(void) {
   fprintf(stderr,

@@ -1,8 +1,10 @@
-/* Tests of the core: status table, error detail, tunables, allocation, Philox RNG, tensors. */
+/* Tests of the core: status table, error detail, tunables, allocation, Philox RNG, tensors, UTF-8, JSON string literals. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/impl.h"
+#include "core/text.h"
 #include "harness.h"
 
 TEST(status_names_and_messages) {
@@ -110,7 +112,51 @@ TEST(thread_budget) {
   ASSERT_EQ(dt_get_threads(), dt_num_cores());
 }
 
+/* RFC 3629's table: every boundary of it, one byte either side. */
+TEST(utf8_is_rfc3629_strict) {
+#define VALID(lit) dt_utf8_valid(lit, sizeof lit - 1)
+  ASSERT(VALID(""));
+  ASSERT(VALID("plain \x7f ascii"));
+  ASSERT(VALID("\xc2\x80 \xdf\xbf \xe0\xa0\x80 \xed\x9f\xbf \xee\x80\x80 \xf0\x90\x80\x80 \xf4\x8f\xbf\xbf"));
+  ASSERT(!VALID("\xc0\xaf"));             /* overlong '/' */
+  ASSERT(!VALID("\xc1\xbf"));             /* overlong */
+  ASSERT(!VALID("\xe0\x9f\xbf"));         /* overlong U+07FF */
+  ASSERT(!VALID("\xf0\x8f\xbf\xbf"));     /* overlong U+FFFF */
+  ASSERT(!VALID("\xed\xa0\x80"));         /* surrogate U+D800 */
+  ASSERT(!VALID("\xed\xbf\xbf"));         /* surrogate U+DFFF */
+  ASSERT(!VALID("\xf4\x90\x80\x80"));     /* U+110000 */
+  ASSERT(!VALID("\xf5\x80\x80\x80"));
+  ASSERT(!VALID("\xff"));
+  ASSERT(!VALID("\x80"));                 /* lone continuation byte */
+  ASSERT(!VALID("\xe2\x82"));             /* truncated */
+  ASSERT(!VALID("\xc3("));                /* bad continuation */
+  ASSERT(!dt_utf8_valid("\xe2\x82\xac", 2)); /* cut by the length, not the NUL */
+  ASSERT_EQ(dt_utf8_char_len("\xe2\x82\xac", 3), 3);
+  ASSERT_EQ(dt_utf8_char_len("a", 1), 1);
+#undef VALID
+}
+
+TEST(json_escape_quotes_backslashes_and_controls_only) {
+  char buf[64];
+  size_t pos = 0;
+  ASSERT(dt_json_escape(buf, sizeof buf, &pos, "q\" b\\ nl\n ctl\x01\x1f / \x7f \xe2\x82\xac"));
+  ASSERT_STR_EQ(buf, "\"q\\\" b\\\\ nl\\u000a ctl\\u0001\\u001f / \x7f \xe2\x82\xac\"");
+  ASSERT_EQ(pos, strlen(buf));
+  pos = 2; /* appends at *pos */
+  ASSERT(dt_json_escape(buf, sizeof buf, &pos, NULL));
+  ASSERT_STR_EQ(buf + 2, "\"\"");
+  ASSERT_EQ(pos, 4);
+  /* "ab" needs 4 bytes and the NUL: 5 fit, 4 do not and leave *pos alone. */
+  pos = 0;
+  ASSERT(dt_json_escape(buf, 5, &pos, "ab"));
+  ASSERT_EQ(pos, 4);
+  pos = 0;
+  ASSERT(!dt_json_escape(buf, 4, &pos, "ab"));
+  ASSERT_EQ(pos, 0);
+}
+
 TEST_MAIN(TEST_ENTRY(status_names_and_messages), TEST_ENTRY(error_detail_is_recorded_and_prefixed),
           TEST_ENTRY(tunables_read_environment_and_reject_garbage), TEST_ENTRY(alloc_is_aligned_zeroed_and_checked),
           TEST_ENTRY(philox_known_answer), TEST_ENTRY(rng_is_reproducible_and_uniform),
-          TEST_ENTRY(tensor_describe_and_convert), TEST_ENTRY(thread_budget))
+          TEST_ENTRY(tensor_describe_and_convert), TEST_ENTRY(thread_budget), TEST_ENTRY(utf8_is_rfc3629_strict),
+          TEST_ENTRY(json_escape_quotes_backslashes_and_controls_only))

@@ -7,7 +7,7 @@
 
 #include "harness.h"
 #include "test_files.h"
-#include "train/report.h"
+#include "io/report.h"
 
 /* ---- helpers ------------------------------------------------------------------- */
 

@@ -10,7 +10,7 @@
 #include "core/impl.h"
 #include "harness.h"
 #include "test_files.h"
-#include "train/json.h"
+#include "io/json.h"
 
 /* ---- helpers ------------------------------------------------------------------- */
 
@@ -498,6 +498,17 @@ TEST(json_writer_escapes_round_trip) {
   ASSERT_OK(dt_json_parse(b.data, b.len, &doc));
   ASSERT_STR_EQ(doc.nodes[0].str, s);
   dt_json_free(&doc);
+  /* A long string of control characters grows to 6 bytes a byte: the buffer grows, text before stays. */
+  char ctl[1000];
+  memset(ctl, '\x01', sizeof ctl - 1);
+  ctl[sizeof ctl - 1] = '\0';
+  size_t before = b.len;
+  dt_buf_json_string(&b, ctl);
+  ASSERT_OK(b.status);
+  ASSERT_EQ(b.len, before + 6 * (sizeof ctl - 1) + 2);
+  ASSERT_EQ(strlen(b.data), b.len);
+  ASSERT(strncmp(b.data + before, "\"\\u0001\\u0001", 13) == 0);
+  ASSERT_STR_EQ(b.data + b.len - 7, "\\u0001\"");
   dt_buf_free(&b);
 }
 

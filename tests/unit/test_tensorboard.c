@@ -9,7 +9,7 @@
 
 #include "core/impl.h"
 #include "harness.h"
-#include "train/tensorboard.h"
+#include "io/tensorboard.h"
 
 /* ---- a reader from the formats' definitions, independent of the writer ---- */
 

@@ -10,7 +10,7 @@
 #include "dtrain/loss.h"
 #include "harness.h"
 #include "test_files.h"
-#include "train/trace_merge.h"
+#include "io/trace_merge.h"
 
 static const char *run_id(void) {
   static char id[32];

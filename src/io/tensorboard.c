@@ -1,5 +1,5 @@
 /* TensorBoard events writer: TFRecord framing with masked CRC-32C around hand-encoded Event protobufs. */
-#include "train/tensorboard.h"
+#include "io/tensorboard.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "core/impl.h"
-#include "train/train_impl.h"
+#include "core/text.h"
 
 #define DT_TB_PATH_MAX 4096
 /* Largest Event we encode: the tag plus under 40 bytes of keys, lengths, time, step and value. */
@@ -82,29 +82,6 @@ static uint8_t *put_wall_time(uint8_t *p, const struct timespec *ts) {
   return put_le(put_key(p, 1, WIRE_I64), bits, 8);
 }
 
-/* Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF): what a proto3
- * parser (TensorBoard's, Python's) demands of a string field. */
-static int utf8_valid(const uint8_t *s, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    uint32_t c = s[i], cp, min;
-    size_t len;
-    if (c < 0x80) { i++; continue; }
-    if ((c & 0xe0) == 0xc0) { len = 2; cp = c & 0x1f; min = 0x80; }
-    else if ((c & 0xf0) == 0xe0) { len = 3; cp = c & 0x0f; min = 0x800; }
-    else if ((c & 0xf8) == 0xf0) { len = 4; cp = c & 0x07; min = 0x10000; }
-    else return 0;
-    if (n - i < len) return 0;
-    for (size_t k = 1; k < len; k++) {
-      if ((s[i + k] & 0xc0) != 0x80) return 0;
-      cp = cp << 6 | (s[i + k] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    i += len;
-  }
-  return 1;
-}
-
 /* ---- records -------------------------------------------------------------------- */
 static dt_status write_failed(const dt_tb_writer *w) {
   return dt_error(DT_IO, "%s: write failed: %s", w->path, strerror(errno ? errno : EIO));
@@ -134,7 +111,8 @@ dt_status dt_tb_scalar(dt_tb_writer *w, const char *tag, int64_t step, float val
   if (tag_len == 0 || tag_len > DT_TB_TAG_MAX)
     return dt_error(DT_INVALID_ARGUMENT, "%s: scalar tag of %zu bytes (1 to %d allowed)", w->path, tag_len,
                     DT_TB_TAG_MAX);
-  if (!utf8_valid((const uint8_t *)tag, tag_len))
+  /* Strict UTF-8: what a proto3 parser (TensorBoard's, Python's) demands of a string field. */
+  if (!dt_utf8_valid(tag, tag_len))
     return dt_error(DT_INVALID_ARGUMENT, "%s: scalar tag is not valid UTF-8", w->path);
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
@@ -161,7 +139,7 @@ dt_status dt_tb_open(const char *dir, const char *suffix, dt_tb_writer **out) {
   dt_tb_writer *w = NULL;
   int created = 0;
   if (!suffix) suffix = "";
-  DT_CHECK(dt_train_mkdir_p(dir));
+  DT_CHECK(dt_mkdir_p(dir, 0777));
   DT_CHECK(dt_alloc_array(1, sizeof *w, "tensorboard writer", (void **)&w));
 
   char host[256];

@@ -5,8 +5,9 @@
 #include <zlib.h>
 
 #include "core/impl.h"
+#include "core/text.h"
 #include "dtrain/checkpoint.h"
-#include "train/json.h"
+#include "io/json.h"
 
 /* The reference implementation refuses headers above 100 MB; so do we. */
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)

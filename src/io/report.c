@@ -5,9 +5,8 @@
 
 #include "core/impl.h"
 #include "dtrain/dtrain.h"
-#include "train/json.h"
-#include "train/report.h"
-#include "train/train_impl.h"
+#include "io/json.h"
+#include "io/report.h"
 
 /* ---- text --------------------------------------------------------------- */
 
@@ -334,7 +333,7 @@ static const char *const color_train = "#1f77b4", *const color_val = "#ff7f0e";
 static const char *const colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"};
 
 static const dt_metric_set *metric_set_of(const dt_report *r) {
-  return r->metrics ? r->metrics : dt_metric_set_default();
+  return r->metrics ? r->metrics : dt_metric_set_classification();
 }
 
 /* One series per train-row and evaluation metric (fractions in %). */

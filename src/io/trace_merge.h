@@ -1,6 +1,6 @@
 /* Merging every rank's trace events into one Chrome trace file on rank 0. */
-#ifndef DT_TRAIN_TRACE_MERGE_H
-#define DT_TRAIN_TRACE_MERGE_H
+#ifndef DT_IO_TRACE_MERGE_H
+#define DT_IO_TRACE_MERGE_H
 
 #include "dtrain/dist.h"
 #include "dtrain/trace.h"

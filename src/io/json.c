@@ -1,5 +1,5 @@
 /* A strict, bounded JSON parser into a flat node array, and string-escaping writer helpers. */
-#include "train/json.h"
+#include "io/json.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/impl.h"
+#include "core/text.h"
 
 typedef struct parser {
   const char *s;
@@ -84,45 +85,6 @@ static void put_utf8(parser *p, unsigned cp) {
   }
 }
 
-/* Length of the well-formed UTF-8 sequence at s[0..avail), or 0 (RFC 3629:
- * no overlongs, no surrogates, nothing above U+10FFFF). */
-static size_t utf8_len(const unsigned char *s, size_t avail) {
-  unsigned c = s[0];
-  size_t n;
-  unsigned lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) n = 2;
-  else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (avail < n) return 0;
-  if (s[1] < lo || s[1] > hi) return 0;
-  for (size_t i = 2; i < n; i++)
-    if (s[i] < 0x80 || s[i] > 0xBF) return 0;
-  return n;
-}
-
-int dt_utf8_valid(const char *s, size_t n) {
-  const unsigned char *u = (const unsigned char *)s;
-  for (size_t i = 0; i < n;) {
-    if (u[i] < 0x80) {
-      i++;
-      continue;
-    }
-    size_t k = utf8_len(u + i, n - i);
-    if (!k) return 0;
-    i += k;
-  }
-  return 1;
-}
-
 /* At the opening quote: decodes into the pool. */
 static dt_status parse_string(parser *p, const char **out, size_t *out_len) {
   size_t start = p->pool_len;
@@ -166,7 +128,7 @@ static dt_status parse_string(parser *p, const char **out, size_t *out_len) {
       p->pos++;
       continue;
     }
-    size_t n = utf8_len((const unsigned char *)p->s + p->pos, p->len - p->pos);
+    size_t n = dt_utf8_char_len(p->s + p->pos, p->len - p->pos);
     if (!n) return fail(p, "invalid UTF-8 in string");
     memcpy(p->pool + p->pool_len, p->s + p->pos, n);
     p->pool_len += n;
@@ -363,25 +325,30 @@ void dt_json_free(dt_json *doc) {
   doc->n = 0;
 }
 
-void dt_buf_append(dt_buf *b, const void *src, size_t n) {
-  if (b->status != DT_OK) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + n + 1) {
-      if (cap > SIZE_MAX / 2) {
-        b->status = dt_error(DT_OUT_OF_MEMORY, "buffer of %zu bytes overflows", b->len + n);
-        return;
-      }
-      cap *= 2;
+/* Room for n more bytes and the NUL after them; 0 when there is none (b->status says why). */
+static int buf_reserve(dt_buf *b, size_t n) {
+  if (b->status != DT_OK) return 0;
+  if (b->len + n + 1 <= b->cap) return 1;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap < b->len + n + 1) {
+    if (cap > SIZE_MAX / 2) {
+      b->status = dt_error(DT_OUT_OF_MEMORY, "buffer of %zu bytes overflows", b->len + n);
+      return 0;
     }
-    char *bigger = NULL;
-    b->status = dt_alloc(cap, (void **)&bigger);
-    if (b->status != DT_OK) return;
-    if (b->len) memcpy(bigger, b->data, b->len);
-    dt_free(b->data);
-    b->data = bigger;
-    b->cap = cap;
+    cap *= 2;
   }
+  char *bigger = NULL;
+  b->status = dt_alloc(cap, (void **)&bigger);
+  if (b->status != DT_OK) return 0;
+  if (b->len) memcpy(bigger, b->data, b->len);
+  dt_free(b->data);
+  b->data = bigger;
+  b->cap = cap;
+  return 1;
+}
+
+void dt_buf_append(dt_buf *b, const void *src, size_t n) {
+  if (!buf_reserve(b, n)) return;
   memcpy(b->data + b->len, src, n);
   b->len += n;
   b->data[b->len] = '\0';
@@ -413,25 +380,17 @@ void dt_buf_printf(dt_buf *b, const char *fmt, ...) {
 }
 
 void dt_buf_json_string(dt_buf *b, const char *s) {
-  dt_buf_append(b, "\"", 1);
-  size_t run = 0; /* bytes copied verbatim in one append */
-  for (size_t i = 0;; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c != 0 && c >= 0x20 && c != '"' && c != '\\') {
-      run++;
-      continue;
+  /* First with room for s as it is; escapes take up to 6 bytes a byte, so a
+   * string full of them needs a few more tries. */
+  for (size_t room = strlen(s) + 2;; room *= 2) {
+    if (!buf_reserve(b, room)) return;
+    size_t pos = b->len;
+    if (dt_json_escape(b->data, b->cap, &pos, s)) {
+      b->len = pos;
+      return;
     }
-    dt_buf_append(b, s + i - run, run);
-    run = 0;
-    if (c == 0) break;
-    if (c == '"' || c == '\\') {
-      char esc[2] = {'\\', (char)c};
-      dt_buf_append(b, esc, 2);
-    } else {
-      dt_buf_printf(b, "\\u%04x", c);
-    }
+    b->data[b->len] = '\0'; /* the failed try wrote past the end */
   }
-  dt_buf_append(b, "\"", 1);
 }
 
 void dt_buf_free(dt_buf *b) {

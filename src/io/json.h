@@ -1,6 +1,6 @@
 /* A small, strict, bounded JSON reader (flat node array) and writer helpers, for file headers. */
-#ifndef DT_TRAIN_JSON_H
-#define DT_TRAIN_JSON_H
+#ifndef DT_IO_JSON_H
+#define DT_IO_JSON_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -53,9 +53,6 @@ typedef struct dt_json {
  * DT_OUT_OF_MEMORY if the nodes do not fit. The caller frees with dt_json_free. */
 dt_status dt_json_parse(const char *text, size_t len, dt_json *out);
 void dt_json_free(dt_json *doc); /* accepts a zeroed doc */
-
-/* 1 if s[0..n) is well-formed UTF-8 (RFC 3629), else 0. */
-int dt_utf8_valid(const char *s, size_t n);
 
 /* A growable byte buffer for writers. */
 typedef struct dt_buf {

@@ -5,7 +5,7 @@
 
 #include "core/impl.h"
 #include "dtrain/dtrain.h"
-#include "train/trace_merge.h"
+#include "io/trace_merge.h"
 
 /* How the events travel: the collectives have no byte type, so each rank's
  * text is packed into i64 words (zero padding at the end). First one

@@ -1,6 +1,6 @@
 /* TensorBoard event files: scalars as TFRecord-framed Event protobufs, encoded by hand (no protobuf library). */
-#ifndef DT_TRAIN_TENSORBOARD_H
-#define DT_TRAIN_TENSORBOARD_H
+#ifndef DT_IO_TENSORBOARD_H
+#define DT_IO_TENSORBOARD_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -9,7 +9,7 @@
 
 #include "core/impl.h"
 #include "dtrain/snapshot.h"
-#include "train/train_impl.h"
+#include "io/io-impl.h"
 
 #define SNAP_NAME_MAX 256
 #define SNAP_POS_LEN 8

@@ -4,7 +4,7 @@
 #include "core/impl.h"
 #include "dtrain/checkpoint.h"
 #include "dtrain/model.h"
-#include "train/train_impl.h"
+#include "io/io-impl.h"
 
 /* Model tensor i as a view over the model's own storage. */
 static dt_status model_tensor(dt_model *m, int i, dt_tensor_info *info, dt_tensor *view) {

@@ -1,6 +1,6 @@
 /* The run report: one self-contained HTML page (inline CSS and SVG charts, no network) of a training run. */
-#ifndef DT_TRAIN_REPORT_H
-#define DT_TRAIN_REPORT_H
+#ifndef DT_IO_REPORT_H
+#define DT_IO_REPORT_H
 
 #include "dtrain/status.h"
 #include "dtrain/train.h"
