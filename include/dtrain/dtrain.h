@@ -7,6 +7,7 @@
 #include "dtrain/data.h"
 #include "dtrain/dist.h"
 #include "dtrain/model.h"
+#include "dtrain/model_ctx.h"
 #include "dtrain/optim.h"
 #include "dtrain/parallel.h"
 #include "dtrain/snapshot.h"

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "dtrain/model.h"
+#include "dtrain/model_ctx.h"
 #include "dtrain/status.h"
 
 #define DT_LAYER_NAME_MAX 64
@@ -130,30 +131,7 @@ dt_status dt_bn_relu_pool_forward(const dt_layer *bn, const dt_layer_io *io, int
 void dt_bn_relu_pool_backward(const dt_layer *bn, const dt_layer_io *io, const int32_t *argmax, const float *xsel,
                               const float *in, const float *out, const float *dout, float *dinp);
 
-/* ---- execution contexts ---------------------------------------------------- */
-/* A context holds one execution of the model: activations, per-layer
- * workspaces, backward ping-pong buffers and a gradient arena. The model owns
- * one; a data-parallel strategy makes one per worker over the same parameters. */
-typedef struct dt_model_ctx dt_model_ctx;
-/* A context for batches up to max_batch. update_buffers: whether training
- * forwards update the model's BN running statistics (one replica should). */
-dt_status dt_model_ctx_new(dt_model *m, int max_batch, int update_buffers, dt_model_ctx **out);
-void dt_model_ctx_free(dt_model_ctx *c);
-dt_model_ctx *dt_model_default_ctx(dt_model *m);
-dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const float *x, int batch, const float **out);
-dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout);
-float *dt_model_ctx_grads(dt_model_ctx *c);
-void dt_model_ctx_zero_grad(const dt_model *m, dt_model_ctx *c);
-void dt_model_ctx_set_rng_stream(dt_model_ctx *c, uint64_t stream);
-/* Training forwards run so far (the dropout step); set it to resume a run. */
-uint64_t dt_model_ctx_rng_step(const dt_model_ctx *c);
-void dt_model_ctx_set_rng_step(dt_model_ctx *c, uint64_t step);
-void dt_model_ctx_on_grad_ready(dt_model_ctx *c, dt_grad_ready_fn fn, void *user);
-/* Compute the gradient w.r.t. the model input in backward (off by default). */
-void dt_model_ctx_want_input_grad(dt_model_ctx *c, int on);
-/* The input gradient (batch, sample) of the last backward, NULL unless wanted. */
-const float *dt_model_ctx_input_grad(const dt_model_ctx *c);
-
+/* ---- the executor ----------------------------------------------------------- */
 /* Executor fusions (on by default); off runs every layer on its own, for tests of the fused paths. */
 void dt_model_ctx_set_fusion(dt_model_ctx *c, int on);
 

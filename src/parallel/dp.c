@@ -7,8 +7,8 @@
 
 #include "core/impl.h"
 #include "dtrain/core.h"
+#include "dtrain/model_ctx.h"
 #include "dtrain/parallel.h"
-#include "nn/layer.h"
 
 /* OpenBLAS's own setter (the OpenMP build); declared here so no cblas.h is needed. */
 void openblas_set_num_threads(int n);
