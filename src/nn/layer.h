@@ -6,7 +6,6 @@
 #include <stdint.h>
 
 #include "dtrain/model.h"
-#include "dtrain/model_ctx.h"
 #include "dtrain/status.h"
 
 #define DT_LAYER_NAME_MAX 64
@@ -115,25 +114,6 @@ extern const dt_layer_ops dt_dropout_ops;
 extern const dt_layer_ops dt_flatten_ops;
 extern const dt_layer_ops dt_residual_begin_ops;
 extern const dt_layer_ops dt_residual_end_ops;
-
-/* Kind queries for executor fusions. */
-int dt_activation_is_relu(const dt_layer *l);
-int dt_maxpool2d_is_2x2(const dt_layer *l); /* MaxPool2d(2, stride 2, padding 0) */
-
-/* BatchNorm2d -> ReLU -> MaxPool2d(2) run as one kernel by the executor (the BN and ReLU outputs are not
- * materialised; results as the three layers in turn). forward reads the BN layer's io and writes the pool's
- * output, argmax (the pool layer's workspace) and xsel (the pool's output size; the normalised input at
- * the argmax, for backward); backward takes the pool's output gradient and writes the BN input gradient
- * (dinp NULL to skip) and the BN parameter gradients. */
-int dt_bn_relu_pool_fusable(const dt_layer *bn, const dt_layer *act, const dt_layer *pool);
-dt_status dt_bn_relu_pool_forward(const dt_layer *bn, const dt_layer_io *io, int32_t *argmax, float *xsel,
-                                  const float *in, float *out);
-void dt_bn_relu_pool_backward(const dt_layer *bn, const dt_layer_io *io, const int32_t *argmax, const float *xsel,
-                              const float *in, const float *out, const float *dout, float *dinp);
-
-/* ---- the executor ----------------------------------------------------------- */
-/* Executor fusions (on by default); off runs every layer on its own, for tests of the fused paths. */
-void dt_model_ctx_set_fusion(dt_model_ctx *c, int on);
 
 /* Layers of a model, for tools and tests. */
 int dt_model_num_layers(const dt_model *m);

@@ -6,6 +6,7 @@
 
 #include "core/impl.h"
 #include "harness.h"
+#include "nn/fusion.h"
 #include "nn/layer.h"
 
 static void fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi) {
