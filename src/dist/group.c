@@ -76,7 +76,6 @@ int dt_group_size(const dt_group *g) { return g->size; }
 int dt_group_local_rank(const dt_group *g) { return g->local_rank; }
 int dt_group_local_size(const dt_group *g) { return g->local_size; }
 const char *dt_group_backend(const dt_group *g) { return g->backend_name; }
-dt_store *dt_group_store(dt_group *g) { return g->store; }
 
 void dt_group_block(const dt_group *g, size_t count, int r, size_t *off, size_t *len) {
   dt_block_of(count, g->size, r, off, len);
