@@ -1,4 +1,4 @@
-/* The block partition; every collective x dtype x op x size, in place and out
+/* The block partition and reduction names; every collective x dtype x op x size, in place and out
  * of place, on world sizes 1 to 5 (forked processes, oversubscribed) for the
  * shm and tcp backends and auto selection; asynchronous work handles; no
  * /dev/shm leftovers. */
@@ -55,6 +55,23 @@ TEST(block_partition_tiles_count_in_rank_order) {
       }
       ASSERT_EQ(next, count);
     }
+}
+
+/* Reduction names round-trip through dt_redop_parse; anything else is refused, leaving the output alone. */
+TEST(redop_names_parse_back) {
+  for (int i = 0; i < DT_REDOP_COUNT; i++) {
+    dt_redop op = DT_REDOP_COUNT;
+    ASSERT_OK(dt_redop_parse(dt_redop_name((dt_redop)i), &op));
+    ASSERT_EQ(op, i);
+  }
+  ASSERT_STR_EQ(dt_redop_name(DT_AVG), "avg");
+  dt_redop op = DT_MAX;
+  ASSERT_STATUS(dt_redop_parse("prod", &op), DT_INVALID_ARGUMENT);
+  ASSERT(strstr(dt_last_error(), "'prod'") && strstr(dt_last_error(), "sum, avg, min or max"));
+  ASSERT_STATUS(dt_redop_parse("SUM", &op), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_redop_parse("", &op), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_redop_parse(NULL, &op), DT_INVALID_ARGUMENT);
+  ASSERT_EQ(op, DT_MAX);
 }
 
 TEST(shm_every_collective_world_1_to_5) {
@@ -159,4 +176,4 @@ TEST(work_handles_freed_after_destroy) {
 
 TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
 
-TEST_MAIN(TEST_ENTRY(block_partition_tiles_count_in_rank_order), TEST_ENTRY(shm_every_collective_world_1_to_5), TEST_ENTRY(tcp_every_collective_world_1_to_5), TEST_ENTRY(auto_picks_shm_on_one_host), TEST_ENTRY(async_work_handles_complete_in_issue_order), TEST_ENTRY(bad_arguments_fail_locally), TEST_ENTRY(work_handles_freed_after_destroy), TEST_ENTRY(nothing_left_in_dev_shm))
+TEST_MAIN(TEST_ENTRY(block_partition_tiles_count_in_rank_order), TEST_ENTRY(redop_names_parse_back), TEST_ENTRY(shm_every_collective_world_1_to_5), TEST_ENTRY(tcp_every_collective_world_1_to_5), TEST_ENTRY(auto_picks_shm_on_one_host), TEST_ENTRY(async_work_handles_complete_in_issue_order), TEST_ENTRY(bad_arguments_fail_locally), TEST_ENTRY(work_handles_freed_after_destroy), TEST_ENTRY(nothing_left_in_dev_shm))
