@@ -1,4 +1,4 @@
-/* Tests of dt_model: fashioncnn names and layout, arenas, grad-ready events, init, gradient check, BN, dropout, errors, AvgPool2d. */
+/* Tests of dt_model: fashioncnn names and layout, arenas, grad-ready events, init, gradient check, BN, dropout, errors, AvgPool2d, fusions. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -692,10 +692,68 @@ TEST(avgpool2d_layer_matches_reference) {
   dt_model_free(m);
 }
 
+/* The fusion table matches BatchNorm2d -> ReLU -> MaxPool2d(2) and nothing near it (another pool, another
+ * activation); a model with two groups runs fused as it runs layer by layer. */
+TEST(fusion_plan_matches_only_the_pattern) {
+  enum { B = 2 };
+  const int64_t shape[3] = {2, 8, 8};
+  dt_model *m = NULL;
+  ASSERT_OK(dt_model_new(3, shape, &m));
+  ASSERT_OK(dt_model_add_conv2d(m, "c", 4, 3, 1, 1, 1));
+  ASSERT_OK(dt_model_add_batchnorm2d(m, "bn1", 1e-5f, 0.1f)); /* 1..3: fused */
+  ASSERT_OK(dt_model_add_activation(m, "r1", DT_RELU));
+  ASSERT_OK(dt_model_add_maxpool2d(m, "p1", 2, 2, 0));
+  ASSERT_OK(dt_model_add_batchnorm2d(m, "bn2", 1e-5f, 0.1f)); /* 4..6: a 3x3 pool */
+  ASSERT_OK(dt_model_add_activation(m, "r2", DT_RELU));
+  ASSERT_OK(dt_model_add_maxpool2d(m, "p2", 3, 1, 1));
+  ASSERT_OK(dt_model_add_batchnorm2d(m, "bn3", 1e-5f, 0.1f)); /* 7..9: GELU */
+  ASSERT_OK(dt_model_add_activation(m, "g3", DT_GELU));
+  ASSERT_OK(dt_model_add_maxpool2d(m, "p3", 2, 2, 0));
+  ASSERT_OK(dt_model_add_batchnorm2d(m, "bn4", 1e-5f, 0.1f)); /* 10..12: fused (stride 0 is 2) */
+  ASSERT_OK(dt_model_add_activation(m, "r4", DT_RELU));
+  ASSERT_OK(dt_model_add_maxpool2d(m, "p4", 2, 0, 0));
+  enum { N = 13 };
+  ASSERT_EQ(dt_model_num_layers(m), N);
+  ASSERT_EQ(dt_model_num_layers(NULL), 0);
+  ASSERT_STR_EQ(dt_model_layer(m, 3)->name, "p1");
+  ASSERT(dt_model_layer(m, N) == NULL && dt_model_layer(m, -1) == NULL);
+  const dt_fusion *group[N];
+  int first[N];
+  dt_fusion_plan(dt_model_layer(m, 0), N, group, first);
+  for (int i = 0; i < N; i++) {
+    ASSERT((group[i] != NULL) == (i == 1 || i == 10));
+    ASSERT_EQ(first[i], i == 3 ? 1 : i == 12 ? 10 : i);
+  }
+  ASSERT_STR_EQ(group[1]->name, "BatchNorm2d+ReLU+MaxPool2d(2)");
+  ASSERT_EQ(group[10]->n_layers, 3);
+
+  ASSERT_OK(dt_model_build(m, B, 3));
+  dt_model_ctx *plain = NULL;
+  ASSERT_OK(dt_model_ctx_new(m, B, 0, &plain));
+  dt_model_ctx_set_fusion(plain, 0);
+  static float x[B * 128], dout[B * 4];
+  fill_uniform(x, B * 128, 13, -1, 1);
+  fill_uniform(dout, B * 4, 14, -1, 1);
+  const float *y1, *y2;
+  ASSERT_OK(dt_model_forward(m, x, B, &y1));
+  ASSERT_OK(dt_model_ctx_forward(m, plain, x, B, &y2));
+  ASSERT(memcmp(y1, y2, sizeof(float) * B * 4) == 0);
+  dt_model_zero_grad(m);
+  dt_model_ctx_zero_grad(m, plain);
+  ASSERT_OK(dt_model_backward(m, dout));
+  ASSERT_OK(dt_model_ctx_backward(m, plain, dout));
+  size_t n;
+  const float *g1 = dt_model_grads(m, &n), *g2 = dt_model_ctx_grads(plain);
+  for (size_t i = 0; i < n; i++) ASSERT_NEAR(g1[i], g2[i], 1e-5);
+  dt_model_ctx_free(plain);
+  dt_model_free(m);
+}
+
 TEST_MAIN(TEST_ENTRY(fashioncnn_tensor_names_order_shapes_and_count), TEST_ENTRY(arena_is_in_reverse_layer_order),
           TEST_ENTRY(grad_ready_ranges_increase_and_tile_the_arena), TEST_ENTRY(init_is_seeded_and_bounded_like_pytorch),
           TEST_ENTRY(model_gradient_matches_finite_differences), TEST_ENTRY(batchnorm_train_and_eval),
           TEST_ENTRY(dropout_masks_follow_seed_stream_and_step), TEST_ENTRY(error_cases_name_layers_and_numbers),
           TEST_ENTRY(mlp_zoo_model_and_summary), TEST_ENTRY(second_context_shares_parameters),
           TEST_ENTRY(fused_bn_relu_pool_matches_layer_by_layer), TEST_ENTRY(flatten_is_a_zero_copy_view),
-          TEST_ENTRY(avgpool2d_layer_matches_reference))
+          TEST_ENTRY(avgpool2d_layer_matches_reference),
+          TEST_ENTRY(fusion_plan_matches_only_the_pattern))
