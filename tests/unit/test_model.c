@@ -485,6 +485,19 @@ TEST(mlp_zoo_model_and_summary) {
   dt_model_free(m);
 }
 
+/* One training step (forward, zero_grad, backward) of the same batch in contexts a and b; their outputs in
+ * *ya and *yb, their gradients in their arenas. */
+static dt_status step_both(dt_model *m, dt_model_ctx *a, dt_model_ctx *b, const float *x, int batch,
+                           const float *dout, const float **ya, const float **yb) {
+  dt_status st = dt_model_ctx_forward(m, a, x, batch, ya);
+  if (st == DT_OK) st = dt_model_ctx_forward(m, b, x, batch, yb);
+  if (st != DT_OK) return st;
+  dt_model_ctx_zero_grad(m, a);
+  dt_model_ctx_zero_grad(m, b);
+  st = dt_model_ctx_backward(m, a, dout);
+  return st == DT_OK ? dt_model_ctx_backward(m, b, dout) : st;
+}
+
 /* A second context over the same parameters (what data-parallel workers use)
  * computes the same outputs and gradients, into its own arenas. */
 TEST(second_context_shares_parameters) {
@@ -496,14 +509,9 @@ TEST(second_context_shares_parameters) {
   fill_uniform(x, GC_B * 72, 3, -1, 1);
   fill_uniform(dout, GC_B * GC_CLASSES, 4, -1, 1);
   const float *y1, *y2;
-  ASSERT_OK(dt_model_forward(m, x, GC_B, &y1));
-  ASSERT_OK(dt_model_ctx_forward(m, c2, x, GC_B, &y2));
+  ASSERT_OK(step_both(m, dt_model_default_ctx(m), c2, x, GC_B, dout, &y1, &y2));
   ASSERT(y1 != y2);
   ASSERT(memcmp(y1, y2, sizeof(float) * GC_B * GC_CLASSES) == 0);
-  dt_model_zero_grad(m);
-  dt_model_ctx_zero_grad(m, c2);
-  ASSERT_OK(dt_model_backward(m, dout));
-  ASSERT_OK(dt_model_ctx_backward(m, c2, dout));
   size_t n;
   const float *g1 = dt_model_grads(m, &n), *g2 = dt_model_ctx_grads(c2);
   ASSERT(g1 != g2);
@@ -544,13 +552,8 @@ TEST(fused_bn_relu_pool_matches_layer_by_layer) {
   /* training step with finite inputs: parameter and input gradients */
   dt_model_set_training(m, 1);
   const float *y1, *y2;
-  ASSERT_OK(dt_model_ctx_forward(m, c1, x, B, &y1));
-  ASSERT_OK(dt_model_ctx_forward(m, c2, x, B, &y2));
+  ASSERT_OK(step_both(m, c1, c2, x, B, dout, &y1, &y2));
   ASSERT(memcmp(y1, y2, sizeof(float) * B * 10) == 0);
-  dt_model_ctx_zero_grad(m, c1);
-  dt_model_ctx_zero_grad(m, c2);
-  ASSERT_OK(dt_model_ctx_backward(m, c1, dout));
-  ASSERT_OK(dt_model_ctx_backward(m, c2, dout));
   size_t n = dt_model_num_params(m);
   const float *g1 = dt_model_ctx_grads(c1), *g2 = dt_model_ctx_grads(c2);
   double scale = 0.0;
@@ -735,13 +738,8 @@ TEST(fusion_plan_matches_only_the_pattern) {
   fill_uniform(x, B * 128, 13, -1, 1);
   fill_uniform(dout, B * 4, 14, -1, 1);
   const float *y1, *y2;
-  ASSERT_OK(dt_model_forward(m, x, B, &y1));
-  ASSERT_OK(dt_model_ctx_forward(m, plain, x, B, &y2));
+  ASSERT_OK(step_both(m, dt_model_default_ctx(m), plain, x, B, dout, &y1, &y2));
   ASSERT(memcmp(y1, y2, sizeof(float) * B * 4) == 0);
-  dt_model_zero_grad(m);
-  dt_model_ctx_zero_grad(m, plain);
-  ASSERT_OK(dt_model_backward(m, dout));
-  ASSERT_OK(dt_model_ctx_backward(m, plain, dout));
   size_t n;
   const float *g1 = dt_model_grads(m, &n), *g2 = dt_model_ctx_grads(plain);
   for (size_t i = 0; i < n; i++) ASSERT_NEAR(g1[i], g2[i], 1e-5);
