@@ -48,11 +48,4 @@ static inline double dv_reference(dt_redop op, int size, size_t i) {
   return acc;
 }
 
-/* dt_group_block's partition without a group: rank r owns [off, off+len). */
-static inline void dv_block(size_t count, int size, int r, size_t *off, size_t *len) {
-  size_t q = count / (size_t)size, rem = count % (size_t)size, ur = (size_t)r;
-  *off = q * ur + (ur < rem ? ur : rem);
-  *len = q + (ur < rem);
-}
-
 #endif

@@ -113,8 +113,6 @@ int dt_group_local_rank(const dt_group *g);
 int dt_group_local_size(const dt_group *g);
 /* "shm", "tcp", "mpi" or "shm+tcp" (hierarchical). */
 const char *dt_group_backend(const dt_group *g);
-/* The store of the group (for launch-level agreement); owned by the group. */
-dt_store *dt_group_store(dt_group *g);
 
 /* Block partition used by reduce-scatter and all-gather: rank r owns
  * elements [off, off+len) of count, len = count/size (+1 for r < count%size). */

@@ -8,6 +8,7 @@
 #include "dtrain/dist.h"
 #include "dtrain/loss.h"
 #include "dtrain/model.h"
+#include "dtrain/model_ctx.h"
 #include "dtrain/optim.h"
 #include "dtrain/parallel.h"
 #include "dtrain/snapshot.h"

@@ -61,7 +61,7 @@ typedef struct dt_coll {
   uint64_t seq;     /* 1, 2, ... per group, identical on every rank */
   const void *send; /* NULL for broadcast/barrier */
   void *recv;       /* broadcast: the buffer */
-  size_t count;     /* elements (the whole tensor; see dt_group_block) */
+  size_t count;     /* elements (the whole tensor; see dt_block_of) */
   dt_dtype dtype;
   dt_redop op;
   int root;         /* broadcast: root rank within the backend's ranks */
@@ -79,6 +79,16 @@ void dt_coll_sig_make(const dt_coll *c, dt_coll_sig *s);
 /* DT_MISMATCH naming both sides if theirs differs from mine ("allreduce #17:
  * this rank has count 1000 f32 sum, rank 2 has broadcast count 10 root 0"). */
 dt_status dt_coll_sig_check(const dt_coll_sig *mine, const dt_coll_sig *theirs, int their_rank);
+
+/* ---- the block partition ------------------------------------------------------
+ * The one rule that splits count elements of an all-gather / reduce-scatter
+ * among world ranks: rank r owns [off, off + n), n = count/world, plus one for
+ * r < count % world, blocks in rank order (dt_group_block in dist.h). */
+static inline void dt_block_of(size_t count, int world, int rank, size_t *off, size_t *n) {
+  size_t q = count / (size_t)world, rem = count % (size_t)world, r = (size_t)rank;
+  *off = q * r + (r < rem ? r : rem);
+  *n = q + (r < rem);
+}
 
 /* ---- reductions (reduce.c) -------------------------------------------------- *
  * bf16/f16 are reduced in f32 and rounded once per call. AVG is SUM here; the

@@ -76,12 +76,9 @@ int dt_group_size(const dt_group *g) { return g->size; }
 int dt_group_local_rank(const dt_group *g) { return g->local_rank; }
 int dt_group_local_size(const dt_group *g) { return g->local_size; }
 const char *dt_group_backend(const dt_group *g) { return g->backend_name; }
-dt_store *dt_group_store(dt_group *g) { return g->store; }
 
 void dt_group_block(const dt_group *g, size_t count, int r, size_t *off, size_t *len) {
-  size_t n = (size_t)g->size, q = count / n, rem = count % n, ur = (size_t)r;
-  *len = q + (ur < rem);
-  *off = ur * q + (ur < rem ? ur : rem);
+  dt_block_of(count, g->size, r, off, len);
 }
 
 /* ---- the queue ------------------------------------------------------------- */
@@ -141,7 +138,7 @@ static void work_run(dt_group *g, dt_work *w) {
       dt_reduce_scale(c.recv, c.count, c.dtype, w->divisor);
     } else {
       size_t off, len;
-      dt_group_block(g, c.count, g->rank, &off, &len);
+      dt_block_of(c.count, g->size, g->rank, &off, &len);
       dt_reduce_scale(c.recv, len, c.dtype, w->divisor);
     }
   }

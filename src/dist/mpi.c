@@ -160,12 +160,13 @@ static dt_status check_sig(mpi_backend *b, const dt_coll *c) {
   return dt_error(DT_MISMATCH, "collective #%llu: ranks issued different collectives", (unsigned long long)s->seq);
 }
 
+/* counts and displacements of every rank's block (callers bound count by 2^31-1). */
 static void blocks(mpi_backend *b, size_t count) {
-  size_t n = (size_t)b->base.size, q = count / n, rem = count % n, off = 0;
-  for (size_t r = 0; r < n; r++) {
-    b->counts[r] = (int)(q + (r < rem));
+  for (int r = 0; r < b->base.size; r++) {
+    size_t off, len;
+    dt_block_of(count, b->base.size, r, &off, &len);
+    b->counts[r] = (int)len;
     b->displs[r] = (int)off;
-    off += (size_t)b->counts[r];
   }
 }
 

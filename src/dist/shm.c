@@ -255,9 +255,8 @@ static dt_status finish(shm_backend *b, dt_status st) {
 
 /* Rank r's share of m elements, in whole 64-byte units (aligned vector loops). */
 static void share(size_t m, size_t es, int n, int r, size_t *off, size_t *len) {
-  size_t unit = es >= 64 ? 1 : 64 / es, units = (m + unit - 1) / unit;
-  size_t lo = units / (size_t)n * (size_t)r + ((size_t)r < units % (size_t)n ? (size_t)r : units % (size_t)n);
-  size_t cnt = units / (size_t)n + ((size_t)r < units % (size_t)n);
+  size_t unit = es >= 64 ? 1 : 64 / es, units = (m + unit - 1) / unit, lo, cnt;
+  dt_block_of(units, n, r, &lo, &cnt);
   size_t a = lo * unit, e = (lo + cnt) * unit;
   if (a > m) a = m;
   if (e > m) e = m;
@@ -265,10 +264,11 @@ static void share(size_t m, size_t es, int n, int r, size_t *off, size_t *len) {
   *len = e - a;
 }
 
-static void block(size_t count, int n, int r, size_t *off, size_t *len) {
-  size_t q = count / (size_t)n, rem = count % (size_t)n;
-  *off = q * (size_t)r + ((size_t)r < rem ? (size_t)r : rem);
-  *len = q + ((size_t)r < rem);
+/* Rounds of `piece` elements that carry the largest block (rank 0's); at least one. */
+static size_t rounds_of(size_t count, int n, size_t piece) {
+  size_t off, maxlen;
+  dt_block_of(count, n, 0, &off, &maxlen);
+  return maxlen ? (maxlen + piece - 1) / piece : 1;
 }
 
 static dt_status allreduce_small(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig, size_t es) {
@@ -327,10 +327,9 @@ static dt_status shm_reduce_scatter(dt_backend *base, const dt_coll *c) {
   DT_CHECK(begin(b, c, &sig));
   int n = b->base.size, me = b->base.rank;
   size_t es = dt_dtype_size(c->dtype), piece = b->half / (size_t)n / es;
-  size_t maxlen = c->count / (size_t)n + (c->count % (size_t)n != 0);
-  size_t rounds = maxlen ? (maxlen + piece - 1) / piece : 1;
+  size_t rounds = rounds_of(c->count, n, piece);
   size_t my_len, my_off;
-  block(c->count, n, me, &my_off, &my_len);
+  dt_block_of(c->count, n, me, &my_off, &my_len);
   const char *send = c->send;
   char *recv = c->recv;
   dt_status st = DT_OK;
@@ -344,7 +343,7 @@ static dt_status shm_reduce_scatter(dt_backend *base, const dt_coll *c) {
     if (s < rounds) {
       for (int d = 0; d < n; d++) {
         size_t off, len;
-        block(c->count, n, d, &off, &len);
+        dt_block_of(c->count, n, d, &off, &len);
         size_t at = s * piece;
         if (at >= len) continue;
         size_t m = len - at < piece ? len - at : piece;
@@ -362,10 +361,9 @@ static dt_status shm_allgather(dt_backend *base, const dt_coll *c) {
   DT_CHECK(begin(b, c, &sig));
   int n = b->base.size, me = b->base.rank;
   size_t es = dt_dtype_size(c->dtype), piece = b->half / es;
-  size_t maxlen = c->count / (size_t)n + (c->count % (size_t)n != 0);
-  size_t rounds = maxlen ? (maxlen + piece - 1) / piece : 1;
+  size_t rounds = rounds_of(c->count, n, piece);
   size_t my_off, my_len;
-  block(c->count, n, me, &my_off, &my_len);
+  dt_block_of(c->count, n, me, &my_off, &my_len);
   const char *send = c->send;
   char *recv = c->recv;
   if (my_len && send != recv + my_off * es) memcpy(recv + my_off * es, send, my_len * es);
@@ -375,7 +373,7 @@ static dt_status shm_allgather(dt_backend *base, const dt_coll *c) {
     if (s >= 1)
       for (int j = 0; j < n; j++) {
         size_t off, len, at = (s - 1) * piece;
-        block(c->count, n, j, &off, &len);
+        dt_block_of(c->count, n, j, &off, &len);
         if (j == me || at >= len) continue;
         size_t m = len - at < piece ? len - at : piece;
         memcpy(recv + (off + at) * es, slot(b, j, rd), m * es);

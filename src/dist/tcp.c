@@ -410,12 +410,6 @@ static dt_status pipeline(tcp_backend *b, cstate *cs, const pstep *ss, int ns, c
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-static void block_of(size_t count, int n, int r, size_t *off, size_t *len) {
-  size_t q = count / (size_t)n, rem = count % (size_t)n;
-  *off = (size_t)r * q + ((size_t)r < rem ? (size_t)r : rem);
-  *len = q + ((size_t)r < rem);
-}
-
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
 /* Ends a collective: the signature exchange must be complete too; any failure
@@ -475,9 +469,9 @@ static int ring_rs_steps(tcp_backend *b, const dt_coll *c, const char *send, cha
   for (int t = 0; t < n - 1; t++) {
     int sb = mod(r - t - 1, n), rb = mod(r - t - 2, n);
     size_t off, len;
-    block_of(c->count, n, sb, &off, &len);
+    dt_block_of(c->count, n, sb, &off, &len);
     ss[t] = (pstep){t == 0 ? send + off * es : partials + off * es, NULL, NULL, len * es};
-    block_of(c->count, n, rb, &off, &len);
+    dt_block_of(c->count, n, rb, &off, &len);
     rs[t] = (pstep){NULL, rb == r ? own : partials + off * es, send + off * es, len * es};
   }
   return n - 1;
@@ -591,13 +585,13 @@ static dt_status tcp_allreduce(dt_backend *base, const dt_coll *c) {
     pstep *ss = b->steps, *rs = b->steps + 2 * n;
     char *out = c->recv;
     size_t off, len;
-    block_of(c->count, n, r, &off, &len);
+    dt_block_of(c->count, n, r, &off, &len);
     int k = ring_rs_steps(b, c, c->send, out + off * es, out, ss, rs);
     /* All-gather continues the same stream: step t sends block r-t, receives block r-t-1. */
     for (int t = 0; t < n - 1; t++) {
-      block_of(c->count, n, mod(r - t, n), &off, &len);
+      dt_block_of(c->count, n, mod(r - t, n), &off, &len);
       ss[k + t] = (pstep){out + off * es, NULL, NULL, len * es};
-      block_of(c->count, n, mod(r - t - 1, n), &off, &len);
+      dt_block_of(c->count, n, mod(r - t - 1, n), &off, &len);
       rs[k + t] = (pstep){NULL, out + off * es, NULL, len * es};
     }
     st = pipeline(b, &cs, ss, 2 * (n - 1), rs, 2 * (n - 1), 1);
@@ -610,7 +604,7 @@ static dt_status tcp_reduce_scatter(dt_backend *base, const dt_coll *c) {
   DT_CHECK(check_usable(b));
   int r = base->rank, n = base->size;
   size_t es = dt_dtype_size(c->dtype), off, len;
-  block_of(c->count, n, r, &off, &len);
+  dt_block_of(c->count, n, r, &off, &len);
   if (n == 1) {
     if ((const char *)c->send + off * es != (char *)c->recv && len) memmove(c->recv, c->send, len * es);
     return DT_OK;
@@ -636,16 +630,16 @@ static dt_status tcp_allgather(dt_backend *base, const dt_coll *c) {
   int r = base->rank, n = base->size;
   size_t es = dt_dtype_size(c->dtype), off, len;
   char *out = c->recv;
-  block_of(c->count, n, r, &off, &len);
+  dt_block_of(c->count, n, r, &off, &len);
   if ((const char *)c->send != out + off * es && len) memmove(out + off * es, c->send, len * es);
   if (n == 1) return DT_OK;
   cstate cs;
   cstate_init(b, &cs, c);
   pstep *ss = b->steps, *rs = b->steps + 2 * n;
   for (int t = 0; t < n - 1; t++) {
-    block_of(c->count, n, mod(r - t, n), &off, &len);
+    dt_block_of(c->count, n, mod(r - t, n), &off, &len);
     ss[t] = (pstep){out + off * es, NULL, NULL, len * es};
-    block_of(c->count, n, mod(r - t - 1, n), &off, &len);
+    dt_block_of(c->count, n, mod(r - t - 1, n), &off, &len);
     rs[t] = (pstep){NULL, out + off * es, NULL, len * es};
   }
   return finish(b, &cs, pipeline(b, &cs, ss, n - 1, rs, n - 1, 1));

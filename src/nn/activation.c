@@ -1,5 +1,6 @@
 /* Elementwise activation layers: ReLU, GELU (exact and tanh), Tanh, Sigmoid. */
 #include "core/impl.h"
+#include "nn/fusion.h"
 #include "nn/layer.h"
 #include "tensor/kernels.h"
 

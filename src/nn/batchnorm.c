@@ -1,5 +1,6 @@
 /* BatchNorm2d layer (torch.nn.BatchNorm2d): batch statistics in training, running statistics in evaluation. */
 #include "core/impl.h"
+#include "nn/fusion.h"
 #include "nn/layer.h"
 #include "tensor/kernels.h"
 
@@ -56,12 +57,7 @@ static void bn_backward(const dt_layer *l, const dt_layer_io *io, const float *i
   dt_batchnorm_backward(dinp, io->grads, io->grads + C, dout, in, mean, invstd, io->params, io->batch, C, HW);
 }
 
-/* ---- fused BatchNorm2d -> ReLU -> MaxPool2d(2) (run by the model executor) ---- */
-
-int dt_bn_relu_pool_fusable(const dt_layer *bn, const dt_layer *act, const dt_layer *pool) {
-  return bn->ops == &dt_batchnorm2d_ops && dt_activation_is_relu(act) && dt_maxpool2d_is_2x2(pool) &&
-         act->in_numel == bn->out_numel && pool->in_numel == act->out_numel;
-}
+/* ---- fused BatchNorm2d -> ReLU -> MaxPool2d(2) (a row of the fusion table, fusion.c) ---- */
 
 dt_status dt_bn_relu_pool_forward(const dt_layer *bn, const dt_layer_io *io, int32_t *argmax, float *xsel,
                                   const float *in, float *out) {

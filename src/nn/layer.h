@@ -115,48 +115,6 @@ extern const dt_layer_ops dt_flatten_ops;
 extern const dt_layer_ops dt_residual_begin_ops;
 extern const dt_layer_ops dt_residual_end_ops;
 
-/* Kind queries for executor fusions. */
-int dt_activation_is_relu(const dt_layer *l);
-int dt_maxpool2d_is_2x2(const dt_layer *l); /* MaxPool2d(2, stride 2, padding 0) */
-
-/* BatchNorm2d -> ReLU -> MaxPool2d(2) run as one kernel by the executor (the BN and ReLU outputs are not
- * materialised; results as the three layers in turn). forward reads the BN layer's io and writes the pool's
- * output, argmax (the pool layer's workspace) and xsel (the pool's output size; the normalised input at
- * the argmax, for backward); backward takes the pool's output gradient and writes the BN input gradient
- * (dinp NULL to skip) and the BN parameter gradients. */
-int dt_bn_relu_pool_fusable(const dt_layer *bn, const dt_layer *act, const dt_layer *pool);
-dt_status dt_bn_relu_pool_forward(const dt_layer *bn, const dt_layer_io *io, int32_t *argmax, float *xsel,
-                                  const float *in, float *out);
-void dt_bn_relu_pool_backward(const dt_layer *bn, const dt_layer_io *io, const int32_t *argmax, const float *xsel,
-                              const float *in, const float *out, const float *dout, float *dinp);
-
-/* ---- execution contexts ---------------------------------------------------- */
-/* A context holds one execution of the model: activations, per-layer
- * workspaces, backward ping-pong buffers and a gradient arena. The model owns
- * one; a data-parallel strategy makes one per worker over the same parameters. */
-typedef struct dt_model_ctx dt_model_ctx;
-/* A context for batches up to max_batch. update_buffers: whether training
- * forwards update the model's BN running statistics (one replica should). */
-dt_status dt_model_ctx_new(dt_model *m, int max_batch, int update_buffers, dt_model_ctx **out);
-void dt_model_ctx_free(dt_model_ctx *c);
-dt_model_ctx *dt_model_default_ctx(dt_model *m);
-dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const float *x, int batch, const float **out);
-dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout);
-float *dt_model_ctx_grads(dt_model_ctx *c);
-void dt_model_ctx_zero_grad(const dt_model *m, dt_model_ctx *c);
-void dt_model_ctx_set_rng_stream(dt_model_ctx *c, uint64_t stream);
-/* Training forwards run so far (the dropout step); set it to resume a run. */
-uint64_t dt_model_ctx_rng_step(const dt_model_ctx *c);
-void dt_model_ctx_set_rng_step(dt_model_ctx *c, uint64_t step);
-void dt_model_ctx_on_grad_ready(dt_model_ctx *c, dt_grad_ready_fn fn, void *user);
-/* Compute the gradient w.r.t. the model input in backward (off by default). */
-void dt_model_ctx_want_input_grad(dt_model_ctx *c, int on);
-/* The input gradient (batch, sample) of the last backward, NULL unless wanted. */
-const float *dt_model_ctx_input_grad(const dt_model_ctx *c);
-
-/* Executor fusions (on by default); off runs every layer on its own, for tests of the fused paths. */
-void dt_model_ctx_set_fusion(dt_model_ctx *c, int on);
-
 /* Layers of a model, for tools and tests. */
 int dt_model_num_layers(const dt_model *m);
 const dt_layer *dt_model_layer(const dt_model *m, int i);

@@ -5,6 +5,7 @@
 
 #include "core/impl.h"
 #include "dtrain/trace.h"
+#include "nn/fusion.h"
 #include "nn/layer.h"
 
 #define MAX_RESIDUAL_DEPTH 16
@@ -33,6 +34,8 @@ struct dt_model {
   size_t n_buffers;
   int64_t *counters; /* (n_counters): num_batches_tracked */
   size_t n_counters;
+  const dt_fusion **fusion; /* (n_layers): the fused group starting at each layer, or NULL (dt_fusion_plan) */
+  int *fusion_first;        /* (n_layers): the first layer of the group ending at each layer */
   dt_model_ctx *ctx; /* the model's own execution context */
 };
 
@@ -150,6 +153,8 @@ void dt_model_free(dt_model *m) {
   dt_free(m->params);
   dt_free(m->buffers);
   dt_free(m->counters);
+  dt_free(m->fusion_first);
+  dt_free(m->fusion);
   dt_free(m);
 }
 
@@ -287,6 +292,9 @@ dt_status dt_model_build(dt_model *m, int max_batch, uint64_t seed) {
   DT_CHECK_GOTO(dt_alloc_array(np ? np : 1, sizeof(float), "parameter arena", (void **)&m->params), st, fail);
   DT_CHECK_GOTO(dt_alloc_array(nb ? nb : 1, sizeof(float), "buffer arena", (void **)&m->buffers), st, fail);
   DT_CHECK_GOTO(dt_alloc_array(nc ? nc : 1, sizeof(int64_t), "counters", (void **)&m->counters), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)m->n_layers, sizeof *m->fusion, "fusion plan", (void **)&m->fusion), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)m->n_layers, sizeof(int), "fusion plan", (void **)&m->fusion_first), st, fail);
+  dt_fusion_plan(m->layers, m->n_layers, m->fusion, m->fusion_first);
   m->n_params = np;
   m->n_buffers = nb;
   m->n_counters = nc;
@@ -298,9 +306,13 @@ dt_status dt_model_build(dt_model *m, int max_batch, uint64_t seed) {
   return DT_OK;
 fail:
   m->built = 0;
+  dt_free(m->fusion_first);
+  dt_free(m->fusion);
   dt_free(m->counters);
   dt_free(m->buffers);
   dt_free(m->params);
+  m->fusion_first = NULL;
+  m->fusion = NULL;
   m->counters = NULL;
   m->buffers = NULL;
   m->params = NULL;
@@ -399,11 +411,6 @@ void dt_model_ctx_want_input_grad(dt_model_ctx *c, int on) {
 void dt_model_ctx_set_fusion(dt_model_ctx *c, int on) {
   if (c) c->no_fusion = on == 0;
 }
-/* Whether layers i, i+1, i+2 form a fused BatchNorm2d -> ReLU -> MaxPool2d(2) group. */
-static int fused_group(const dt_model *m, int i) {
-  return i >= 0 && i + 2 < m->n_layers &&
-         dt_bn_relu_pool_fusable(&m->layers[i], &m->layers[i + 1], &m->layers[i + 2]);
-}
 const float *dt_model_ctx_input_grad(const dt_model_ctx *c) { return c ? c->input_grad : NULL; }
 void dt_model_ctx_zero_grad(const dt_model *m, dt_model_ctx *c) {
   if (m && c && m->n_params) memset(c->grads, 0, m->n_params * sizeof(float));
@@ -428,6 +435,14 @@ static void fill_io(dt_model *m, dt_model_ctx *c, int i, dt_layer_io *io) {
   io->stream = mix64(mix64(mix64(c->rng_stream) ^ (uint64_t)i) ^ c->step);
 }
 
+/* Runs layer i's forward, or that of the fused group f starting at layer i. */
+static dt_status forward_unit(dt_model *m, dt_model_ctx *c, int i, const dt_fusion *f) {
+  dt_layer_io io[DT_FUSION_MAX_LAYERS];
+  for (int k = 0; k < (f ? f->n_layers : 1); k++) fill_io(m, c, i + k, &io[k]);
+  if (f) return f->forward(&m->layers[i], io, c->act + i);
+  return m->layers[i].ops->forward(&m->layers[i], io, c->act[i], c->act[i + 1]);
+}
+
 dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const float *x, int batch, const float **out) {
   if (!m || !c || !x || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_model_forward: NULL argument");
   if (!m->built) return dt_error(DT_INVALID_ARGUMENT, "dt_model_forward: call dt_model_build first");
@@ -442,18 +457,10 @@ dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const float *x, int
   const double trace_t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
   for (int i = 0; i < m->n_layers; i++) {
     if (m->layers[i].ops->is_view) continue;
-    dt_layer_io io;
-    fill_io(m, c, i, &io);
-    if (c->fused_forward && fused_group(m, i)) {
-      /* The BN output slot (unused by the group) holds xsel. */
-      dt_status st =
-          dt_bn_relu_pool_forward(&m->layers[i], &io, c->ws[i + 2], c->act[i + 1], c->act[i], c->act[i + 3]);
-      if (st != DT_OK) return dt_error_prefix(st, "forward of %s (%s)", m->layers[i].name, m->layers[i].ops->kind);
-      i += 2;
-      continue;
-    }
-    dt_status st = m->layers[i].ops->forward(&m->layers[i], &io, c->act[i], c->act[i + 1]);
+    const dt_fusion *f = c->fused_forward ? m->fusion[i] : NULL;
+    dt_status st = forward_unit(m, c, i, f);
     if (st != DT_OK) return dt_error_prefix(st, "forward of %s (%s)", m->layers[i].name, m->layers[i].ops->kind);
+    if (f) i += f->n_layers - 1;
   }
   if (m->training) c->step++;
   c->have_forward = 1;
@@ -476,6 +483,17 @@ static void trace_backward(const dt_model *m, int first, int last, double t0_us)
   snprintf(args, sizeof args, "\"kind\":\"%s\",\"params\":%zu", m->layers[first].ops->kind,
            m->layers[first].n_params);
   dt_trace_span("nn", name, t0_us, dt_trace_now_us(), args);
+}
+
+/* Runs the backward of layer first (first == last) or of the fused group first..last. */
+static void backward_unit(dt_model *m, dt_model_ctx *c, int first, int last, const float *dout, float *dinp) {
+  const dt_layer *l = &m->layers[first];
+  dt_layer_io io[DT_FUSION_MAX_LAYERS];
+  for (int k = 0; k <= last - first; k++) fill_io(m, c, first + k, &io[k]);
+  if (first < last)
+    m->fusion[first]->backward(l, io, c->act + first, dout, dinp);
+  else
+    l->ops->backward(l, io, c->act[first], c->act[first + 1], dout, dinp);
 }
 
 dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout) {
@@ -507,24 +525,13 @@ dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout)
     const dt_layer *l = &m->layers[i];
     if (l->ops->is_view && i > lowest) continue; /* the gradient passes as it is */
     const double layer_t0 = tracing ? dt_trace_now_us() : 0;
-    dt_layer_io io;
-    fill_io(m, c, i, &io);
-    if (c->fused_forward && fused_group(m, i - 2)) { /* the pool of a fused group: run the group */
-      i -= 2;
-      l = &m->layers[i];
-      fill_io(m, c, i, &io);
-      float *dinp = (i > lowest || c->want_input_grad) ? c->gbuf[which] : NULL;
-      dt_bn_relu_pool_backward(l, &io, c->ws[i + 2], c->act[i + 1], c->act[i], c->act[i + 3], cur, dinp);
-      if (tracing) trace_backward(m, i, i + 2, layer_t0);
-      if (c->on_ready) c->on_ready(c->on_ready_user, l->param_off, l->n_params);
-      cur = dinp;
-      which ^= 1;
-      continue;
-    }
+    const int last = i;
+    if (c->fused_forward) i = m->fusion_first[i]; /* a fused group ends at layer last: run it whole */
     float *dinp = (i > lowest || c->want_input_grad) ? c->gbuf[which] : NULL;
-    l->ops->backward(l, &io, c->act[i], c->act[i + 1], cur, dinp);
-    if (tracing) trace_backward(m, i, i, layer_t0);
-    if (l->n_params && c->on_ready) c->on_ready(c->on_ready_user, l->param_off, l->n_params);
+    backward_unit(m, c, i, last, cur, dinp);
+    if (tracing) trace_backward(m, i, last, layer_t0);
+    for (int k = last; k >= i && c->on_ready; k--) /* arena order: the last layer's block first */
+      if (m->layers[k].n_params) c->on_ready(c->on_ready_user, m->layers[k].param_off, m->layers[k].n_params);
     cur = dinp;
     which ^= 1;
   }

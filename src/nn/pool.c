@@ -1,5 +1,6 @@
 /* Pooling layers: MaxPool2d (argmax kept for backward) and AvgPool2d (count_include_pad), floor mode as torch. */
 #include "core/impl.h"
+#include "nn/fusion.h"
 #include "nn/layer.h"
 #include "tensor/kernels.h"
 

@@ -7,10 +7,9 @@
 
 #include "core/impl.h"
 #include "dtrain/core.h"
-#include "dtrain/loss.h"
+#include "dtrain/model_ctx.h"
 #include "dtrain/parallel.h"
 #include "dtrain/task.h"
-#include "nn/layer.h"
 
 /* OpenBLAS's own setter (the OpenMP build); declared here so no cblas.h is needed. */
 void openblas_set_num_threads(int n);

@@ -3,6 +3,10 @@
  *   dump_model grad <out_dir> [batch]
  *       random input (batch, 1, 28, 28) and labels; one training forward and
  *       backward, then one evaluation forward.
+ *   dump_model avgpool <out_dir> [batch]
+ *       the same with a small model of pooling layers instead of fashioncnn:
+ *       conv (4, 3x3, pad 1), AvgPool2d(3, 2, 1), ReLU, AvgPool2d(2), flatten,
+ *       fc (10).
  *   dump_model sgd <out_dir> <inputs.f32> <labels.i32> <steps> <batch>
  *       `steps` SGD steps (lr 0.01, momentum 0.9) over consecutive batches of
  *       the given data; writes the initial weights and the loss of every step.
@@ -152,10 +156,31 @@ static int run_sgd(dump *d, dt_model *m, const char *xpath, const char *ypath, i
   return 0;
 }
 
+/* (1, 28, 28) -> 10 through average pooling: conv, AvgPool2d(3, 2, 1) to 14x14, ReLU, AvgPool2d(2) to 7x7, fc. */
+static dt_status avgpool_model(dt_model **out) {
+  const int64_t shape[3] = {1, 28, 28};
+  dt_model *m = NULL;
+  dt_status st = dt_model_new(3, shape, &m);
+  if (st == DT_OK) st = dt_model_add_conv2d(m, "conv", 4, 3, 1, 1, 1);
+  if (st == DT_OK) st = dt_model_add_avgpool2d(m, "pool1", 3, 2, 1);
+  if (st == DT_OK) st = dt_model_add_activation(m, "relu", DT_RELU);
+  if (st == DT_OK) st = dt_model_add_avgpool2d(m, "pool2", 2, 0, 0);
+  if (st == DT_OK) st = dt_model_add_flatten(m, "flat");
+  if (st == DT_OK) st = dt_model_add_linear(m, "fc", 10, 1);
+  if (st != DT_OK) {
+    dt_model_free(m);
+    return st;
+  }
+  *out = m;
+  return DT_OK;
+}
+
 int main(int argc, char **argv) {
-  if (argc < 3 || (strcmp(argv[1], "grad") != 0 && strcmp(argv[1], "sgd") != 0) ||
+  int avgpool = argc >= 3 && strcmp(argv[1], "avgpool") == 0;
+  if (argc < 3 || (strcmp(argv[1], "grad") != 0 && strcmp(argv[1], "sgd") != 0 && !avgpool) ||
       (strcmp(argv[1], "sgd") == 0 && argc != 7)) {
     fprintf(stderr, "usage: dump_model grad <out_dir> [batch]\n"
+                    "       dump_model avgpool <out_dir> [batch]\n"
                     "       dump_model sgd <out_dir> <inputs.f32> <labels.i32> <steps> <batch>\n");
     return 2;
   }
@@ -174,7 +199,10 @@ int main(int argc, char **argv) {
   }
   dt_zoo_config cfg = {.ndim = 3, .input_shape = {1, 28, 28}, .outputs = 10, .dropout = 0.0f};
   dt_model *m = NULL;
-  TRY("zoo", dt_model_zoo_new("fashioncnn", &cfg, &m));
+  if (avgpool)
+    TRY("model", avgpool_model(&m));
+  else
+    TRY("zoo", dt_model_zoo_new("fashioncnn", &cfg, &m));
   TRY("build", dt_model_build(m, batch, 1234));
   int rc = sgd ? run_sgd(&d, m, argv[3], argv[4], atoi(argv[5]), batch) : run_grad(&d, m, batch);
   dt_model_free(m);

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """Parity of dtrain's fashioncnn with PyTorch: logits, loss, every gradient, BN statistics, eval logits; then 20 SGD steps.
+The same single-step checks for a small model of AvgPool2d layers.
 
 dtrain's dump_model tool builds the model, writes its initial weights, the inputs
 and its results; we load the same weights into the equivalent torch module and
@@ -40,6 +41,21 @@ class FashionCNN(nn.Module):
         return self.fc3(self.fc2(self.drop(self.fc1(out))))
 
 
+class AvgPoolNet(nn.Module):
+    """dump_model's avgpool model: average pooling with padding (count_include_pad, torch's default)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.pool1 = nn.AvgPool2d(3, 2, 1)
+        self.pool2 = nn.AvgPool2d(2)
+        self.fc = nn.Linear(4 * 7 * 7, 10)
+
+    def forward(self, x):
+        out = self.pool2(torch.relu(self.pool1(self.conv(x))))
+        return self.fc(out.view(out.size(0), -1))
+
+
 DTYPES = {"f32": np.float32, "i32": np.int32, "i64": np.int64}
 
 
@@ -66,8 +82,8 @@ def run_tool(*args):
         raise SystemExit(f"dump_model {args[0]} failed with {r.returncode}")
 
 
-def torch_model(t):
-    m = FashionCNN()
+def torch_model(t, cls=FashionCNN):
+    m = cls()
     sd = m.state_dict()
     want = {k[len("init/"):]: v for k, v in t.items() if k.startswith("init/")}
     assert list(want) == list(sd), f"state_dict keys differ:\n{list(want)}\n{list(sd)}"
@@ -95,11 +111,12 @@ def check(name, got, ref, tol, floor=0.0):
         failures.append(name)
 
 
-def grad_parity(tmp):
-    run_tool("grad", tmp, "16")
+def grad_parity(tmp, mode="grad", cls=FashionCNN):
+    """One training step and an eval forward of dump_model's `mode` model against torch's `cls`."""
+    run_tool(mode, tmp, "16")
     t = load_dump(tmp)
     torch.manual_seed(0)
-    m = torch_model(t)
+    m = torch_model(t, cls)
     x = torch.from_numpy(t["input"])
     y = torch.from_numpy(t["labels"]).long()
     m.train()
@@ -176,6 +193,8 @@ def main():
         grad_parity(tmp)
     with tempfile.TemporaryDirectory() as tmp:
         sgd_parity(tmp)
+    with tempfile.TemporaryDirectory() as tmp:
+        grad_parity(tmp, "avgpool", AvgPoolNet)
     if failures:
         print("FAILED:", ", ".join(failures))
         return 1

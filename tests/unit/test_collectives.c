@@ -1,6 +1,8 @@
-/* Every collective x dtype x op x size, in place and out of place, on world
- * sizes 1 to 5 (forked processes, oversubscribed) for the shm and tcp
- * backends and auto selection; asynchronous work handles; no /dev/shm leftovers. */
+/* The block partition and reduction names; every collective x dtype x op x size, in place and out
+ * of place, on world sizes 1 to 5 (forked processes, oversubscribed) for the
+ * shm and tcp backends and auto selection; asynchronous work handles; no
+ * /dev/shm leftovers. */
+#include "dist/dist-impl.h"
 #include "dist_check.h"
 #include "dist_fork.h"
 #include "harness.h"
@@ -30,6 +32,46 @@ static int run_backend(const char *backend, int world, int large) {
   df_job j = {.port = df_start_store(RUN_ID), .run_id = RUN_ID, .round = next_round++, .backend = backend,
               .timeout_s = 60};
   return df_run(&j, world, check_child, &large);
+}
+
+/* Blocks tile [0, count) in rank order; the first count % world ranks hold one more. */
+TEST(block_partition_tiles_count_in_rank_order) {
+  static const size_t want[][2] = {{0, 3}, {3, 3}, {6, 2}, {8, 2}}; /* 10 over 4 ranks */
+  for (int r = 0; r < 4; r++) {
+    size_t off, n;
+    dt_block_of(10, 4, r, &off, &n);
+    ASSERT_EQ(off, want[r][0]);
+    ASSERT_EQ(n, want[r][1]);
+  }
+  for (int world = 1; world <= 7; world++)
+    for (size_t count = 0; count <= 23; count++) {
+      size_t next = 0;
+      for (int r = 0; r < world; r++) {
+        size_t off, n;
+        dt_block_of(count, world, r, &off, &n);
+        ASSERT_EQ(off, next);
+        ASSERT_EQ(n, count / (size_t)world + ((size_t)r < count % (size_t)world));
+        next = off + n;
+      }
+      ASSERT_EQ(next, count);
+    }
+}
+
+/* Reduction names round-trip through dt_redop_parse; anything else is refused, leaving the output alone. */
+TEST(redop_names_parse_back) {
+  for (int i = 0; i < DT_REDOP_COUNT; i++) {
+    dt_redop op = DT_REDOP_COUNT;
+    ASSERT_OK(dt_redop_parse(dt_redop_name((dt_redop)i), &op));
+    ASSERT_EQ(op, i);
+  }
+  ASSERT_STR_EQ(dt_redop_name(DT_AVG), "avg");
+  dt_redop op = DT_MAX;
+  ASSERT_STATUS(dt_redop_parse("prod", &op), DT_INVALID_ARGUMENT);
+  ASSERT(strstr(dt_last_error(), "'prod'") && strstr(dt_last_error(), "sum, avg, min or max"));
+  ASSERT_STATUS(dt_redop_parse("SUM", &op), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_redop_parse("", &op), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_redop_parse(NULL, &op), DT_INVALID_ARGUMENT);
+  ASSERT_EQ(op, DT_MAX);
 }
 
 TEST(shm_every_collective_world_1_to_5) {
@@ -134,4 +176,4 @@ TEST(work_handles_freed_after_destroy) {
 
 TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
 
-TEST_MAIN(TEST_ENTRY(shm_every_collective_world_1_to_5), TEST_ENTRY(tcp_every_collective_world_1_to_5), TEST_ENTRY(auto_picks_shm_on_one_host), TEST_ENTRY(async_work_handles_complete_in_issue_order), TEST_ENTRY(bad_arguments_fail_locally), TEST_ENTRY(work_handles_freed_after_destroy), TEST_ENTRY(nothing_left_in_dev_shm))
+TEST_MAIN(TEST_ENTRY(block_partition_tiles_count_in_rank_order), TEST_ENTRY(redop_names_parse_back), TEST_ENTRY(shm_every_collective_world_1_to_5), TEST_ENTRY(tcp_every_collective_world_1_to_5), TEST_ENTRY(auto_picks_shm_on_one_host), TEST_ENTRY(async_work_handles_complete_in_issue_order), TEST_ENTRY(bad_arguments_fail_locally), TEST_ENTRY(work_handles_freed_after_destroy), TEST_ENTRY(nothing_left_in_dev_shm))

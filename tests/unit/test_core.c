@@ -1,4 +1,5 @@
-/* Tests of the core: status table, error detail, tunables, allocation, Philox RNG, tensors, UTF-8, JSON string literals. */
+/* Tests of the core: status table, error detail, tunables, allocation, Philox RNG (uniform, normal), tensors, UTF-8,
+ * JSON string literals. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,35 @@ TEST(rng_is_reproducible_and_uniform) {
   for (int i = 0; i < 7; i++) ASSERT(counts[i] > 9400 && counts[i] < 10600);
 }
 
+/* Box-Muller normals: reproducible per (seed, stream), finite, and with the
+ * moments of N(0, 1). 200000 draws: the standard error of the mean is 0.0022,
+ * of the variance 0.0032, of the fourth moment about 0.02. */
+TEST(rng_normal_is_reproducible_with_standard_moments) {
+  enum { N = 200000 };
+  dt_rng a, b, c;
+  dt_rng_init(&a, 42, 7);
+  dt_rng_init(&b, 42, 7);
+  dt_rng_init(&c, 42, 8);
+  double m1 = 0, m2 = 0, m3 = 0, m4 = 0;
+  int differ = 0, within1 = 0;
+  for (int i = 0; i < N; i++) {
+    float x = dt_rng_normal(&a);
+    ASSERT(x == dt_rng_normal(&b));
+    ASSERT(isfinite(x));
+    differ |= x != dt_rng_normal(&c);
+    double v = x;
+    m1 += v, m2 += v * v, m3 += v * v * v, m4 += v * v * v * v;
+    within1 += fabs(v) < 1.0;
+  }
+  ASSERT(differ);
+  m1 /= N, m2 /= N, m3 /= N, m4 /= N;
+  ASSERT(fabs(m1) < 0.01);
+  ASSERT(fabs(m2 - 1.0) < 0.015);
+  ASSERT(fabs(m3) < 0.03);
+  ASSERT(fabs(m4 - 3.0) < 0.1);
+  ASSERT(fabs((double)within1 / N - 0.682689) < 0.005);
+}
+
 TEST(tensor_describe_and_convert) {
   dt_tensor t;
   int64_t shape[3] = {2, 3, 4};
@@ -158,5 +188,6 @@ TEST(json_escape_quotes_backslashes_and_controls_only) {
 TEST_MAIN(TEST_ENTRY(status_names_and_messages), TEST_ENTRY(error_detail_is_recorded_and_prefixed),
           TEST_ENTRY(tunables_read_environment_and_reject_garbage), TEST_ENTRY(alloc_is_aligned_zeroed_and_checked),
           TEST_ENTRY(philox_known_answer), TEST_ENTRY(rng_is_reproducible_and_uniform),
+          TEST_ENTRY(rng_normal_is_reproducible_with_standard_moments),
           TEST_ENTRY(tensor_describe_and_convert), TEST_ENTRY(thread_budget), TEST_ENTRY(utf8_is_rfc3629_strict),
           TEST_ENTRY(json_escape_quotes_backslashes_and_controls_only))

@@ -1,4 +1,4 @@
-/* Tests of dt_model: fashioncnn names and layout, arenas, grad-ready events, init, gradient check, BN, dropout, errors. */
+/* Tests of dt_model: fashioncnn names and layout, arenas, grad-ready events, init, gradient check, BN, dropout, errors, AvgPool2d, fusions. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -7,6 +7,7 @@
 #include "core/impl.h"
 #include "dtrain/loss.h"
 #include "harness.h"
+#include "nn/fusion.h"
 #include "nn/layer.h"
 
 static void fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi) {
@@ -485,6 +486,19 @@ TEST(mlp_zoo_model_and_summary) {
   dt_model_free(m);
 }
 
+/* One training step (forward, zero_grad, backward) of the same batch in contexts a and b; their outputs in
+ * *ya and *yb, their gradients in their arenas. */
+static dt_status step_both(dt_model *m, dt_model_ctx *a, dt_model_ctx *b, const float *x, int batch,
+                           const float *dout, const float **ya, const float **yb) {
+  dt_status st = dt_model_ctx_forward(m, a, x, batch, ya);
+  if (st == DT_OK) st = dt_model_ctx_forward(m, b, x, batch, yb);
+  if (st != DT_OK) return st;
+  dt_model_ctx_zero_grad(m, a);
+  dt_model_ctx_zero_grad(m, b);
+  st = dt_model_ctx_backward(m, a, dout);
+  return st == DT_OK ? dt_model_ctx_backward(m, b, dout) : st;
+}
+
 /* A second context over the same parameters (what data-parallel workers use)
  * computes the same outputs and gradients, into its own arenas. */
 TEST(second_context_shares_parameters) {
@@ -496,14 +510,9 @@ TEST(second_context_shares_parameters) {
   fill_uniform(x, GC_B * 72, 3, -1, 1);
   fill_uniform(dout, GC_B * GC_CLASSES, 4, -1, 1);
   const float *y1, *y2;
-  ASSERT_OK(dt_model_forward(m, x, GC_B, &y1));
-  ASSERT_OK(dt_model_ctx_forward(m, c2, x, GC_B, &y2));
+  ASSERT_OK(step_both(m, dt_model_default_ctx(m), c2, x, GC_B, dout, &y1, &y2));
   ASSERT(y1 != y2);
   ASSERT(memcmp(y1, y2, sizeof(float) * GC_B * GC_CLASSES) == 0);
-  dt_model_zero_grad(m);
-  dt_model_ctx_zero_grad(m, c2);
-  ASSERT_OK(dt_model_backward(m, dout));
-  ASSERT_OK(dt_model_ctx_backward(m, c2, dout));
   size_t n;
   const float *g1 = dt_model_grads(m, &n), *g2 = dt_model_ctx_grads(c2);
   ASSERT(g1 != g2);
@@ -544,13 +553,8 @@ TEST(fused_bn_relu_pool_matches_layer_by_layer) {
   /* training step with finite inputs: parameter and input gradients */
   dt_model_set_training(m, 1);
   const float *y1, *y2;
-  ASSERT_OK(dt_model_ctx_forward(m, c1, x, B, &y1));
-  ASSERT_OK(dt_model_ctx_forward(m, c2, x, B, &y2));
+  ASSERT_OK(step_both(m, c1, c2, x, B, dout, &y1, &y2));
   ASSERT(memcmp(y1, y2, sizeof(float) * B * 10) == 0);
-  dt_model_ctx_zero_grad(m, c1);
-  dt_model_ctx_zero_grad(m, c2);
-  ASSERT_OK(dt_model_ctx_backward(m, c1, dout));
-  ASSERT_OK(dt_model_ctx_backward(m, c2, dout));
   size_t n = dt_model_num_params(m);
   const float *g1 = dt_model_ctx_grads(c1), *g2 = dt_model_ctx_grads(c2);
   double scale = 0.0;
@@ -622,9 +626,133 @@ TEST(flatten_is_a_zero_copy_view) {
   dt_model_free(m);
 }
 
+/* The torch.nn.AvgPool2d reference: the mean over the k x k window with the zero padding counted
+ * (count_include_pad), floor mode; x (C, H, W) of one sample, out (C, OH, OW). */
+static void avgpool_reference(const float *x, int C, int H, int W, int k, int st, int pad, float *out) {
+  int OH = (H + 2 * pad - k) / st + 1, OW = (W + 2 * pad - k) / st + 1;
+  for (int c = 0; c < C; c++)
+    for (int oh = 0; oh < OH; oh++)
+      for (int ow = 0; ow < OW; ow++) {
+        double acc = 0.0;
+        for (int i = oh * st - pad; i < oh * st - pad + k; i++)
+          for (int j = ow * st - pad; j < ow * st - pad + k; j++)
+            if (i >= 0 && i < H && j >= 0 && j < W) acc += x[(c * H + i) * W + j];
+        out[(c * OH + oh) * OW + ow] = (float)(acc / (k * k));
+      }
+}
+
+/* AvgPool2d(3, stride 2, padding 1) as a layer: shape, forward against the reference, backward as the
+ * reference's transpose (each output's gradient spread over its window / 9), summary; bad arguments. */
+TEST(avgpool2d_layer_matches_reference) {
+  enum { B = 2, C = 2, H = 4, W = 5, OH = 2, OW = 3 };
+  const int64_t shape[3] = {C, H, W};
+  dt_model *m = NULL;
+  ASSERT_OK(dt_model_new(3, shape, &m));
+  ASSERT_OK(dt_model_add_avgpool2d(m, "pool", 3, 2, 1));
+  ASSERT_EQ(dt_model_output_size(m), C * OH * OW);
+  ASSERT_EQ(dt_model_num_tensors(m), 0);
+  ASSERT_OK(dt_model_build(m, B, 1));
+  dt_model_ctx_want_input_grad(dt_model_default_ctx(m), 1);
+  static float x[B * C * H * W], dout[B * C * OH * OW], want[B * C * OH * OW];
+  fill_uniform(x, B * C * H * W, 11, -1, 1);
+  fill_uniform(dout, B * C * OH * OW, 12, -1, 1);
+  const float *y;
+  ASSERT_OK(dt_model_forward(m, x, B, &y));
+  for (int b = 0; b < B; b++) avgpool_reference(x + b * C * H * W, C, H, W, 3, 2, 1, want + b * C * OH * OW);
+  for (int i = 0; i < B * C * OH * OW; i++) ASSERT_NEAR(y[i], want[i], 1e-6);
+  ASSERT_OK(dt_model_backward(m, dout));
+  const float *dx = dt_model_ctx_input_grad(dt_model_default_ctx(m));
+  ASSERT(dx != NULL);
+  /* <dx, e_i> = <dout, pool(e_i)>: the backward is the forward's transpose */
+  static float e[C * H * W], pe[C * OH * OW];
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < C * H * W; i++) {
+      memset(e, 0, sizeof e);
+      e[i] = 1.0f;
+      avgpool_reference(e, C, H, W, 3, 2, 1, pe);
+      double acc = 0.0;
+      for (int o = 0; o < C * OH * OW; o++) acc += (double)pe[o] * dout[b * C * OH * OW + o];
+      ASSERT_NEAR(dx[b * C * H * W + i], acc, 1e-6);
+    }
+  char buf[4096] = {0};
+  FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+  ASSERT(f != NULL);
+  dt_model_print_summary(m, f);
+  fclose(f);
+  ASSERT(strstr(buf, "pool") && strstr(buf, "AvgPool2d") && strstr(buf, "(2, 2, 3)"));
+  dt_model_free(m);
+
+  ASSERT_OK(dt_model_new(3, shape, &m));
+  ASSERT_OK(dt_model_add_avgpool2d(m, "p2", 2, 0, 0)); /* stride 0: the kernel, as torch */
+  ASSERT_EQ(dt_model_output_size(m), C * 2 * 2);
+  ASSERT_STATUS(dt_model_add_avgpool2d(m, "p3", 0, 1, 0), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_model_add_avgpool2d(m, "p3", 2, 1, 2), DT_INVALID_ARGUMENT); /* pad > kernel/2 */
+  ASSERT(strstr(dt_last_error(), "p3") && strstr(dt_last_error(), "AvgPool2d"));
+  ASSERT_STATUS(dt_model_add_avgpool2d(m, "p3", 3, 1, 0), DT_SHAPE_MISMATCH); /* 3 > the (2, 2) input */
+  dt_model_free(m);
+  const int64_t flat[1] = {20};
+  ASSERT_OK(dt_model_new(1, flat, &m));
+  ASSERT_STATUS(dt_model_add_avgpool2d(m, "p", 2, 2, 0), DT_SHAPE_MISMATCH);
+  dt_model_free(m);
+}
+
+/* The fusion table matches BatchNorm2d -> ReLU -> MaxPool2d(2) and nothing near it (another pool, another
+ * activation); a model with two groups runs fused as it runs layer by layer. */
+TEST(fusion_plan_matches_only_the_pattern) {
+  enum { B = 2 };
+  const int64_t shape[3] = {2, 8, 8};
+  dt_model *m = NULL;
+  ASSERT_OK(dt_model_new(3, shape, &m));
+  ASSERT_OK(dt_model_add_conv2d(m, "c", 4, 3, 1, 1, 1));
+  ASSERT_OK(dt_model_add_batchnorm2d(m, "bn1", 1e-5f, 0.1f)); /* 1..3: fused */
+  ASSERT_OK(dt_model_add_activation(m, "r1", DT_RELU));
+  ASSERT_OK(dt_model_add_maxpool2d(m, "p1", 2, 2, 0));
+  ASSERT_OK(dt_model_add_batchnorm2d(m, "bn2", 1e-5f, 0.1f)); /* 4..6: a 3x3 pool */
+  ASSERT_OK(dt_model_add_activation(m, "r2", DT_RELU));
+  ASSERT_OK(dt_model_add_maxpool2d(m, "p2", 3, 1, 1));
+  ASSERT_OK(dt_model_add_batchnorm2d(m, "bn3", 1e-5f, 0.1f)); /* 7..9: GELU */
+  ASSERT_OK(dt_model_add_activation(m, "g3", DT_GELU));
+  ASSERT_OK(dt_model_add_maxpool2d(m, "p3", 2, 2, 0));
+  ASSERT_OK(dt_model_add_batchnorm2d(m, "bn4", 1e-5f, 0.1f)); /* 10..12: fused (stride 0 is 2) */
+  ASSERT_OK(dt_model_add_activation(m, "r4", DT_RELU));
+  ASSERT_OK(dt_model_add_maxpool2d(m, "p4", 2, 0, 0));
+  enum { N = 13 };
+  ASSERT_EQ(dt_model_num_layers(m), N);
+  ASSERT_EQ(dt_model_num_layers(NULL), 0);
+  ASSERT_STR_EQ(dt_model_layer(m, 3)->name, "p1");
+  ASSERT(dt_model_layer(m, N) == NULL && dt_model_layer(m, -1) == NULL);
+  const dt_fusion *group[N];
+  int first[N];
+  dt_fusion_plan(dt_model_layer(m, 0), N, group, first);
+  for (int i = 0; i < N; i++) {
+    ASSERT((group[i] != NULL) == (i == 1 || i == 10));
+    ASSERT_EQ(first[i], i == 3 ? 1 : i == 12 ? 10 : i);
+  }
+  ASSERT_STR_EQ(group[1]->name, "BatchNorm2d+ReLU+MaxPool2d(2)");
+  ASSERT_EQ(group[10]->n_layers, 3);
+
+  ASSERT_OK(dt_model_build(m, B, 3));
+  dt_model_ctx *plain = NULL;
+  ASSERT_OK(dt_model_ctx_new(m, B, 0, &plain));
+  dt_model_ctx_set_fusion(plain, 0);
+  static float x[B * 128], dout[B * 4];
+  fill_uniform(x, B * 128, 13, -1, 1);
+  fill_uniform(dout, B * 4, 14, -1, 1);
+  const float *y1, *y2;
+  ASSERT_OK(step_both(m, dt_model_default_ctx(m), plain, x, B, dout, &y1, &y2));
+  ASSERT(memcmp(y1, y2, sizeof(float) * B * 4) == 0);
+  size_t n;
+  const float *g1 = dt_model_grads(m, &n), *g2 = dt_model_ctx_grads(plain);
+  for (size_t i = 0; i < n; i++) ASSERT_NEAR(g1[i], g2[i], 1e-5);
+  dt_model_ctx_free(plain);
+  dt_model_free(m);
+}
+
 TEST_MAIN(TEST_ENTRY(fashioncnn_tensor_names_order_shapes_and_count), TEST_ENTRY(arena_is_in_reverse_layer_order),
           TEST_ENTRY(grad_ready_ranges_increase_and_tile_the_arena), TEST_ENTRY(init_is_seeded_and_bounded_like_pytorch),
           TEST_ENTRY(model_gradient_matches_finite_differences), TEST_ENTRY(batchnorm_train_and_eval),
           TEST_ENTRY(dropout_masks_follow_seed_stream_and_step), TEST_ENTRY(error_cases_name_layers_and_numbers),
           TEST_ENTRY(mlp_zoo_model_and_summary), TEST_ENTRY(second_context_shares_parameters),
-          TEST_ENTRY(fused_bn_relu_pool_matches_layer_by_layer), TEST_ENTRY(flatten_is_a_zero_copy_view))
+          TEST_ENTRY(fused_bn_relu_pool_matches_layer_by_layer), TEST_ENTRY(flatten_is_a_zero_copy_view),
+          TEST_ENTRY(avgpool2d_layer_matches_reference),
+          TEST_ENTRY(fusion_plan_matches_only_the_pattern))

@@ -142,7 +142,7 @@ static dt_status run_coll(dt_backend *b, dt_coll_kind kind, const void *send, vo
 static int check_one(dt_backend *b, int rank, int size, dt_coll_kind kind, dt_dtype t, dt_redop op,
                      size_t count, int in_place, int root) {
   size_t es = dt_dtype_size(t), off, len;
-  dv_block(count, size, rank, &off, &len);
+  dt_block_of(count, size, rank, &off, &len);
   char *send = malloc((count + 1) * es), *recv = malloc((count + 1) * es);
   CHILD_CHECK(send && recv, "out of memory");
   for (size_t i = 0; i < count; i++) dv_put(send, t, i, dv_input(rank, i)), dv_put(recv, t, i, -99);
@@ -187,7 +187,7 @@ static int check_one(dt_backend *b, int rank, int size, dt_coll_kind kind, dt_dt
         int owner = 0;
         for (int r = 0; r < size; r++) {
           size_t o2, l2;
-          dv_block(count, size, r, &o2, &l2);
+          dt_block_of(count, size, r, &o2, &l2);
           if (g >= o2 && g < o2 + l2) owner = r;
         }
         want = dv_input(owner, g);

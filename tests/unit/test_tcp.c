@@ -167,7 +167,7 @@ static int check_gathered(const ctx_run *x, dt_dtype t, int inplace, const void 
   size_t es = dt_dtype_size(t);
   for (int q = 0; q < x->size; q++) {
     size_t off, len;
-    dv_block(count, x->size, q, &off, &len);
+    dt_block_of(count, x->size, q, &off, &len);
     if (compare(x, "allgather", t, 0, inplace, (const char *)out + off * es, len, off, want_root, q)) return 1;
   }
   return 0;
@@ -176,7 +176,7 @@ static int check_gathered(const ctx_run *x, dt_dtype t, int inplace, const void 
 static int sweep_one(ctx_run *x, dt_dtype t, size_t count, int inplace, void *a, void *c) {
   int r = x->rank, n = x->size;
   size_t es = dt_dtype_size(t), off, len;
-  dv_block(count, n, r, &off, &len);
+  dt_block_of(count, n, r, &off, &len);
   static const dt_redop ops[] = {DT_SUM, DT_MIN, DT_MAX};
   for (int k = 0; k < 3; k++) {
     dt_redop op = ops[k];

@@ -1,0 +1,53 @@
+/* Execution contexts of a dt_model: activations, workspaces and gradients of one execution over shared parameters. */
+#ifndef DTRAIN_MODEL_CTX_H
+#define DTRAIN_MODEL_CTX_H
+
+#include <stdint.h>
+
+#include "dtrain/model.h"
+#include "dtrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A context holds one execution of the model: activations, per-layer
+ * workspaces, backward ping-pong buffers and a gradient arena (the layout of
+ * the parameter arena). The model owns one (dt_model_default_ctx, which the
+ * dt_model_forward/backward calls use); a data-parallel strategy makes one per
+ * worker over the same parameters. Contexts never outlive their model. */
+typedef struct dt_model_ctx dt_model_ctx;
+
+/* A context for batches up to max_batch over the built model m; the caller
+ * owns *out. update_buffers: whether training forwards update the model's BN
+ * running statistics (one replica should). */
+dt_status dt_model_ctx_new(dt_model *m, int max_batch, int update_buffers, dt_model_ctx **out);
+void dt_model_ctx_free(dt_model_ctx *c); /* accepts NULL */
+/* The model's own context (owned by the model); NULL before dt_model_build. */
+dt_model_ctx *dt_model_default_ctx(dt_model *m);
+
+/* As dt_model_forward/backward, in context c. *out (batch, outputs) lives in c
+ * until its next forward. */
+dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const float *x, int batch, const float **out);
+dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout);
+/* c's gradient arena (n_params floats, owned by c); backward accumulates into it. */
+float *dt_model_ctx_grads(dt_model_ctx *c);
+void dt_model_ctx_zero_grad(const dt_model *m, dt_model_ctx *c);
+
+/* Dropout masks of c derive from (seed, stream, layer, step). */
+void dt_model_ctx_set_rng_stream(dt_model_ctx *c, uint64_t stream);
+/* Training forwards run so far (the dropout step); set it to resume a run. */
+uint64_t dt_model_ctx_rng_step(const dt_model_ctx *c);
+void dt_model_ctx_set_rng_step(dt_model_ctx *c, uint64_t step);
+
+/* As dt_model_on_grad_ready, for backwards run in c. */
+void dt_model_ctx_on_grad_ready(dt_model_ctx *c, dt_grad_ready_fn fn, void *user);
+/* Compute the gradient w.r.t. the model input in backward (off by default). */
+void dt_model_ctx_want_input_grad(dt_model_ctx *c, int on);
+/* The input gradient (batch, sample) of the last backward, owned by c; NULL unless wanted. */
+const float *dt_model_ctx_input_grad(const dt_model_ctx *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,50 @@
+/* The table of executor fusions and the plan that matches it against a model's layers. */
+#include "nn/fusion.h"
+
+/* ---- BatchNorm2d -> ReLU -> MaxPool2d(2) ---------------------------------------- */
+
+static int bn_relu_pool_applies(const dt_layer *l) {
+  return dt_activation_is_relu(&l[1]) && dt_maxpool2d_is_2x2(&l[2]) && l[1].in_numel == l[0].out_numel &&
+         l[2].in_numel == l[1].out_numel;
+}
+
+/* The pool's workspace holds the argmax, as the pool layer's own would; the BN output slot holds xsel. */
+static dt_status bn_relu_pool_forward(const dt_layer *l, const dt_layer_io *io, float *const *act) {
+  return dt_bn_relu_pool_forward(&l[0], &io[0], io[2].ws, act[1], act[0], act[3]);
+}
+
+static void bn_relu_pool_backward(const dt_layer *l, const dt_layer_io *io, float *const *act, const float *dout,
+                                  float *dinp) {
+  dt_bn_relu_pool_backward(&l[0], &io[0], io[2].ws, act[1], act[0], act[3], dout, dinp);
+}
+
+/* ---- the table ------------------------------------------------------------------ */
+
+static const dt_fusion fusions[] = {
+    {"BatchNorm2d+ReLU+MaxPool2d(2)", 3, {&dt_batchnorm2d_ops, &dt_activation_ops, &dt_maxpool2d_ops},
+     bn_relu_pool_applies, bn_relu_pool_forward, bn_relu_pool_backward},
+};
+
+static int matches(const dt_fusion *f, const dt_layer *l, int avail) {
+  if (f->n_layers > avail) return 0;
+  for (int k = 0; k < f->n_layers; k++)
+    if (l[k].ops != f->kinds[k]) return 0;
+  return f->applies(l);
+}
+
+static const dt_fusion *fusion_at(const dt_layer *l, int avail) {
+  for (size_t r = 0; r < sizeof fusions / sizeof fusions[0]; r++)
+    if (matches(&fusions[r], l, avail)) return &fusions[r];
+  return NULL;
+}
+
+void dt_fusion_plan(const dt_layer *layers, int n, const dt_fusion **group, int *first) {
+  for (int i = 0; i < n; i++) group[i] = NULL, first[i] = i;
+  for (int i = 0; i < n; i++) {
+    const dt_fusion *f = fusion_at(&layers[i], n - i);
+    if (!f) continue;
+    group[i] = f;
+    first[i + f->n_layers - 1] = i;
+    i += f->n_layers - 1;
+  }
+}

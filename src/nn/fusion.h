@@ -1,0 +1,49 @@
+/* Executor fusions: runs of consecutive layers that the executor runs as one kernel, as rows of a table. */
+#ifndef DT_NN_FUSION_H
+#define DT_NN_FUSION_H
+
+#include "dtrain/model_ctx.h"
+#include "nn/layer.h"
+
+#define DT_FUSION_MAX_LAYERS 4
+
+/* A fused group of n layers l[0..n-1] (consecutive in the model), io[k] the
+ * io of layer l[k], act[k] the input of l[k] and act[n] the group's output
+ * (batch, numel each). Only act[0] and act[n] are real activations: the
+ * intermediate act[1..n-1] are not computed, and their slots are the group's
+ * to carry values from forward to backward, as are the layers' workspaces.
+ * forward writes act[n]; backward takes the gradient of act[n], writes dinp
+ * (that of act[0]; NULL to skip) and accumulates every layer's parameter
+ * gradients. Results must equal the layers run one by one. */
+typedef struct dt_fusion {
+  const char *name; /* "BatchNorm2d+ReLU+MaxPool2d(2)" */
+  int n_layers;
+  const dt_layer_ops *kinds[DT_FUSION_MAX_LAYERS]; /* the pattern: kinds of l[0..n-1] */
+  int (*applies)(const dt_layer *l); /* beyond the kinds: hyper-parameters, shapes */
+  dt_status (*forward)(const dt_layer *l, const dt_layer_io *io, float *const *act);
+  void (*backward)(const dt_layer *l, const dt_layer_io *io, float *const *act, const float *dout, float *dinp);
+} dt_fusion;
+
+/* Matches the table against layers[0..n-1] first to last, a matched group
+ * taking its layers out of later matches: group[i] is the fusion of the group
+ * that starts at layer i (NULL if none) and first[i] the first layer of the
+ * group that ends at layer i (i if none). */
+void dt_fusion_plan(const dt_layer *layers, int n, const dt_fusion **group, int *first);
+
+/* Executor fusions (on by default); off runs every layer on its own, for tests of the fused paths. */
+void dt_model_ctx_set_fusion(dt_model_ctx *c, int on);
+
+/* ---- what the rows are made of (implemented by the layer files) ---- */
+int dt_activation_is_relu(const dt_layer *l);
+int dt_maxpool2d_is_2x2(const dt_layer *l); /* MaxPool2d(2, stride 2, padding 0) */
+
+/* BatchNorm2d -> ReLU -> MaxPool2d(2) in one kernel (the BN and ReLU outputs are not materialised). forward
+ * reads the BN layer's io and writes the pool's output, argmax (batch, C, OH, OW) and xsel (the pool's output
+ * size; the normalised input at the argmax, for backward); backward takes the pool's output gradient and
+ * writes the BN input gradient (dinp NULL to skip) and the BN parameter gradients. */
+dt_status dt_bn_relu_pool_forward(const dt_layer *bn, const dt_layer_io *io, int32_t *argmax, float *xsel,
+                                  const float *in, float *out);
+void dt_bn_relu_pool_backward(const dt_layer *bn, const dt_layer_io *io, const int32_t *argmax, const float *xsel,
+                              const float *in, const float *out, const float *dout, float *dinp);
+
+#endif
