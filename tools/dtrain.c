@@ -1,9 +1,6 @@
 /* dtrain command-line tool: a registry of commands (train, eval, models, inspect, version, help) over flag tables. */
-#include <errno.h>
-#include <limits.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,89 +9,27 @@
 #include "cmd_bench.h"
 #include "cmd_scaling.h"
 #include "dtrain/dtrain.h"
+#include "flags.h"
 
 /* Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 interrupted (128 + SIGINT). */
-enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
+enum { EXIT_RUNTIME = 1, EXIT_USAGE = FLAGS_EXIT_USAGE, EXIT_INTERRUPTED = 130 };
 
-/* ---- flag tables ------------------------------------------------------------ */
-/* What a flag's value must look like; each kind is checked by parse_value. */
-typedef enum flag_kind {
-  K_BOOL,      /* no value */
-  K_STR,       /* non-empty text */
-  K_POS_INT,   /* 1 .. INT_MAX */
-  K_NONNEG_INT, /* 0 .. INT_MAX */
-  K_POS_I64,   /* 1 .. INT64_MAX */
-  K_U64,       /* 0 .. UINT64_MAX */
-  K_POS_FLOAT, /* > 0 */
-  K_NONNEG_FLOAT, /* >= 0 */
-  K_UNIT_FLOAT, /* [0, 1) */
-  K_BETAS,     /* B1,B2 each in [0, 1) */
-  K_MEAN_STD,  /* MEAN,STD with STD > 0 */
-  K_WIDTHS,    /* W1,W2,... positive integers */
-  K_WEIGHTS,   /* W1,W2,... non-negative numbers */
-  K_CHOICE,    /* one of choices ("a|b|c") */
-  K_SIZE,      /* bytes: 8, 64K, 1M, 2G (powers of 1024) */
-} flag_kind;
+_Static_assert(FLAGS_MAX_LIST == DT_TRAIN_MAX_HIDDEN, "a --hidden list fills dt_train_config.hidden");
 
-typedef struct flag_spec {
-  const char *name;    /* "--batch-size" */
-  const char *metavar; /* "N" (NULL for K_BOOL) */
-  flag_kind kind;
-  const char *def;     /* default, as shown in help */
-  const char *example; /* a good value, for hints */
-  const char *help;
-  const char *choices; /* K_CHOICE: "sgd|adam|adamw" */
-} flag_spec;
-
-typedef struct flag_value {
-  int given;
-  const char *raw;
-  long long i;
-  unsigned long long u;
-  double f, pair[2];
-  int list[DT_TRAIN_MAX_HIDDEN], n_list;
-  double weights[DT_TRAIN_MAX_POS_WEIGHT];
-  int n_weights;
-  int choice;
-} flag_value;
-
-#define MAX_FLAGS 64
-#define MAX_POSITIONAL 4
-
-typedef struct parsed {
-  const struct command *cmd;
-  flag_value v[MAX_FLAGS];
-  const char *pos[MAX_POSITIONAL];
-  int n_pos;
-} parsed;
-
+/* ---- commands ---------------------------------------------------------------- */
 typedef struct command {
   const char *name;
   const char *summary;
   const char *synopsis;    /* after "dtrain <name>" */
   const char *description; /* a paragraph for help */
-  const flag_spec *flags;
+  const flag_spec *flags;  /* flags[id], id from the command's enum */
   int n_flags;
   int n_pos_min, n_pos_max; /* positional arguments */
-  int (*run)(const parsed *p);
+  int (*run)(const flag_args *p); /* p->prog is "dtrain <name>" */
 } command;
 
 static const command *find_command(const char *name);
 static void print_usage(const command *c, FILE *f);
-
-/* One line on stderr: "dtrain <cmd>: <what> (<fix>)". Returns the usage exit code. */
-static int usage_error(const command *c, const char *fix, const char *fmt, ...) {
-  char what[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(what, sizeof what, fmt, ap);
-  va_end(ap);
-  if (c)
-    fprintf(stderr, "dtrain %s: %s (%s)\n", c->name, what, fix);
-  else
-    fprintf(stderr, "dtrain: %s (%s)\n", what, fix);
-  return EXIT_USAGE;
-}
 
 /* Hints for runtime failures, one row per status. */
 static const struct {
@@ -111,7 +46,7 @@ static const struct {
     {DT_TIMEOUT, "a rank did not answer in time: check that every rank started and reaches MASTER_ADDR, or raise DT_TIMEOUT"},
     {DT_PEER_LOST, "another rank exited or lost its connection: its own output says why"},
     {DT_MISMATCH, "every rank must run the same program with the same flags and WORLD_SIZE"},
-    {DT_USAGE, "see 'dtrain models' for the tasks each model supports, and --data in 'dtrain train --help'"},
+    {DT_USAGE, "see 'dtrain models' for the tasks of each model, and --data in 'dtrain train --help'"},
 };
 
 /* One line on stderr: "dtrain: <detail> (<hint>)"; file_hint replaces the
@@ -130,238 +65,33 @@ static int runtime_error(dt_status s, const char *file_hint) {
   return s == DT_USAGE ? EXIT_USAGE : EXIT_RUNTIME;
 }
 
-static int parse_ll(const char *s, long long *out) {
-  char *end;
-  errno = 0;
-  if (!*s || *s == ' ') return -1;
-  long long x = strtoll(s, &end, 10);
-  if (errno || *end) return -1;
-  *out = x;
-  return 0;
-}
-
-static int parse_double(const char *s, double *out) {
-  char *end;
-  errno = 0;
-  if (!*s || *s == ' ') return -1;
-  double x = strtod(s, &end);
-  if (errno || *end || !isfinite(x)) return -1;
-  *out = x;
-  return 0;
-}
-
-/* "a,b" -> two doubles. */
-static int parse_pair(const char *s, double out[2]) {
-  const char *comma = strchr(s, ',');
-  char first[64];
-  if (!comma || (size_t)(comma - s) >= sizeof first) return -1;
-  memcpy(first, s, (size_t)(comma - s));
-  first[comma - s] = '\0';
-  return parse_double(first, &out[0]) || parse_double(comma + 1, &out[1]) ? -1 : 0;
-}
-
-static int choice_index(const char *choices, const char *s) {
-  size_t n = strlen(s);
-  int idx = 0;
-  for (const char *c = choices; *c; idx++) {
-    const char *bar = strchr(c, '|');
-    size_t len = bar ? (size_t)(bar - c) : strlen(c);
-    if (len == n && strncmp(c, s, n) == 0) return idx;
-    if (!bar) break;
-    c = bar + 1;
-  }
-  return -1;
-}
-
-/* Checks and stores one value; prints the error line and returns EXIT_USAGE if it is malformed. */
-static int parse_value(const command *c, const flag_spec *f, const char *s, flag_value *v) {
-  char eg[128];
-  snprintf(eg, sizeof eg, "e.g. %s %s", f->name, f->example ? f->example : "");
-  v->raw = s;
-  switch (f->kind) {
-  case K_BOOL:
-    return 0;
-  case K_STR:
-    if (!*s) return usage_error(c, eg, "%s: the value is empty", f->name);
-    return 0;
-  case K_POS_INT:
-  case K_NONNEG_INT:
-  case K_POS_I64: {
-    long long lo = f->kind == K_NONNEG_INT ? 0 : 1;
-    long long hi = f->kind == K_POS_I64 ? LLONG_MAX : INT_MAX;
-    if (parse_ll(s, &v->i) || v->i < lo || v->i > hi)
-      return usage_error(c, eg, "%s: '%s' is not a %s integer", f->name, s, lo ? "positive" : "non-negative");
-    return 0;
-  }
-  case K_U64: {
-    char *end;
-    errno = 0;
-    if (!*s || *s == '-' || *s == '+' || *s == ' ' || (v->u = strtoull(s, &end, 10), errno) || *end)
-      return usage_error(c, eg, "%s: '%s' is not a non-negative integer", f->name, s);
-    return 0;
-  }
-  case K_POS_FLOAT:
-    if (parse_double(s, &v->f) || !(v->f > 0)) return usage_error(c, eg, "%s: '%s' is not a positive number", f->name, s);
-    return 0;
-  case K_NONNEG_FLOAT:
-    if (parse_double(s, &v->f) || !(v->f >= 0))
-      return usage_error(c, eg, "%s: '%s' is not a non-negative number", f->name, s);
-    return 0;
-  case K_UNIT_FLOAT:
-    if (parse_double(s, &v->f) || !(v->f >= 0 && v->f < 1))
-      return usage_error(c, eg, "%s: '%s' is not a number in [0, 1)", f->name, s);
-    return 0;
-  case K_BETAS:
-    if (parse_pair(s, v->pair)) return usage_error(c, eg, "%s: '%s' is not two numbers B1,B2", f->name, s);
-    if (!(v->pair[0] >= 0 && v->pair[0] < 1 && v->pair[1] >= 0 && v->pair[1] < 1))
-      return usage_error(c, eg, "%s: '%s': both betas must be in [0, 1)", f->name, s);
-    return 0;
-  case K_MEAN_STD:
-    if (parse_pair(s, v->pair)) return usage_error(c, eg, "%s: '%s' is not two numbers MEAN,STD", f->name, s);
-    if (!(v->pair[1] > 0)) return usage_error(c, eg, "%s: '%s': STD must be positive", f->name, s);
-    return 0;
-  case K_WIDTHS: {
-    char buf[512];
-    if (strlen(s) >= sizeof buf) return usage_error(c, eg, "%s: the list is too long", f->name);
-    strcpy(buf, s);
-    v->n_list = 0;
-    char *save = NULL;
-    int empty = *s == '\0' || s[strlen(s) - 1] == ',' || *s == ',' || strstr(s, ",,") != NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok && !empty; tok = strtok_r(NULL, ",", &save)) {
-      long long w;
-      if (parse_ll(tok, &w) || w < 1 || w > (1 << 24))
-        return usage_error(c, eg, "%s: '%s' is not a list of positive widths", f->name, s);
-      if (v->n_list == DT_TRAIN_MAX_HIDDEN)
-        return usage_error(c, eg, "%s: '%s' has more than %d widths", f->name, s, DT_TRAIN_MAX_HIDDEN);
-      v->list[v->n_list++] = (int)w;
-    }
-    if (empty || v->n_list == 0) return usage_error(c, eg, "%s: '%s' is not a list of positive widths", f->name, s);
-    return 0;
-  }
-  case K_WEIGHTS: {
-    char buf[1024];
-    if (strlen(s) >= sizeof buf) return usage_error(c, eg, "%s: the list is too long", f->name);
-    strcpy(buf, s);
-    v->n_weights = 0;
-    char *save = NULL;
-    int empty = *s == '\0' || s[strlen(s) - 1] == ',' || *s == ',' || strstr(s, ",,") != NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok && !empty; tok = strtok_r(NULL, ",", &save)) {
-      if (v->n_weights == DT_TRAIN_MAX_POS_WEIGHT)
-        return usage_error(c, eg, "%s: more than %d values", f->name, DT_TRAIN_MAX_POS_WEIGHT);
-      if (parse_double(tok, &v->weights[v->n_weights]) || v->weights[v->n_weights] < 0)
-        return usage_error(c, eg, "%s: '%s' is not a list of non-negative numbers", f->name, s);
-      v->n_weights++;
-    }
-    if (empty) return usage_error(c, eg, "%s: '%s' is not a list of non-negative numbers", f->name, s);
-    return 0;
-  }
-  case K_SIZE: {
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    double mult = 1;
-    if (*end == 'K' || *end == 'k') mult = 1024, end++;
-    else if (*end == 'M' || *end == 'm') mult = 1024.0 * 1024, end++;
-    else if (*end == 'G' || *end == 'g') mult = 1024.0 * 1024 * 1024, end++;
-    if (errno || end == s || *end || !(x >= 0) || x * mult > 64.0 * 1024 * 1024 * 1024)
-      return usage_error(c, eg, "%s: '%s' is not a size (bytes, optionally with K, M or G)", f->name, s);
-    v->u = (unsigned long long)(x * mult);
-    return 0;
-  }
-  case K_CHOICE: {
-    v->choice = choice_index(f->choices, s);
-    if (v->choice < 0) {
-      char list[128];
-      snprintf(list, sizeof list, "%s", f->choices);
-      for (char *p = list; *p; p++)
-        if (*p == '|') *p = '/';
-      return usage_error(c, eg, "%s: '%s' is not one of %s", f->name, s, list);
-    }
-    return 0;
-  }
-  }
-  return 0;
-}
-
-/* Parses argv (after the command name) against c's flag table. Returns 0, an
- * exit code, or -1 when --help was printed. "--flag value" and "--flag=value"
- * both work; a flag given twice is an error, not "last wins". */
-static int parse_args(const command *c, int argc, char **argv, parsed *p) {
-  memset(p, 0, sizeof *p);
-  p->cmd = c;
-  char hint[96];
-  snprintf(hint, sizeof hint, "see 'dtrain %s --help'", c->name);
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      print_usage(c, stdout);
-      return -1;
-    }
-    if (a[0] != '-' || a[1] == '\0') {
-      if (p->n_pos == c->n_pos_max || p->n_pos == MAX_POSITIONAL)
-        return usage_error(c, hint, "unexpected argument '%s'", a);
-      p->pos[p->n_pos++] = a;
-      continue;
-    }
-    char name[64];
-    const char *eq = strchr(a, '=');
-    size_t len = eq ? (size_t)(eq - a) : strlen(a);
-    if (len >= sizeof name) len = sizeof name - 1;
-    memcpy(name, a, len);
-    name[len] = '\0';
-    int k = -1;
-    for (int j = 0; j < c->n_flags; j++)
-      if (strcmp(c->flags[j].name, name) == 0) k = j;
-    if (k < 0) return usage_error(c, hint, "unknown flag '%s'", name);
-    const flag_spec *f = &c->flags[k];
-    flag_value *v = &p->v[k];
-    if (v->given) return usage_error(c, "give each flag once", "%s given twice", f->name);
-    v->given = 1;
-    if (f->kind == K_BOOL) {
-      if (eq) return usage_error(c, hint, "%s takes no value", f->name);
-      continue;
-    }
-    const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-    if (!val) {
-      char eg[128];
-      snprintf(eg, sizeof eg, "e.g. %s %s", f->name, f->example ? f->example : "");
-      return usage_error(c, eg, "%s needs a value", f->name);
-    }
-    int rc = parse_value(c, f, val, v);
-    if (rc) return rc;
-  }
-  if (p->n_pos < c->n_pos_min) return usage_error(c, hint, "missing argument: %s", c->synopsis);
-  return 0;
-}
-
-/* The value of flag `name` (which must be in the command's table). */
-static const flag_value *flag(const parsed *p, const char *name) {
-  for (int j = 0; j < p->cmd->n_flags; j++)
-    if (strcmp(p->cmd->flags[j].name, name) == 0) return &p->v[j];
-  fprintf(stderr, "dtrain: internal error: flag %s is not in the table of '%s'\n", name, p->cmd->name);
-  abort();
-}
-
 static void print_tunable(const char *name, const char *def, const char *doc, void *user) {
   fprintf((FILE *)user, "  %-22s %s (default: %s)\n", name, doc, def);
 }
 
 static void print_usage(const command *c, FILE *f) {
+  flag_set set = {.flags = c->flags, .n_flags = c->n_flags};
   fprintf(f, "usage: dtrain %s %s\n\n%s\n", c->name, c->synopsis, c->description);
   fprintf(f, "\nflags:\n");
-  for (int i = 0; i < c->n_flags; i++) {
-    const flag_spec *s = &c->flags[i];
-    char left[64];
-    snprintf(left, sizeof left, "%s%s%s", s->name, s->metavar ? " " : "", s->metavar ? s->metavar : "");
-    fprintf(f, "  %-26s %s", left, s->help);
-    if (s->def) fprintf(f, " (default: %s)", s->def);
-    fputc('\n', f);
-  }
-  fprintf(f, "  %-26s %s\n", "--help, -h", "show this help and exit");
+  flags_print(f, &set);
   fprintf(f, "\nenvironment:\n");
   dt_tunables_each(print_tunable, f);
   fprintf(f, "\nA flag takes its value as '--flag VALUE' or '--flag=VALUE'; giving a flag twice is an error.\n");
   fprintf(f, "exit status: 0 success, 1 runtime failure, 2 usage error, 130 interrupted\n");
+}
+
+/* Parses the command's flags and runs it; argv holds what follows the command's name. */
+static int run_command(const command *c, int argc, char **argv) {
+  char prog[64], hint[96];
+  snprintf(prog, sizeof prog, "dtrain %s", c->name);
+  snprintf(hint, sizeof hint, "see '%s --help'", prog);
+  flag_set set = {prog, hint, c->flags, c->n_flags, c->n_pos_max};
+  flag_args p;
+  int rc = flags_parse(&set, argc, argv, &p);
+  if (rc == FLAGS_HELP) print_usage(c, stdout);
+  if (rc) return rc == FLAGS_HELP ? 0 : rc;
+  if (p.n_pos < c->n_pos_min) return flags_usage_error(prog, hint, "missing argument: %s", c->synopsis);
+  return c->run(&p);
 }
 
 /* ---- shared helpers --------------------------------------------------------- */
@@ -379,12 +109,12 @@ static void zoo_visit(const char *name, const char *doc, void *user) {
 }
 
 /* An unknown model is a usage error: say which ones exist. */
-static int check_model(const command *c, const char *name) {
+static int check_model(const char *prog, const char *name) {
   zoo_lookup z = {.want = name};
   dt_model_zoo_each(zoo_visit, &z);
   if (z.found) return 0;
-  return usage_error(c, "see 'dtrain models'", "--model: unknown model '%s' (known: %s)", name,
-                     z.names[0] ? z.names : "none");
+  return flags_usage_error(prog, "see 'dtrain models'", "--model: unknown model '%s' (known: %s)", name,
+                           z.names[0] ? z.names : "none");
 }
 
 static void format_bytes(size_t b, char *buf, size_t len) {
@@ -394,96 +124,384 @@ static void format_bytes(size_t b, char *buf, size_t len) {
     snprintf(buf, len, "%.1f MiB", (double)b / (1 << 20));
 }
 
+/* The backend names are what the configurations take (flag_value.raw); the values are unused. */
+static const flag_choice backends[] = {{"auto", 0}, {"shm", 0}, {"tcp", 0}, {"mpi", 0}, {NULL, 0}};
+static const flag_choice strategies[] = {
+    {"single", DT_STRATEGY_SINGLE}, {"dp", DT_STRATEGY_DP}, {"ddp", DT_STRATEGY_DDP}, {NULL, 0}};
+
 /* ---- train ------------------------------------------------------------------- */
-static const flag_spec train_flags[] = {
-    {"--model", "NAME", K_STR, "fashioncnn", "mlp", "model from the zoo (see 'dtrain models')", NULL},
-    {"--hidden", "W1,W2,...", K_WIDTHS, "the model's own", "256,128", "hidden layer widths of mlp", NULL},
-    {"--dropout", "P", K_UNIT_FLOAT, "the model's own", "0.2", "dropout probability, overriding the model's", NULL},
-    {"--data", "SOURCE", K_STR, "fashion-mnist", "fashion-mnist",
-     "dataset name (fashion-mnist, mnist; under DT_DATA_DIR) or a directory of IDX files", NULL},
-    {"--normalize", "MEAN,STD", K_MEAN_STD, "none: x/255", "0.2860,0.3530", "also normalise inputs as (x/255 - MEAN)/STD",
-     NULL},
-    {"--limit-train", "N", K_POS_I64, "all", "2000",
-     "train on the first N training samples only (shuffled among themselves each epoch)", NULL},
-    {"--limit-test", "N", K_POS_I64, "all", "500", "evaluate on the first N test samples only", NULL},
-    {"--epochs", "N", K_POS_INT, "1", "3", "passes over the training data", NULL},
-    {"--batch-size", "N", K_POS_INT, "64", "64", "samples per optimizer step", NULL},
-    {"--optimizer", "NAME", K_CHOICE, "sgd", "adam", "sgd, adam or adamw (PyTorch's update rules)", "sgd|adam|adamw"},
-    {"--lr", "X", K_POS_FLOAT, "0.01 for sgd, 0.001 for adam/adamw", "0.01", "base learning rate", NULL},
-    {"--momentum", "X", K_NONNEG_FLOAT, "0", "0.9", "SGD momentum (as torch.optim.SGD)", NULL},
-    {"--dampening", "X", K_NONNEG_FLOAT, "0", "0", "SGD momentum dampening", NULL},
-    {"--nesterov", NULL, K_BOOL, "off", NULL, "Nesterov momentum (needs --momentum > 0 and no dampening)", NULL},
-    {"--weight-decay", "X", K_NONNEG_FLOAT, "0; 0.01 for adamw", "0.0005",
-     "L2 penalty (sgd, adam) or decoupled weight decay (adamw)", NULL},
-    {"--betas", "B1,B2", K_BETAS, "0.9,0.999", "0.9,0.999", "Adam/AdamW moment decay rates", NULL},
-    {"--eps", "X", K_POS_FLOAT, "1e-8", "1e-8", "Adam/AdamW denominator epsilon", NULL},
-    {"--schedule", "NAME", K_CHOICE, "constant", "cosine", "learning-rate schedule: constant, step or cosine",
-     "constant|step|cosine"},
-    {"--step-size", "EPOCHS", K_POS_INT, "1", "10", "step schedule: multiply the lr by --gamma every EPOCHS epochs",
-     NULL},
-    {"--gamma", "X", K_POS_FLOAT, "0.1", "0.1", "step schedule: decay factor", NULL},
-    {"--min-lr", "X", K_NONNEG_FLOAT, "0", "0.0001", "cosine schedule: final learning rate (eta_min)", NULL},
-    {"--warmup-epochs", "N", K_NONNEG_INT, "0", "1",
-     "linear warm-up over the first N epochs, from lr/3 (torch LinearLR)", NULL},
-    {"--warmup-steps", "N", K_NONNEG_INT, "0", "500", "linear warm-up over the first N optimizer steps instead", NULL},
-    {"--clip-grad-norm", "X", K_POS_FLOAT, "off", "1.0", "clip the global gradient L2 norm to X", NULL},
-    {"--label-smoothing", "X", K_UNIT_FLOAT, "0", "0.1", "classification: cross-entropy label smoothing in [0, 1)", NULL},
-    {"--loss", "NAME", K_CHOICE, "mse", "l1", "regression: mse (torch.nn.MSELoss) or l1 (L1Loss)", "mse|l1"},
-    {"--pos-weight", "W[,W...]", K_WEIGHTS, "none", "3.0",
-     "multilabel: BCEWithLogitsLoss pos_weight, one value for every label or one per label", NULL},
-    {"--val-fraction", "F", K_UNIT_FLOAT, "off", "0.1",
-     "hold out this fraction of the training data for validation (a split by --seed); for sources without a test "
-     "split", NULL},
-    {"--val-data", "SOURCE", K_STR, "the source's test split", "synthetic:512,seed=1",
-     "validate on this source instead (its test split, or its only split)", NULL},
-    {"--threads", "N", K_NONNEG_INT, "DT_NUM_THREADS, OMP_NUM_THREADS or all cores", "4", "compute threads", NULL},
-    {"--seed", "N", K_U64, "0", "42", "seed of initialisation, shuffling and dropout", NULL},
-    {"--out", "DIR", K_STR, "runs/<model>-<yyyymmdd-hhmmss>", "runs/exp1",
-     "output directory: metrics.csv, metrics.jsonl, config.json, summary.json, model.safetensors", NULL},
-    {"--progress", "MODE", K_CHOICE, "auto", "plain",
-     "auto (a bar on a terminal, else plain), bar, plain (a line per ~10% of an epoch) or none (epoch lines only)",
-     "auto|bar|plain|none"},
-    {"--quiet", NULL, K_BOOL, "off", NULL, "print nothing but errors", NULL},
-    {"--strategy", "NAME", K_CHOICE, "single", "ddp",
-     "single (one process), dp (worker threads on slices of each batch, like nn.DataParallel) or ddp (one process "
-     "per worker under dtrun/torchrun/mpirun/srun, like DistributedDataParallel)",
-     "single|dp|ddp"},
-    {"--workers", "N", K_POS_INT, "the thread budget", "2", "dp: worker threads", NULL},
-    {"--accumulate", "K", K_POS_INT, "1", "4",
-     "batches per optimizer step (gradient accumulation; ddp all-reduces on the last one only)", NULL},
-    {"--backend", "NAME", K_CHOICE, "auto", "shm",
-     "ddp: auto (shm on one host, tcp across hosts, shm+tcp when both, mpi under mpirun), shm, tcp or mpi",
-     "auto|shm|tcp|mpi"},
-    {"--master", "HOST:PORT", K_STR, "MASTER_ADDR:MASTER_PORT", "10.0.0.1:29500",
-     "ddp: where rank 0 (or dtrun) serves the rendezvous store, e.g. under mpirun", NULL},
-    {"--bucket-cap-mb", "MB", K_POS_FLOAT, "25", "25", "ddp: gradient bucket size cap in MiB", NULL},
-    {"--first-bucket-mb", "MB", K_POS_FLOAT, "1", "1", "ddp: size of the first bucket (the last layers) in MiB", NULL},
-    {"--broadcast-buffers", "on|off", K_CHOICE, "on", "off",
-     "ddp: broadcast batch-norm statistics from rank 0 before every forward, as PyTorch does", "on|off"},
-    {"--find-unused-parameters", NULL, K_BOOL, "off", NULL,
-     "ddp: reduce parameters that got no gradient as zeros instead of failing", NULL},
-    {"--comm-hook", "NAME", K_CHOICE, "none", "bf16",
-     "ddp: compress gradients for the all-reduce: none, bf16 or fp16 (divided by the world size first)",
-     "none|bf16|fp16"},
-    {"--timeout", "SECONDS", K_POS_FLOAT, "DT_TIMEOUT (300)", "60",
-     "ddp: how long the rendezvous and each all-reduce may wait for the other ranks", NULL},
-    {"--save-every", "EPOCHS", K_POS_INT, "off", "1",
-     "write a snapshot (weights, optimizer state, position) to DIR/snapshots after every EPOCHS epochs", NULL},
-    {"--save-every-steps", "N", K_POS_I64, "off", "500", "write a snapshot every N optimizer steps", NULL},
-    {"--keep", "K", K_POS_INT, "3", "2", "keep the newest K snapshots, delete older ones", NULL},
-    {"--save-on-interrupt", NULL, K_BOOL, "off", NULL,
-     "Ctrl-C (SIGINT) writes a snapshot where the run stopped, to resume from that step", NULL},
-    {"--resume", "auto|PATH", K_STR, "off", "auto",
-     "continue from a snapshot: auto = the newest loadable one in --out DIR (none: start afresh), or a file", NULL},
-    {"--tensorboard", "DIR", K_STR, "off", "runs/tb",
-     "write TensorBoard event files (loss, accuracy, lr, throughput per step) to DIR", NULL},
-    {"--tensorboard-all-ranks", NULL, K_BOOL, "off", NULL,
-     "ddp: every rank writes its own events (rank R > 0 into DIR/rank<R>), not only rank 0", NULL},
-    {"--log-every", "N", K_POS_INT, "10", "50", "TensorBoard training scalars: means over every N optimizer steps",
-     NULL},
-    {"--trace", "FILE", K_STR, "off", "runs/exp1/trace.json",
-     "write a Chrome trace (Perfetto, chrome://tracing) of every rank and thread to FILE at the end", NULL},
+typedef enum train_flag {
+  TRAIN_MODEL, TRAIN_HIDDEN, TRAIN_DROPOUT, TRAIN_DATA, TRAIN_NORMALIZE, TRAIN_LIMIT_TRAIN, TRAIN_LIMIT_TEST,
+  TRAIN_EPOCHS, TRAIN_BATCH_SIZE,
+  TRAIN_OPTIMIZER, TRAIN_LR, TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV, TRAIN_WEIGHT_DECAY, TRAIN_BETAS,
+  TRAIN_EPS, TRAIN_SCHEDULE, TRAIN_STEP_SIZE, TRAIN_GAMMA, TRAIN_MIN_LR, TRAIN_WARMUP_EPOCHS, TRAIN_WARMUP_STEPS,
+  TRAIN_CLIP_GRAD_NORM, TRAIN_LABEL_SMOOTHING, TRAIN_LOSS, TRAIN_POS_WEIGHT, TRAIN_VAL_FRACTION, TRAIN_VAL_DATA,
+  TRAIN_THREADS, TRAIN_SEED,
+  TRAIN_OUT, TRAIN_PROGRESS, TRAIN_QUIET,
+  TRAIN_STRATEGY, TRAIN_WORKERS, TRAIN_ACCUMULATE, TRAIN_BACKEND, TRAIN_MASTER, TRAIN_BUCKET_CAP_MB,
+  TRAIN_FIRST_BUCKET_MB, TRAIN_BROADCAST_BUFFERS, TRAIN_FIND_UNUSED_PARAMETERS, TRAIN_COMM_HOOK, TRAIN_TIMEOUT,
+  TRAIN_SAVE_EVERY, TRAIN_SAVE_EVERY_STEPS, TRAIN_KEEP, TRAIN_SAVE_ON_INTERRUPT, TRAIN_RESUME,
+  TRAIN_TENSORBOARD, TRAIN_TENSORBOARD_ALL_RANKS, TRAIN_LOG_EVERY, TRAIN_TRACE,
+  TRAIN_COUNT
+} train_flag;
+
+static const flag_choice regression_losses[] = {{"mse", DT_LOSS_MSE}, {"l1", DT_LOSS_L1}, {NULL, 0}};
+static const flag_choice optimizers[] = {
+    {"sgd", DT_OPTIM_SGD}, {"adam", DT_OPTIM_ADAM}, {"adamw", DT_OPTIM_ADAMW}, {NULL, 0}};
+static const flag_choice schedules[] = {
+    {"constant", DT_SCHED_CONSTANT}, {"step", DT_SCHED_STEP}, {"cosine", DT_SCHED_COSINE}, {NULL, 0}};
+static const flag_choice progress_modes[] = {{"auto", DT_PROGRESS_AUTO}, {"bar", DT_PROGRESS_BAR},
+                                             {"plain", DT_PROGRESS_PLAIN}, {"none", DT_PROGRESS_NONE}, {NULL, 0}};
+static const flag_choice on_off[] = {{"on", 1}, {"off", 0}, {NULL, 0}};
+static const flag_choice comm_hooks[] = {
+    {"none", DT_COMM_HOOK_NONE}, {"bf16", DT_COMM_HOOK_BF16}, {"fp16", DT_COMM_HOOK_FP16}, {NULL, 0}};
+
+/* A row: name, metavar, kind, default (as help shows it), example (errors say "e.g. --name EXAMPLE"), .help and,
+ * for a choice, .choices; help lists the rows in this order. Adding a flag: an id above, a row here, and reading
+ * p->v[TRAIN_ID] where it applies. */
+static const flag_spec train_flags[TRAIN_COUNT] = {
+    [TRAIN_MODEL] = {"--model", "NAME", FLAG_STR, "fashioncnn", "mlp",
+                     .help = "model from the zoo (see 'dtrain models')"},
+    [TRAIN_HIDDEN] = {"--hidden", "W1,W2,...", FLAG_WIDTHS, "the model's own", "256,128",
+                      .help = "hidden layer widths of mlp"},
+    [TRAIN_DROPOUT] = {"--dropout", "P", FLAG_UNIT_FLOAT, "the model's own", "0.2",
+                       .help = "dropout probability, overriding the model's"},
+    [TRAIN_DATA] = {"--data", "SOURCE", FLAG_STR, "fashion-mnist", "fashion-mnist",
+                    .help = "data source: fashion-mnist or mnist (IDX under DT_DATA_DIR), a directory of IDX files, or "
+                            "synthetic:N[,in=20,out=1,task=regression|classification|multilabel,seed=S] (generated)"},
+    [TRAIN_NORMALIZE] = {"--normalize", "MEAN,STD", FLAG_MEAN_STD, "none: x/255", "0.2860,0.3530",
+                         .help = "also normalise inputs as (x/255 - MEAN)/STD"},
+    [TRAIN_LIMIT_TRAIN] = {"--limit-train", "N", FLAG_POS_I64, "all", "2000",
+                           .help = "train on the first N training samples only (shuffled among themselves each epoch)"},
+    [TRAIN_LIMIT_TEST] = {"--limit-test", "N", FLAG_POS_I64, "all", "500",
+                          .help = "evaluate on the first N test samples only"},
+    [TRAIN_EPOCHS] = {"--epochs", "N", FLAG_POS_INT, "1", "3", .help = "passes over the training data"},
+    [TRAIN_BATCH_SIZE] = {"--batch-size", "N", FLAG_POS_INT, "64", "64", .help = "samples per optimizer step"},
+    [TRAIN_OPTIMIZER] = {"--optimizer", "NAME", FLAG_CHOICE, "sgd", "adam",
+                         .help = "sgd, adam or adamw (PyTorch's update rules)", .choices = optimizers},
+    [TRAIN_LR] = {"--lr", "X", FLAG_POS_FLOAT, "0.01 for sgd, 0.001 for adam/adamw", "0.01",
+                  .help = "base learning rate"},
+    [TRAIN_MOMENTUM] = {"--momentum", "X", FLAG_NONNEG_FLOAT, "0", "0.9", .help = "SGD momentum (as torch.optim.SGD)"},
+    [TRAIN_DAMPENING] = {"--dampening", "X", FLAG_NONNEG_FLOAT, "0", "0", .help = "SGD momentum dampening"},
+    [TRAIN_NESTEROV] = {"--nesterov", NULL, FLAG_BOOL, "off", NULL,
+                        .help = "Nesterov momentum (needs --momentum > 0 and no dampening)"},
+    [TRAIN_WEIGHT_DECAY] = {"--weight-decay", "X", FLAG_NONNEG_FLOAT, "0; 0.01 for adamw", "0.0005",
+                            .help = "L2 penalty (sgd, adam) or decoupled weight decay (adamw)"},
+    [TRAIN_BETAS] = {"--betas", "B1,B2", FLAG_BETAS, "0.9,0.999", "0.9,0.999", .help = "Adam/AdamW moment decay rates"},
+    [TRAIN_EPS] = {"--eps", "X", FLAG_POS_FLOAT, "1e-8", "1e-8", .help = "Adam/AdamW denominator epsilon"},
+    [TRAIN_SCHEDULE] = {"--schedule", "NAME", FLAG_CHOICE, "constant", "cosine",
+                        .help = "learning-rate schedule: constant, step or cosine", .choices = schedules},
+    [TRAIN_STEP_SIZE] = {"--step-size", "EPOCHS", FLAG_POS_INT, "1", "10",
+                         .help = "step schedule: multiply the lr by --gamma every EPOCHS epochs"},
+    [TRAIN_GAMMA] = {"--gamma", "X", FLAG_POS_FLOAT, "0.1", "0.1", .help = "step schedule: decay factor"},
+    [TRAIN_MIN_LR] = {"--min-lr", "X", FLAG_NONNEG_FLOAT, "0", "0.0001",
+                      .help = "cosine schedule: final learning rate (eta_min)"},
+    [TRAIN_WARMUP_EPOCHS] = {"--warmup-epochs", "N", FLAG_NONNEG_INT, "0", "1",
+                             .help = "linear warm-up over the first N epochs, from lr/3 (torch LinearLR)"},
+    [TRAIN_WARMUP_STEPS] = {"--warmup-steps", "N", FLAG_NONNEG_INT, "0", "500",
+                            .help = "linear warm-up over the first N optimizer steps instead"},
+    [TRAIN_CLIP_GRAD_NORM] = {"--clip-grad-norm", "X", FLAG_POS_FLOAT, "off", "1.0",
+                              .help = "clip the global gradient L2 norm to X"},
+    [TRAIN_LABEL_SMOOTHING] = {"--label-smoothing", "X", FLAG_UNIT_FLOAT, "0", "0.1",
+                               .help = "classification: cross-entropy label smoothing in [0, 1)"},
+    [TRAIN_LOSS] = {"--loss", "NAME", FLAG_CHOICE, "mse", "l1",
+                    .help = "regression: mse (torch.nn.MSELoss) or l1 (L1Loss)", .choices = regression_losses},
+    [TRAIN_POS_WEIGHT] = {"--pos-weight", "W[,W...]", FLAG_NUMBERS, "none", "3.0",
+                          .help = "multilabel: BCEWithLogitsLoss pos_weight, one value for every label or one per label"},
+    [TRAIN_VAL_FRACTION] = {"--val-fraction", "F", FLAG_UNIT_FLOAT, "off", "0.1",
+                            .help = "hold out this fraction of the training data for validation (split by --seed), "
+                                    "for sources without a test split"},
+    [TRAIN_VAL_DATA] = {"--val-data", "SOURCE", FLAG_STR, "the source's test split", "synthetic:512,seed=1",
+                        .help = "validate on this source instead (its test split, or its only split)"},
+    [TRAIN_THREADS] = {"--threads", "N", FLAG_NONNEG_INT, "DT_NUM_THREADS, OMP_NUM_THREADS or all cores", "4",
+                       .help = "compute threads"},
+    [TRAIN_SEED] = {"--seed", "N", FLAG_U64, "0", "42", .help = "seed of initialisation, shuffling and dropout"},
+    [TRAIN_OUT] = {"--out", "DIR", FLAG_STR, "runs/<model>-<yyyymmdd-hhmmss>", "runs/exp1",
+                   .help = "output directory: metrics.csv, metrics.jsonl, config.json, summary.json, "
+                   "model.safetensors"},
+    [TRAIN_PROGRESS] = {"--progress", "MODE", FLAG_CHOICE, "auto", "plain",
+                        .help = "auto (a bar on a terminal, else plain), bar, plain (a line per ~10% of an epoch) or "
+                        "none (epoch lines only)", .choices = progress_modes},
+    [TRAIN_QUIET] = {"--quiet", NULL, FLAG_BOOL, "off", NULL, .help = "print nothing but errors"},
+    [TRAIN_STRATEGY] = {"--strategy", "NAME", FLAG_CHOICE, "single", "ddp",
+                        .help = "single (one process), dp (worker threads on slices of each batch, like "
+                        "nn.DataParallel) or ddp (one process per worker under dtrun/torchrun/mpirun/srun, like "
+                        "DistributedDataParallel)", .choices = strategies},
+    [TRAIN_WORKERS] = {"--workers", "N", FLAG_POS_INT, "the thread budget", "2", .help = "dp: worker threads"},
+    [TRAIN_ACCUMULATE] = {"--accumulate", "K", FLAG_POS_INT, "1", "4",
+                          .help = "batches per optimizer step (gradient accumulation; ddp all-reduces on the last one "
+                          "only)"},
+    [TRAIN_BACKEND] = {"--backend", "NAME", FLAG_CHOICE, "auto", "shm",
+                       .help = "ddp: auto (shm on one host, tcp across hosts, shm+tcp when both, mpi under mpirun), "
+                       "shm, tcp or mpi", .choices = backends},
+    [TRAIN_MASTER] = {"--master", "HOST:PORT", FLAG_STR, "MASTER_ADDR:MASTER_PORT", "10.0.0.1:29500",
+                      .help = "ddp: where rank 0 (or dtrun) serves the rendezvous store, e.g. under mpirun"},
+    [TRAIN_BUCKET_CAP_MB] = {"--bucket-cap-mb", "MB", FLAG_POS_FLOAT, "25", "25",
+                             .help = "ddp: gradient bucket size cap in MiB"},
+    [TRAIN_FIRST_BUCKET_MB] = {"--first-bucket-mb", "MB", FLAG_POS_FLOAT, "1", "1",
+                               .help = "ddp: size of the first bucket (the last layers) in MiB"},
+    [TRAIN_BROADCAST_BUFFERS] = {"--broadcast-buffers", "on|off", FLAG_CHOICE, "on", "off",
+                                 .help = "ddp: broadcast batch-norm statistics from rank 0 before every forward, as "
+                                 "PyTorch does", .choices = on_off},
+    [TRAIN_FIND_UNUSED_PARAMETERS] = {"--find-unused-parameters", NULL, FLAG_BOOL, "off", NULL,
+                                      .help = "ddp: reduce parameters that got no gradient as zeros instead of "
+                                      "failing"},
+    [TRAIN_COMM_HOOK] = {"--comm-hook", "NAME", FLAG_CHOICE, "none", "bf16",
+                         .help = "ddp: compress gradients for the all-reduce: none, bf16 or fp16 (divided by the world "
+                         "size first)", .choices = comm_hooks},
+    [TRAIN_TIMEOUT] = {"--timeout", "SECONDS", FLAG_POS_FLOAT, "DT_TIMEOUT (300)", "60",
+                       .help = "ddp: how long the rendezvous and each all-reduce may wait for the other ranks"},
+    [TRAIN_SAVE_EVERY] = {"--save-every", "EPOCHS", FLAG_POS_INT, "off", "1",
+                          .help = "write a snapshot (weights, optimizer state, position) to DIR/snapshots after every "
+                          "EPOCHS epochs"},
+    [TRAIN_SAVE_EVERY_STEPS] = {"--save-every-steps", "N", FLAG_POS_I64, "off", "500",
+                                .help = "write a snapshot every N optimizer steps"},
+    [TRAIN_KEEP] = {"--keep", "K", FLAG_POS_INT, "3", "2", .help = "keep the newest K snapshots, delete older ones"},
+    [TRAIN_SAVE_ON_INTERRUPT] = {"--save-on-interrupt", NULL, FLAG_BOOL, "off", NULL,
+                                 .help = "Ctrl-C (SIGINT) writes a snapshot where the run stopped, to resume from that "
+                                 "step"},
+    [TRAIN_RESUME] = {"--resume", "auto|PATH", FLAG_STR, "off", "auto",
+                      .help = "continue from a snapshot: auto = the newest loadable one in --out DIR (none: start "
+                      "afresh), or a file"},
+    [TRAIN_TENSORBOARD] = {"--tensorboard", "DIR", FLAG_STR, "off", "runs/tb",
+                           .help = "write TensorBoard event files (loss, accuracy, lr, throughput per step) to DIR"},
+    [TRAIN_TENSORBOARD_ALL_RANKS] = {"--tensorboard-all-ranks", NULL, FLAG_BOOL, "off", NULL,
+                                     .help = "ddp: every rank writes its own events (rank R > 0 into DIR/rank<R>), not "
+                                     "only rank 0"},
+    [TRAIN_LOG_EVERY] = {"--log-every", "N", FLAG_POS_INT, "10", "50",
+                         .help = "TensorBoard training scalars: means over every N optimizer steps"},
+    [TRAIN_TRACE] = {"--trace", "FILE", FLAG_STR, "off", "runs/exp1/trace.json",
+                     .help = "write a Chrome trace (Perfetto, chrome://tracing) of every rank and thread to FILE at "
+                     "the end"},
 };
+
+/* Flags that only some optimizers or one strategy take. */
+static const train_flag sgd_only[] = {TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV};
+static const train_flag adam_only[] = {TRAIN_BETAS, TRAIN_EPS};
+static const train_flag ddp_only[] = {TRAIN_BACKEND, TRAIN_MASTER, TRAIN_BUCKET_CAP_MB, TRAIN_FIRST_BUCKET_MB,
+                                      TRAIN_BROADCAST_BUFFERS, TRAIN_FIND_UNUSED_PARAMETERS, TRAIN_COMM_HOOK,
+                                      TRAIN_TIMEOUT};
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* The first of ids that was given, or -1. */
+static int first_given(const flag_args *p, const train_flag *ids, int n) {
+  for (int i = 0; i < n; i++)
+    if (p->v[ids[i]].given) return (int)ids[i];
+  return -1;
+}
+
+/* The thread budget; a count the library refuses (too large, a bad DT_NUM_THREADS) is a usage error. */
+static int set_threads(const char *prog, int threads) {
+  if (dt_set_threads(threads) == DT_OK) return 0;
+  return flags_usage_error(prog, "e.g. --threads 4", "%s", dt_last_error());
+}
+
+/* --hidden W1,W2,... into a config's widths. */
+static void read_hidden(const flag_value *v, int hidden[FLAGS_MAX_LIST], int *n_hidden) {
+  *n_hidden = v->n_list;
+  memcpy(hidden, v->list, sizeof v->list);
+}
+
+/* --normalize MEAN,STD into n (enabled). */
+static void read_normalize(const flag_value *v, dt_normalize *n) {
+  n->enabled = 1;
+  n->mean = (float)v->pair[0];
+  n->std = (float)v->pair[1];
+}
+
+/* Model and data: --model, --hidden, --dropout, --data, --normalize, the limits, --epochs, --batch-size. */
+static int train_model_flags(const flag_args *p, dt_train_config *cfg) {
+  const flag_value *v = p->v;
+  if (v[TRAIN_MODEL].given) cfg->model = v[TRAIN_MODEL].raw;
+  int rc = check_model(p->prog, cfg->model);
+  if (rc) return rc;
+  if (v[TRAIN_HIDDEN].given) {
+    /* Only mlp has widths to choose; the zoo would silently ignore them elsewhere. */
+    if (strcmp(cfg->model, "mlp") != 0)
+      return flags_usage_error(p->prog, "add --model mlp, or drop --hidden",
+                               "--hidden applies only to --model mlp, not %s", cfg->model);
+    read_hidden(&v[TRAIN_HIDDEN], cfg->hidden, &cfg->n_hidden);
+  }
+  if (v[TRAIN_DROPOUT].given) cfg->dropout = (float)v[TRAIN_DROPOUT].f;
+  if (v[TRAIN_DATA].given) cfg->data = v[TRAIN_DATA].raw;
+  if (v[TRAIN_NORMALIZE].given) read_normalize(&v[TRAIN_NORMALIZE], &cfg->normalize);
+  if (v[TRAIN_LIMIT_TRAIN].given) cfg->limit_train = v[TRAIN_LIMIT_TRAIN].i;
+  if (v[TRAIN_LIMIT_TEST].given) cfg->limit_test = v[TRAIN_LIMIT_TEST].i;
+  if (v[TRAIN_EPOCHS].given) cfg->epochs = (int)v[TRAIN_EPOCHS].i;
+  if (v[TRAIN_BATCH_SIZE].given) cfg->batch_size = (int)v[TRAIN_BATCH_SIZE].i;
+  return 0;
+}
+
+/* The task's loss and the validation data: --loss, --pos-weight, --val-fraction, --val-data. */
+static int train_task_flags(const flag_args *p, dt_train_config *cfg) {
+  const flag_value *v = p->v;
+  if (v[TRAIN_LOSS].given) cfg->regression_loss = v[TRAIN_LOSS].choice;
+  if (v[TRAIN_POS_WEIGHT].given) {
+    if (v[TRAIN_POS_WEIGHT].n_nums > DT_TRAIN_MAX_POS_WEIGHT)
+      return flags_usage_error(p->prog, "e.g. --pos-weight 3.0", "--pos-weight: more than %d values",
+                               DT_TRAIN_MAX_POS_WEIGHT);
+    cfg->n_pos_weight = v[TRAIN_POS_WEIGHT].n_nums;
+    for (int i = 0; i < cfg->n_pos_weight; i++) cfg->pos_weight[i] = (float)v[TRAIN_POS_WEIGHT].nums[i];
+  }
+  if (v[TRAIN_VAL_FRACTION].given) {
+    if (!(v[TRAIN_VAL_FRACTION].f > 0))
+      return flags_usage_error(p->prog, "e.g. --val-fraction 0.1", "--val-fraction: '%s' is not in (0, 1)",
+                               v[TRAIN_VAL_FRACTION].raw);
+    cfg->val_fraction = v[TRAIN_VAL_FRACTION].f;
+  }
+  if (v[TRAIN_VAL_DATA].given) cfg->val_data = v[TRAIN_VAL_DATA].raw;
+  if (cfg->val_data && cfg->val_fraction > 0)
+    return flags_usage_error(p->prog, "drop one of them", "--val-fraction and --val-data both choose the validation data");
+  return 0;
+}
+
+/* Optimizer: its own defaults first, then the flags that apply to it. */
+static int train_optimizer_flags(const flag_args *p, dt_train_config *cfg) {
+  const flag_value *v = p->v;
+  dt_optim_kind kind = v[TRAIN_OPTIMIZER].given ? v[TRAIN_OPTIMIZER].choice : DT_OPTIM_SGD;
+  dt_optim_config_default(kind, &cfg->optim);
+  cfg->lr = kind == DT_OPTIM_SGD ? 0.01f : 0.001f;
+  int id = first_given(p, sgd_only, COUNT(sgd_only));
+  if (kind != DT_OPTIM_SGD && id >= 0)
+    return flags_usage_error(p->prog, "use it with --optimizer sgd", "%s does not apply to --optimizer %s",
+                             train_flags[id].name, dt_optim_kind_name(kind));
+  if (kind == DT_OPTIM_SGD && (id = first_given(p, adam_only, COUNT(adam_only))) >= 0)
+    return flags_usage_error(p->prog, "use it with --optimizer adam or adamw", "%s does not apply to --optimizer sgd",
+                             train_flags[id].name);
+  if (v[TRAIN_LR].given) cfg->lr = (float)v[TRAIN_LR].f;
+  if (v[TRAIN_MOMENTUM].given) cfg->optim.momentum = (float)v[TRAIN_MOMENTUM].f;
+  if (v[TRAIN_DAMPENING].given) cfg->optim.dampening = (float)v[TRAIN_DAMPENING].f;
+  if (v[TRAIN_NESTEROV].given) {
+    if (!(cfg->optim.momentum > 0) || cfg->optim.dampening != 0)
+      return flags_usage_error(p->prog, "e.g. --momentum 0.9 --nesterov",
+                               "--nesterov needs --momentum > 0 and zero --dampening");
+    cfg->optim.nesterov = 1;
+  }
+  if (v[TRAIN_WEIGHT_DECAY].given) cfg->optim.weight_decay = (float)v[TRAIN_WEIGHT_DECAY].f;
+  if (v[TRAIN_BETAS].given) {
+    cfg->optim.beta1 = (float)v[TRAIN_BETAS].pair[0];
+    cfg->optim.beta2 = (float)v[TRAIN_BETAS].pair[1];
+  }
+  if (v[TRAIN_EPS].given) cfg->optim.eps = (float)v[TRAIN_EPS].f;
+  return 0;
+}
+
+/* Schedule (flags of one schedule are errors under another), regularisation, threads and seed. */
+static int train_schedule_flags(const flag_args *p, dt_train_config *cfg) {
+  const flag_value *v = p->v;
+  if (v[TRAIN_SCHEDULE].given) cfg->schedule = v[TRAIN_SCHEDULE].choice;
+  if (cfg->schedule != DT_SCHED_STEP && (v[TRAIN_STEP_SIZE].given || v[TRAIN_GAMMA].given))
+    return flags_usage_error(p->prog, "add --schedule step", "--step-size and --gamma apply only to --schedule step");
+  if (cfg->schedule != DT_SCHED_COSINE && v[TRAIN_MIN_LR].given)
+    return flags_usage_error(p->prog, "add --schedule cosine", "--min-lr applies only to --schedule cosine");
+  if (v[TRAIN_STEP_SIZE].given) cfg->step_size_epochs = (int)v[TRAIN_STEP_SIZE].i;
+  if (v[TRAIN_GAMMA].given) cfg->gamma = (float)v[TRAIN_GAMMA].f;
+  if (v[TRAIN_MIN_LR].given) cfg->min_lr = (float)v[TRAIN_MIN_LR].f;
+  if (v[TRAIN_WARMUP_EPOCHS].given && v[TRAIN_WARMUP_STEPS].given)
+    return flags_usage_error(p->prog, "give one of them", "--warmup-epochs and --warmup-steps conflict");
+  if (v[TRAIN_WARMUP_EPOCHS].given) cfg->warmup_epochs = (int)v[TRAIN_WARMUP_EPOCHS].i;
+  if (v[TRAIN_WARMUP_STEPS].given) cfg->warmup_steps = v[TRAIN_WARMUP_STEPS].i;
+  if (v[TRAIN_CLIP_GRAD_NORM].given) cfg->clip_grad_norm = (float)v[TRAIN_CLIP_GRAD_NORM].f;
+  if (v[TRAIN_LABEL_SMOOTHING].given) cfg->label_smoothing = (float)v[TRAIN_LABEL_SMOOTHING].f;
+  if (v[TRAIN_THREADS].given) cfg->threads = (int)v[TRAIN_THREADS].i;
+  if (v[TRAIN_SEED].given) cfg->seed = v[TRAIN_SEED].u;
+  return set_threads(p->prog, cfg->threads);
+}
+
+/* Strategy: the flags of one strategy are errors under another. */
+static int train_strategy_flags(const flag_args *p, dt_train_config *cfg) {
+  const flag_value *v = p->v;
+  if (v[TRAIN_STRATEGY].given) cfg->strategy = v[TRAIN_STRATEGY].choice;
+  if (v[TRAIN_WORKERS].given) {
+    if (cfg->strategy != DT_STRATEGY_DP)
+      return flags_usage_error(p->prog, "add --strategy dp", "--workers applies only to --strategy dp");
+    cfg->workers = (int)v[TRAIN_WORKERS].i;
+  }
+  int id = first_given(p, ddp_only, COUNT(ddp_only));
+  if (cfg->strategy != DT_STRATEGY_DDP && id >= 0)
+    return flags_usage_error(p->prog, "add --strategy ddp", "%s applies only to --strategy ddp", train_flags[id].name);
+  if (v[TRAIN_ACCUMULATE].given) cfg->accumulate = (int)v[TRAIN_ACCUMULATE].i;
+  if (v[TRAIN_BACKEND].given) cfg->backend = v[TRAIN_BACKEND].raw;
+  if (v[TRAIN_MASTER].given) cfg->master = v[TRAIN_MASTER].raw;
+  if (v[TRAIN_BUCKET_CAP_MB].given) cfg->ddp.bucket_cap_mb = v[TRAIN_BUCKET_CAP_MB].f;
+  if (v[TRAIN_FIRST_BUCKET_MB].given) cfg->ddp.first_bucket_mb = v[TRAIN_FIRST_BUCKET_MB].f;
+  if (v[TRAIN_BROADCAST_BUFFERS].given) cfg->ddp.broadcast_buffers = v[TRAIN_BROADCAST_BUFFERS].choice;
+  if (v[TRAIN_FIND_UNUSED_PARAMETERS].given) cfg->ddp.find_unused_parameters = 1;
+  if (v[TRAIN_COMM_HOOK].given) cfg->ddp.comm_hook = v[TRAIN_COMM_HOOK].choice;
+  if (v[TRAIN_TIMEOUT].given) cfg->timeout_s = v[TRAIN_TIMEOUT].f;
+  return 0;
+}
+
+/* Under a launcher only rank 0 speaks; the others print nothing but errors. 0 or the runtime exit code. */
+static int train_rank(const dt_train_config *cfg, int *rank) {
+  *rank = 0;
+  if (cfg->strategy != DT_STRATEGY_DDP) return 0;
+  char url[300];
+  if (cfg->master) snprintf(url, sizeof url, "tcp://%s", cfg->master);
+  dt_dist_env env;
+  if (dt_dist_env_detect(cfg->master ? url : NULL, -1, -1, &env) != DT_OK) {
+    fprintf(stderr, "dtrain: %s (e.g. dtrun --standalone --nproc-per-node 2 -- dtrain train --strategy ddp ...)\n",
+            dt_last_error());
+    return EXIT_RUNTIME;
+  }
+  *rank = env.rank;
+  return 0;
+}
+
+/* Snapshots, resume, TensorBoard and trace. */
+static int train_snapshot_flags(const flag_args *p, dt_train_config *cfg) {
+  const flag_value *v = p->v;
+  if (v[TRAIN_SAVE_EVERY].given) cfg->save_every = (int)v[TRAIN_SAVE_EVERY].i;
+  if (v[TRAIN_SAVE_EVERY_STEPS].given) cfg->save_every_steps = v[TRAIN_SAVE_EVERY_STEPS].i;
+  if (v[TRAIN_KEEP].given) {
+    if (!cfg->save_every && !cfg->save_every_steps && !v[TRAIN_SAVE_ON_INTERRUPT].given)
+      return flags_usage_error(p->prog, "add --save-every N", "--keep applies only when snapshots are written");
+    cfg->keep = (int)v[TRAIN_KEEP].i;
+  }
+  if (v[TRAIN_SAVE_ON_INTERRUPT].given) cfg->save_on_interrupt = 1;
+  if (v[TRAIN_RESUME].given) {
+    if (strcmp(v[TRAIN_RESUME].raw, "auto") == 0 && !v[TRAIN_OUT].given)
+      return flags_usage_error(p->prog, "e.g. --out runs/exp1 --resume auto",
+                               "--resume auto looks for snapshots in --out DIR: give --out");
+    cfg->resume = v[TRAIN_RESUME].raw;
+  }
+  if (v[TRAIN_TENSORBOARD].given) cfg->tensorboard = v[TRAIN_TENSORBOARD].raw;
+  if (v[TRAIN_TENSORBOARD_ALL_RANKS].given) {
+    if (!cfg->tensorboard || cfg->strategy != DT_STRATEGY_DDP)
+      return flags_usage_error(p->prog, "add --strategy ddp --tensorboard DIR",
+                               "--tensorboard-all-ranks needs --tensorboard DIR and --strategy ddp");
+    cfg->tensorboard_all_ranks = 1;
+  }
+  if (v[TRAIN_LOG_EVERY].given) {
+    if (!cfg->tensorboard)
+      return flags_usage_error(p->prog, "add --tensorboard DIR", "--log-every applies only with --tensorboard");
+    cfg->log_every = (int)v[TRAIN_LOG_EVERY].i;
+  }
+  if (v[TRAIN_TRACE].given) cfg->trace = v[TRAIN_TRACE].raw;
+  return 0;
+}
+
+/* --out (default runs/<model>-<yyyymmdd-hhmmss>, written into out_dir), --quiet and --progress. */
+static int train_output_flags(const flag_args *p, int rank, dt_train_config *cfg, char *out_dir, size_t n) {
+  const flag_value *v = p->v;
+  if (v[TRAIN_OUT].given) {
+    cfg->out_dir = v[TRAIN_OUT].raw;
+  } else {
+    time_t now = time(NULL);
+    struct tm tm;
+    char stamp[32];
+    localtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    snprintf(out_dir, n, "runs/%.200s-%s", cfg->model, stamp);
+    cfg->out_dir = out_dir;
+  }
+  if (v[TRAIN_QUIET].given && v[TRAIN_PROGRESS].given)
+    return flags_usage_error(p->prog, "give one of them", "--quiet and --progress conflict");
+  if (v[TRAIN_PROGRESS].given) cfg->progress_mode = v[TRAIN_PROGRESS].choice;
+  cfg->progress = v[TRAIN_QUIET].given || rank != 0 ? NULL : stdout;
+  return 0;
+}
 
 static void on_sigint(int sig) {
   (void)sig;
@@ -497,6 +515,23 @@ static void install_sigint(void) {
   sa.sa_flags = SA_RESETHAND;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
+}
+
+/* "test <metric>" lines, or why there are none. */
+static void print_test_metrics(FILE *f, const dt_train_result *r) {
+  if (isnan(r->test_loss)) {
+    fprintf(f, "  %-22s %s\n", "test", "none: no validation data (give --val-fraction or --val-data)");
+    return;
+  }
+  for (int i = 0; i < r->metrics.n_eval; i++) {
+    const dt_metric_desc *d = &r->metrics.eval[i];
+    char name[64];
+    snprintf(name, sizeof name, "test %s", d->label);
+    if (d->percent)
+      fprintf(f, "  %-22s %.2f%%\n", name, 100 * r->test_metric[i]);
+    else
+      fprintf(f, "  %-22s %.4f\n", name, r->test_metric[i]);
+  }
 }
 
 static void print_train_summary(const dt_train_config *cfg, const dt_train_result *r, FILE *f) {
@@ -513,274 +548,110 @@ static void print_train_summary(const dt_train_config *cfg, const dt_train_resul
             r->world_size, r->backend, r->comm_total_seconds, 100 * r->comm_hidden);
   fprintf(f, "  %-22s %.0f samples/s\n", "train throughput", r->train_samples_per_s);
   fprintf(f, "  %-22s %.0f samples/s\n", "inference throughput", r->infer_samples_per_s);
-  if (r->test_loss != r->test_loss)
-    fprintf(f, "  %-22s %s\n", "test", "none: no validation data (give --val-fraction or --val-data)");
-  for (int i = 0; i < r->metrics.n_eval && r->test_loss == r->test_loss; i++) {
-    const dt_metric_desc *d = &r->metrics.eval[i];
-    char name[64];
-    snprintf(name, sizeof name, "test %s", d->label);
-    if (d->percent) fprintf(f, "  %-22s %.2f%%\n", name, 100 * r->test_metric[i]);
-    else fprintf(f, "  %-22s %.4f\n", name, r->test_metric[i]);
-  }
+  print_test_metrics(f, r);
   fprintf(f, "  %-22s %s\n", "peak RSS", rss);
   if (cfg->out_dir) fprintf(f, "  %-22s %s\n", "outputs", cfg->out_dir);
 }
 
-static int cmd_train(const parsed *p) {
-  const command *c = p->cmd;
-  dt_train_config cfg;
-  dt_train_config_default(&cfg);
-  const flag_value *v;
-  if ((v = flag(p, "--model"))->given) cfg.model = v->raw;
-  int rc = check_model(c, cfg.model);
-  if (rc) return rc;
-  if ((v = flag(p, "--hidden"))->given) {
-    /* Only mlp has widths to choose; the zoo would silently ignore them elsewhere. */
-    if (strcmp(cfg.model, "mlp") != 0)
-      return usage_error(c, "add --model mlp, or drop --hidden", "--hidden applies only to --model mlp, not %s",
-                         cfg.model);
-    cfg.n_hidden = v->n_list;
-    memcpy(cfg.hidden, v->list, sizeof v->list);
-  }
-  if ((v = flag(p, "--dropout"))->given) cfg.dropout = (float)v->f;
-  if ((v = flag(p, "--data"))->given) cfg.data = v->raw;
-  if ((v = flag(p, "--normalize"))->given) {
-    cfg.normalize.enabled = 1;
-    cfg.normalize.mean = (float)v->pair[0];
-    cfg.normalize.std = (float)v->pair[1];
-  }
-  if ((v = flag(p, "--limit-train"))->given) cfg.limit_train = v->i;
-  if ((v = flag(p, "--limit-test"))->given) cfg.limit_test = v->i;
-  if ((v = flag(p, "--epochs"))->given) cfg.epochs = (int)v->i;
-  if ((v = flag(p, "--batch-size"))->given) cfg.batch_size = (int)v->i;
-
-  /* Optimizer: its own defaults first, then the flags that apply to it. */
-  dt_optim_kind kind = DT_OPTIM_SGD;
-  if ((v = flag(p, "--optimizer"))->given) {
-    static const dt_optim_kind kinds[] = {DT_OPTIM_SGD, DT_OPTIM_ADAM, DT_OPTIM_ADAMW};
-    kind = kinds[v->choice];
-  }
-  dt_optim_config_default(kind, &cfg.optim);
-  cfg.lr = kind == DT_OPTIM_SGD ? 0.01f : 0.001f;
-  const char *sgd_only[] = {"--momentum", "--dampening", "--nesterov"};
-  const char *adam_only[] = {"--betas", "--eps"};
-  for (size_t i = 0; i < 3; i++)
-    if (kind != DT_OPTIM_SGD && flag(p, sgd_only[i])->given)
-      return usage_error(c, "use it with --optimizer sgd", "%s does not apply to --optimizer %s", sgd_only[i],
-                         dt_optim_kind_name(kind));
-  for (size_t i = 0; i < 2; i++)
-    if (kind == DT_OPTIM_SGD && flag(p, adam_only[i])->given)
-      return usage_error(c, "use it with --optimizer adam or adamw", "%s does not apply to --optimizer sgd",
-                         adam_only[i]);
-  if ((v = flag(p, "--lr"))->given) cfg.lr = (float)v->f;
-  if ((v = flag(p, "--momentum"))->given) cfg.optim.momentum = (float)v->f;
-  if ((v = flag(p, "--dampening"))->given) cfg.optim.dampening = (float)v->f;
-  if (flag(p, "--nesterov")->given) {
-    if (!(cfg.optim.momentum > 0) || cfg.optim.dampening != 0)
-      return usage_error(c, "e.g. --momentum 0.9 --nesterov", "--nesterov needs --momentum > 0 and zero --dampening");
-    cfg.optim.nesterov = 1;
-  }
-  if ((v = flag(p, "--weight-decay"))->given) cfg.optim.weight_decay = (float)v->f;
-  if ((v = flag(p, "--betas"))->given) {
-    cfg.optim.beta1 = (float)v->pair[0];
-    cfg.optim.beta2 = (float)v->pair[1];
-  }
-  if ((v = flag(p, "--eps"))->given) cfg.optim.eps = (float)v->f;
-
-  /* Schedule: flags of one schedule are errors under another. */
-  if ((v = flag(p, "--schedule"))->given) {
-    static const dt_sched_kind kinds[] = {DT_SCHED_CONSTANT, DT_SCHED_STEP, DT_SCHED_COSINE};
-    cfg.schedule = kinds[v->choice];
-  }
-  if (cfg.schedule != DT_SCHED_STEP && (flag(p, "--step-size")->given || flag(p, "--gamma")->given))
-    return usage_error(c, "add --schedule step", "--step-size and --gamma apply only to --schedule step");
-  if (cfg.schedule != DT_SCHED_COSINE && flag(p, "--min-lr")->given)
-    return usage_error(c, "add --schedule cosine", "--min-lr applies only to --schedule cosine");
-  if ((v = flag(p, "--step-size"))->given) cfg.step_size_epochs = (int)v->i;
-  if ((v = flag(p, "--gamma"))->given) cfg.gamma = (float)v->f;
-  if ((v = flag(p, "--min-lr"))->given) cfg.min_lr = (float)v->f;
-  if (flag(p, "--warmup-epochs")->given && flag(p, "--warmup-steps")->given)
-    return usage_error(c, "give one of them", "--warmup-epochs and --warmup-steps conflict");
-  if ((v = flag(p, "--warmup-epochs"))->given) cfg.warmup_epochs = (int)v->i;
-  if ((v = flag(p, "--warmup-steps"))->given) cfg.warmup_steps = v->i;
-  if ((v = flag(p, "--clip-grad-norm"))->given) cfg.clip_grad_norm = (float)v->f;
-  if ((v = flag(p, "--label-smoothing"))->given) cfg.label_smoothing = (float)v->f;
-  if ((v = flag(p, "--loss"))->given) cfg.regression_loss = v->choice == 1 ? DT_LOSS_L1 : DT_LOSS_MSE;
-  if ((v = flag(p, "--pos-weight"))->given) {
-    cfg.n_pos_weight = v->n_weights;
-    for (int i = 0; i < v->n_weights; i++) cfg.pos_weight[i] = (float)v->weights[i];
-  }
-  if ((v = flag(p, "--val-fraction"))->given) {
-    if (v->f <= 0) return usage_error(c, "e.g. --val-fraction 0.1", "--val-fraction: '%s' must be in (0, 1)", v->raw);
-    cfg.val_fraction = v->f;
-  }
-  if ((v = flag(p, "--val-data"))->given) cfg.val_data = v->raw;
-  if (cfg.val_data && cfg.val_fraction > 0)
-    return usage_error(c, "drop one of them", "--val-fraction and --val-data both choose the validation data");
-  if ((v = flag(p, "--threads"))->given) cfg.threads = (int)v->i;
-  if ((v = flag(p, "--seed"))->given) cfg.seed = v->u;
-  if (dt_set_threads(cfg.threads) != DT_OK) return usage_error(c, "e.g. --threads 4", "%s", dt_last_error());
-
-  /* Strategy: the flags of one strategy are errors under another. */
-  if ((v = flag(p, "--strategy"))->given) cfg.strategy = (dt_strategy)v->choice;
-  if ((v = flag(p, "--workers"))->given) {
-    if (cfg.strategy != DT_STRATEGY_DP) return usage_error(c, "add --strategy dp", "--workers applies only to --strategy dp");
-    cfg.workers = (int)v->i;
-  }
-  const char *ddp_only[] = {"--backend", "--master", "--bucket-cap-mb", "--first-bucket-mb", "--broadcast-buffers",
-                            "--find-unused-parameters", "--comm-hook", "--timeout"};
-  for (size_t i = 0; i < sizeof ddp_only / sizeof ddp_only[0]; i++)
-    if (cfg.strategy != DT_STRATEGY_DDP && flag(p, ddp_only[i])->given)
-      return usage_error(c, "add --strategy ddp", "%s applies only to --strategy ddp", ddp_only[i]);
-  if ((v = flag(p, "--accumulate"))->given) cfg.accumulate = (int)v->i;
-  static const char *const backends[] = {"auto", "shm", "tcp", "mpi"};
-  if ((v = flag(p, "--backend"))->given) cfg.backend = backends[v->choice];
-  if ((v = flag(p, "--master"))->given) cfg.master = v->raw;
-  if ((v = flag(p, "--bucket-cap-mb"))->given) cfg.ddp.bucket_cap_mb = v->f;
-  if ((v = flag(p, "--first-bucket-mb"))->given) cfg.ddp.first_bucket_mb = v->f;
-  if ((v = flag(p, "--broadcast-buffers"))->given) cfg.ddp.broadcast_buffers = v->choice == 0;
-  if (flag(p, "--find-unused-parameters")->given) cfg.ddp.find_unused_parameters = 1;
-  if ((v = flag(p, "--comm-hook"))->given) cfg.ddp.comm_hook = (dt_comm_hook)v->choice;
-  if ((v = flag(p, "--timeout"))->given) cfg.timeout_s = v->f;
-  /* Under a launcher only rank 0 speaks; the others print nothing but errors. */
-  int rank = 0;
-  if (cfg.strategy == DT_STRATEGY_DDP) {
-    char url[300];
-    if (cfg.master) snprintf(url, sizeof url, "tcp://%s", cfg.master);
-    dt_dist_env env;
-    if (dt_dist_env_detect(cfg.master ? url : NULL, -1, -1, &env) != DT_OK) {
-      fprintf(stderr, "dtrain: %s (e.g. dtrun --standalone --nproc-per-node 2 -- dtrain train --strategy ddp ...)\n",
-              dt_last_error());
-      return EXIT_RUNTIME;
-    }
-    rank = env.rank;
-  }
-
-  if ((v = flag(p, "--save-every"))->given) cfg.save_every = (int)v->i;
-  if ((v = flag(p, "--save-every-steps"))->given) cfg.save_every_steps = v->i;
-  if ((v = flag(p, "--keep"))->given) {
-    if (!cfg.save_every && !cfg.save_every_steps && !flag(p, "--save-on-interrupt")->given)
-      return usage_error(c, "add --save-every N", "--keep applies only when snapshots are written");
-    cfg.keep = (int)v->i;
-  }
-  if (flag(p, "--save-on-interrupt")->given) cfg.save_on_interrupt = 1;
-  if ((v = flag(p, "--resume"))->given) {
-    if (strcmp(v->raw, "auto") == 0 && !flag(p, "--out")->given)
-      return usage_error(c, "e.g. --out runs/exp1 --resume auto",
-                         "--resume auto looks for snapshots in --out DIR: give --out");
-    cfg.resume = v->raw;
-  }
-  if ((v = flag(p, "--tensorboard"))->given) cfg.tensorboard = v->raw;
-  if (flag(p, "--tensorboard-all-ranks")->given) {
-    if (!cfg.tensorboard || cfg.strategy != DT_STRATEGY_DDP)
-      return usage_error(c, "add --strategy ddp --tensorboard DIR",
-                         "--tensorboard-all-ranks needs --tensorboard DIR and --strategy ddp");
-    cfg.tensorboard_all_ranks = 1;
-  }
-  if ((v = flag(p, "--log-every"))->given) {
-    if (!cfg.tensorboard) return usage_error(c, "add --tensorboard DIR", "--log-every applies only with --tensorboard");
-    cfg.log_every = (int)v->i;
-  }
-  if ((v = flag(p, "--trace"))->given) cfg.trace = v->raw;
-
-  char out_dir[256];
-  if ((v = flag(p, "--out"))->given) {
-    cfg.out_dir = v->raw;
-  } else {
-    time_t now = time(NULL);
-    struct tm tm;
-    char stamp[32];
-    localtime_r(&now, &tm);
-    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-    snprintf(out_dir, sizeof out_dir, "runs/%.200s-%s", cfg.model, stamp);
-    cfg.out_dir = out_dir;
-  }
-
-  int quiet = flag(p, "--quiet")->given;
-  if (quiet && flag(p, "--progress")->given)
-    return usage_error(c, "give one of them", "--quiet and --progress conflict");
-  if ((v = flag(p, "--progress"))->given) {
-    static const dt_progress_mode modes[] = {DT_PROGRESS_AUTO, DT_PROGRESS_BAR, DT_PROGRESS_PLAIN, DT_PROGRESS_NONE};
-    cfg.progress_mode = modes[v->choice];
-  }
-  if (rank != 0) quiet = 1;
-  cfg.progress = quiet ? NULL : stdout;
-
-  /* What the library rejects about the combination is still a usage error. */
-  dt_status st = dt_train_config_check(&cfg);
-  if (st != DT_OK) return usage_error(c, "see 'dtrain train --help'", "%s", dt_last_error());
-
-  if (!quiet) {
-    printf("training %s on %s: %d epoch(s), batch %d, %s lr %g, %d thread(s) (OpenBLAS %s), strategy %s, out %s\n",
-           cfg.model, cfg.data, cfg.epochs, cfg.batch_size, dt_optim_kind_name(kind), (double)cfg.lr,
-           dt_get_threads(), dt_blas_corename(), dt_strategy_name(cfg.strategy), cfg.out_dir);
-    fflush(stdout);
+/* Runs the checked configuration: banner, training with Ctrl-C handling, summary. */
+static int train_run(dt_train_config *cfg) {
+  FILE *out = cfg->progress;
+  if (out) {
+    fprintf(out,
+            "training %s on %s: %d epoch(s), batch %d, %s lr %g, %d thread(s) (OpenBLAS %s), strategy %s, out %s\n",
+            cfg->model, cfg->data, cfg->epochs, cfg->batch_size, dt_optim_kind_name(cfg->optim.kind), (double)cfg->lr,
+            dt_get_threads(), dt_blas_corename(), dt_strategy_name(cfg->strategy), cfg->out_dir);
+    fflush(out);
   }
   install_sigint();
   dt_train_result res;
-  st = dt_train_run(&cfg, &res);
+  dt_status st = dt_train_run(cfg, &res);
   signal(SIGINT, SIG_DFL);
   if (st != DT_OK) return runtime_error(st, NULL);
-  if (!quiet) print_train_summary(&cfg, &res, stdout);
+  if (out) print_train_summary(cfg, &res, out);
   if (res.interrupted) {
     fprintf(stderr, "dtrain: interrupted after %lld step(s); metrics and weights are in %s%s\n", (long long)res.steps,
-            cfg.out_dir, cfg.save_on_interrupt ? " (continue with --resume auto)" : "");
+            cfg->out_dir, cfg->save_on_interrupt ? " (continue with --resume auto)" : "");
     return EXIT_INTERRUPTED;
   }
   return 0;
 }
 
+static int cmd_train(const flag_args *p) {
+  dt_train_config cfg;
+  dt_train_config_default(&cfg);
+  char out_dir[256];
+  int rank = 0, rc;
+  if ((rc = train_model_flags(p, &cfg)) || (rc = train_task_flags(p, &cfg)) || (rc = train_optimizer_flags(p, &cfg)) ||
+      (rc = train_schedule_flags(p, &cfg)) || (rc = train_strategy_flags(p, &cfg)) || (rc = train_rank(&cfg, &rank)) ||
+      (rc = train_snapshot_flags(p, &cfg)) || (rc = train_output_flags(p, rank, &cfg, out_dir, sizeof out_dir)))
+    return rc;
+  /* What the library rejects about the combination is still a usage error. */
+  if (dt_train_config_check(&cfg) != DT_OK)
+    return flags_usage_error(p->prog, "see 'dtrain train --help'", "%s", dt_last_error());
+  return train_run(&cfg);
+}
+
 /* ---- eval -------------------------------------------------------------------- */
-static const flag_spec eval_flags[] = {
-    {"--weights", "FILE", K_STR, "required", "runs/exp1/model.safetensors", "safetensors weights to evaluate", NULL},
-    {"--model", "NAME", K_STR, "from the file's metadata", "mlp", "model from the zoo the weights belong to", NULL},
-    {"--hidden", "W1,W2,...", K_WIDTHS, "from the file's metadata", "256,128", "hidden layer widths of mlp", NULL},
-    {"--data", "SOURCE", K_STR, "from the file's metadata, else fashion-mnist", "fashion-mnist",
-     "dataset name or a directory of IDX files", NULL},
-    {"--split", "NAME", K_CHOICE, "test", "train", "which split to evaluate: test or train", "test|train"},
-    {"--normalize", "MEAN,STD", K_MEAN_STD, "from the file's metadata", "0.2860,0.3530",
-     "input normalisation used in training", NULL},
-    {"--batch-size", "N", K_POS_INT, "256", "256", "samples per forward pass", NULL},
-    {"--threads", "N", K_NONNEG_INT, "DT_NUM_THREADS, OMP_NUM_THREADS or all cores", "4", "compute threads", NULL},
-    {"--limit", "N", K_POS_I64, "all", "500", "evaluate the first N samples only", NULL},
-    {"--strategy", "NAME", K_CHOICE, "single", "dp", "single, or dp: worker threads on slices of each batch",
-     "single|dp"},
-    {"--workers", "N", K_POS_INT, "the thread budget", "2", "dp: worker threads", NULL},
+typedef enum eval_flag {
+  EVAL_WEIGHTS, EVAL_MODEL, EVAL_HIDDEN, EVAL_DATA, EVAL_SPLIT, EVAL_NORMALIZE, EVAL_BATCH_SIZE, EVAL_THREADS,
+  EVAL_LIMIT, EVAL_STRATEGY, EVAL_WORKERS, EVAL_COUNT
+} eval_flag;
+
+static const flag_choice splits[] = {{"test", DT_SPLIT_TEST}, {"train", DT_SPLIT_TRAIN}, {NULL, 0}};
+static const flag_choice eval_strategies[] = {{"single", DT_STRATEGY_SINGLE}, {"dp", DT_STRATEGY_DP}, {NULL, 0}};
+
+static const flag_spec eval_flags[EVAL_COUNT] = {
+    [EVAL_WEIGHTS] = {"--weights", "FILE", FLAG_STR, "required", "runs/exp1/model.safetensors",
+                      .help = "safetensors weights to evaluate"},
+    [EVAL_MODEL] = {"--model", "NAME", FLAG_STR, "from the file's metadata", "mlp",
+                    .help = "model from the zoo the weights belong to"},
+    [EVAL_HIDDEN] = {"--hidden", "W1,W2,...", FLAG_WIDTHS, "from the file's metadata", "256,128",
+                     .help = "hidden layer widths of mlp"},
+    [EVAL_DATA] = {"--data", "SOURCE", FLAG_STR, "from the file's metadata, else fashion-mnist", "fashion-mnist",
+                   .help = "dataset name or a directory of IDX files"},
+    [EVAL_SPLIT] = {"--split", "NAME", FLAG_CHOICE, "test", "train",
+                    .help = "which split to evaluate: test or train", .choices = splits},
+    [EVAL_NORMALIZE] = {"--normalize", "MEAN,STD", FLAG_MEAN_STD, "from the file's metadata", "0.2860,0.3530",
+                        .help = "input normalisation used in training"},
+    [EVAL_BATCH_SIZE] = {"--batch-size", "N", FLAG_POS_INT, "256", "256", .help = "samples per forward pass"},
+    [EVAL_THREADS] = {"--threads", "N", FLAG_NONNEG_INT, "DT_NUM_THREADS, OMP_NUM_THREADS or all cores", "4",
+                      .help = "compute threads"},
+    [EVAL_LIMIT] = {"--limit", "N", FLAG_POS_I64, "all", "500", .help = "evaluate the first N samples only"},
+    [EVAL_STRATEGY] = {"--strategy", "NAME", FLAG_CHOICE, "single", "dp",
+                       .help = "single, or dp: worker threads on slices of each batch", .choices = eval_strategies},
+    [EVAL_WORKERS] = {"--workers", "N", FLAG_POS_INT, "the thread budget", "2", .help = "dp: worker threads"},
 };
 
-static int cmd_eval(const parsed *p) {
-  const command *c = p->cmd;
+static int eval_flags_read(const flag_args *p, dt_eval_config *cfg) {
+  const flag_value *v = p->v;
+  if (!v[EVAL_WEIGHTS].given)
+    return flags_usage_error(p->prog, "e.g. --weights runs/exp1/model.safetensors", "--weights FILE is required");
+  cfg->weights = v[EVAL_WEIGHTS].raw;
+  int rc = v[EVAL_MODEL].given ? check_model(p->prog, v[EVAL_MODEL].raw) : 0;
+  if (rc) return rc;
+  if (v[EVAL_MODEL].given) cfg->model = v[EVAL_MODEL].raw;
+  if (v[EVAL_HIDDEN].given) read_hidden(&v[EVAL_HIDDEN], cfg->hidden, &cfg->n_hidden);
+  if (v[EVAL_DATA].given) cfg->data = v[EVAL_DATA].raw;
+  if (v[EVAL_SPLIT].given) cfg->split = v[EVAL_SPLIT].choice;
+  if (v[EVAL_NORMALIZE].given) read_normalize(&v[EVAL_NORMALIZE], &cfg->normalize);
+  cfg->normalize_set = v[EVAL_NORMALIZE].given;
+  if (v[EVAL_BATCH_SIZE].given) cfg->batch_size = (int)v[EVAL_BATCH_SIZE].i;
+  if (v[EVAL_THREADS].given) cfg->threads = (int)v[EVAL_THREADS].i;
+  if (v[EVAL_LIMIT].given) cfg->limit = v[EVAL_LIMIT].i;
+  if ((rc = set_threads(p->prog, cfg->threads))) return rc;
+  int dp = v[EVAL_STRATEGY].given && v[EVAL_STRATEGY].choice == DT_STRATEGY_DP;
+  if (v[EVAL_WORKERS].given && !dp)
+    return flags_usage_error(p->prog, "add --strategy dp", "--workers applies only to --strategy dp");
+  if (dp) cfg->workers = v[EVAL_WORKERS].given ? (int)v[EVAL_WORKERS].i : dt_get_threads();
+  return 0;
+}
+
+static int cmd_eval(const flag_args *p) {
   dt_eval_config cfg;
   dt_eval_config_default(&cfg);
-  const flag_value *v;
-  if (!(v = flag(p, "--weights"))->given)
-    return usage_error(c, "e.g. --weights runs/exp1/model.safetensors", "--weights FILE is required");
-  cfg.weights = v->raw;
-  if ((v = flag(p, "--model"))->given) {
-    int rc = check_model(c, v->raw);
-    if (rc) return rc;
-    cfg.model = v->raw;
-  }
-  if ((v = flag(p, "--hidden"))->given) {
-    cfg.n_hidden = v->n_list;
-    memcpy(cfg.hidden, v->list, sizeof v->list);
-  }
-  if ((v = flag(p, "--data"))->given) cfg.data = v->raw;
-  if ((v = flag(p, "--split"))->given) cfg.split = v->choice == 0 ? DT_SPLIT_TEST : DT_SPLIT_TRAIN;
-  if ((v = flag(p, "--normalize"))->given) {
-    cfg.normalize_set = 1;
-    cfg.normalize.enabled = 1;
-    cfg.normalize.mean = (float)v->pair[0];
-    cfg.normalize.std = (float)v->pair[1];
-  }
-  if ((v = flag(p, "--batch-size"))->given) cfg.batch_size = (int)v->i;
-  if ((v = flag(p, "--threads"))->given) cfg.threads = (int)v->i;
-  if ((v = flag(p, "--limit"))->given) cfg.limit = v->i;
-  if (dt_set_threads(cfg.threads) != DT_OK) return usage_error(c, "e.g. --threads 4", "%s", dt_last_error());
-  int dp = flag(p, "--strategy")->given && flag(p, "--strategy")->choice == 1;
-  if ((v = flag(p, "--workers"))->given && !dp)
-    return usage_error(c, "add --strategy dp", "--workers applies only to --strategy dp");
-  if (dp) cfg.workers = v->given ? (int)v->i : dt_get_threads();
+  int rc = eval_flags_read(p, &cfg);
+  if (rc) return rc;
   dt_eval_result r;
   dt_status st = dt_eval_run(&cfg, &r);
   if (st != DT_OK)
@@ -789,8 +660,10 @@ static int cmd_eval(const parsed *p) {
          (long long)r.samples, r.loss);
   for (int i = 0; i < r.metrics.n_eval; i++) {
     const dt_metric_desc *d = &r.metrics.eval[i];
-    if (d->percent) printf("  %s %.2f%%", d->brief, 100 * r.metric[i]);
-    else printf("  %s %.4f", d->brief, r.metric[i]);
+    if (d->percent)
+      printf("  %s %.2f%%", d->brief, 100 * r.metric[i]);
+    else
+      printf("  %s %.4f", d->brief, r.metric[i]);
   }
   printf("  %.2f s  %.0f samples/s\n", r.seconds, r.samples_per_s);
   return 0;
@@ -805,18 +678,21 @@ static void print_model(const char *name, const char *doc, void *user) {
   if (dt_model_zoo_new(name, &zc, &m) == DT_OK && dt_model_build(m, 1, 0) == DT_OK)
     snprintf(params, sizeof params, "%zu", dt_model_num_params(m));
   dt_model_free(m);
-  printf("  %-14s %10s  %s\n", name, params, doc);
+  char tasks[96] = "?";
+  (void)dt_model_zoo_tasks(name, tasks, sizeof tasks);
+  printf("  %-14s %10s  %-42s %s\n", name, params, tasks, doc);
 }
 
-static int cmd_models(const parsed *p) {
+static int cmd_models(const flag_args *p) {
   (void)p;
-  printf("  %-14s %10s  %s\n", "model", "parameters", "description (parameters for 1x28x28 inputs, 10 classes)");
+  printf("  %-14s %10s  %-42s %s\n", "model", "parameters", "tasks",
+         "description (parameters for 1x28x28 inputs, 10 outputs)");
   dt_model_zoo_each(print_model, NULL);
   return 0;
 }
 
 /* ---- inspect ------------------------------------------------------------------ */
-static int cmd_inspect(const parsed *p) {
+static int cmd_inspect(const flag_args *p) {
   const char *path = p->pos[0];
   dt_safetensors *f = NULL;
   dt_status st = dt_safetensors_load(path, &f);
@@ -859,15 +735,20 @@ static int cmd_inspect(const parsed *p) {
   return 0;
 }
 
+
 /* ---- export ------------------------------------------------------------------- */
-static const flag_spec export_flags[] = {
-    {"--format", "NAME", K_CHOICE, "safetensors", "safetensors", "output format (safetensors: weights only)",
-     "safetensors"},
+typedef enum export_flag { EXPORT_FORMAT, EXPORT_COUNT } export_flag;
+
+static const flag_choice export_formats[] = {{"safetensors", 0}, {NULL, 0}};
+
+static const flag_spec export_flags[EXPORT_COUNT] = {
+    [EXPORT_FORMAT] = {"--format", "NAME", FLAG_CHOICE, "safetensors", "safetensors",
+                       .help = "output format (safetensors: weights only)", .choices = export_formats},
 };
 
-static int cmd_export(const parsed *p) {
+static int cmd_export(const flag_args *p) {
   if (strcmp(p->pos[0], p->pos[1]) == 0)
-    return usage_error(p->cmd, "write to another file", "the output %s is the input", p->pos[1]);
+    return flags_usage_error(p->prog, "write to another file", "the output %s is the input", p->pos[1]);
   dt_status st = dt_snapshot_export(p->pos[0], p->pos[1]);
   if (st != DT_OK) return runtime_error(st, "check the input file name and that the output directory is writable");
   printf("exported the weights of %s to %s\n", p->pos[0], p->pos[1]);
@@ -875,81 +756,108 @@ static int cmd_export(const parsed *p) {
 }
 
 /* ---- bench ------------------------------------------------------------------ */
-static const flag_spec bench_flags[] = {
-    {"-b", "BYTES", K_SIZE, "8", "8", "smallest message (K, M, G suffixes are powers of 1024)", NULL},
-    {"-e", "BYTES", K_SIZE, "64M", "64M", "largest message", NULL},
-    {"-f", "FACTOR", K_POS_FLOAT, "2", "2", "size multiplier from one row to the next (> 1)", NULL},
-    {"-n", "ITERS", K_POS_INT, "100", "100", "timed calls per size (fewer for large sizes: about 64 MiB moved)", NULL},
-    {"-w", "ITERS", K_NONNEG_INT, "5", "5", "untimed warm-up calls per size", NULL},
-    {"-d", "TYPE", K_CHOICE, "f32", "f32", "element type", "f32|f64|bf16|f16|i32|i64"},
-    {"-o", "OP", K_CHOICE, "sum", "sum", "reduction", "sum|avg|min|max"},
-    {"--check", NULL, K_BOOL, NULL, NULL, "verify every result and count wrong elements (#wrong); exit 1 if any", NULL},
-    {"--backend", "NAME", K_CHOICE, "auto", "shm", "auto (shm on one host, tcp across hosts, mpi under mpirun), shm, tcp or mpi", "auto|shm|tcp|mpi"},
-    {"--master", "HOST:PORT", K_STR, NULL, "10.0.0.1:29500", "rendezvous address (instead of MASTER_ADDR/MASTER_PORT, e.g. under mpirun)", NULL},
-    {"--timeout", "SECONDS", K_POS_FLOAT, "DT_TIMEOUT", "60", "deadline of the rendezvous and of each collective", NULL},
+typedef enum bench_flag {
+  BENCH_MIN_BYTES, BENCH_MAX_BYTES, BENCH_FACTOR, BENCH_ITERS, BENCH_WARMUP, BENCH_DTYPE, BENCH_OP, BENCH_CHECK,
+  BENCH_BACKEND, BENCH_MASTER, BENCH_TIMEOUT, BENCH_COUNT
+} bench_flag;
+
+static const flag_choice dtypes[] = {{"f32", DT_F32}, {"f64", DT_F64}, {"bf16", DT_BF16}, {"f16", DT_F16},
+                                     {"i32", DT_I32}, {"i64", DT_I64}, {NULL, 0}};
+static const flag_choice redops[] = {{"sum", DT_SUM}, {"avg", DT_AVG}, {"min", DT_MIN}, {"max", DT_MAX}, {NULL, 0}};
+
+static const flag_spec bench_flags[BENCH_COUNT] = {
+    [BENCH_MIN_BYTES] = {"-b", "BYTES", FLAG_SIZE, "8", "8",
+                         .help = "smallest message (K, M, G suffixes are powers of 1024)"},
+    [BENCH_MAX_BYTES] = {"-e", "BYTES", FLAG_SIZE, "64M", "64M", .help = "largest message"},
+    [BENCH_FACTOR] = {"-f", "FACTOR", FLAG_POS_FLOAT, "2", "2",
+                      .help = "size multiplier from one row to the next (> 1)"},
+    [BENCH_ITERS] = {"-n", "ITERS", FLAG_POS_INT, "100", "100",
+                     .help = "timed calls per size (fewer for large sizes: about 64 MiB moved)"},
+    [BENCH_WARMUP] = {"-w", "ITERS", FLAG_NONNEG_INT, "5", "5", .help = "untimed warm-up calls per size"},
+    [BENCH_DTYPE] = {"-d", "TYPE", FLAG_CHOICE, "f32", "f32", .help = "element type", .choices = dtypes},
+    [BENCH_OP] = {"-o", "OP", FLAG_CHOICE, "sum", "sum", .help = "reduction", .choices = redops},
+    [BENCH_CHECK] = {"--check", NULL, FLAG_BOOL, NULL, NULL,
+                     .help = "verify every result and count wrong elements (#wrong); exit 1 if any"},
+    [BENCH_BACKEND] = {"--backend", "NAME", FLAG_CHOICE, "auto", "shm",
+                       .help = "auto (shm on one host, tcp across hosts, mpi under mpirun), shm, tcp or mpi",
+                       .choices = backends},
+    [BENCH_MASTER] = {"--master", "HOST:PORT", FLAG_STR, NULL, "10.0.0.1:29500",
+                      .help = "rendezvous address (instead of MASTER_ADDR/MASTER_PORT, e.g. under mpirun)"},
+    [BENCH_TIMEOUT] = {"--timeout", "SECONDS", FLAG_POS_FLOAT, "DT_TIMEOUT", "60",
+                       .help = "deadline of the rendezvous and of each collective"},
 };
 
-static int cmd_bench_allreduce(const parsed *p) {
-  static const dt_dtype types[] = {DT_F32, DT_F64, DT_BF16, DT_F16, DT_I32, DT_I64};
-  static const char *const backends[] = {"auto", "shm", "tcp", "mpi"};
-  const flag_value *d = flag(p, "-d"), *o = flag(p, "-o"), *be = flag(p, "--backend");
+static int cmd_bench_allreduce(const flag_args *p) {
+  const flag_value *v = p->v;
   bench_allreduce_args a = {
-      .min_bytes = flag(p, "-b")->given ? flag(p, "-b")->u : 8,
-      .max_bytes = flag(p, "-e")->given ? flag(p, "-e")->u : (size_t)64 << 20,
-      .factor = flag(p, "-f")->given ? flag(p, "-f")->f : 2,
-      .iters = flag(p, "-n")->given ? (int)flag(p, "-n")->i : 100,
-      .warmup = flag(p, "-w")->given ? (int)flag(p, "-w")->i : 5,
-      .check = flag(p, "--check")->given,
-      .dtype = d->given ? types[d->choice] : DT_F32,
-      .op = o->given ? (dt_redop)o->choice : DT_SUM,
-      .backend = be->given ? backends[be->choice] : "auto",
-      .master = flag(p, "--master")->given ? flag(p, "--master")->raw : NULL,
-      .timeout_s = flag(p, "--timeout")->given ? flag(p, "--timeout")->f : 0,
+      .min_bytes = v[BENCH_MIN_BYTES].given ? v[BENCH_MIN_BYTES].u : 8,
+      .max_bytes = v[BENCH_MAX_BYTES].given ? v[BENCH_MAX_BYTES].u : (size_t)64 << 20,
+      .factor = v[BENCH_FACTOR].given ? v[BENCH_FACTOR].f : 2,
+      .iters = v[BENCH_ITERS].given ? (int)v[BENCH_ITERS].i : 100,
+      .warmup = v[BENCH_WARMUP].given ? (int)v[BENCH_WARMUP].i : 5,
+      .check = v[BENCH_CHECK].given,
+      .dtype = v[BENCH_DTYPE].given ? v[BENCH_DTYPE].choice : DT_F32,
+      .op = v[BENCH_OP].given ? v[BENCH_OP].choice : DT_SUM,
+      .backend = v[BENCH_BACKEND].given ? v[BENCH_BACKEND].raw : "auto",
+      .master = v[BENCH_MASTER].raw,
+      .timeout_s = v[BENCH_TIMEOUT].given ? v[BENCH_TIMEOUT].f : 0,
   };
   if (a.min_bytes > a.max_bytes)
-    return usage_error(p->cmd, "e.g. -b 8 -e 64M", "-b %zu is larger than -e %zu", a.min_bytes, a.max_bytes);
+    return flags_usage_error(p->prog, "e.g. -b 8 -e 64M", "-b %zu is larger than -e %zu", a.min_bytes, a.max_bytes);
   if (!(a.factor > 1) && a.min_bytes != a.max_bytes)
-    return usage_error(p->cmd, "e.g. -f 2", "-f must be greater than 1");
+    return flags_usage_error(p->prog, "e.g. -f 2", "-f must be greater than 1");
   dt_status s = bench_allreduce_run(&a);
   return s == DT_OK ? 0 : runtime_error(s, NULL);
 }
 
-static const flag_spec scaling_flags[] = {
-    {"--model", "NAME", K_STR, "fashioncnn", "mlp", "model from the zoo", NULL},
-    {"--hidden", "W1,W2,...", K_WIDTHS, "the model's own", "2048,2048", "hidden layer widths of mlp", NULL},
-    {"--data", "SOURCE", K_STR, "fashion-mnist", "fashion-mnist", "dataset name or a directory of IDX files", NULL},
-    {"--max-workers", "N", K_POS_INT, "cores / --threads-per-worker", "2", "largest worker count", NULL},
-    {"--epochs", "N", K_POS_INT, "1", "1", "epochs of every run", NULL},
-    {"--limit-train", "N", K_POS_I64, "all", "12800", "training samples of every run", NULL},
-    {"--batch-size", "N", K_POS_INT, "64", "64", "samples per worker per step (dp: workers x this per step)", NULL},
-    {"--threads-per-worker", "N", K_POS_INT, "1", "1", "compute threads of each worker", NULL},
+typedef enum scaling_flag {
+  SCALING_MODEL, SCALING_HIDDEN, SCALING_DATA, SCALING_MAX_WORKERS, SCALING_EPOCHS, SCALING_LIMIT_TRAIN,
+  SCALING_BATCH_SIZE, SCALING_THREADS_PER_WORKER, SCALING_COUNT
+} scaling_flag;
+
+static const flag_spec scaling_flags[SCALING_COUNT] = {
+    [SCALING_MODEL] = {"--model", "NAME", FLAG_STR, "fashioncnn", "mlp", .help = "model from the zoo"},
+    [SCALING_HIDDEN] = {"--hidden", "W1,W2,...", FLAG_WIDTHS, "the model's own", "2048,2048",
+                        .help = "hidden layer widths of mlp"},
+    [SCALING_DATA] = {"--data", "SOURCE", FLAG_STR, "fashion-mnist", "fashion-mnist",
+                      .help = "dataset name or a directory of IDX files"},
+    [SCALING_MAX_WORKERS] = {"--max-workers", "N", FLAG_POS_INT, "cores / --threads-per-worker", "2",
+                             .help = "largest worker count"},
+    [SCALING_EPOCHS] = {"--epochs", "N", FLAG_POS_INT, "1", "1", .help = "epochs of every run"},
+    [SCALING_LIMIT_TRAIN] = {"--limit-train", "N", FLAG_POS_I64, "all", "12800",
+                             .help = "training samples of every run"},
+    [SCALING_BATCH_SIZE] = {"--batch-size", "N", FLAG_POS_INT, "64", "64",
+                            .help = "samples per worker per step (dp: workers x this per step)"},
+    [SCALING_THREADS_PER_WORKER] = {"--threads-per-worker", "N", FLAG_POS_INT, "1", "1",
+                                    .help = "compute threads of each worker"},
 };
 
-static int cmd_bench_scaling(const parsed *p) {
-  const flag_value *v;
+static int cmd_bench_scaling(const flag_args *p) {
+  const flag_value *v = p->v;
   bench_scaling_args a;
   memset(&a, 0, sizeof a);
-  if ((v = flag(p, "--model"))->given) {
-    int rc = check_model(p->cmd, v->raw);
+  if (v[SCALING_MODEL].given) {
+    int rc = check_model(p->prog, v[SCALING_MODEL].raw);
     if (rc) return rc;
-    a.model = v->raw;
+    a.model = v[SCALING_MODEL].raw;
   }
-  if ((v = flag(p, "--hidden"))->given) {
+  if (v[SCALING_HIDDEN].given) {
     if (!a.model || strcmp(a.model, "mlp") != 0)
-      return usage_error(p->cmd, "add --model mlp, or drop --hidden", "--hidden applies only to --model mlp");
-    a.hidden = v->raw;
+      return flags_usage_error(p->prog, "add --model mlp, or drop --hidden", "--hidden applies only to --model mlp");
+    a.hidden = v[SCALING_HIDDEN].raw;
   }
-  if ((v = flag(p, "--data"))->given) a.data = v->raw;
-  if ((v = flag(p, "--max-workers"))->given) a.max_workers = (int)v->i;
-  if ((v = flag(p, "--epochs"))->given) a.epochs = (int)v->i;
-  if ((v = flag(p, "--limit-train"))->given) a.limit_train = v->i;
-  if ((v = flag(p, "--batch-size"))->given) a.batch_size = (int)v->i;
-  if ((v = flag(p, "--threads-per-worker"))->given) a.threads_per_worker = (int)v->i;
+  /* An absent flag reads NULL or 0: bench_scaling_args' own defaults. */
+  a.data = v[SCALING_DATA].raw;
+  a.max_workers = (int)v[SCALING_MAX_WORKERS].i;
+  a.epochs = (int)v[SCALING_EPOCHS].i;
+  a.limit_train = v[SCALING_LIMIT_TRAIN].i;
+  a.batch_size = (int)v[SCALING_BATCH_SIZE].i;
+  a.threads_per_worker = (int)v[SCALING_THREADS_PER_WORKER].i;
   return bench_scaling_run(&a);
 }
 
 /* ---- version, help --------------------------------------------------------------- */
-static int cmd_version(const parsed *p) {
+static int cmd_version(const flag_args *p) {
   (void)p;
   printf("dtrain %s\n", DTRAIN_VERSION);
   return 0;
@@ -967,7 +875,7 @@ static void print_main_usage(FILE *f) {
   fprintf(f, "\nexit status: 0 success, 1 runtime failure, 2 usage error, 130 interrupted\n");
 }
 
-static int cmd_help(const parsed *p) {
+static int cmd_help(const flag_args *p) {
   if (p->n_pos == 0) {
     print_main_usage(stdout);
     return 0;
@@ -976,12 +884,10 @@ static int cmd_help(const parsed *p) {
   snprintf(name, sizeof name, "%s%s%s", p->pos[0], p->n_pos > 1 ? " " : "", p->n_pos > 1 ? p->pos[1] : "");
   const command *c = find_command(name);
   if (!c && p->n_pos == 1 && strcmp(name, "bench") == 0) c = find_command("bench allreduce");
-  if (!c) return usage_error(p->cmd, "run 'dtrain help' for the list", "unknown command '%s'", name);
+  if (!c) return flags_usage_error(p->prog, "run 'dtrain help' for the list", "unknown command '%s'", name);
   print_usage(c, stdout);
   return 0;
 }
-
-#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const command commands[] = {
     {"train", "train a model from the zoo and write metrics and weights", "[flags]",
@@ -992,17 +898,17 @@ static const command commands[] = {
      "--resume continues from bit for bit. Ctrl-C stops at the next step, still writes\n"
      "metrics and weights (and a snapshot with --save-on-interrupt), and exits with 130; a\n"
      "second Ctrl-C ends at once.",
-     train_flags, COUNT(train_flags), 0, 0, cmd_train},
+     train_flags, TRAIN_COUNT, 0, 0, cmd_train},
     {"eval", "evaluate saved weights on a dataset split", "--weights FILE [flags]",
      "Loads weights written by 'dtrain train' and reports loss, top-1 and top-5 accuracy.\n"
      "Model, hidden widths, dataset and normalisation default to what the file's metadata records.",
-     eval_flags, COUNT(eval_flags), 0, 0, cmd_eval},
+     eval_flags, EVAL_COUNT, 0, 0, cmd_eval},
     {"export", "write the weights of a snapshot (or weights file) alone, e.g. to share or evaluate", "SNAPSHOT OUT",
      "Reads a snapshot written by 'dtrain train --save-every' (or any weights file) and writes\n"
      "its model tensors only, under PyTorch state_dict names with the model's metadata, to OUT\n"
      "(atomically). Optimizer and trainer state are left out. Example:\n"
      "  dtrain export runs/exp1/snapshots/step-000001876.safetensors model.safetensors",
-     export_flags, COUNT(export_flags), 2, 2, cmd_export},
+     export_flags, EXPORT_COUNT, 2, 2, cmd_export},
     {"models", "list the model zoo with parameter counts", "", "Lists the registered models.", NULL, 0, 0, 0,
      cmd_models},
     {"inspect", "show a safetensors file: metadata, tensors, statistics", "FILE",
@@ -1014,14 +920,14 @@ static const command commands[] = {
      "time per call (the slowest rank's), algbw = bytes / time, busbw = algbw * 2(n-1)/n, and\n"
      "#wrong with --check; then '# Avg bus bandwidth'. Example:\n"
      "  dtrun --standalone --nproc-per-node 2 -- dtrain bench allreduce -b 8 -e 64M -f 2 --check",
-     bench_flags, COUNT(bench_flags), 0, 0, cmd_bench_allreduce},
+     bench_flags, BENCH_COUNT, 0, 0, cmd_bench_allreduce},
     {"bench scaling", "the same training with 1..N workers (ddp and dp): speedup and efficiency", "[flags]",
      "Trains the same job once with one worker (the baseline), then for 1..--max-workers workers\n"
      "as DDP processes under dtrun and as DataParallel threads, and prints for each: train and\n"
      "inference samples/s, speedup over one worker, scaling efficiency (speedup / workers) and,\n"
      "for ddp, the all-reduce time and the share of it hidden behind backward. Example:\n"
      "  dtrain bench scaling --model fashioncnn --max-workers 2",
-     scaling_flags, COUNT(scaling_flags), 0, 0, cmd_bench_scaling},
+     scaling_flags, SCALING_COUNT, 0, 0, cmd_bench_scaling},
     {"version", "print the version", "", "Prints the dtrain version.", NULL, 0, 0, 0, cmd_version},
     {"help", "show help for dtrain or one command", "[COMMAND]", "Shows the commands, or every flag of one command.",
      NULL, 0, 0, 2, cmd_help},
@@ -1051,19 +957,16 @@ int main(int argc, char **argv) {
   if (strcmp(name, "bench") == 0) {
     /* Benchmarks are two-word commands: bench allreduce, bench scaling. */
     if (argc < 3 || argv[2][0] == '-')
-      return usage_error(NULL, "e.g. 'dtrain bench allreduce' or 'dtrain bench scaling'",
-                         "bench needs a benchmark: allreduce or scaling");
+      return flags_usage_error("dtrain", "e.g. 'dtrain bench allreduce' or 'dtrain bench scaling'",
+                               "bench needs a benchmark: allreduce or scaling");
     snprintf(two, sizeof two, "bench %.40s", argv[2]);
     name = two;
     used = 3;
     if (!find_command(name))
-      return usage_error(NULL, "the benchmarks are: allreduce, scaling", "unknown benchmark '%s'", argv[2]);
+      return flags_usage_error("dtrain", "the benchmarks are: allreduce, scaling", "unknown benchmark '%s'", argv[2]);
   }
   const command *c = find_command(name);
-  if (!c) return usage_error(NULL, "run 'dtrain help' for the list of commands", "unknown command '%s'", name);
-  parsed p;
-  int rc = parse_args(c, argc - used, argv + used, &p);
-  if (rc < 0) return 0; /* --help */
-  if (rc) return rc;
-  return c->run(&p);
+  if (!c)
+    return flags_usage_error("dtrain", "run 'dtrain help' for the list of commands", "unknown command '%s'", name);
+  return run_command(c, argc - used, argv + used);
 }

@@ -24,6 +24,7 @@
 #include "core/impl.h"
 #include "dtrain/core.h"
 #include "dtrain/dist.h"
+#include "flags.h"
 
 extern char **environ;
 
@@ -54,47 +55,53 @@ typedef struct options {
 } options;
 
 typedef enum flag_id {
-  F_HELP, F_STANDALONE, F_NNODES, F_NODE_RANK, F_MASTER_ADDR, F_MASTER_PORT, F_NPROC, F_MAX_RESTARTS,
+  F_STANDALONE, F_NNODES, F_NODE_RANK, F_MASTER_ADDR, F_MASTER_PORT, F_NPROC, F_MAX_RESTARTS,
   F_MONITOR, F_LOG_DIR, F_RUN_ID, F_THREADS, F_TIMEOUT, F_GRACE, F_COUNT
 } flag_id;
 
-typedef struct flag_spec {
-  const char *name;  /* "--nproc-per-node" */
-  const char *alias; /* torchrun's spelling, or NULL */
-  const char *metavar; /* NULL: no value */
-  const char *help;
-} flag_spec;
-
+/* --nnodes and --nproc-per-node are text here: their MIN:MAX and auto|cpu forms are read in parse_args. */
 static const flag_spec flags[F_COUNT] = {
-    [F_HELP] = {"--help", "-h", NULL, "show this help and exit"},
-    [F_STANDALONE] = {"--standalone", NULL, NULL,
-                      "single node: serve the store on 127.0.0.1 at a free port (the default when "
-                      "--nnodes is 1 and no --master-port is given)"},
-    [F_NNODES] = {"--nnodes", NULL, "N", "number of nodes (agents), each started with its own --node-rank (default 1)"},
-    [F_NODE_RANK] = {"--node-rank", "--node_rank", "R", "this node's rank, 0 .. N-1; node 0 serves the store"},
-    [F_MASTER_ADDR] = {"--master-addr", "--master_addr", "A", "address of node 0 (where the store is served)"},
-    [F_MASTER_PORT] = {"--master-port", "--master_port", "P", "port of the store on node 0 (1-65535)"},
-    [F_NPROC] = {"--nproc-per-node", "--nproc_per_node", "K",
-                 "workers per node (default 1; 'auto' or 'cpu': one per core); the same on every node"},
-    [F_MAX_RESTARTS] = {"--max-restarts", "--max_restarts", "M",
-                        "restart the whole job up to M times after a worker fails (default 0)"},
-    [F_MONITOR] = {"--monitor-interval", "--monitor_interval", "S",
-                   "seconds between checks of the workers and the other nodes (default 0.1)"},
-    [F_LOG_DIR] = {"--log-dir", "--log_dir", "D",
-                   "write each worker's output to D/<restart>/rank<R>.out and .err instead of "
-                   "printing it"},
-    [F_RUN_ID] = {"--run-id", "--rdzv-id", "ID",
-                  "job identity shared by all nodes (default: random with --standalone, else "
-                  "$DT_RUN_ID or 'default')"},
-    [F_THREADS] = {"--threads-per-proc", NULL, "T",
-                   "compute threads per worker (OMP_NUM_THREADS, DT_NUM_THREADS); default: "
-                   "max(1, cores/K) unless the variables are set"},
-    [F_TIMEOUT] = {"--timeout", NULL, "S",
-                   "seconds to wait for the other nodes to join, start a round or finish "
-                   "(default $DT_TIMEOUT or 300)"},
-    [F_GRACE] = {"--grace", NULL, "S",
-                 "seconds workers get to exit after SIGTERM before SIGKILL (default 5)"},
+    [F_STANDALONE] = {"--standalone", NULL, FLAG_BOOL,
+                      .help = "single node: serve the store on 127.0.0.1 at a free port (the default when "
+                              "--nnodes is 1 and no --master-port is given)"},
+    [F_NNODES] = {"--nnodes", "N", FLAG_STR,
+                  .help = "number of nodes (agents), each started with its own --node-rank (default 1)"},
+    [F_NODE_RANK] = {"--node-rank", "R", FLAG_INT_RANGE, .alias = "--node_rank", .lo = 0, .hi = 65535,
+                     .expect = "a node rank (0 .. N-1)", .help = "this node's rank, 0 .. N-1; node 0 serves the store"},
+    [F_MASTER_ADDR] = {"--master-addr", "A", FLAG_STR, .alias = "--master_addr",
+                       .help = "address of node 0 (where the store is served)"},
+    [F_MASTER_PORT] = {"--master-port", "P", FLAG_INT_RANGE, .alias = "--master_port", .lo = 1, .hi = 65535,
+                       .expect = "a port (1-65535)", .help = "port of the store on node 0 (1-65535)"},
+    [F_NPROC] = {"--nproc-per-node", "K", FLAG_STR, .alias = "--nproc_per_node",
+                 .help = "workers per node (default 1; 'auto' or 'cpu': one per core); the same on every node"},
+    [F_MAX_RESTARTS] = {"--max-restarts", "M", FLAG_INT_RANGE, .alias = "--max_restarts", .lo = 0, .hi = 1000000,
+                        .expect = "a count >= 0",
+                        .help = "restart the whole job up to M times after a worker fails (default 0)"},
+    [F_MONITOR] = {"--monitor-interval", "S", FLAG_FLOAT_RANGE, .alias = "--monitor_interval", .lo = 0.001,
+                   .hi = 3600, .expect = "a number of seconds in [0.001, 3600]",
+                   .help = "seconds between checks of the workers and the other nodes (default 0.1)"},
+    [F_LOG_DIR] = {"--log-dir", "D", FLAG_STR, .alias = "--log_dir",
+                   .help = "write each worker's output to D/<restart>/rank<R>.out and .err instead of "
+                           "printing it"},
+    [F_RUN_ID] = {"--run-id", "ID", FLAG_STR, .alias = "--rdzv-id",
+                  .help = "job identity shared by all nodes (default: random with --standalone, else "
+                          "$DT_RUN_ID or 'default')"},
+    [F_THREADS] = {"--threads-per-proc", "T", FLAG_INT_RANGE, .lo = 1, .hi = 65536,
+                   .expect = "a positive thread count",
+                   .help = "compute threads per worker (OMP_NUM_THREADS, DT_NUM_THREADS); default: "
+                           "max(1, cores/K) unless the variables are set"},
+    [F_TIMEOUT] = {"--timeout", "S", FLAG_FLOAT_RANGE, .lo = 0.001, .hi = 1e7,
+                   .expect = "a positive number of seconds",
+                   .help = "seconds to wait for the other nodes to join, start a round or finish "
+                           "(default $DT_TIMEOUT or 300)"},
+    [F_GRACE] = {"--grace", "S", FLAG_FLOAT_RANGE, .lo = 0, .hi = 3600, .expect = "a number of seconds in [0, 3600]",
+                 .help = "seconds workers get to exit after SIGTERM before SIGKILL (default 5)"},
 };
+
+/* The program to run follows "--" or is the first argument that is not a flag (torchrun style). */
+static const flag_set dtrun_flags = {"dtrun", "see 'dtrun --help'", flags, F_COUNT, FLAGS_STOP};
+
+#define USAGE_ERROR(...) flags_usage_error("dtrun", "see 'dtrun --help'", __VA_ARGS__)
 
 static void print_help(FILE *f) {
   fprintf(f,
@@ -108,27 +115,7 @@ static void print_help(FILE *f) {
           "restarts remain, the whole job is started again with DT_RESTART_COUNT one higher.\n"
           "\n"
           "flags (torchrun's underscore spellings as shown; --flag=VALUE works too):\n");
-  for (int i = 0; i < F_COUNT; i++) {
-    char head[96];
-    snprintf(head, sizeof head, "%s%s%s", flags[i].name, flags[i].metavar ? " " : "",
-             flags[i].metavar ? flags[i].metavar : "");
-    if (flags[i].alias && flags[i].alias[1] == '-')
-      snprintf(head + strlen(head), sizeof head - strlen(head), ", %s", flags[i].alias);
-    fprintf(f, "  %s\n", head);
-    /* The text wrapped at 92 columns under a 6-column indent. */
-    const char *p = flags[i].help;
-    while (*p) {
-      size_t n = strlen(p), cut = n;
-      if (n > 86) {
-        cut = 86;
-        while (cut > 0 && p[cut] != ' ') cut--;
-        if (cut == 0) cut = 86;
-      }
-      fprintf(f, "      %.*s\n", (int)cut, p);
-      p += cut;
-      while (*p == ' ') p++;
-    }
-  }
+  flags_print_wrapped(f, &dtrun_flags);
   fprintf(f,
           "\n"
           "each worker's environment:\n"
@@ -156,35 +143,6 @@ static void print_help(FILE *f) {
           "        --nproc-per-node 4 --max-restarts 3 -- ./my_program --lr 0.1   (and rank 1 on host1)\n");
 }
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "dtrun: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, " (see 'dtrun --help')\n");
-  va_end(ap);
-  return EXIT_USAGE;
-}
-
-static int parse_int(const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
-}
-
-static int parse_num(const char *s, double lo, double hi, double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
-}
-
 /* Cores this process may run on (cpuset / taskset aware). */
 static int usable_cores(void) {
   cpu_set_t set;
@@ -196,154 +154,114 @@ static int usable_cores(void) {
   return n > 0 ? (int)n : 1;
 }
 
-static int find_flag(const char *arg, size_t len) {
-  for (int i = 0; i < F_COUNT; i++) {
-    if (strlen(flags[i].name) == len && strncmp(flags[i].name, arg, len) == 0) return i;
-    if (flags[i].alias && strlen(flags[i].alias) == len && strncmp(flags[i].alias, arg, len) == 0) return i;
+/* --nnodes N, or torchrun's MIN:MAX when both are N (elastic ranges are not supported). */
+static int read_nnodes(const flag_value *v, options *o) {
+  o->nnodes = 1;
+  if (!v->given) return 0;
+  const char *s = v->raw;
+  const char *colon = strchr(s, ':');
+  char lo[32];
+  if (colon) {
+    if ((size_t)(colon - s) >= sizeof lo || strcmp(colon + 1, s) == 0)
+      return USAGE_ERROR("--nnodes: '%s' is malformed", s);
+    memcpy(lo, s, (size_t)(colon - s));
+    lo[colon - s] = '\0';
+    if (strcmp(lo, colon + 1) != 0)
+      return USAGE_ERROR("--nnodes: '%s': elastic node ranges are not supported (give one count, e.g. --nnodes 2)", s);
+    s = lo;
   }
-  return -1;
+  long long n;
+  if (flags_int(s, 1, 65536, &n))
+    return USAGE_ERROR("--nnodes: '%s' is not a positive node count (e.g. --nnodes 2)", v->raw);
+  o->nnodes = (int)n;
+  return 0;
+}
+
+/* --nproc-per-node K, or auto / cpu: one worker per usable core. */
+static int read_nproc(const flag_value *v, options *o) {
+  long long n = 1;
+  if (v->given && (strcmp(v->raw, "auto") == 0 || strcmp(v->raw, "cpu") == 0))
+    n = usable_cores() < MAX_NPROC ? usable_cores() : MAX_NPROC;
+  else if (v->given && flags_int(v->raw, 1, MAX_NPROC, &n))
+    return USAGE_ERROR("--nproc-per-node: '%s' is not a worker count (1-%d, 'auto' or 'cpu')", v->raw, MAX_NPROC);
+  o->nproc = (int)n;
+  return 0;
+}
+
+static int read_run_id(const flag_value *v, options *o) {
+  o->run_id = v->raw;
+  if (!o->run_id) return 0;
+  if (strlen(o->run_id) > 100) return USAGE_ERROR("--run-id: longer than 100 characters");
+  for (const char *p = o->run_id; *p; p++)
+    if (*p <= ' ' || *p == 127 || *p == '/')
+      return USAGE_ERROR("--run-id: '%s' has a space, control character or '/'", o->run_id);
+  return 0;
+}
+
+/* The flags that are plain values; --timeout defaults to DT_TIMEOUT. */
+static int read_values(const flag_value *v, options *o) {
+  if (v[F_NODE_RANK].given && v[F_NODE_RANK].i >= o->nnodes)
+    return USAGE_ERROR("--node-rank %lld is out of range for --nnodes %d (0 .. %d)", v[F_NODE_RANK].i, o->nnodes,
+                       o->nnodes - 1);
+  o->node_rank = (int)v[F_NODE_RANK].i;
+  o->master_addr = v[F_MASTER_ADDR].raw;
+  o->master_port = (int)v[F_MASTER_PORT].i;
+  o->max_restarts = (int)v[F_MAX_RESTARTS].i;
+  o->monitor_interval = v[F_MONITOR].given ? v[F_MONITOR].f : 0.1;
+  o->log_dir = v[F_LOG_DIR].raw;
+  o->threads = (int)v[F_THREADS].i;
+  o->grace = v[F_GRACE].given ? v[F_GRACE].f : 5;
+  o->timeout = v[F_TIMEOUT].f;
+  long t;
+  if (!v[F_TIMEOUT].given && (dt_tunable_int("DT_TIMEOUT", &t) != DT_OK || t <= 0)) {
+    fprintf(stderr, "dtrun: DT_TIMEOUT=%s is not a positive number of seconds\n", getenv("DT_TIMEOUT"));
+    return EXIT_USAGE;
+  }
+  if (!v[F_TIMEOUT].given) o->timeout = (double)t;
+  return 0;
+}
+
+/* Flags that need or exclude each other. */
+static int check_combinations(const flag_value *v, options *o) {
+  if (v[F_STANDALONE].given) {
+    if (o->nnodes != 1)
+      return USAGE_ERROR("--standalone runs one node; it cannot be combined with --nnodes %d", o->nnodes);
+    if (v[F_MASTER_ADDR].given || v[F_MASTER_PORT].given || v[F_NODE_RANK].given)
+      return USAGE_ERROR("--standalone picks its own address and port; drop --master-addr/--master-port/--node-rank");
+    o->standalone = 1;
+  }
+  if (o->nnodes > 1) {
+    if (!v[F_NODE_RANK].given)
+      return USAGE_ERROR("--nnodes %d needs --node-rank (0 .. %d) on every node", o->nnodes, o->nnodes - 1);
+    if (!v[F_MASTER_ADDR].given)
+      return USAGE_ERROR("--nnodes %d needs --master-addr (the address of node 0)", o->nnodes);
+    if (!v[F_MASTER_PORT].given)
+      return USAGE_ERROR("--nnodes %d needs --master-port (the store's port on node 0)", o->nnodes);
+  } else if (!v[F_MASTER_PORT].given) {
+    o->standalone = 1; /* one node, no fixed port: torchrun --standalone */
+  }
+  if (!o->master_addr) o->master_addr = "127.0.0.1";
+  if ((size_t)o->nnodes * (size_t)o->nproc > INT_MAX / 2)
+    return USAGE_ERROR("--nnodes * --nproc-per-node is too large");
+  return 0;
 }
 
 /* Parses argv into o. Returns -1 to go on, else the exit code (help: 0; error: 2). */
 static int parse_args(int argc, char **argv, options *o) {
-  const char *val[F_COUNT] = {0};
-  int given[F_COUNT] = {0};
-  int i = 1;
+  flag_args a;
   memset(o, 0, sizeof *o);
-  for (; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--") == 0) {
-      i++;
-      break;
-    }
-    if (a[0] != '-' || a[1] == '\0') break; /* the program (torchrun style, without --) */
-    const char *eq = strchr(a, '=');
-    size_t len = eq ? (size_t)(eq - a) : strlen(a);
-    int f = find_flag(a, len);
-    if (f < 0) return usage_error("unknown flag '%.*s'", (int)len, a);
-    if (given[f]) return usage_error("%s given twice (give each flag once)", flags[f].name);
-    given[f] = 1;
-    if (!flags[f].metavar) {
-      if (eq) return usage_error("%s takes no value", flags[f].name);
-      continue;
-    }
-    if (eq) {
-      val[f] = eq + 1;
-    } else {
-      if (i + 1 >= argc) return usage_error("%s needs a value %s", flags[f].name, flags[f].metavar);
-      val[f] = argv[++i];
-    }
-    if (val[f][0] == '\0') return usage_error("%s: empty value", flags[f].name);
-  }
-  if (given[F_HELP]) {
+  int rc = flags_parse(&dtrun_flags, argc - 1, argv + 1, &a);
+  if (rc == FLAGS_HELP) {
     print_help(stdout);
     return 0;
   }
-
-  long l;
-  double d;
-  o->nnodes = 1;
-  if (given[F_NNODES]) {
-    const char *s = val[F_NNODES];
-    const char *colon = strchr(s, ':');
-    char lo[32];
-    if (colon) { /* torchrun's MIN:MAX: only a fixed size is supported */
-      if ((size_t)(colon - s) >= sizeof lo || strcmp(colon + 1, s) == 0) return usage_error("--nnodes: '%s' is malformed", s);
-      memcpy(lo, s, (size_t)(colon - s));
-      lo[colon - s] = '\0';
-      if (strcmp(lo, colon + 1) != 0)
-        return usage_error("--nnodes: '%s': elastic node ranges are not supported (give one count, e.g. --nnodes 2)", s);
-      s = lo;
-    }
-    if (parse_int(s, 1, 65536, &l)) return usage_error("--nnodes: '%s' is not a positive node count (e.g. --nnodes 2)", val[F_NNODES]);
-    o->nnodes = (int)l;
-  }
-  o->node_rank = 0;
-  if (given[F_NODE_RANK]) {
-    if (parse_int(val[F_NODE_RANK], 0, 65535, &l))
-      return usage_error("--node-rank: '%s' is not a node rank (0 .. N-1)", val[F_NODE_RANK]);
-    if (l >= o->nnodes)
-      return usage_error("--node-rank %ld is out of range for --nnodes %d (0 .. %d)", l, o->nnodes, o->nnodes - 1);
-    o->node_rank = (int)l;
-  }
-  o->master_addr = val[F_MASTER_ADDR];
-  if (given[F_MASTER_PORT]) {
-    if (parse_int(val[F_MASTER_PORT], 1, 65535, &l))
-      return usage_error("--master-port: '%s' is not a port (1-65535)", val[F_MASTER_PORT]);
-    o->master_port = (int)l;
-  }
-  o->nproc = 1;
-  if (given[F_NPROC]) {
-    const char *s = val[F_NPROC];
-    if (strcmp(s, "auto") == 0 || strcmp(s, "cpu") == 0)
-      o->nproc = usable_cores() < MAX_NPROC ? usable_cores() : MAX_NPROC;
-    else if (parse_int(s, 1, MAX_NPROC, &l))
-      return usage_error("--nproc-per-node: '%s' is not a worker count (1-%d, 'auto' or 'cpu')", s, MAX_NPROC);
-    else
-      o->nproc = (int)l;
-  }
-  if (given[F_MAX_RESTARTS]) {
-    if (parse_int(val[F_MAX_RESTARTS], 0, 1000000, &l))
-      return usage_error("--max-restarts: '%s' is not a count >= 0", val[F_MAX_RESTARTS]);
-    o->max_restarts = (int)l;
-  }
-  o->monitor_interval = 0.1;
-  if (given[F_MONITOR]) {
-    if (parse_num(val[F_MONITOR], 0.001, 3600, &d))
-      return usage_error("--monitor-interval: '%s' is not a number of seconds in [0.001, 3600]", val[F_MONITOR]);
-    o->monitor_interval = d;
-  }
-  o->log_dir = val[F_LOG_DIR];
-  o->run_id = val[F_RUN_ID];
-  if (o->run_id) {
-    if (strlen(o->run_id) > 100) return usage_error("--run-id: longer than 100 characters");
-    for (const char *p = o->run_id; *p; p++)
-      if (*p <= ' ' || *p == 127 || *p == '/')
-        return usage_error("--run-id: '%s' has a space, control character or '/'", o->run_id);
-  }
-  if (given[F_THREADS]) {
-    if (parse_int(val[F_THREADS], 1, 65536, &l))
-      return usage_error("--threads-per-proc: '%s' is not a positive thread count", val[F_THREADS]);
-    o->threads = (int)l;
-  }
-  if (given[F_TIMEOUT]) {
-    if (parse_num(val[F_TIMEOUT], 0.001, 1e7, &d))
-      return usage_error("--timeout: '%s' is not a positive number of seconds", val[F_TIMEOUT]);
-    o->timeout = d;
-  } else {
-    long t;
-    if (dt_tunable_int("DT_TIMEOUT", &t) != DT_OK || t <= 0) {
-      fprintf(stderr, "dtrun: DT_TIMEOUT=%s is not a positive number of seconds\n", getenv("DT_TIMEOUT"));
-      return EXIT_USAGE;
-    }
-    o->timeout = (double)t;
-  }
-  o->grace = 5;
-  if (given[F_GRACE]) {
-    if (parse_num(val[F_GRACE], 0, 3600, &d))
-      return usage_error("--grace: '%s' is not a number of seconds in [0, 3600]", val[F_GRACE]);
-    o->grace = d;
-  }
-
-  /* Combinations. */
-  if (given[F_STANDALONE]) {
-    if (o->nnodes != 1) return usage_error("--standalone runs one node; it cannot be combined with --nnodes %d", o->nnodes);
-    if (given[F_MASTER_ADDR] || given[F_MASTER_PORT] || given[F_NODE_RANK])
-      return usage_error("--standalone picks its own address and port; drop --master-addr/--master-port/--node-rank");
-    o->standalone = 1;
-  }
-  if (o->nnodes > 1) {
-    if (!given[F_NODE_RANK]) return usage_error("--nnodes %d needs --node-rank (0 .. %d) on every node", o->nnodes, o->nnodes - 1);
-    if (!given[F_MASTER_ADDR]) return usage_error("--nnodes %d needs --master-addr (the address of node 0)", o->nnodes);
-    if (!given[F_MASTER_PORT]) return usage_error("--nnodes %d needs --master-port (the store's port on node 0)", o->nnodes);
-  } else if (!given[F_MASTER_PORT]) {
-    o->standalone = 1; /* one node, no fixed port: torchrun --standalone */
-  }
-  if (!o->master_addr) o->master_addr = "127.0.0.1";
-  if ((size_t)o->nnodes * (size_t)o->nproc > INT_MAX / 2) return usage_error("--nnodes * --nproc-per-node is too large");
-
-  if (i >= argc) return usage_error("no program to run (usage: dtrun [flags] -- PROGRAM [ARGS...])");
-  if (argv[i][0] == '\0') return usage_error("the program name is empty");
+  if (rc) return rc;
+  if ((rc = read_nnodes(&a.v[F_NNODES], o)) || (rc = read_values(a.v, o)) || (rc = read_nproc(&a.v[F_NPROC], o)))
+    return rc;
+  if ((rc = read_run_id(&a.v[F_RUN_ID], o)) || (rc = check_combinations(a.v, o))) return rc;
+  int i = 1 + a.rest;
+  if (i >= argc) return USAGE_ERROR("no program to run (usage: dtrun [flags] -- PROGRAM [ARGS...])");
+  if (argv[i][0] == '\0') return USAGE_ERROR("the program name is empty");
   o->prog = &argv[i];
   return -1;
 }
@@ -1246,8 +1164,8 @@ int main(int argc, char **argv) {
   v = getenv("DT_NUM_THREADS");
   a->dt_threads_user = v && *v ? v : NULL;
   if (!a->dt_threads_user && a->omp_user) { /* keep the two budgets the same */
-    long t;
-    if (parse_int(a->omp_user, 1, 65536, &t) == 0) a->threads_dt = (int)t;
+    long long t;
+    if (flags_int(a->omp_user, 1, 65536, &t) == 0) a->threads_dt = (int)t;
   }
   v = getenv("OMP_WAIT_POLICY");
   a->wait_policy_user = v && *v ? v : NULL;

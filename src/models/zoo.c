@@ -13,13 +13,13 @@ static const struct zoo_entry {
   int input_ndim;  /* rank of the input sample it needs; 0: any */
   dt_zoo_build_fn build;
 } zoo[] = {
-    {"linear", "Linear(in, out) on the flattened input: the PyTorch DDP tutorial's model (any task)", ALL_TASKS, 0,
+    {"linear", "Linear(in, out) on the flattened input: the PyTorch DDP tutorial's model", ALL_TASKS, 0,
      dt_zoo_build_linear},
-    {"mlp", "flatten, then Linear+ReLU per hidden width (default 256,128), then Linear to the outputs (any task)",
+    {"mlp", "flatten, then Linear+ReLU per hidden width (default 256,128), then Linear to the outputs",
      ALL_TASKS, 0, dt_zoo_build_mlp},
     {"fashioncnn",
      "2x (Conv2d 3x3 + BatchNorm2d + ReLU + MaxPool2d), Linear 600, Dropout 0.25, Linear 120, Linear classes "
-     "(classification of (C, H, W) images)",
+     "(on (C, H, W) images)",
      1u << DT_TASK_CLASSIFICATION, 3, dt_zoo_build_fashioncnn},
 };
 #define ZOO_SIZE (sizeof zoo / sizeof zoo[0])
