@@ -317,9 +317,11 @@ dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const float *x, const 
   if (!d || !task || !x || !target) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_train_step: NULL argument");
   DT_CHECK(check_batch(d, "dt_dp_train_step", batch));
   const int n_sums = dt_task_num_sums(task);
-  if (dt_task_config_of(task)->outputs != d->classes || n_sums > DP_MAX_SUMS)
+  if (dt_task_config_of(task)->outputs != d->classes)
     return dt_error(DT_INVALID_ARGUMENT, "dt_dp_train_step: the task has %d outputs, the model %d",
                     dt_task_config_of(task)->outputs, d->classes);
+  if (n_sums > DP_MAX_SUMS)
+    return dt_error(DT_INTERNAL, "dt_dp_train_step: %d task counters, at most %d", n_sums, DP_MAX_SUMS);
   set_slices(d, batch);
   d->x = x;
   d->target = target;

@@ -49,7 +49,8 @@ static dt_status save_weights(dt_run *r, const dt_train_result *res) {
 
 /* summary.json with the evaluation's detail (per-class accuracy and confusion, or per-label AUC). */
 static dt_status write_summary(dt_run *r, const dt_train_result *res) {
-  const size_t len = (size_t)1 << 26;
+  /* per-class figures and a (k, k) confusion matrix at most, each number up to ~16 characters */
+  const size_t k = (size_t)dt_task_config_of(r->task)->outputs, len = 4096 + 16 * (k * k + 3 * k);
   char *detail = NULL;
   DT_CHECK(dt_alloc(len, (void **)&detail));
   dt_status st = dt_metric_acc_detail_json(r->eval_acc, detail, len);

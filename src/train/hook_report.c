@@ -8,6 +8,7 @@
 
 typedef struct report_state {
   double samples, t0; /* the current window of --log-every steps */
+  double compute_s, data_s, comm_s; /* rank 0's time split so far */
   dt_report_point *points;
   int n, cap;
 } report_state;
@@ -78,10 +79,13 @@ static dt_status write_report(dt_run *r, const dt_train_result *res, const doubl
 }
 
 static dt_status epoch_end(dt_run *r, const dt_epoch_metrics *m, int complete) {
-  (void)m;
-  if (!r->report || !complete) return DT_OK;
+  report_state *s = r->report;
+  if (!s) return DT_OK;
+  s->compute_s += m->compute_seconds, s->data_s += m->data_wait_seconds, s->comm_s += m->comm_seconds;
+  if (!complete) return DT_OK;
   dt_train_result so_far;
   memset(&so_far, 0, sizeof so_far);
+  so_far.compute_seconds = s->compute_s, so_far.data_wait_seconds = s->data_s, so_far.comm_seconds = s->comm_s;
   return write_report(r, &so_far, NULL);
 }
 

@@ -9,8 +9,8 @@
 
 /* A window of training steps: rank-local sums. */
 typedef struct run_window {
-  double samples, loss_sum, t0;
-  double sums[DT_TASK_MAX_SUMS];
+  dt_metric_acc *acc;
+  double t0;
 } run_window;
 
 /* Rank 0 writes into DIR, every other rank into DIR/rank<R> with --tensorboard-all-ranks. */
@@ -24,6 +24,7 @@ static dt_status start(dt_run *r) {
     return dt_error(DT_INVALID_ARGUMENT, "tensorboard directory name too long");
   DT_CHECK(dt_alloc(sizeof *r->window, (void **)&r->window));
   r->window->t0 = dt_time_now();
+  DT_CHECK(dt_metric_acc_new(r->task, 0, &r->window->acc));
   /* The pid in the name keeps the file of a quick restart (same second) apart, as PyTorch's writer does. */
   char suffix[32];
   snprintf(suffix, sizeof suffix, ".%ld", (long)getpid());
@@ -31,11 +32,7 @@ static dt_status start(dt_run *r) {
 }
 
 static dt_status batch(dt_run *r, int n, double loss_sum, const double *sums) {
-  run_window *w = r->window;
-  if (!w) return DT_OK;
-  w->samples += n;
-  w->loss_sum += loss_sum;
-  for (int i = 0; i < dt_task_num_sums(r->task); i++) w->sums[i] += sums[i];
+  if (r->window) dt_metric_acc_add_sums(r->window->acc, n, loss_sum, sums);
   return DT_OK;
 }
 
@@ -53,20 +50,17 @@ static dt_status step(dt_run *r, const dt_step_event *e) {
   run_window *w = r->window;
   if (!w || e->step % r->cfg->log_every != 0) return DT_OK;
   const double now = dt_time_now(), dt = now - w->t0;
-  if (w->samples > 0) {
-    dt_metric_acc *acc = NULL;
+  const double samples = (double)dt_metric_acc_samples(w->acc);
+  if (samples > 0) {
     double v[DT_MAX_METRICS];
-    DT_CHECK(dt_metric_acc_new(r->task, 0, &acc));
-    dt_metric_acc_add_sums(acc, (int64_t)w->samples, w->loss_sum, w->sums);
-    dt_metric_acc_values(acc, 1, v);
-    dt_metric_acc_free(acc);
-    DT_CHECK(dt_tb_scalar(r->tb, "Loss/train", e->step, (float)(w->loss_sum / w->samples)));
+    dt_metric_acc_values(w->acc, 1, v);
+    DT_CHECK(dt_tb_scalar(r->tb, "Loss/train", e->step, (float)dt_metric_acc_loss(w->acc)));
     DT_CHECK(scalars(r, r->metrics->train, v, r->metrics->n_train, "train", e->step));
     DT_CHECK(dt_tb_scalar(r->tb, "lr", e->step, e->lr));
-    DT_CHECK(dt_tb_scalar(r->tb, "throughput/samples_per_s", e->step, (float)(dt > 0 ? w->samples * r->world / dt : 0)));
+    DT_CHECK(dt_tb_scalar(r->tb, "throughput/samples_per_s", e->step, (float)(dt > 0 ? samples * r->world / dt : 0)));
     DT_CHECK(dt_tb_flush(r->tb));
   }
-  memset(w, 0, sizeof *w);
+  dt_metric_acc_reset(w->acc);
   w->t0 = now;
   return DT_OK;
 }
@@ -80,6 +74,7 @@ static dt_status epoch_end(dt_run *r, const dt_epoch_metrics *m, int complete) {
 
 static void free_hook(dt_run *r) {
   dt_tb_close(r->tb);
+  if (r->window) dt_metric_acc_free(r->window->acc);
   dt_free(r->window);
   r->tb = NULL;
   r->window = NULL;

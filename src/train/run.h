@@ -86,7 +86,7 @@ struct dt_run {
   dt_dataset *train_src, *val_src; /* as opened (val_src: a second source or the test split) */
   dt_dataset *train, *val;         /* what is trained and evaluated (views with --val-fraction); val may be NULL */
   dt_loader *train_loader, *val_loader;
-  int64_t my_train, my_val;        /* samples this rank trains per epoch / counts in evaluation (-1: all) */
+  int64_t my_val;                  /* samples this rank counts in evaluation (-1: all; ddp: its real ones) */
   dt_prefix_sampler train_prefix, val_prefix;
   /* model, task, optimizer */
   dt_task *task;

@@ -189,14 +189,19 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
 
 /* ---- the loop ------------------------------------------------------------------------------ */
 
-/* One evaluation pass over the validation loader into r->eval_acc, reduced exactly over ranks. */
+/* The strategy's evaluation forward as a dt_forward_fn. */
+static dt_status run_forward(void *user, const float *x, int n, const float **out) {
+  dt_run *r = user;
+  return r->strategy->forward(r, x, n, out);
+}
+
+/* One evaluation pass over this rank's part of the validation data into r->eval_acc (reduced by the caller). */
 static dt_status evaluate(dt_run *r, double *seconds) {
   dt_metric_acc_reset(r->eval_acc);
   if (!r->val) return DT_OK;
   double te = dt_trace_now_us();
   if (r->strategy->eval_start) DT_CHECK(r->strategy->eval_start(r));
-  DT_CHECK(dt_train_evaluate(r->model, (dt_forward_fn)r->strategy->forward, r, r->val_loader, r->task, r->my_val,
-                             r->eval_acc, seconds));
+  DT_CHECK(dt_train_evaluate(r->model, run_forward, r, r->val_loader, r->task, r->my_val, r->eval_acc, seconds));
   if (dt_trace_enabled()) dt_trace_span("eval", "evaluate", te, dt_trace_now_us(), NULL);
   return DT_OK;
 }
@@ -277,9 +282,8 @@ static dt_status train_epoch(dt_run *r, epoch_state *es, int64_t *step) {
 }
 
 /* The epoch's row: training sums over ranks, then the evaluation pass. */
-static dt_status epoch_row(dt_run *r, const epoch_state *es, double t0, double wait0, double comm0,
+static dt_status epoch_row(dt_run *r, const epoch_state *es, double t0, double t1, double wait0, double comm0,
                            dt_epoch_metrics *m) {
-  const double t1 = dt_time_now();
   memset(m, 0, sizeof *m);
   m->epoch = es->e + 1;
   m->step = r->at.step;
@@ -325,6 +329,7 @@ static dt_status run_epochs(dt_run *r, dt_train_result *out, double *train_time,
     }
     r->at.epoch = e;
     DT_CHECK(train_epoch(r, &es, &r->at.step));
+    const double t1 = dt_time_now();
     r->at.epoch_step = es.epoch_step;
     out->interrupted = es.interrupted;
     if (es.interrupted) r->stopped_in_epoch = 1;
@@ -334,7 +339,7 @@ static dt_status run_epochs(dt_run *r, dt_train_result *out, double *train_time,
     DT_CHECK(dt_run_all_sum(r, state, n_state));
     if (state[0] == 0) break; /* stopped before the epoch's first step: nothing new to report */
     dt_epoch_metrics m;
-    DT_CHECK(epoch_row(r, &es, t0, wait0, waited0, &m));
+    DT_CHECK(epoch_row(r, &es, t0, t1, wait0, waited0, &m));
     local_metric[0] = m.test_metric[0], local_metric[1] = m.test_metric[1];
     DT_CHECK(r->strategy->reduce_metrics(r, r->eval_acc));
     m.test_loss = dt_metric_acc_loss(r->eval_acc);
