@@ -23,4 +23,18 @@ dt_status dt_alloc_array(size_t n, size_t size, const char *what, void **out) {
   return DT_OK;
 }
 
+dt_status dt_grow_array(void **arr, int64_t *cap, int64_t used, int64_t need, int64_t first, size_t size,
+                        const char *what) {
+  if (need <= *cap) return DT_OK;
+  int64_t grown = *cap > 0 ? *cap : first;
+  while (grown < need) grown *= 2;
+  void *bigger = NULL;
+  DT_CHECK(dt_alloc_array((size_t)grown, size, what, &bigger));
+  if (used > 0) memcpy(bigger, *arr, (size_t)used * size);
+  dt_free(*arr);
+  *arr = bigger;
+  *cap = grown;
+  return DT_OK;
+}
+
 void dt_free(void *p) { free(p); }

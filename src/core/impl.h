@@ -59,6 +59,10 @@ void dt_log_(dt_log_level level, const char *subsys, const char *fmt, ...) DT_PR
 /* n * size bytes, 64-byte aligned, zeroed; DT_OUT_OF_MEMORY (with the size and
  * what for) on overflow or failure. */
 dt_status dt_alloc_array(size_t n, size_t size, const char *what, void **out);
+/* Room for `need` elements of `size` bytes in *arr (doubling *cap from `first`,
+ * keeping the first `used`); *arr and *cap change only on success. */
+dt_status dt_grow_array(void **arr, int64_t *cap, int64_t used, int64_t need, int64_t first, size_t size,
+                        const char *what);
 /* a * b with overflow detection; 0 on success. */
 static inline int dt_mul_overflow(size_t a, size_t b, size_t *out) {
   return __builtin_mul_overflow(a, b, out);

@@ -38,11 +38,6 @@ const dt_metric_set *dt_metric_set_classification(void) {
   return &set;
 }
 
-static int num_sums(const dt_task_config *c) {
-  (void)c;
-  return C_N;
-}
-
 /* Per class: samples, correct; then the (classes, classes) confusion matrix, rows the true class. */
 static size_t num_detail(const dt_task_config *c) {
   const size_t k = (size_t)c->outputs;
@@ -117,7 +112,7 @@ const dt_task_ops dt_task_classification = {
     .keeps_scores = 0,
     .check = check,
     .metric_set = metric_set,
-    .num_sums = num_sums,
+    .n_sums = C_N,
     .num_detail = num_detail,
     .loss = loss,
     .count = count,

@@ -25,16 +25,6 @@ static void metric_set(const dt_task_config *c, dt_metric_set *m) {
   m->eval[1] = acc;
 }
 
-static int num_sums(const dt_task_config *c) {
-  (void)c;
-  return M_N;
-}
-
-static size_t num_detail(const dt_task_config *c) {
-  (void)c;
-  return 0;
-}
-
 static dt_status loss(const dt_task *t, const float *out, const void *target, int n, int train, float *l,
                       float *dout) {
   (void)train;
@@ -47,10 +37,6 @@ static void count(const dt_task *t, const float *out, const void *target, int n,
   size_t correct = 0;
   for (size_t i = 0; i < (size_t)n * (size_t)t->cfg.outputs; i++) correct += (out[i] > 0.0f) == (y[i] > 0.5f);
   sums[M_CORRECT] += (double)correct;
-}
-
-static void count_detail(const dt_task *t, const float *out, const void *target, int n, double *d) {
-  (void)t, (void)out, (void)target, (void)n, (void)d;
 }
 
 /* ROC-AUC of label j over the kept rows (outputs then targets, 2K floats a row). */
@@ -95,11 +81,11 @@ const dt_task_ops dt_task_multilabel = {
     .keeps_scores = 1,
     .check = check,
     .metric_set = metric_set,
-    .num_sums = num_sums,
-    .num_detail = num_detail,
+    .n_sums = M_N,
+    .num_detail = NULL,
     .loss = loss,
     .count = count,
-    .count_detail = count_detail,
+    .count_detail = NULL,
     .values = values,
     .detail_json = detail_json,
 };

@@ -24,16 +24,6 @@ static void metric_set(const dt_task_config *c, dt_metric_set *m) {
   m->train[1] = m->eval[1] = mae;
 }
 
-static int num_sums(const dt_task_config *c) {
-  (void)c;
-  return R_N;
-}
-
-static size_t num_detail(const dt_task_config *c) {
-  (void)c;
-  return 0;
-}
-
 static dt_status loss(const dt_task *t, const float *out, const void *target, int n, int train, float *l,
                       float *dout) {
   (void)train;
@@ -53,10 +43,6 @@ static void count(const dt_task *t, const float *out, const void *target, int n,
   sums[R_ABS] += ab;
 }
 
-static void count_detail(const dt_task *t, const float *out, const void *target, int n, double *d) {
-  (void)t, (void)out, (void)target, (void)n, (void)d;
-}
-
 static void values(const dt_metric_acc *a, int train, double *v) {
   (void)train;
   const double elems = a->state[ACC_SAMPLES] * a->t->cfg.outputs;
@@ -71,11 +57,11 @@ const dt_task_ops dt_task_regression = {
     .keeps_scores = 0,
     .check = check,
     .metric_set = metric_set,
-    .num_sums = num_sums,
-    .num_detail = num_detail,
+    .n_sums = R_N,
+    .num_detail = NULL,
     .loss = loss,
     .count = count,
-    .count_detail = count_detail,
+    .count_detail = NULL,
     .values = values,
     .detail_json = NULL,
 };

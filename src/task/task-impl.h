@@ -14,15 +14,15 @@ typedef struct dt_task_ops {
   int keeps_scores; /* evaluation keeps (outputs, targets) rows for exact rank metrics */
   dt_status (*check)(const dt_task_config *c);
   void (*metric_set)(const dt_task_config *c, dt_metric_set *m);
-  int (*num_sums)(const dt_task_config *c);
-  size_t (*num_detail)(const dt_task_config *c);
+  int n_sums;                                    /* summable counters of a batch */
+  size_t (*num_detail)(const dt_task_config *c); /* detail counters of an evaluation; NULL: none */
   dt_status (*loss)(const dt_task *t, const float *out, const void *target, int n, int train, float *loss,
                     float *dout);
   void (*count)(const dt_task *t, const float *out, const void *target, int n, double *sums);
-  void (*count_detail)(const dt_task *t, const float *out, const void *target, int n, double *detail);
+  void (*count_detail)(const dt_task *t, const float *out, const void *target, int n, double *detail); /* or NULL */
   /* values from the reduced state (and kept rows) */
   void (*values)(const dt_metric_acc *a, int train, double *v);
-  dt_status (*detail_json)(const dt_metric_acc *a, char *buf, size_t len);
+  dt_status (*detail_json)(const dt_metric_acc *a, char *buf, size_t len); /* or NULL */
 } dt_task_ops;
 
 struct dt_task {

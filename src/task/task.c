@@ -57,7 +57,7 @@ const dt_task_config *dt_task_config_of(const dt_task *t) { return &t->cfg; }
 const dt_metric_set *dt_task_metrics(const dt_task *t) { return &t->metrics; }
 dt_dtype dt_task_target_dtype(const dt_task *t) { return t->ops->target_dtype; }
 int dt_task_target_width(const dt_task *t) { return t->ops->target_dtype == DT_I32 ? 1 : t->cfg.outputs; }
-int dt_task_num_sums(const dt_task *t) { return t->ops->num_sums(&t->cfg); }
+int dt_task_num_sums(const dt_task *t) { return t->ops->n_sums; }
 
 dt_status dt_task_loss(const dt_task *t, const float *out, const void *target, int n, int train, float *loss,
                        float *dout) {
@@ -78,8 +78,8 @@ dt_status dt_metric_acc_new(const dt_task *t, int detail, dt_metric_acc **out) {
   DT_CHECK(dt_alloc(sizeof *a, (void **)&a));
   a->t = t;
   a->detail = detail;
-  a->n_counters = (size_t)t->ops->num_sums(&t->cfg);
-  a->n_state = ACC_COUNTERS + a->n_counters + (detail ? t->ops->num_detail(&t->cfg) : 0);
+  a->n_counters = (size_t)t->ops->n_sums;
+  a->n_state = ACC_COUNTERS + a->n_counters + (detail && t->ops->num_detail ? t->ops->num_detail(&t->cfg) : 0);
   dt_status st = dt_alloc_array(a->n_state, sizeof(double), "metric state", (void **)&a->state);
   if (st != DT_OK) {
     dt_free(a);
@@ -103,17 +103,8 @@ void dt_metric_acc_reset(dt_metric_acc *a) {
 
 /* Room for n more kept rows (doubling). */
 static dt_status reserve_rows(dt_metric_acc *a, int64_t n) {
-  if (a->n_rows + n <= a->cap_rows) return DT_OK;
-  int64_t cap = a->cap_rows ? a->cap_rows : 1024;
-  while (cap < a->n_rows + n) cap *= 2;
-  const size_t width = 2 * (size_t)a->t->cfg.outputs;
-  float *grown = NULL;
-  DT_CHECK(dt_alloc_array((size_t)cap * width, sizeof(float), "kept evaluation rows", (void **)&grown));
-  if (a->n_rows) memcpy(grown, a->rows, (size_t)a->n_rows * width * sizeof(float));
-  dt_free(a->rows);
-  a->rows = grown;
-  a->cap_rows = cap;
-  return DT_OK;
+  const size_t row = 2 * (size_t)a->t->cfg.outputs * sizeof(float);
+  return dt_grow_array((void **)&a->rows, &a->cap_rows, a->n_rows, a->n_rows + n, 1024, row, "kept evaluation rows");
 }
 
 /* Keeps (outputs, targets) of n samples as rows. */
@@ -135,7 +126,7 @@ dt_status dt_metric_acc_add(dt_metric_acc *a, const float *out, const void *targ
   a->state[ACC_LOSS] += mean_loss * n;
   a->t->ops->count(a->t, out, target, n, a->state + ACC_COUNTERS);
   if (!a->detail) return DT_OK;
-  a->t->ops->count_detail(a->t, out, target, n, a->state + ACC_COUNTERS + a->n_counters);
+  if (a->t->ops->count_detail) a->t->ops->count_detail(a->t, out, target, n, a->state + ACC_COUNTERS + a->n_counters);
   return a->t->ops->keeps_scores ? keep_rows(a, out, target, n) : DT_OK;
 }
 

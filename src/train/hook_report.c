@@ -10,7 +10,8 @@ typedef struct report_state {
   double samples, t0; /* the current window of --log-every steps */
   double compute_s, data_s, comm_s; /* rank 0's time split so far */
   dt_report_point *points;
-  int n, cap;
+  int n;
+  int64_t cap;
 } report_state;
 
 static dt_status start(dt_run *r) {
@@ -32,15 +33,7 @@ static dt_status step(dt_run *r, const dt_step_event *e) {
   if (!s || e->step % r->cfg->log_every != 0) return DT_OK;
   const double now = dt_time_now(), dt = now - s->t0;
   if (s->samples > 0 && dt > 0) {
-    if (s->n == s->cap) {
-      int cap = s->cap ? 2 * s->cap : 256;
-      dt_report_point *grown = NULL;
-      DT_CHECK(dt_alloc_array((size_t)cap, sizeof *grown, "throughput points", (void **)&grown));
-      if (s->n) memcpy(grown, s->points, (size_t)s->n * sizeof *grown);
-      dt_free(s->points);
-      s->points = grown;
-      s->cap = cap;
-    }
+    DT_CHECK(dt_grow_array((void **)&s->points, &s->cap, s->n, s->n + 1, 256, sizeof *s->points, "throughput points"));
     s->points[s->n++] = (dt_report_point){.t_s = now - r->t_start, .samples_per_s = s->samples * r->world / dt};
   }
   s->samples = 0;

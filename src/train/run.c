@@ -26,15 +26,8 @@ dt_status dt_run_prefix_loader(dt_run *r, const dt_dataset *ds, int shuffle, uin
 }
 
 dt_status dt_run_history_add(dt_run *r, const dt_epoch_metrics *m) {
-  if (r->n_history == r->history_cap) {
-    int cap = r->history_cap ? 2 * r->history_cap : 16;
-    dt_epoch_metrics *grown = NULL;
-    DT_CHECK(dt_alloc_array((size_t)cap, sizeof *grown, "metrics history", (void **)&grown));
-    if (r->n_history) memcpy(grown, r->history, (size_t)r->n_history * sizeof *grown);
-    dt_free(r->history);
-    r->history = grown;
-    r->history_cap = cap;
-  }
+  DT_CHECK(dt_grow_array((void **)&r->history, &r->history_cap, r->n_history, r->n_history + 1, 16, sizeof *m,
+                         "metrics history"));
   r->history[r->n_history++] = *m;
   return DT_OK;
 }

@@ -109,7 +109,8 @@ struct dt_run {
   dt_snapshot_position at;         /* where the run is, for snapshots */
   int stopped_in_epoch;            /* a stop request ended an epoch early */
   dt_epoch_metrics *history;       /* the completed epochs' rows */
-  int n_history, history_cap;
+  int n_history;
+  int64_t history_cap;
   dt_metric_acc *epoch_acc, *eval_acc;
   char config_json[8192];
   double t_start;
