@@ -104,6 +104,22 @@ void dt_metric_acc_values(const dt_metric_acc *a, int train, double *v);
  * or "auc_per_label":[...]; "" when there is none. DT_INVALID_ARGUMENT if it does not fit. */
 dt_status dt_metric_acc_detail_json(const dt_metric_acc *a, char *buf, size_t len);
 
+/* The evaluation per class (classification: samples, accuracy and the
+ * confusion matrix, rows the true class) or per label (multilabel: ROC-AUC;
+ * samples and confusion NULL); k = 0 when the task has none. The arrays
+ * belong to the detail: dt_metric_detail_free. */
+typedef struct dt_metric_detail {
+  int k;
+  double *samples;         /* (k) or NULL */
+  double *value;           /* (k): accuracy per class or ROC-AUC per label (NaN: undefined) */
+  const char *value_label; /* "accuracy", "ROC-AUC" */
+  const char *value_key;   /* its JSON name: "per_class_acc", "auc_per_label" */
+  int percent;             /* value is a fraction shown in % */
+  double *confusion;       /* (k, k) counts, or NULL */
+} dt_metric_detail;
+dt_status dt_metric_acc_detail(const dt_metric_acc *a, dt_metric_detail *out);
+void dt_metric_detail_free(dt_metric_detail *d);
+
 /* Exact ROC-AUC of scores against 0/1 labels (n of each, stride apart): the
  * Mann-Whitney statistic with ties counted half, as sklearn's roc_auc_score.
  * NaN when one class is absent. */

@@ -551,6 +551,47 @@ static void key_figures(dt_buf *b, const dt_report *r) {
   dt_buf_printf(b, " &#183; %d rank%s</p>\n", r->world, r->world == 1 ? "" : "s");
 }
 
+/* Largest confusion matrix drawn in full; larger ones show the per-class table only. */
+#define REPORT_MAX_CONFUSION 30
+
+/* A confusion-matrix cell: the count, shaded by its share of the row. */
+static void confusion_cell(dt_buf *b, double count, double row_total, int diagonal) {
+  const double share = row_total > 0 ? count / row_total : 0;
+  const int shade = 255 - (int)(share * 160);
+  dt_buf_printf(b, "<td style=\"background:rgb(%d,%d,255)%s\">%.0f</td>", shade, shade,
+                diagonal ? ";font-weight:600" : "", count);
+}
+
+static void confusion_table(dt_buf *b, const dt_metric_detail *d) {
+  put(b, "<h3>Confusion matrix (rows: true class, columns: predicted)</h3>\n<table class=\"num\"><thead><tr><th></th>");
+  for (int c = 0; c < d->k; c++) dt_buf_printf(b, "<th>%d</th>", c);
+  put(b, "</tr></thead><tbody>\n");
+  for (int t = 0; t < d->k; t++) {
+    dt_buf_printf(b, "<tr><th>%d</th>", t);
+    const double *row = d->confusion + (size_t)t * (size_t)d->k;
+    for (int c = 0; c < d->k; c++) confusion_cell(b, row[c], d->samples ? d->samples[t] : 0, c == t);
+    put(b, "</tr>\n");
+  }
+  put(b, "</tbody></table>\n");
+}
+
+/* Per class or label: samples and accuracy (or ROC-AUC), and the confusion matrix when small. */
+static void detail_tables(dt_buf *b, const dt_metric_detail *d) {
+  if (!d || d->k <= 0 || !d->value) return;
+  const dt_metric_desc v = {"", d->value_label ? d->value_label : "value", "", d->percent};
+  put(b, "<h2>Last evaluation per "), put(b, d->samples ? "class" : "label"), put(b, "</h2>\n");
+  put(b, "<table class=\"num\"><thead><tr><th>"), put(b, d->samples ? "class" : "label"), put(b, "</th>");
+  if (d->samples) put(b, "<th>samples</th>");
+  put(b, "<th>"), put_escaped(b, v.label), put(b, "</th></tr></thead><tbody>\n");
+  for (int i = 0; i < d->k; i++) {
+    dt_buf_printf(b, "<tr><td>%d</td>", i);
+    if (d->samples) put(b, "<td>"), put_num(b, d->samples[i], 0), put(b, "</td>");
+    put(b, "<td>"), put_metric(b, &v, d->value[i]), put(b, "</td></tr>\n");
+  }
+  put(b, "</tbody></table>\n");
+  if (d->confusion && d->k <= REPORT_MAX_CONFUSION) confusion_table(b, d);
+}
+
 static dt_status build_page(dt_buf *b, const dt_report *r) {
   const char *title = r->title ? r->title : "dtrain run";
   put(b, page_head);
@@ -564,6 +605,7 @@ static dt_status build_page(dt_buf *b, const dt_report *r) {
   rank_chart(b, r->ranks, r->world);
   put(b, "</div>\n");
   epoch_table(b, r);
+  detail_tables(b, r->detail);
   if (r->summary_lines) {
     put(b, "<h2>Summary</h2>\n<pre>"), put_escaped(b, r->summary_lines), put(b, "</pre>\n");
   }

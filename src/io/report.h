@@ -31,6 +31,7 @@ typedef struct dt_report {
   int world;
   const char *summary_lines; /* preformatted end-of-run table; NULL: none */
   const dt_metric_set *metrics; /* the names of the rows' metrics; NULL: classification's */
+  const dt_metric_detail *detail; /* the last evaluation per class or label; NULL: none */
 } dt_report;
 
 /* Writes the page to path atomically: a temporary next to it (path.tmp.<pid>),

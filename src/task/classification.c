@@ -1,5 +1,6 @@
 /* Task "classification": class indices, cross entropy with label smoothing, top-1/top-5, per-class accuracy, confusion. */
 #include <math.h>
+#include <string.h>
 
 #include "core/impl.h"
 #include "dtrain/loss.h"
@@ -85,24 +86,19 @@ static void values(const dt_metric_acc *a, int train, double *v) {
   if (train || a->t->cfg.outputs > 5) v[1] = c[C_TOPK] / n;
 }
 
-static dt_status detail_json(const dt_metric_acc *a, char *buf, size_t len) {
-  const size_t k = (size_t)a->t->cfg.outputs;
+static dt_status detail(const dt_metric_acc *a, dt_metric_detail *out) {
+  const int k = a->t->cfg.outputs;
   const double *d = acc_detail(a);
-  double *acc = NULL;
-  DT_CHECK(dt_alloc_array(k, sizeof *acc, "per-class accuracy", (void **)&acc));
-  for (size_t c = 0; c < k; c++) acc[c] = d[c] > 0 ? d[k + c] / d[c] : NAN;
-  size_t pos = 0;
-  dt_status st = dt_task_json_array(buf, len, &pos, "per_class_acc", acc, k, 1);
-  dt_free(acc);
-  if (st != DT_OK) return st;
-  DT_CHECK(dt_task_json_printf(buf, len, &pos, ","));
-  DT_CHECK(dt_task_json_array(buf, len, &pos, "per_class_samples", d, k, 1));
-  DT_CHECK(dt_task_json_printf(buf, len, &pos, ",\"confusion\":["));
-  for (size_t r = 0; r < k; r++) {
-    if (r) DT_CHECK(dt_task_json_printf(buf, len, &pos, ","));
-    DT_CHECK(dt_task_json_array(buf, len, &pos, NULL, d + 2 * k + r * k, k, 1));
+  DT_CHECK(dt_metric_detail_alloc(out, k, 1));
+  out->value_label = "accuracy";
+  out->value_key = "per_class_acc";
+  out->percent = 1;
+  for (int c = 0; c < k; c++) {
+    out->samples[c] = d[c];
+    out->value[c] = d[c] > 0 ? d[k + c] / d[c] : NAN;
   }
-  return dt_task_json_printf(buf, len, &pos, "]");
+  memcpy(out->confusion, d + 2 * k, (size_t)k * (size_t)k * sizeof(double));
+  return DT_OK;
 }
 
 const dt_task_ops dt_task_classification = {
@@ -118,5 +114,5 @@ const dt_task_ops dt_task_classification = {
     .count = count,
     .count_detail = count_detail,
     .values = values,
-    .detail_json = detail_json,
+    .detail = detail,
 };

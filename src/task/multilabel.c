@@ -63,15 +63,13 @@ static void values(const dt_metric_acc *a, int train, double *v) {
   v[1] = acc;
 }
 
-static dt_status detail_json(const dt_metric_acc *a, char *buf, size_t len) {
+static dt_status detail(const dt_metric_acc *a, dt_metric_detail *out) {
   const int k = a->t->cfg.outputs;
-  double *auc = NULL;
-  DT_CHECK(dt_alloc_array((size_t)k, sizeof *auc, "per-label AUC", (void **)&auc));
-  for (int j = 0; j < k; j++) auc[j] = auc_of(a, j);
-  size_t pos = 0;
-  dt_status st = dt_task_json_array(buf, len, &pos, "auc_per_label", auc, (size_t)k, 1);
-  dt_free(auc);
-  return st;
+  DT_CHECK(dt_metric_detail_alloc(out, k, 0));
+  out->value_label = "ROC-AUC";
+  out->value_key = "auc_per_label";
+  for (int j = 0; j < k; j++) out->value[j] = auc_of(a, j);
+  return DT_OK;
 }
 
 const dt_task_ops dt_task_multilabel = {
@@ -87,5 +85,5 @@ const dt_task_ops dt_task_multilabel = {
     .count = count,
     .count_detail = NULL,
     .values = values,
-    .detail_json = detail_json,
+    .detail = detail,
 };

@@ -63,5 +63,5 @@ const dt_task_ops dt_task_regression = {
     .count = count,
     .count_detail = NULL,
     .values = values,
-    .detail_json = NULL,
+    .detail = NULL,
 };

@@ -22,7 +22,8 @@ typedef struct dt_task_ops {
   void (*count_detail)(const dt_task *t, const float *out, const void *target, int n, double *detail); /* or NULL */
   /* values from the reduced state (and kept rows) */
   void (*values)(const dt_metric_acc *a, int train, double *v);
-  dt_status (*detail_json)(const dt_metric_acc *a, char *buf, size_t len); /* or NULL */
+  /* the detail per class or label (arrays allocated); NULL: none */
+  dt_status (*detail)(const dt_metric_acc *a, dt_metric_detail *out);
 } dt_task_ops;
 
 struct dt_task {
@@ -46,11 +47,7 @@ static inline const double *acc_detail(const dt_metric_acc *a) { return a->state
 
 extern const dt_task_ops dt_task_classification, dt_task_multilabel, dt_task_regression;
 
-/* Appends printf output to buf at *pos; DT_INVALID_ARGUMENT when it does not fit. */
-dt_status dt_task_json_printf(char *buf, size_t len, size_t *pos, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-/* "name":[v0,v1,...] with %.6f values (null for NaN). */
-dt_status dt_task_json_array(char *buf, size_t len, size_t *pos, const char *name, const double *v, size_t n,
-                             size_t stride);
+/* Allocates the k-wide arrays of a detail (samples and confusion when asked). */
+dt_status dt_metric_detail_alloc(dt_metric_detail *d, int k, int per_class);
 
 #endif

@@ -170,15 +170,35 @@ void dt_metric_acc_values(const dt_metric_acc *a, int train, double *v) {
   a->t->ops->values(a, train, v);
 }
 
-dt_status dt_metric_acc_detail_json(const dt_metric_acc *a, char *buf, size_t len) {
-  if (len) buf[0] = '\0';
-  if (!a->detail || !a->t->ops->detail_json) return DT_OK;
-  return a->t->ops->detail_json(a, buf, len);
+dt_status dt_metric_detail_alloc(dt_metric_detail *d, int k, int per_class) {
+  memset(d, 0, sizeof *d);
+  d->k = k;
+  dt_status st = dt_alloc_array((size_t)k, sizeof(double), "metric detail", (void **)&d->value);
+  if (st == DT_OK && per_class) st = dt_alloc_array((size_t)k, sizeof(double), "metric detail", (void **)&d->samples);
+  if (st == DT_OK && per_class)
+    st = dt_alloc_array((size_t)k * (size_t)k, sizeof(double), "confusion matrix", (void **)&d->confusion);
+  if (st != DT_OK) dt_metric_detail_free(d);
+  return st;
 }
 
-/* ---- JSON helpers of the tasks' detail ----------------------------------------------- */
+void dt_metric_detail_free(dt_metric_detail *d) {
+  if (!d) return;
+  dt_free(d->confusion);
+  dt_free(d->samples);
+  dt_free(d->value);
+  memset(d, 0, sizeof *d);
+}
 
-dt_status dt_task_json_printf(char *buf, size_t len, size_t *pos, const char *fmt, ...) {
+dt_status dt_metric_acc_detail(const dt_metric_acc *a, dt_metric_detail *out) {
+  memset(out, 0, sizeof *out);
+  if (!a->detail || !a->t->ops->detail || a->state[ACC_SAMPLES] <= 0) return DT_OK;
+  return a->t->ops->detail(a, out);
+}
+
+/* ---- the detail as JSON ------------------------------------------------------------------ */
+
+__attribute__((format(printf, 4, 5))) static dt_status json_printf(char *buf, size_t len, size_t *pos,
+                                                                  const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   int k = *pos < len ? vsnprintf(buf + *pos, len - *pos, fmt, ap) : -1;
@@ -188,16 +208,43 @@ dt_status dt_task_json_printf(char *buf, size_t len, size_t *pos, const char *fm
   return DT_OK;
 }
 
-dt_status dt_task_json_array(char *buf, size_t len, size_t *pos, const char *name, const double *v, size_t n,
+static dt_status json_array(char *buf, size_t len, size_t *pos, const char *name, const double *v, size_t n,
                              size_t stride) {
-  if (name) DT_CHECK(dt_task_json_printf(buf, len, pos, "\"%s\":", name));
-  DT_CHECK(dt_task_json_printf(buf, len, pos, "["));
+  if (name) DT_CHECK(json_printf(buf, len, pos, "\"%s\":", name));
+  DT_CHECK(json_printf(buf, len, pos, "["));
   for (size_t i = 0; i < n; i++) {
     const double x = v[i * stride];
     if (isfinite(x))
-      DT_CHECK(dt_task_json_printf(buf, len, pos, "%s%.6g", i ? "," : "", x));
+      DT_CHECK(json_printf(buf, len, pos, "%s%.6g", i ? "," : "", x));
     else
-      DT_CHECK(dt_task_json_printf(buf, len, pos, "%snull", i ? "," : ""));
+      DT_CHECK(json_printf(buf, len, pos, "%snull", i ? "," : ""));
   }
-  return dt_task_json_printf(buf, len, pos, "]");
+  return json_printf(buf, len, pos, "]");
+}
+
+/* The detail's members: "<value_key>":[...], and per class "per_class_samples":[...],"confusion":[[...],...]. */
+static dt_status detail_members(const dt_metric_detail *d, char *buf, size_t len) {
+  size_t pos = 0;
+  const size_t k = (size_t)d->k;
+  DT_CHECK(json_array(buf, len, &pos, d->value_key, d->value, k, 1));
+  if (d->samples) {
+    DT_CHECK(json_printf(buf, len, &pos, ","));
+    DT_CHECK(json_array(buf, len, &pos, "per_class_samples", d->samples, k, 1));
+  }
+  if (!d->confusion) return DT_OK;
+  DT_CHECK(json_printf(buf, len, &pos, ",\"confusion\":["));
+  for (size_t r = 0; r < k; r++) {
+    if (r) DT_CHECK(json_printf(buf, len, &pos, ","));
+    DT_CHECK(json_array(buf, len, &pos, NULL, d->confusion + r * k, k, 1));
+  }
+  return json_printf(buf, len, &pos, "]");
+}
+
+dt_status dt_metric_acc_detail_json(const dt_metric_acc *a, char *buf, size_t len) {
+  if (len) buf[0] = '\0';
+  dt_metric_detail d;
+  DT_CHECK(dt_metric_acc_detail(a, &d));
+  dt_status st = d.k > 0 ? detail_members(&d, buf, len) : DT_OK;
+  dt_metric_detail_free(&d);
+  return st;
 }

@@ -56,6 +56,12 @@ static dt_status write_report(dt_run *r, const dt_train_result *res, const doubl
     split[q] = (dt_report_rank){.compute_s = v[RK_COMPUTE], .data_s = v[RK_DATA], .comm_s = v[RK_COMM]};
   }
   if (!ranks) split[0] = (dt_report_rank){res->compute_seconds, res->data_wait_seconds, res->comm_seconds};
+  dt_metric_detail detail;
+  dt_status st = dt_metric_acc_detail(r->eval_acc, &detail);
+  if (st != DT_OK) {
+    dt_free(split);
+    return st;
+  }
   dt_report rep = {.title = title,
                    .config_json = r->config_json,
                    .metrics = r->metrics,
@@ -65,8 +71,10 @@ static dt_status write_report(dt_run *r, const dt_train_result *res, const doubl
                    .n_throughput = r->report->n,
                    .ranks = split,
                    .world = world,
-                   .summary_lines = NULL};
-  dt_status st = dt_report_write(path, &rep);
+                   .summary_lines = NULL,
+                   .detail = &detail};
+  st = dt_report_write(path, &rep);
+  dt_metric_detail_free(&detail);
   dt_free(split);
   return st;
 }

@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
       "  train 5217 samples/s   infer 11111 samples/s   wall 121.4 s\n"
       "  time: compute 84.1%   data wait 3.2%   comm 9.4% (61% hidden)\n";
 
-  dt_report rep = {"fashioncnn on fashion-mnist", config, ep, EPOCHS, tp, POINTS, ranks, WORLD, summary, NULL};
+  dt_report rep = {"fashioncnn on fashion-mnist", config, ep, EPOCHS, tp, POINTS, ranks, WORLD, summary, NULL, NULL};
   if (dt_report_write(argv[1], &rep) != DT_OK) {
     fprintf(stderr, "dump_report: %s\n", dt_last_error());
     return 1;

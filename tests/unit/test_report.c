@@ -92,7 +92,7 @@ TEST(three_epochs_two_ranks_has_every_piece_escaped) {
   const char *config =
       "{\"model\":\"fashioncnn\",\"lr\":0.05,\"betas\":[0.9,0.999],"
       "\"note\":\"<script>alert('x')</script> & \\\"q\\\"\",\"normalize\":{\"mean\":0.286,\"std\":0.353}}";
-  dt_report r = {"cnn <b>&</b> \"mnist\"", config, ep, 3, tp, 5, ranks, 2, "final  <i>0.9</i>\n", NULL};
+  dt_report r = {"cnn <b>&</b> \"mnist\"", config, ep, 3, tp, 5, ranks, 2, "final  <i>0.9</i>\n", NULL, NULL};
   const char *path = tmp_path("report.html");
   ASSERT_OK(dt_report_write(path, &r));
   char *html = read_text(path);
@@ -138,11 +138,48 @@ TEST(three_epochs_two_ranks_has_every_piece_escaped) {
   ASSERT_EQ(count_temporaries(), 0);
 }
 
+/* The last evaluation per class: a table of samples and accuracy, and the confusion matrix shaded by row;
+ * per label (no samples, no matrix) only the table; a metric set of another task names its metrics. */
+TEST(evaluation_detail_per_class_and_per_label) {
+  dt_epoch_metrics ep;
+  fill_epoch(&ep, 1, 0.5);
+  dt_report_rank rank = {10, 1, 0};
+  double samples[3] = {4, 2, 0}, acc[3] = {0.75, 0.5, NAN}, confusion[9] = {3, 1, 0, 0, 1, 1, 0, 0, 0};
+  dt_metric_detail d = {.k = 3, .samples = samples, .value = acc, .value_label = "accuracy", .percent = 1,
+                        .confusion = confusion};
+  dt_report r = {"detail", NULL, &ep, 1, NULL, 0, &rank, 1, NULL, NULL, &d};
+  const char *path = tmp_path("detail.html");
+  ASSERT_OK(dt_report_write(path, &r));
+  char *html = read_text(path);
+  ASSERT(html);
+  ASSERT_WELL_FORMED(html);
+  ASSERT_HAS(html, "<h2>Last evaluation per class</h2>");
+  ASSERT_HAS(html, "<td>0</td><td>4</td><td>75.00%</td>");
+  ASSERT_HAS(html, "<td>2</td><td>0</td><td>&#8211;</td>");
+  ASSERT_HAS(html, "Confusion matrix");
+  ASSERT_HAS(html, "font-weight:600\">3</td>"); /* the diagonal stands out */
+  free(html);
+  double auc[2] = {0.9, 0.61};
+  dt_metric_detail l = {.k = 2, .value = auc, .value_label = "ROC-AUC", .percent = 0};
+  dt_metric_set ms = {.n_train = 1, .n_train_row = 1, .n_eval = 2, .loss_label = "BCE loss",
+                      .train = {{"acc", "accuracy", "acc", 1}}, .eval = {{"auc", "ROC-AUC", "auc", 0}, {"acc", "accuracy", "acc", 1}}};
+  dt_report r2 = {"labels", NULL, &ep, 1, NULL, 0, &rank, 1, NULL, &ms, &l};
+  ASSERT_OK(dt_report_write(path, &r2));
+  html = read_text(path);
+  ASSERT(html);
+  ASSERT_HAS(html, "<h2>Last evaluation per label</h2>");
+  ASSERT_HAS(html, "<td>1</td><td>0.6100</td>");
+  ASSERT_HAS(html, "<th>val ROC-AUC</th>");
+  ASSERT_HAS(html, "BCE loss");
+  ASSERT_LACKS(html, "Confusion matrix");
+  free(html);
+}
+
 TEST(one_epoch_no_throughput_and_no_config_draw_markers) {
   dt_epoch_metrics ep;
   fill_epoch(&ep, 1, 0.5);
   dt_report_rank rank = {10, 1, 0};
-  dt_report r = {NULL, NULL, &ep, 1, NULL, 0, &rank, 1, NULL, NULL};
+  dt_report r = {NULL, NULL, &ep, 1, NULL, 0, &rank, 1, NULL, NULL, NULL};
   const char *path = tmp_path("one.html");
   ASSERT_OK(dt_report_write(path, &r));
   char *html = read_text(path);
@@ -168,7 +205,7 @@ TEST(nan_values_are_gaps_and_dashes) {
   ep[2].lr = NAN;
   dt_report_point tp[4] = {{1, 100}, {NAN, 200}, {3, NAN}, {4, 300}};
   dt_report_rank ranks[3] = {{NAN, 1, 2}, {-5, 1, 2}, {INFINITY, NAN, -1}};
-  dt_report r = {"gaps", "{}", ep, 4, tp, 4, ranks, 3, "", NULL};
+  dt_report r = {"gaps", "{}", ep, 4, tp, 4, ranks, 3, "", NULL, NULL};
   const char *path = tmp_path("nan.html");
   ASSERT_OK(dt_report_write(path, &r));
   char *html = read_text(path);
@@ -194,7 +231,7 @@ TEST(flat_and_zero_ranges_do_not_divide_by_zero) {
   }
   dt_report_point tp[3] = {{0, 0}, {0, 0}, {0, 0}};
   dt_report_rank ranks[2] = {{0, 0, 0}, {0, 0, 0}};
-  dt_report r = {"flat", NULL, ep, 3, tp, 3, ranks, 2, NULL, NULL};
+  dt_report r = {"flat", NULL, ep, 3, tp, 3, ranks, 2, NULL, NULL, NULL};
   const char *path = tmp_path("flat.html");
   ASSERT_OK(dt_report_write(path, &r));
   char *html = read_text(path);
@@ -212,7 +249,7 @@ TEST(flat_and_zero_ranges_do_not_divide_by_zero) {
   free(html);
 
   /* nothing at all: empty charts that say so */
-  dt_report empty = {"empty", NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL};
+  dt_report empty = {"empty", NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, NULL};
   ASSERT_OK(dt_report_write(path, &empty));
   html = read_text(path);
   ASSERT(html);
@@ -229,7 +266,7 @@ TEST(config_that_is_not_an_object_is_shown_verbatim_escaped) {
   const char *bad[] = {"{\"a\":<script>}", "[1,2]", "not json & <b>"};
   const char *want[] = {"<pre>{&quot;a&quot;:&lt;script&gt;}</pre>", "<pre>[1,2]</pre>", "<pre>not json &amp; &lt;b&gt;</pre>"};
   for (int i = 0; i < 3; i++) {
-    dt_report r = {"cfg", bad[i], &ep, 1, NULL, 0, &rank, 1, NULL, NULL};
+    dt_report r = {"cfg", bad[i], &ep, 1, NULL, 0, &rank, 1, NULL, NULL, NULL};
     const char *path = tmp_path("cfg.html");
     ASSERT_OK(dt_report_write(path, &r));
     char *html = read_text(path);
@@ -241,7 +278,7 @@ TEST(config_that_is_not_an_object_is_shown_verbatim_escaped) {
 }
 
 TEST(bad_arguments_are_invalid) {
-  dt_report ok = {"t", NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL};
+  dt_report ok = {"t", NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, NULL};
   ASSERT_STATUS(dt_report_write(NULL, &ok), DT_INVALID_ARGUMENT);
   ASSERT_STATUS(dt_report_write("", &ok), DT_INVALID_ARGUMENT);
   ASSERT_STATUS(dt_report_write(tmp_path("x.html"), NULL), DT_INVALID_ARGUMENT);
@@ -256,7 +293,7 @@ TEST(bad_arguments_are_invalid) {
 }
 
 TEST(unwritable_paths_fail_with_io_and_leave_no_temporaries) {
-  dt_report r = {"t", NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL};
+  dt_report r = {"t", NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, NULL};
   /* a directory that does not exist */
   char missing[300];
   snprintf(missing, sizeof missing, "%s/no/such/dir/report.html", tmp_path(""));
@@ -279,7 +316,7 @@ TEST(failed_write_keeps_previous_report) {
   dt_epoch_metrics ep;
   fill_epoch(&ep, 1, 0.5);
   dt_report_rank rank = {1, 0, 0};
-  dt_report r = {"previous", NULL, &ep, 1, NULL, 0, &rank, 1, NULL, NULL};
+  dt_report r = {"previous", NULL, &ep, 1, NULL, 0, &rank, 1, NULL, NULL, NULL};
   const char *path = tmp_path("keep.html");
   ASSERT_OK(dt_report_write(path, &r));
   char *before = read_text(path);
@@ -313,6 +350,7 @@ int main(int argc, char **argv) {
       TEST_ENTRY(bad_arguments_are_invalid),
       TEST_ENTRY(unwritable_paths_fail_with_io_and_leave_no_temporaries),
       TEST_ENTRY(failed_write_keeps_previous_report),
+          TEST_ENTRY(evaluation_detail_per_class_and_per_label),
   };
   int rc = dt_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
   remove_tmpdir();
