@@ -891,7 +891,9 @@ static int cmd_help(const flag_args *p) {
 
 static const command commands[] = {
     {"train", "train a model from the zoo and write metrics and weights", "[flags]",
-     "Trains a zoo model on a dataset, evaluating on the test split after every epoch.\n"
+     "Trains a zoo model on a data source for the task its targets imply (classification,\n"
+     "multilabel or regression), evaluating on the validation data after every epoch: --val-data,\n"
+     "a --val-fraction of the training data, or the source's test split (none: no evaluation).\n"
      "Writes DIR/metrics.csv and DIR/metrics.jsonl (one row per epoch, flushed at once),\n"
      "DIR/config.json, DIR/report.html (after every epoch), and at the end DIR/summary.json\n"
      "and DIR/model.safetensors; with --save-every, snapshots in DIR/snapshots that\n"
@@ -900,8 +902,9 @@ static const command commands[] = {
      "second Ctrl-C ends at once.",
      train_flags, TRAIN_COUNT, 0, 0, cmd_train},
     {"eval", "evaluate saved weights on a dataset split", "--weights FILE [flags]",
-     "Loads weights written by 'dtrain train' and reports loss, top-1 and top-5 accuracy.\n"
-     "Model, hidden widths, dataset and normalisation default to what the file's metadata records.",
+     "Loads weights written by 'dtrain train' and reports the loss and the metrics of the data's\n"
+     "task (top-1 and top-5 accuracy; ROC-AUC and accuracy; RMSE and MAE). Model, hidden widths,\n"
+     "dataset, normalisation and the task's loss default to what the file's metadata records.",
      eval_flags, EVAL_COUNT, 0, 0, cmd_eval},
     {"export", "write the weights of a snapshot (or weights file) alone, e.g. to share or evaluate", "SNAPSHOT OUT",
      "Reads a snapshot written by 'dtrain train --save-every' (or any weights file) and writes\n"

@@ -97,7 +97,10 @@ static dt_status open_synthetic(const char *spec, dt_split split, const dt_norma
   synthetic cfg;
   DT_CHECK(parse_spec(spec, &cfg));
   if (split != DT_SPLIT_TRAIN)
-    return dt_error(DT_NOT_FOUND, "%s has no test split: use --val-fraction F or --val-data SOURCE", spec);
+    return dt_error(DT_NOT_FOUND,
+                    "%s has no test split: train with --val-fraction F or --val-data synthetic:N,seed=S, and "
+                    "evaluate with --split train",
+                    spec);
   synthetic *s = NULL;
   DT_CHECK(dt_alloc(sizeof *s, (void **)&s));
   *s = cfg;
