@@ -83,7 +83,7 @@ typedef struct dt_dataset dt_dataset;
  * "synthetic:N[,in=20,out=1,task=regression,seed=S]" (generated), a known
  * name ("fashion-mnist", "mnist": IDX files under DT_DATA_DIR, default
  * /usr/share/datasets) or a directory of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].
- * DT_NOT_FOUND names the missing file and how to get it; DT_INVALID_ARGUMENT
+ * DT_NOT_FOUND names the missing file and how to get it; DT_USAGE
  * names the malformed part of a spec; a source without the split asked for is
  * DT_NOT_FOUND saying so. `norm` applies to image sources (may be NULL). */
 dt_status dt_dataset_load(const char *source, dt_split split, const dt_normalize *norm, dt_dataset **out);

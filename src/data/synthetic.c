@@ -86,7 +86,8 @@ static dt_status parse_spec(const char *spec, synthetic *s) {
   unsigned seen = 0;
   for (char *it = strtok_r(NULL, ",", &save); it; it = strtok_r(NULL, ",", &save))
     DT_CHECK(parse_item(spec, it, s, &seen));
-  if (strstr(spec, ",,") || spec[strlen(spec) - 1] == ',') return bad(spec, ",", "leaves an empty item");
+  if (strstr(spec, ",,") || spec[strlen(PREFIX)] == ',' || spec[strlen(spec) - 1] == ',')
+    return bad(spec, ",", "leaves an empty item");
   if (s->task == DT_TASK_CLASSIFICATION && s->out < 2) return bad(spec, "out", "must be >= 2 classes for classification");
   return DT_OK;
 }
