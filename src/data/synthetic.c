@@ -58,7 +58,8 @@ static dt_status parse_item(const char *spec, char *item, synthetic *s, unsigned
   *seen |= 1u << k;
   long long v;
   if (k == 0 || k == 1) {
-    if (parse_int(val, 1, MAX_WIDTH, &v)) return bad(spec, val, "is not a width in 1..1048576");
+    if (parse_int(val, 1, MAX_WIDTH, &v)) return bad(spec, val, k == 0 ? "is not an input width (in) in 1..1048576"
+                                                                 : "is not an output width (out) in 1..1048576");
     *(k == 0 ? &s->in : &s->out) = (int)v;
   } else if (k == 2) {
     if (strcmp(val, "regression") == 0) s->task = DT_TASK_REGRESSION;

@@ -10,8 +10,10 @@ typedef struct scored {
   int positive;
 } scored;
 
+/* Ascending; NaN (a diverged output) after every number, so the order stays a total one. */
 static int by_score(const void *a, const void *b) {
   const float x = ((const scored *)a)->score, y = ((const scored *)b)->score;
+  if (isnan(x) || isnan(y)) return isnan(x) - isnan(y);
   return (x > y) - (x < y);
 }
 

@@ -21,7 +21,8 @@ static dt_status check(const dt_task_config *c) {
 static void metric_set(const dt_task_config *c, dt_metric_set *m) {
   const dt_metric_desc top1 = {"acc1", "top-1", "top1", 1}, top5 = {"acc5", "top-5", "top5", 1};
   const dt_metric_desc acc = {"acc1", "top-1", "acc", 1};
-  *m = (dt_metric_set){.n_train = 2, .n_train_row = 1, .n_eval = c->outputs > 5 ? 2 : 1,
+  const int with_top5 = c->outputs > 5; /* top-5 of 5 classes or fewer is always 1 */
+  *m = (dt_metric_set){.n_train = with_top5 ? 2 : 1, .n_train_row = 1, .n_eval = with_top5 ? 2 : 1,
                        .loss_label = "cross-entropy loss"};
   m->train[0] = acc;
   m->eval[0] = top1;
@@ -83,7 +84,7 @@ static void values(const dt_metric_acc *a, int train, double *v) {
   const double n = a->state[ACC_SAMPLES];
   const double *c = acc_counters(a);
   v[0] = c[C_TOP1] / n;
-  if (train || a->t->cfg.outputs > 5) v[1] = c[C_TOPK] / n;
+  if (a->t->cfg.outputs > 5) v[1] = c[C_TOPK] / n;
 }
 
 static dt_status detail(const dt_metric_acc *a, dt_metric_detail *out) {

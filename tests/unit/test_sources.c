@@ -183,9 +183,9 @@ TEST(spec_errors_name_the_bad_part) {
   ASSERT_BAD_SPEC("synthetic:-5", "'-5' is not a sample count");
   ASSERT_BAD_SPEC("synthetic:1e3", "'1e3' is not a sample count");
   ASSERT_BAD_SPEC("synthetic:4294967296", "'4294967296' is not a sample count");
-  ASSERT_BAD_SPEC("synthetic:10,in=0", "'0' is not a width");
-  ASSERT_BAD_SPEC("synthetic:10,out=1048577", "'1048577' is not a width");
-  ASSERT_BAD_SPEC("synthetic:10,in=", "'' is not a width");
+  ASSERT_BAD_SPEC("synthetic:10,in=0", "'0' is not an input width (in)");
+  ASSERT_BAD_SPEC("synthetic:10,out=1048577", "'1048577' is not an output width (out)");
+  ASSERT_BAD_SPEC("synthetic:10,in=", "'' is not an input width (in)");
   ASSERT_BAD_SPEC("synthetic:10,foo=1", "'foo' is not a key");
   ASSERT_BAD_SPEC("synthetic:10,in", "'in' is not KEY=VALUE");
   ASSERT_BAD_SPEC("synthetic:10,in=3,in=4", "'in' is given twice");
