@@ -358,6 +358,15 @@ static int metric_series(const dt_report *r, const double *ep, double *v, series
   return all_percent ? k : -k;
 }
 
+/* Whether a rate (drawn in %) shares the metrics chart: regression's RMSE and MAE are not rates. */
+static int any_percent(const dt_metric_set *ms) {
+  for (int i = 0; i < ms->n_train_row; i++)
+    if (ms->train[i].percent) return 1;
+  for (int i = 0; i < ms->n_eval; i++)
+    if (ms->eval[i].percent) return 1;
+  return 0;
+}
+
 static dt_status epoch_charts(dt_buf *b, const dt_report *r) {
   int n = r->n_epochs;
   const int rows = 3 + 2 * DT_MAX_METRICS;
@@ -374,10 +383,12 @@ static dt_status epoch_charts(dt_buf *b, const dt_report *r) {
   series ms[2 * DT_MAX_METRICS];
   char labels[2 * DT_MAX_METRICS][48];
   int k = metric_series(r, ep, v + 3 * (size_t)n, ms, labels);
+  const char *y_mixed = "value (accuracy in %)";
   if (k > 0)
     line_chart(b, &(line_chart_spec){"Accuracy per epoch", "epoch", "accuracy (%)", 1, 0}, ms, k);
   else
-    line_chart(b, &(line_chart_spec){"Metrics per epoch", "epoch", "value (accuracy in %)", 1, 0}, ms, -k);
+    line_chart(b, &(line_chart_spec){"Metrics per epoch", "epoch", any_percent(metric_set_of(r)) ? y_mixed : "value", 1, 0},
+               ms, -k);
   dt_free(v);
   return DT_OK;
 }

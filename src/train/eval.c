@@ -91,15 +91,17 @@ static dt_status forward(void *user, const float *x, int n, const float **out) {
   return DT_OK;
 }
 
-/* What the weights' metadata says of the task: its width, an L1 regression loss, BCE's pos_weight. */
+/* What the weights' metadata says of the task: its kind ("" if not recorded), width, L1 loss, BCE's pos_weight. */
 typedef struct task_meta {
+  char kind[24];
   int outputs, l1, n_pos_weight;
   float pos_weight[DT_TRAIN_MAX_POS_WEIGHT];
 } task_meta;
 
 static dt_status read_task_meta(const dt_safetensors *f, const char *path, task_meta *t) {
   const char *o = dt_safetensors_meta(f, "outputs"), *l = dt_safetensors_meta(f, "loss");
-  const char *pw = dt_safetensors_meta(f, "pos_weight");
+  const char *pw = dt_safetensors_meta(f, "pos_weight"), *k = dt_safetensors_meta(f, "task");
+  if (k) snprintf(t->kind, sizeof t->kind, "%s", k);
   if (o && *o && (sscanf(o, "%d", &t->outputs) != 1 || t->outputs < 1))
     return dt_error(DT_CORRUPT, "%s: metadata outputs=\"%.40s\" is not a positive count", path, o);
   t->l1 = l && strcmp(l, "l1") == 0;
@@ -190,6 +192,18 @@ dt_status dt_eval_run(const dt_eval_config *cfg, dt_eval_result *res) {
   const dt_data_info *info = dt_dataset_info(ds);
   dt_task_config tc = {.kind = info->task, .outputs = info->outputs, .regression_loss = task_meta.l1 ? DT_LOSS_L1 : DT_LOSS_MSE,
                        .pos_weight = task_meta.n_pos_weight ? task_meta.pos_weight : NULL};
+  /* The data must pose the task the weights were trained on: another kind, or another number of
+   * regression targets or labels, would be scored as nonsense (or read past the targets). */
+  if (task_meta.kind[0] && strcmp(task_meta.kind, dt_task_kind_name(info->task)) != 0) {
+    st = dt_error(DT_USAGE, "%s was trained on a %s task; %s is a %s task", cfg->weights, task_meta.kind, data,
+                  dt_task_kind_name(info->task));
+    goto done;
+  }
+  if (task_meta.outputs && info->task != DT_TASK_CLASSIFICATION && task_meta.outputs != info->outputs) {
+    st = dt_error(DT_USAGE, "%s has %d outputs; %s's target has %d", cfg->weights, task_meta.outputs, data,
+                  info->outputs);
+    goto done;
+  }
   if (task_meta.outputs > tc.outputs) tc.outputs = task_meta.outputs; /* a split may not reach the last class */
   DT_CHECK_GOTO(dt_task_new(&tc, &task), st, done);
   if (info->input < 0) {

@@ -1,4 +1,5 @@
 /* Run hook "progress": the bar or plain lines during an epoch, the epoch line, and the per-rank table at the end. */
+#include <math.h>
 #include <stdio.h>
 
 #include "core/impl.h"
@@ -38,6 +39,7 @@ static void print_rank_table(FILE *f, const dt_metric_set *ms, const double *all
             v[RK_SAMPLES], v[RK_COMPUTE], v[RK_DATA], v[RK_COMM]);
     for (int i = 0; i < 2; i++) {
       if (i >= ms->n_eval) fprintf(f, " %7s", "");
+      else if (isnan(v[RK_METRIC + i])) fprintf(f, " %7s", "-"); /* no validation data */
       else if (ms->eval[i].percent) fprintf(f, " %6.2f%%", 100 * v[RK_METRIC + i]);
       else fprintf(f, " %7.4f", v[RK_METRIC + i]);
     }

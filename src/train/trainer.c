@@ -50,6 +50,20 @@ static void run_free(dt_run *r) {
 
 /* ---- opening the run: data, task, model, optimizer, schedule --------------------------------- */
 
+/* Same type and number of values per sample: (1, 28, 28) images fit a model built for (784). */
+static int same_field(const dt_field *a, const dt_field *b) {
+  return a->dtype == b->dtype && dt_field_numel(a) == dt_field_numel(b);
+}
+
+/* "(20)", "(1, 28, 28)", "()" for one value per sample. */
+static const char *field_shape(const dt_field *f, char *buf, size_t len) {
+  size_t o = (size_t)snprintf(buf, len, "(");
+  for (int d = 0; d < f->ndim && o < len; d++)
+    o += (size_t)snprintf(buf + o, len - o, "%s%lld", d ? ", " : "", (long long)f->shape[d]);
+  if (o < len) snprintf(buf + o, len - o, ")");
+  return buf;
+}
+
 /* Training and validation data: the source's train split; validation from --val-data, a
  * --val-fraction of the training data, or the source's test split, if any (else none). */
 static dt_status open_data(dt_run *r) {
@@ -69,10 +83,21 @@ static dt_status open_data(dt_run *r) {
   }
   if (!r->val) return DT_OK;
   const dt_data_info *vi = dt_dataset_info(r->val);
-  if (vi->task != ti->task || vi->outputs > ti->outputs || vi->n_fields != ti->n_fields)
+  /* Fewer classes is a subset of the task; fewer regression targets or labels is another task. */
+  const int outputs_fit = ti->task == DT_TASK_CLASSIFICATION ? vi->outputs <= ti->outputs : vi->outputs == ti->outputs;
+  const char *val_name = c->val_data ? c->val_data : c->data;
+  if (vi->task != ti->task || !outputs_fit || vi->n_fields != ti->n_fields)
     return dt_error(DT_USAGE, "validation data %s is a %s task with %d outputs; the training data %s is a %s task with %d",
-                    c->val_data ? c->val_data : c->data, dt_task_kind_name(vi->task), vi->outputs, c->data,
-                    dt_task_kind_name(ti->task), ti->outputs);
+                    val_name, dt_task_kind_name(vi->task), vi->outputs, c->data, dt_task_kind_name(ti->task),
+                    ti->outputs);
+  /* The model is built for the training samples: validation samples of another size would be misread. */
+  for (int f = 0; f < ti->n_fields; f++)
+    if (!same_field(&vi->field[f], &ti->field[f])) {
+      char vs[64], ts[64];
+      return dt_error(DT_USAGE, "validation data %s has field \"%s\" of shape %s; the training data %s has %s", val_name,
+                      vi->field[f].name, field_shape(&vi->field[f], vs, sizeof vs), c->data,
+                      field_shape(&ti->field[f], ts, sizeof ts));
+    }
   return DT_OK;
 }
 
