@@ -46,7 +46,7 @@ static const struct {
     {DT_TIMEOUT, "a rank did not answer in time: check that every rank started and reaches MASTER_ADDR, or raise DT_TIMEOUT"},
     {DT_PEER_LOST, "another rank exited or lost its connection: its own output says why"},
     {DT_MISMATCH, "every rank must run the same program with the same flags and WORLD_SIZE"},
-    {DT_USAGE, "see 'dtrain models' for the tasks of each model, and --data in 'dtrain train --help'"},
+    {DT_USAGE, "'dtrain models' lists the tasks of each model; 'dtrain train --help' the data sources and flags"},
 };
 
 /* One line on stderr: "dtrain: <detail> (<hint>)"; file_hint replaces the
@@ -210,7 +210,8 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                           .help = "multilabel: BCEWithLogitsLoss pos_weight, one value for every label or one per label"},
     [TRAIN_VAL_FRACTION] = {"--val-fraction", "F", FLAG_UNIT_FLOAT, "off", "0.1",
                             .help = "hold out this fraction of the training data for validation (split by --seed), "
-                                    "for sources without a test split"},
+                                    "for sources without a test split",
+                            .expect = "a fraction in (0, 1)"},
     [TRAIN_VAL_DATA] = {"--val-data", "SOURCE", FLAG_STR, "the source's test split", "synthetic:512,seed=1",
                         .help = "validate on this source instead (its test split, or its only split)"},
     [TRAIN_THREADS] = {"--threads", "N", FLAG_NONNEG_INT, "DT_NUM_THREADS, OMP_NUM_THREADS or all cores", "4",
@@ -346,7 +347,7 @@ static int train_task_flags(const flag_args *p, dt_train_config *cfg) {
   }
   if (v[TRAIN_VAL_FRACTION].given) {
     if (!(v[TRAIN_VAL_FRACTION].f > 0))
-      return flags_usage_error(p->prog, "e.g. --val-fraction 0.1", "--val-fraction: '%s' is not in (0, 1)",
+      return flags_usage_error(p->prog, "e.g. --val-fraction 0.1", "--val-fraction: '%s' is not a fraction in (0, 1)",
                                v[TRAIN_VAL_FRACTION].raw);
     cfg->val_fraction = v[TRAIN_VAL_FRACTION].f;
   }
@@ -547,7 +548,7 @@ static void print_train_summary(const dt_train_config *cfg, const dt_train_resul
     fprintf(f, "  %-22s %d ranks over %s, all-reduce %.2f s of which %.0f%% hidden behind backward\n", "ddp",
             r->world_size, r->backend, r->comm_total_seconds, 100 * r->comm_hidden);
   fprintf(f, "  %-22s %.0f samples/s\n", "train throughput", r->train_samples_per_s);
-  fprintf(f, "  %-22s %.0f samples/s\n", "inference throughput", r->infer_samples_per_s);
+  if (!isnan(r->test_loss)) fprintf(f, "  %-22s %.0f samples/s\n", "inference throughput", r->infer_samples_per_s);
   print_test_metrics(f, r);
   fprintf(f, "  %-22s %s\n", "peak RSS", rss);
   if (cfg->out_dir) fprintf(f, "  %-22s %s\n", "outputs", cfg->out_dir);

@@ -132,7 +132,7 @@ dt_status dt_dataset_split(dt_dataset *ds, double fraction, uint64_t seed, dt_da
     return dt_error(DT_INVALID_ARGUMENT, "validation fraction %g must be in (0, 1)", fraction);
   const int64_t n = ds->n, n_val = (int64_t)llround(fraction * (double)n);
   if (n_val < 1 || n_val >= n)
-    return dt_error(DT_INVALID_ARGUMENT, "a validation fraction of %g leaves %lld of %lld samples for validation; "
+    return dt_error(DT_USAGE, "a validation fraction of %g leaves %lld of %lld samples for validation; "
                     "both parts need at least one", fraction, (long long)n_val, (long long)n);
   int64_t *perm = NULL;
   uint8_t *is_val = NULL;

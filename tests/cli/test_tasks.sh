@@ -318,7 +318,7 @@ never=(--out "$tmp/never" --epochs 1 --quiet)
 expect 2 "fashioncnn supports classification" "regression task" train --model fashioncnn --data synthetic:64 "${never[@]}"
 expect 2 "synthetic:0" "'0' is not a sample count" train --model mlp --data synthetic:0 "${never[@]}"
 expect 2 "synthetic:10,foo=1" "'foo' is not a key" train --model mlp --data synthetic:10,foo=1 "${never[@]}"
-expect 2 "synthetic:10,in=x" "'x' is not a width" train --model mlp --data synthetic:10,in=x "${never[@]}"
+expect 2 "synthetic:10,in=x" "'x' is not an input width (in)" train --model mlp --data synthetic:10,in=x "${never[@]}"
 expect 2 "--pos-weight applies to multilabel" "regression task" train --model mlp --pos-weight 2 --data synthetic:64 "${never[@]}"
 expect 2 "--label-smoothing applies to classification" "regression task" train --model mlp --label-smoothing 0.1 \
   --data synthetic:64 "${never[@]}"

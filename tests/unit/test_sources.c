@@ -378,9 +378,9 @@ TEST(split_is_a_deterministic_partition) {
   ASSERT_STATUS(dt_dataset_split(p, 1.0, 1, &tr, &va), DT_INVALID_ARGUMENT);
   ASSERT_HAS(dt_last_error(), "must be in (0, 1)");
   ASSERT_STATUS(dt_dataset_split(p, NAN, 1, &tr, &va), DT_INVALID_ARGUMENT);
-  ASSERT_STATUS(dt_dataset_split(p, 0.004, 1, &tr, &va), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_dataset_split(p, 0.004, 1, &tr, &va), DT_USAGE);
   ASSERT_HAS(dt_last_error(), "leaves 0 of 101 samples for validation");
-  ASSERT_STATUS(dt_dataset_split(p, 0.996, 1, &tr, &va), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_dataset_split(p, 0.996, 1, &tr, &va), DT_USAGE);
   ASSERT_HAS(dt_last_error(), "leaves 101 of 101");
   ASSERT(tr == (dt_dataset *)0x1 && va == (dt_dataset *)0x1);
   dt_dataset_free(p);
