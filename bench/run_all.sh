@@ -21,6 +21,9 @@ echo
 echo "## fashioncnn DDP, 2 processes x 1 thread, batch 64 per process, one epoch: dtrain vs PyTorch DDP (gloo)"
 DT_BUILD_DIR=$build /usr/bin/python3 "$here/ddp_vs_torch.py" --reps "${REPS:-3}"
 echo
+echo "## step latency: the DDP tutorial's fake-data regression (Linear(20, 1), batch 32, 50 epochs), single and DDP x2: dtrain vs PyTorch"
+DT_BUILD_DIR=$build /usr/bin/python3 "$here/synthetic_vs_torch.py" --reps "${REPS:-3}"
+echo
 echo "## scaling: single vs ddp/dp with 1..2 workers of 1 thread (fashioncnn, mlp)"
 "$build/dtrain" bench scaling --model fashioncnn --max-workers 2
 "$build/dtrain" bench scaling --model mlp --max-workers 2

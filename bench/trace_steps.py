@@ -1,0 +1,140 @@
+#!/usr/bin/python3
+"""Where a training step's time goes, from a dtrain Chrome trace (dtrain train
+--trace FILE): for every rank, the main thread's spans of each optimizer step cut
+into consecutive segments, as mean / median / p90 in microseconds.
+
+  stop all-reduce      ddp: the per-step agreement on a stop request (1 int32, max)
+  wait for data        dt_loader_next: handing over the next batch
+  forward, backward    the model's spans
+  loss + metrics       between forward and backward (loss, its gradient, counters)
+  after backward       between backward and the step's end phase: the gradient
+                       bucket's launch (ddp), the loss check, batch hooks
+  grad all-reduce      ddp: the bucket all-reduce run inside the step's end phase
+                       (run by the main thread when the queue was idle)
+  optimizer + rest     the rest of "finish step + optimizer" (waiting for the
+                       communication thread when it ran the bucket, the update)
+  step hooks           from the end phase to the next step's first span
+  step total           from one step's first span to the next's
+The first step of every epoch (whose stop all-reduce also waits for the other
+ranks' end of epoch: rank 0 writes metrics and the report) and the last (followed
+by the epoch's end) are left out; the first epoch is left out as warm-up.
+
+Usage: bench/trace_steps.py TRACE.json [--skip-epochs N]"""
+import argparse, json, sys
+
+SEGMENTS = ("stop all-reduce", "wait for data", "forward", "loss + metrics", "backward", "after backward",
+            "grad all-reduce", "optimizer + rest", "step hooks", "step total")
+
+
+def stats(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return "%8.1f %8.1f %8.1f" % (sum(xs) / n, xs[n // 2], xs[min(n - 1, int(n * 0.9))])
+
+
+def is_stop(e):
+    return e["name"] == "allreduce" and e.get("args", {}).get("dtype") == "i32"
+
+
+def is_grad(e):
+    return e["name"] == "allreduce" and e.get("args", {}).get("dtype") in ("f32", "bf16", "f16")
+
+
+def end(e):
+    return e["ts"] + e["dur"]
+
+
+def steps_of(main):
+    """[(segments dict, first span ts, index after the step)] for every forward that starts a step."""
+    out = []
+    for i, f in enumerate(main):
+        if f["name"] != "forward" or i + 2 >= len(main):
+            continue
+        b, fin = main[i + 1], main[i + 2]
+        if not b["name"].startswith("backward") or not fin["name"].startswith("finish"):
+            continue
+        w = main[i - 1] if i >= 1 and main[i - 1]["name"] == "wait for data" else None
+        s = main[i - 2] if w is not None and i >= 2 and is_stop(main[i - 2]) else None
+        j = i + 3
+        ga = None
+        if j < len(main) and is_grad(main[j]) and main[j]["ts"] >= fin["ts"] and end(main[j]) <= end(fin) + 1e-3:
+            ga, j = main[j], j + 1
+        seg = {
+            "stop all-reduce": s["dur"] if s else None,
+            "wait for data": w["dur"] if w else None,
+            "forward": f["dur"],
+            "loss + metrics": b["ts"] - end(f),
+            "backward": b["dur"],
+            "after backward": fin["ts"] - end(b),
+            "grad all-reduce": ga["dur"] if ga else None,
+            "optimizer + rest": fin["dur"] - (ga["dur"] if ga else 0.0),
+        }
+        start = s["ts"] if s else (w["ts"] if w else f["ts"])
+        out.append((seg, start, j, end(fin)))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("trace")
+    ap.add_argument("--skip-epochs", type=int, default=1, help="leave out the first N epochs (warm-up)")
+    a = ap.parse_args()
+    with open(a.trace) as f:
+        t = json.load(f)
+    events = t["traceEvents"] if isinstance(t, dict) else t
+    spans = [e for e in events if e.get("ph") == "X"]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    for pid in sorted({e["pid"] for e in spans}):
+        main_tid = next((tid for (p, tid), n in names.items() if p == pid and n == "main"), 1)
+        main = sorted((e for e in spans if e["pid"] == pid and e["tid"] == main_tid), key=lambda e: e["ts"])
+        steps = steps_of(main)
+        if not steps:
+            continue
+        per_epoch = None
+        # epoch boundaries: a "wait for data" that is not followed by a forward (the loader's end of epoch)
+        boundaries = [k for k, e in enumerate(main) if e["name"] == "wait for data"
+                      and (k + 1 >= len(main) or main[k + 1]["name"] != "forward")]
+        if boundaries:
+            first_epoch_end = main[boundaries[0]]["ts"]
+            per_epoch = sum(1 for _, st, _, _ in steps if st < first_epoch_end)
+        skip = (per_epoch or 0) * a.skip_epochs
+        starts = [st for _, st, _, _ in steps]
+        bts = [main[b]["ts"] for b in boundaries]
+
+        def crossing(lo, hi):
+            return any(lo < t < hi for t in bts)
+
+        cols = {k: [] for k in SEGMENTS}
+        first_stop = []  # the first step of each epoch: its stop all-reduce waits out the epoch's end on other ranks
+        for n, (seg, start, j, fin_end) in enumerate(steps):
+            if n < skip:
+                continue
+            if n > 0 and crossing(starts[n - 1], start):
+                if seg["stop all-reduce"] is not None:
+                    first_stop.append(seg["stop all-reduce"])
+                continue
+            for k, v in seg.items():
+                if v is not None:
+                    cols[k].append(v)
+            if n + 1 < len(steps) and not crossing(start, starts[n + 1]):
+                cols["step hooks"].append(starts[n + 1] - fin_end)
+                cols["step total"].append(starts[n + 1] - start)
+        threads = sorted({names.get((pid, e["tid"]), str(e["tid"])) for e in spans if e["pid"] == pid})
+        grads_elsewhere = sum(1 for e in spans if e["pid"] == pid and e["tid"] != main_tid and is_grad(e))
+        print(f"rank {pid}: {len(steps) - skip} steps after {a.skip_epochs} warm-up epoch(s); threads {', '.join(threads)}; "
+              f"gradient all-reduces run by the communication thread: {grads_elsewhere}")
+        print("  %-18s %8s %8s %8s   (us)" % ("segment", "mean", "median", "p90"))
+        for k in SEGMENTS:
+            if cols[k]:
+                print("  %-18s %s" % (k, stats(cols[k])))
+        if first_stop:
+            print("  %-18s %s   (first step of an epoch, left out above)" % ("stop, epoch start", stats(first_stop)))
+        loads = [e["dur"] for e in spans if e["pid"] == pid and e["name"] == "load batch"]
+        if loads:
+            print("  %-18s %s   (loader thread, per batch)" % ("load batch", stats(loads)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
