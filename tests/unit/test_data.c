@@ -739,8 +739,8 @@ TEST(loader_validates_config) {
   c.batch_size = 2;
   c.prefetch = -1;
   ASSERT_STATUS(dt_loader_new(ds, &c, &l), DT_INVALID_ARGUMENT);
-  c.prefetch = 0; /* DT_PREFETCH */
-  setenv("DT_PREFETCH", "0", 1);
+  c.prefetch = 0; /* DT_PREFETCH (0: sized by the batch) */
+  setenv("DT_PREFETCH", "-1", 1);
   ASSERT_STATUS(dt_loader_new(ds, &c, &l), DT_INVALID_ARGUMENT);
   ASSERT(strstr(dt_last_error(), "DT_PREFETCH") != NULL);
   unsetenv("DT_PREFETCH");
