@@ -8,7 +8,6 @@
 #include "dtrain/dtrain.h"
 #include "dtrain/trace.h"
 #include "train/run.h"
-#include "io/trace_merge.h"
 
 static volatile sig_atomic_t stop_requested;
 
