@@ -242,7 +242,12 @@ static dt_status skip_trained(dt_run *r, int64_t *seen) {
   /* The epoch's sums so far were all-reduced into the snapshot: rank 0 alone restores them. */
   size_t n;
   double *state = dt_metric_acc_sums(r->epoch_acc, &n);
-  if (r->lead && (size_t)p->n_sums == n) memcpy(state, p->epoch_sums, n * sizeof *state);
+  if (!r->lead) return DT_OK;
+  if ((size_t)p->n_sums != n)
+    return dt_error(DT_USAGE, "%s holds %d metric sums of its unfinished epoch; a %s task keeps %zu: it was written by "
+                    "a run of another task",
+                    r->resume.path, p->n_sums, dt_task_kind_name(dt_task_config_of(r->task)->kind), n);
+  memcpy(state, p->epoch_sums, n * sizeof *state);
   return DT_OK;
 }
 
