@@ -99,6 +99,9 @@ static dt_status decide(const dt_run *r, int *clear) {
 dt_status dt_run_outdir_check(dt_run *r) {
   int clear = 0;
   const dt_status local = r->lead ? decide(r, &clear) : DT_OK;
+  /* Logged before the sum: the other ranks fail only after it, so a launcher that stops the job at the first
+   * failure cannot cut rank 0's reason short. */
+  if (local != DT_OK && r->world > 1) DT_LOG_ERROR("train", "%s", dt_last_error());
   double v[2] = {local != DT_OK, clear}; /* rank 0's answer; the others add zeros */
   DT_CHECK(dt_run_all_sum(r, v, 2));
   if (v[0] != 0)
