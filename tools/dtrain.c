@@ -141,7 +141,7 @@ typedef enum train_flag {
   TRAIN_STRATEGY, TRAIN_WORKERS, TRAIN_ACCUMULATE, TRAIN_BACKEND, TRAIN_MASTER, TRAIN_BUCKET_CAP_MB,
   TRAIN_FIRST_BUCKET_MB, TRAIN_BROADCAST_BUFFERS, TRAIN_FIND_UNUSED_PARAMETERS, TRAIN_COMM_HOOK, TRAIN_TIMEOUT,
   TRAIN_SAVE_EVERY, TRAIN_SAVE_EVERY_STEPS, TRAIN_KEEP, TRAIN_SAVE_ON_INTERRUPT, TRAIN_RESUME,
-  TRAIN_TENSORBOARD, TRAIN_TENSORBOARD_ALL_RANKS, TRAIN_LOG_EVERY, TRAIN_TRACE,
+  TRAIN_ALLOW_DATA_CHANGE, TRAIN_OVERWRITE, TRAIN_TENSORBOARD, TRAIN_TENSORBOARD_ALL_RANKS, TRAIN_LOG_EVERY, TRAIN_TRACE,
   TRAIN_COUNT
 } train_flag;
 
@@ -263,7 +263,13 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                                  "step"},
     [TRAIN_RESUME] = {"--resume", "auto|PATH", FLAG_STR, "off", "auto",
                       .help = "continue from a snapshot: auto = the newest loadable one in --out DIR (none: start "
-                      "afresh), or a file"},
+                      "afresh), or a file; prints what the new flags change"},
+    [TRAIN_ALLOW_DATA_CHANGE] = {"--allow-data-change", NULL, FLAG_BOOL, "off", NULL,
+                                 .help = "--resume on other data (--data, --val-data, --val-fraction, --limit-train, "
+                                 "--limit-test, --normalize differ from the snapshot's), refused otherwise"},
+    [TRAIN_OVERWRITE] = {"--overwrite", NULL, FLAG_BOOL, "off", NULL,
+                         .help = "--out DIR holds an earlier run's outputs: delete them (snapshots included) and start "
+                         "afresh; without it such a DIR is refused"},
     [TRAIN_TENSORBOARD] = {"--tensorboard", "DIR", FLAG_STR, "off", "runs/tb",
                            .help = "write TensorBoard event files (loss, accuracy, lr, throughput per step) to DIR"},
     [TRAIN_TENSORBOARD_ALL_RANKS] = {"--tensorboard-all-ranks", NULL, FLAG_BOOL, "off", NULL,
@@ -467,6 +473,12 @@ static int train_snapshot_flags(const flag_args *p, dt_train_config *cfg) {
                                "--resume auto looks for snapshots in --out DIR: give --out");
     cfg->resume = v[TRAIN_RESUME].raw;
   }
+  if (v[TRAIN_OVERWRITE].given && cfg->resume)
+    return flags_usage_error(p->prog, "give one of them", "--overwrite starts afresh, --resume continues: they conflict");
+  if (v[TRAIN_ALLOW_DATA_CHANGE].given && !cfg->resume)
+    return flags_usage_error(p->prog, "add --resume auto", "--allow-data-change applies only with --resume");
+  cfg->overwrite = v[TRAIN_OVERWRITE].given;
+  cfg->allow_data_change = v[TRAIN_ALLOW_DATA_CHANGE].given;
   if (v[TRAIN_TENSORBOARD].given) cfg->tensorboard = v[TRAIN_TENSORBOARD].raw;
   if (v[TRAIN_TENSORBOARD_ALL_RANKS].given) {
     if (!cfg->tensorboard || cfg->strategy != DT_STRATEGY_DDP)
@@ -949,6 +961,9 @@ static const command *find_command(const char *name) {
 }
 
 int main(int argc, char **argv) {
+  /* A write past a file-size limit (ulimit -f) then fails with EFBIG through the error path a full disk takes
+   * (temporary removed, previous file intact) instead of killing the process; dtrun's workers inherit it. */
+  signal(SIGXFSZ, SIG_IGN);
   if (argc < 2) {
     print_main_usage(stderr);
     return EXIT_USAGE;

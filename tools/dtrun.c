@@ -1142,6 +1142,7 @@ int main(int argc, char **argv) {
   int rc = parse_args(argc, argv, &a->o);
   if (rc >= 0) return rc;
   const options *o = &a->o;
+  signal(SIGXFSZ, SIG_IGN); /* inherited by the workers: an oversized write fails with EFBIG, not the process */
   if (setup_signals()) {
     fprintf(stderr, "dtrun: pipe: %s\n", strerror(errno));
     return EXIT_FAIL;

@@ -86,6 +86,8 @@ typedef struct dt_train_config {
   int save_on_interrupt;    /* a snapshot where dt_train_request_stop stopped the run */
   const char *resume;       /* NULL: start afresh; "auto": the newest loadable snapshot in out_dir, if
                              * any (a damaged one falls back to the one before); else a snapshot path */
+  int overwrite;            /* out_dir holds another run's outputs: delete them first (else that is refused) */
+  int allow_data_change;    /* resume: accept a snapshot trained on other data (source, split, limits, normalize) */
   /* observability */
   const char *tensorboard;  /* NULL: none; else a directory for TensorBoard event files */
   int tensorboard_all_ranks; /* ddp: every rank writes (rank R > 0 into tensorboard/rank<R>), not only rank 0 */
@@ -152,7 +154,8 @@ typedef struct dt_train_result {
  * metrics.csv and metrics.jsonl (flushed after every epoch), config.json,
  * report.html (after every epoch) and, at the end (also after a stop request),
  * model.safetensors and summary.json. An unwritable
- * out_dir fails before any training. *res is filled on DT_OK, including a run
+ * out_dir fails before any training, and so does one that holds another run's
+ * outputs (DT_USAGE) unless cfg->overwrite (deleted first) or cfg->resume. *res is filled on DT_OK, including a run
  * stopped by dt_train_request_stop (res->interrupted = 1). */
 dt_status dt_train_run(const dt_train_config *cfg, dt_train_result *res);
 

@@ -1,4 +1,4 @@
-/* Files with errors that name the path: opening and reading regular files, writing a whole file, mkdir -p. */
+/* Files with errors that name the path: opening and reading regular files, writing a whole file atomically, mkdir -p. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,14 +31,12 @@ dt_status dt_file_read_exact(FILE *f, const char *path, void *buf, size_t n) {
                    : dt_error(DT_CORRUPT, "%s: file shrank while reading", path);
 }
 
+/* Atomic: a failed write (a full disk, a file-size limit) leaves the previous file as it was. */
 dt_status dt_file_write_text(const char *path, const char *text) {
-  FILE *f = fopen(path, "w");
-  if (!f) return dt_error(DT_IO, "cannot write %s: %s", path, strerror(errno));
-  size_t n = strlen(text);
-  int bad = fwrite(text, 1, n, f) != n;
-  bad |= fclose(f) != 0;
-  if (bad) return dt_error(DT_IO, "writing %s failed: %s", path, strerror(errno));
-  return DT_OK;
+  dt_atomic_file a;
+  DT_CHECK(dt_atomic_open(&a, path));
+  dt_atomic_write(&a, text, strlen(text));
+  return dt_atomic_commit(&a);
 }
 
 dt_status dt_mkdir_p(const char *path, mode_t mode) {

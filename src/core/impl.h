@@ -74,7 +74,7 @@ static inline int dt_mul_overflow(size_t a, size_t b, size_t *out) {
 dt_status dt_file_open_regular(const char *path, FILE **out, size_t *len);
 /* Reads exactly n bytes: DT_IO on a read error, DT_CORRUPT if the file ended early. */
 dt_status dt_file_read_exact(FILE *f, const char *path, void *buf, size_t n);
-/* Writes text to path (truncating); DT_IO naming the path on failure. */
+/* Writes text to path atomically (dt_atomic_*): on failure DT_IO naming the path, the previous file intact. */
 dt_status dt_file_write_text(const char *path, const char *text);
 /* mkdir -p: creates path and its missing parents (mode & umask); an existing
  * directory is fine. DT_INVALID_ARGUMENT for an empty name or one of 4096

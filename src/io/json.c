@@ -256,6 +256,7 @@ static dt_status parse_container(parser *p, int depth, int is_object, int idx) {
 static dt_status parse_value(parser *p, int depth, int *out) {
   if (p->pos >= p->len) return fail(p, "value expected");
   char c = p->s[p->pos];
+  const size_t at = p->pos;
   int idx;
   switch (c) {
   case '{':
@@ -289,6 +290,8 @@ static dt_status parse_value(parser *p, int depth, int *out) {
     break;
   }
   p->nodes[idx].end = p->n;
+  p->nodes[idx].at = at;
+  p->nodes[idx].span = p->pos - at;
   *out = idx;
   return DT_OK;
 }

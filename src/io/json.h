@@ -33,6 +33,7 @@ typedef struct dt_json_node {
   int is_int;
   int negative;
   uint64_t magnitude;
+  size_t at, span;  /* the value's source text: span bytes from byte at (to compare or print any value) */
 } dt_json_node;
 
 typedef struct dt_json {

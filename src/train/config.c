@@ -126,6 +126,11 @@ dt_status dt_train_config_check(const dt_train_config *c) {
   if (!c->out_dir && c->resume && strcmp(c->resume, "auto") == 0)
     return dt_error(DT_INVALID_ARGUMENT, "resume auto looks in the output directory: give one");
   if (c->resume && !*c->resume) return dt_error(DT_INVALID_ARGUMENT, "resume: empty snapshot path");
+  if (c->overwrite && !c->out_dir) return dt_error(DT_INVALID_ARGUMENT, "overwrite: no output directory");
+  if (c->overwrite && c->resume)
+    return dt_error(DT_INVALID_ARGUMENT, "overwrite starts afresh, resume continues: give one of them");
+  if (c->allow_data_change && !c->resume)
+    return dt_error(DT_INVALID_ARGUMENT, "allow data change applies to resume only");
   if (c->tensorboard && !*c->tensorboard) return dt_error(DT_INVALID_ARGUMENT, "tensorboard: empty directory name");
   if (c->trace && !*c->trace) return dt_error(DT_INVALID_ARGUMENT, "trace: empty file name");
   if (c->log_every < 1) return dt_error(DT_INVALID_ARGUMENT, "log every %d steps must be >= 1", c->log_every);

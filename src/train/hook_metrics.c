@@ -43,8 +43,12 @@ static dt_status save_weights(dt_run *r, const dt_train_result *res) {
   double t0 = dt_trace_now_us();
   dt_status st = dt_model_save(r->model, path, rm.kv, rm.n);
   if (dt_trace_enabled()) dt_trace_span("io", "save weights", t0, dt_trace_now_us(), NULL);
-  if (st != DT_OK) return dt_error_prefix(st, "saving %s", path);
-  return DT_OK;
+  if (st == DT_OK) return DT_OK;
+  /* The trained weights are not on disk: say where the newest state of this run is, or that there is none. */
+  if (r->last_snapshot[0])
+    return dt_error_prefix(st, "saving %s failed; this run's newest snapshot %s is intact (continue from it with "
+                           "--resume auto, or 'dtrain export' it)", path, r->last_snapshot);
+  return dt_error_prefix(st, "saving %s failed and this run wrote no snapshot: its trained weights are lost", path);
 }
 
 /* summary.json with the evaluation's detail (per-class accuracy and confusion, or per-label AUC). */

@@ -24,6 +24,7 @@ dt_status dt_run_snapshot(dt_run *r) {
   dt_status st = dt_snapshot_save(path, r->model, r->optim, pos, r->history, r->n_history, rm.kv, n_meta);
   if (dt_trace_enabled()) dt_trace_span("io", "snapshot", t0, dt_trace_now_us(), NULL);
   if (st != DT_OK) return dt_error_prefix(st, "snapshot %s (the previous snapshots are intact)", path);
+  snprintf(r->last_snapshot, sizeof r->last_snapshot, "%s", path);
   DT_CHECK(dt_snapshot_prune(r->cfg->out_dir, r->cfg->keep));
   DT_LOG_INFO("train", "snapshot %s (epoch %lld, step %lld)", path, (long long)pos->epoch, (long long)pos->step);
   return DT_OK;

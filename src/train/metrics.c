@@ -165,12 +165,14 @@ dt_status dt_train_write_summary(const char *dir, const char *model, const dt_tr
                             r->comm_total_seconds, r->comm_hidden);
   if (pos >= sizeof text) return dt_error(DT_INTERNAL, "summary longer than %zu bytes", sizeof text);
   /* The detail (a confusion matrix of many classes) can be large: it is streamed after the fixed part. */
-  FILE *f = fopen(path, "w");
-  if (!f) return dt_error(DT_IO, "cannot write %s: %s", path, strerror(errno));
-  int bad = fputs(text, f) < 0;
-  if (detail && *detail) bad |= fprintf(f, ",\"eval\":{%s}", detail) < 0;
-  bad |= fputs("}\n", f) < 0;
-  bad |= fclose(f) != 0;
-  if (bad) return dt_error(DT_IO, "writing %s failed: %s", path, strerror(errno));
-  return DT_OK;
+  dt_atomic_file a;
+  DT_CHECK(dt_atomic_open(&a, path));
+  dt_atomic_write(&a, text, pos);
+  if (detail && *detail) {
+    dt_atomic_write(&a, ",\"eval\":{", 9);
+    dt_atomic_write(&a, detail, strlen(detail));
+    dt_atomic_write(&a, "}", 1);
+  }
+  dt_atomic_write(&a, "}\n", 2);
+  return dt_atomic_commit(&a);
 }

@@ -37,6 +37,7 @@ static dt_status resume_load(dt_run *r, dt_resume_point *rp) {
       before = found;
     }
   }
+  DT_CHECK(dt_run_resume_compare(r, rp->path)); /* prints what changed; refuses other data */
   const dt_snapshot_position *p = &rp->pos;
   int layout_differs = p->world_size != r->world || p->batch_size != c->batch_size || p->accumulate != c->accumulate ||
                        p->steps_per_epoch != steps_per_epoch;

@@ -113,6 +113,8 @@ struct dt_run {
   int64_t history_cap;
   dt_metric_acc *epoch_acc, *eval_acc;
   char config_json[8192];
+  int clear_out;                   /* --overwrite found an earlier run's outputs: rank 0 deletes them before writing */
+  char last_snapshot[4096];        /* the newest snapshot this run wrote ("" none): where the weights are if saving fails */
   double t_start;
   /* hooks' state */
   dt_progress prog;
@@ -142,6 +144,14 @@ void dt_run_meta_fill(dt_run_meta *rm, const dt_run *r, const dt_epoch_metrics *
 /* Resume (resume.c): rank 0 loads, every rank gets the decision, position and optimizer state. */
 dt_status dt_run_resume(dt_run *r);
 dt_status dt_run_resume_optim(dt_run *r);
+/* The output directory's guard (outdir.c): rank 0 refuses one holding another run's outputs (DT_USAGE naming
+ * them and the ways forward) unless --overwrite or --resume; every rank gets its answer before any file is written. */
+dt_status dt_run_outdir_check(dt_run *r);
+/* --overwrite: rank 0 deletes the earlier run's outputs, snapshots included (just before the hooks start). */
+dt_status dt_run_outdir_clear(dt_run *r);
+/* Resume: the snapshot's stored configuration against this run's (resume_config.c): differences it can honour
+ * are printed ("resume: lr 0.01 -> 0.05"), a changed data set is DT_USAGE unless --allow-data-change. */
+dt_status dt_run_resume_compare(dt_run *r, const char *snapshot);
 /* Writes a snapshot of the run at r->at (rank 0) and prunes beyond --keep (snapshot hook). */
 dt_status dt_run_snapshot(dt_run *r);
 

@@ -186,6 +186,7 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
     dt_trace_thread_name("main");
   }
   DT_CHECK(dt_train_config_json(c, r->config_json, sizeof r->config_json));
+  DT_CHECK(dt_run_outdir_check(r)); /* before resume decides and before any file is written */
   DT_CHECK(open_data(r));
   DT_CHECK(open_task(r));
   DT_CHECK(open_model(r));
@@ -204,6 +205,7 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
     snprintf(out->resumed_from, sizeof out->resumed_from, "%.511s", r->resume.path);
     out->epochs_done = (int)r->resume.pos.epoch;
   }
+  DT_CHECK(dt_run_outdir_clear(r));
   EACH_HOOK(start, r);
   DT_LOG_INFO("train", "%s (%s, %s, rank %d of %d): %zu parameters, %lld samples, %lld steps/epoch", c->model,
               dt_task_kind_name(dt_task_config_of(r->task)->kind), r->strategy->name, r->rank, r->world, r->n_params,

@@ -94,7 +94,7 @@ train_flags="--model --hidden --dropout --data --normalize --limit-train --limit
 --threads --seed --out --progress --quiet
 --strategy --workers --accumulate --backend --master --bucket-cap-mb --first-bucket-mb --broadcast-buffers
 --find-unused-parameters --comm-hook --timeout --save-every --save-every-steps --keep --save-on-interrupt --resume
---tensorboard --tensorboard-all-ranks --log-every --trace"
+--allow-data-change --overwrite --tensorboard --tensorboard-all-ranks --log-every --trace"
 eval_flags="--weights --model --hidden --data --split --normalize --batch-size --threads --limit --strategy --workers"
 check_help() { # command, expected flags
   local cmd=$1 want=$2

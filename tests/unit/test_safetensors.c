@@ -474,6 +474,11 @@ TEST(json_decodes_escapes_numbers_and_structure) {
   ASSERT_EQ(s->str_len, 13);
   ASSERT_EQ(doc.nodes[s->end].type, DT_JSON_OBJECT);
   ASSERT_EQ(doc.nodes[s->end].end, doc.n);
+  /* every value's source text: 2.5e3 as written, the array whole */
+  ASSERT_EQ(doc.nodes[6].span, 5);
+  ASSERT(memcmp(text + doc.nodes[6].at, "2.5e3", 5) == 0);
+  ASSERT(text[arr->at] == '[' && text[arr->at + arr->span - 1] == ']');
+  ASSERT_EQ(doc.nodes[0].at, 1);
   dt_json_free(&doc);
   dt_json_free(&doc);
 

@@ -12,6 +12,11 @@
 #define DT_TEST_NAME "train"
 #include "synthetic_data.h"
 
+#define ASSERT_HAS(s, sub)                                                   \
+  do {                                                                       \
+    if (!strstr((s), (sub))) FAIL_("\"%s\" lacks \"%s\"", (s), (sub));       \
+  } while (0)
+
 static void tiny_config(dt_train_config *c, const char *out) {
   dt_train_config_default(c);
   c->model = "mlp";
@@ -326,6 +331,41 @@ TEST(stop_request_still_writes_metrics_and_weights) {
   ASSERT(stat(path, &sb) == 0 && sb.st_size > 0);
 }
 
+/* A used out_dir is refused before anything is touched; overwrite deletes the old outputs; a resume on other data is refused. */
+TEST(used_out_dir_is_refused_unless_overwrite_or_resume) {
+  char out[300], path[400];
+  snprintf(out, sizeof out, "%s/run4", synthetic_data());
+  dt_train_config c;
+  tiny_config(&c, out);
+  c.epochs = 1;
+  c.save_every = 1;
+  dt_train_result r;
+  ASSERT_OK(dt_train_run(&c, &r));
+  c.save_every = 0;
+  ASSERT_STATUS(dt_train_run(&c, &r), DT_USAGE);
+  ASSERT_HAS(dt_last_error(), "holds the outputs of an earlier run");
+  ASSERT_HAS(dt_last_error(), "snapshots/ (1 file)");
+  c.resume = "auto";
+  c.limit_train = 40;
+  ASSERT_STATUS(dt_train_run(&c, &r), DT_USAGE);
+  ASSERT_HAS(dt_last_error(), "limit_train 0 -> 40");
+  c.allow_data_change = 1;
+  c.epochs = 2;
+  ASSERT_OK(dt_train_run(&c, &r));
+  ASSERT_EQ(r.resumed_epoch, 1);
+  c.resume = NULL;
+  c.allow_data_change = 0;
+  c.overwrite = 1;
+  ASSERT_STATUS(dt_train_config_check(&(dt_train_config){.overwrite = 1}), DT_INVALID_ARGUMENT);
+  ASSERT_OK(dt_train_run(&c, &r));
+  ASSERT_EQ(r.resumed_epoch, -1);
+  snprintf(path, sizeof path, "%s/snapshots", out);
+  struct stat sb;
+  ASSERT(stat(path, &sb) != 0);
+  snprintf(path, sizeof path, "%s/metrics.csv", out);
+  ASSERT_EQ(count_lines(path), 3);
+}
+
 TEST(runtime_failures_name_what_is_wrong) {
   dt_train_config c;
   dt_train_result r;
@@ -366,5 +406,6 @@ TEST_MAIN(TEST_ENTRY(config_default_is_valid), TEST_ENTRY(config_check_names_the
           TEST_ENTRY(config_json_holds_every_setting), TEST_ENTRY(epoch_line_format),
           TEST_ENTRY(plain_progress_prints_at_most_one_line_per_tenth), TEST_ENTRY(prefix_sampler_is_a_seeded_permutation),
           TEST_ENTRY(tiny_run_learns_and_writes_outputs), TEST_ENTRY(same_seed_same_numbers_and_limits),
-          TEST_ENTRY(stop_request_still_writes_metrics_and_weights), TEST_ENTRY(runtime_failures_name_what_is_wrong),
+          TEST_ENTRY(stop_request_still_writes_metrics_and_weights),
+          TEST_ENTRY(used_out_dir_is_refused_unless_overwrite_or_resume), TEST_ENTRY(runtime_failures_name_what_is_wrong),
           TEST_ENTRY(cleanup_synthetic_data))
