@@ -36,7 +36,7 @@ test-sanitize: deps
 demo: deps build
 	@$(BUILD)/dtrun --standalone --nproc-per-node 2 -- $(BUILD)/dtrain train --strategy ddp \
 	  --model fashioncnn --data fashion-mnist --epochs 1 --batch-size 64 \
-	  --optimizer sgd --lr 0.01 --momentum 0.9 --out runs/demo
+	  --optimizer sgd --lr 0.01 --momentum 0.9 --out runs/demo --overwrite
 
 bench: deps build
 	@bash bench/run_all.sh $(BUILD)

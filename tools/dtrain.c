@@ -46,7 +46,7 @@ static const struct {
     {DT_TIMEOUT, "a rank did not answer in time: check that every rank started and reaches MASTER_ADDR, or raise DT_TIMEOUT"},
     {DT_PEER_LOST, "another rank exited or lost its connection: its own output says why"},
     {DT_MISMATCH, "every rank must run the same program with the same flags and WORLD_SIZE"},
-    {DT_USAGE, "'dtrain models' lists the tasks of each model; 'dtrain train --help' the data sources and flags"},
+    {DT_USAGE, "see 'dtrain train --help' for the flags and data sources, 'dtrain models' for the tasks of each model"},
 };
 
 /* One line on stderr: "dtrain: <detail> (<hint>)"; file_hint replaces the
