@@ -20,12 +20,15 @@ void dt_model_copy_from_file(dt_model *m, const dt_safetensors *f, const int *sr
  * metrics rows of the epochs completed. */
 dt_status dt_snapshot_save(const char *path, dt_model *m, dt_optim *o, const dt_snapshot_position *pos,
                            const dt_epoch_metrics *history, int n_history, const dt_kv *meta, int n_meta);
-/* Loads a snapshot into model, optimizer and *pos, and its metrics rows into
- * *history (dt_free it; NULL when there are none). Everything is checked first
- * (model name, every tensor's name, dtype and shape, the optimizer's state
- * names); on failure nothing has changed and the detail says what differs. */
+/* Loads a snapshot into model, optimizer and *pos, its metrics rows into
+ * *history (dt_free it; NULL when there are none) and, when config is not
+ * NULL, the configuration of the run that wrote it (metadata "config"; "" if
+ * it has none; longer than config_len is DT_CORRUPT). Everything is checked
+ * first (model name, every tensor's name, dtype and shape, the optimizer's
+ * state names); on failure nothing has changed and the detail says what differs. */
 dt_status dt_snapshot_load(const char *path, const char *model_name, dt_model *m, dt_optim *o,
-                           dt_snapshot_position *pos, dt_epoch_metrics **history, int *n_history);
+                           dt_snapshot_position *pos, dt_epoch_metrics **history, int *n_history, char *config,
+                           size_t config_len);
 /* Deletes all but the newest `keep` snapshots of out_dir (keep >= 1). */
 dt_status dt_snapshot_prune(const char *out_dir, int keep);
 

@@ -160,8 +160,9 @@ static dt_status find_vector(const dt_safetensors *f, const char *path, const ch
 }
 
 dt_status dt_snapshot_load(const char *path, const char *model_name, dt_model *m, dt_optim *o,
-                           dt_snapshot_position *pos, dt_epoch_metrics **history, int *n_history) {
-  if (!path || !m || !o || !pos || !history || !n_history)
+                           dt_snapshot_position *pos, dt_epoch_metrics **history, int *n_history, char *config,
+                           size_t config_len) {
+  if (!path || !m || !o || !pos || !history || !n_history || (config && config_len == 0))
     return dt_error(DT_INVALID_ARGUMENT, "snapshot load: NULL argument");
   dt_safetensors *f = NULL;
   DT_CHECK(dt_safetensors_load(path, &f));
@@ -175,6 +176,12 @@ dt_status dt_snapshot_load(const char *path, const char *model_name, dt_model *m
   if (!snap || strcmp(snap, "1") != 0) {
     st = dt_error(DT_INVALID_ARGUMENT,
                   "%s is not a dtrain snapshot (weights only?): resume from DIR/snapshots/step-*.safetensors", path);
+    goto out;
+  }
+  const char *stored = dt_safetensors_meta(f, "config");
+  if (!stored) stored = "";
+  if (config && strlen(stored) >= config_len) {
+    st = dt_error(DT_CORRUPT, "%s: its stored configuration is longer than %zu bytes", path, config_len - 1);
     goto out;
   }
   const char *their_model = dt_safetensors_meta(f, "model");
@@ -308,6 +315,7 @@ dt_status dt_snapshot_load(const char *path, const char *model_name, dt_model *m
     }
   }
   dt_optim_set_step_count(o, *(const int64_t *)t_step.tensor.data);
+  if (config) memcpy(config, stored, strlen(stored) + 1);
   *pos = p;
   *history = rows;
   *n_history = n_rows;

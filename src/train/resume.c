@@ -10,10 +10,12 @@
 static dt_status resume_load(dt_run *r, dt_resume_point *rp) {
   const dt_train_config *c = r->cfg;
   const int64_t steps_per_epoch = r->steps_per_epoch;
+  char stored[sizeof r->config_json]; /* the configuration of the run that wrote the snapshot */
   dt_status st = DT_OK;
   if (strcmp(c->resume, "auto") != 0) {
     snprintf(rp->path, sizeof rp->path, "%s", c->resume);
-    st = dt_snapshot_load(rp->path, c->model, r->model, r->optim, &rp->pos, &r->history, &r->n_history);
+    st = dt_snapshot_load(rp->path, c->model, r->model, r->optim, &rp->pos, &r->history, &r->n_history, stored,
+                          sizeof stored);
     if (st != DT_OK) return dt_error_prefix(st, "--resume %s", c->resume);
   } else {
     int64_t before = INT64_MAX, found;
@@ -29,7 +31,8 @@ static dt_status resume_load(dt_run *r, dt_resume_point *rp) {
         return dt_error(DT_CORRUPT, "resume auto: none of the %d snapshot(s) in %s/snapshots could be loaded (see the "
                         "warnings above); delete them to start afresh", damaged, c->out_dir);
       DT_CHECK(st);
-      st = dt_snapshot_load(rp->path, c->model, r->model, r->optim, &rp->pos, &r->history, &r->n_history);
+      st = dt_snapshot_load(rp->path, c->model, r->model, r->optim, &rp->pos, &r->history, &r->n_history, stored,
+                            sizeof stored);
       if (st == DT_OK) break;
       if (st == DT_SHAPE_MISMATCH || st == DT_INVALID_ARGUMENT) return st; /* another model or optimizer: no fallback */
       DT_LOG_WARN("train", "resume auto: skipping a damaged snapshot: %s", dt_last_error());
@@ -37,7 +40,7 @@ static dt_status resume_load(dt_run *r, dt_resume_point *rp) {
       before = found;
     }
   }
-  DT_CHECK(dt_run_resume_compare(r, rp->path)); /* prints what changed; refuses other data */
+  DT_CHECK(dt_run_resume_compare(r, rp->path, stored)); /* prints what changed; refuses other data */
   const dt_snapshot_position *p = &rp->pos;
   int layout_differs = p->world_size != r->world || p->batch_size != c->batch_size || p->accumulate != c->accumulate ||
                        p->steps_per_epoch != steps_per_epoch;

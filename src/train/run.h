@@ -151,7 +151,7 @@ dt_status dt_run_outdir_check(dt_run *r);
 dt_status dt_run_outdir_clear(dt_run *r);
 /* Resume: the snapshot's stored configuration against this run's (resume_config.c): differences it can honour
  * are printed ("resume: lr 0.01 -> 0.05"), a changed data set is DT_USAGE unless --allow-data-change. */
-dt_status dt_run_resume_compare(dt_run *r, const char *snapshot);
+dt_status dt_run_resume_compare(dt_run *r, const char *snapshot, const char *stored);
 /* Writes a snapshot of the run at r->at (rank 0) and prunes beyond --keep (snapshot hook). */
 dt_status dt_run_snapshot(dt_run *r);
 
