@@ -1,28 +1,14 @@
 /* Runs every CPU kernel on seeded random inputs and writes inputs and results for test_kernels_torch.py.
- * Usage: dump_kernels OUT_PREFIX  ->  OUT_PREFIX.bin (raw little-endian f32/i32) and OUT_PREFIX.idx,
- * one line per tensor: "name f32|i32 offset_bytes ndim d0 d1 ...". */
+ * Usage: dump_kernels OUT_PREFIX -> OUT_PREFIX.bin and OUT_PREFIX.idx (the format of dump_io.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dtrain/dtrain.h"
+#include "dump_io.h"
 #include "tensor/kernels.h"
 
-static FILE *bin_f, *idx_f;
-static long offset;
 static dt_rng rng;
-
-static void put(const char *name, const char *type, const void *data, size_t elem, int ndim, const int *dims) {
-  size_t n = 1;
-  for (int i = 0; i < ndim; i++) n *= (size_t)dims[i];
-  fprintf(idx_f, "%s %s %ld %d", name, type, offset, ndim);
-  for (int i = 0; i < ndim; i++) fprintf(idx_f, " %d", dims[i]);
-  fprintf(idx_f, "\n");
-  fwrite(data, elem, n, bin_f);
-  offset += (long)(n * elem);
-}
-#define PUTF(name, data, ...) put(name, "f32", data, 4, (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (int[]){__VA_ARGS__})
-#define PUTI(name, data, ...) put(name, "i32", data, 4, (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (int[]){__VA_ARGS__})
 
 static float *randf(size_t n, float lo, float hi) {
   float *p = calloc(n ? n : 1, sizeof(float));
@@ -202,19 +188,8 @@ static void ce_cases(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: %s OUT_PREFIX\n", argv[0]);
-    return 2;
-  }
-  char path[4096];
-  snprintf(path, sizeof path, "%s.bin", argv[1]);
-  bin_f = fopen(path, "wb");
-  snprintf(path, sizeof path, "%s.idx", argv[1]);
-  idx_f = fopen(path, "w");
-  if (!bin_f || !idx_f) {
-    perror(path);
-    return 1;
-  }
+  int rc = dump_open(argc, argv);
+  if (rc) return rc;
   dt_rng_init(&rng, 1234, 0);
   linear_case();
   conv_case("conv_s1p1", 2, 3, 7, 6, 4, 3, 3, 1, 1, 1);
@@ -230,9 +205,5 @@ int main(int argc, char **argv) {
   act_cases();
   softmax_cases();
   ce_cases();
-  if (fclose(bin_f) != 0 || fclose(idx_f) != 0) {
-    perror("close");
-    return 1;
-  }
-  return 0;
+  return dump_close();
 }

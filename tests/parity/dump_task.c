@@ -1,30 +1,14 @@
 /* Runs the task losses and ROC-AUC on seeded random inputs and writes inputs and results for test_task_torch.py.
- * Usage: dump_task OUT_PREFIX  ->  OUT_PREFIX.bin (raw little-endian f32/i32/f64) and OUT_PREFIX.idx,
- * one line per tensor: "name f32|i32|f64 offset_bytes ndim d0 d1 ...". */
+ * Usage: dump_task OUT_PREFIX -> OUT_PREFIX.bin and OUT_PREFIX.idx (the format of dump_io.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dtrain/dtrain.h"
+#include "dump_io.h"
 
-static FILE *bin_f, *idx_f;
-static long offset;
 static dt_rng rng;
-
-static void put(const char *name, const char *type, const void *data, size_t elem, int ndim, const int *dims) {
-  size_t n = 1;
-  for (int i = 0; i < ndim; i++) n *= (size_t)dims[i];
-  fprintf(idx_f, "%s %s %ld %d", name, type, offset, ndim);
-  for (int i = 0; i < ndim; i++) fprintf(idx_f, " %d", dims[i]);
-  fprintf(idx_f, "\n");
-  fwrite(data, elem, n, bin_f);
-  offset += (long)(n * elem);
-}
-#define DIMS_(...) (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (int[]){__VA_ARGS__}
-#define PUTF(name, data, ...) put(name, "f32", data, 4, DIMS_(__VA_ARGS__))
-#define PUTI(name, data, ...) put(name, "i32", data, 4, DIMS_(__VA_ARGS__))
-#define PUTD(name, data, ...) put(name, "f64", data, 8, DIMS_(__VA_ARGS__))
 
 static void *alloc(size_t n, size_t elem) {
   void *p = calloc(n ? n : 1, elem);
@@ -172,28 +156,13 @@ static void multilabel_eval_case(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: %s OUT_PREFIX\n", argv[0]);
-    return 2;
-  }
-  char path[4096];
-  snprintf(path, sizeof path, "%s.bin", argv[1]);
-  bin_f = fopen(path, "wb");
-  snprintf(path, sizeof path, "%s.idx", argv[1]);
-  idx_f = fopen(path, "w");
-  if (!bin_f || !idx_f) {
-    perror(path);
-    return 1;
-  }
+  int rc = dump_open(argc, argv);
+  if (rc) return rc;
   dt_rng_init(&rng, 4321, 0);
   bce_cases();
   regression_cases();
   ce_cases();
   auc_cases();
   multilabel_eval_case();
-  if (fclose(bin_f) != 0 || fclose(idx_f) != 0) {
-    perror("close");
-    return 1;
-  }
-  return 0;
+  return dump_close();
 }

@@ -5,36 +5,20 @@ inputs and results; here torch recomputes them from the same float32 inputs in f
 the comparison measures dtrain's float32 error alone. Bound: max |dtrain - torch| <= 1e-5 *
 max |torch| per tensor (float32 rounding of sums of a few hundred terms stays well below it).
 """
-import os
-import subprocess
 import sys
-import tempfile
 
 try:
-    import numpy as np
     import torch
     import torch.nn.functional as F
 except ImportError as e:  # optional dependency genuinely missing
     print("skipped: %s" % e)
     sys.exit(77)
 
+import parity_dump  # noqa: E402 (after the check for the optional dependencies)
+
 TOL = 1e-5
 failures = []
 checked = 0
-
-
-def load(prefix):
-    raw = open(prefix + ".bin", "rb").read()
-    out = {}
-    for line in open(prefix + ".idx"):
-        f = line.split()
-        name, typ, off, ndim = f[0], f[1], int(f[2]), int(f[3])
-        dims = [int(d) for d in f[4:4 + ndim]]
-        dt = np.float32 if typ == "f32" else np.int32
-        n = int(np.prod(dims))
-        arr = np.frombuffer(raw, dtype=np.dtype(dt).newbyteorder("<"), count=n, offset=off).reshape(dims)
-        out[name] = torch.from_numpy(arr.copy())
-    return out
 
 
 def close(name, got, ref, tol=TOL):
@@ -63,15 +47,10 @@ def leaf(t):
 
 
 def main():
-    build = os.environ.get("DT_BUILD_DIR")
-    if not build:
-        print("DT_BUILD_DIR is not set (run through ctest)")
+    t = parity_dump.run("dump_kernels")
+    if t is None:
         return 1
-    exe = os.path.join(build, "tests", "dump_kernels")
-    with tempfile.TemporaryDirectory() as tmp:
-        prefix = os.path.join(tmp, "k")
-        subprocess.run([exe, prefix], check=True)
-        t = load(prefix)
+    t = {k: torch.from_numpy(v) for k, v in t.items()}
 
     # linear
     x, w, b = leaf(t["linear.x"]), leaf(t["linear.w"]), leaf(t["linear.b"])

@@ -8,10 +8,7 @@ sklearn.metrics.roc_auc_score recomputes every ROC-AUC (scores on a 0.1 grid, so
 the macro mean over labels of a multilabel evaluation pass: equal within 1e-12.
 Exit 77 only when torch or sklearn is missing (make deps installs both).
 """
-import os
-import subprocess
 import sys
-import tempfile
 
 try:
     import numpy as np
@@ -22,24 +19,12 @@ except ImportError as e:  # optional dependency genuinely missing
     print("skipped: %s (apt-get install python3-torch python3-sklearn, or make deps)" % e)
     sys.exit(77)
 
+import parity_dump  # noqa: E402 (after the check for the optional dependencies)
+
 TOL = 1e-5
 AUC_TOL = 1e-12
 failures = []
 checked = 0
-
-
-def load(prefix):
-    raw = open(prefix + ".bin", "rb").read()
-    out = {}
-    types = {"f32": np.float32, "i32": np.int32, "f64": np.float64}
-    for line in open(prefix + ".idx"):
-        f = line.split()
-        name, typ, off, ndim = f[0], f[1], int(f[2]), int(f[3])
-        dims = [int(d) for d in f[4:4 + ndim]]
-        n = int(np.prod(dims))
-        arr = np.frombuffer(raw, dtype=np.dtype(types[typ]).newbyteorder("<"), count=n, offset=off).reshape(dims)
-        out[name] = arr.copy()
-    return out
 
 
 def close(name, got, ref, tol=TOL):
@@ -73,15 +58,9 @@ def check_loss(tag, t, loss_fn, x_name):
 
 
 def main():
-    build = os.environ.get("DT_BUILD_DIR")
-    if not build:
-        print("DT_BUILD_DIR is not set (run through ctest)")
+    t = parity_dump.run("dump_task")
+    if t is None:
         return 1
-    exe = os.path.join(build, "tests", "dump_task")
-    with tempfile.TemporaryDirectory() as tmp:
-        prefix = os.path.join(tmp, "t")
-        subprocess.run([exe, prefix], check=True)
-        t = load(prefix)
 
     # BCEWithLogitsLoss, mean over (B, K); pos_weight broadcasts over the label (last) dimension
     y = torch.from_numpy(t["bce.y"]).double()
