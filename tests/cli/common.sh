@@ -23,20 +23,18 @@ wait_line() {
 }
 # same_tensors A B: the tensors of two safetensors files have the same names, dtypes, shapes and bytes
 # (metadata may differ); prints the first difference.
-same_tensors() {
-  /usr/bin/python3 - "$1" "$2" <<'PY'
-import json, struct, sys
-def tensors(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    h.pop("__metadata__", None)
-    return {k: (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
-a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
-if a.keys() != b.keys():
-    sys.exit("tensor names differ: %s" % sorted(set(a) ^ set(b)))
-for k in a:
-    if a[k] != b[k]:
-        sys.exit("tensor %s differs" % k)
-PY
+same_tensors() { /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/tensors_diff.py" same "$1" "$2"; }
+# max_diff A B: the largest absolute difference of the f32 tensors of two safetensors files (same names).
+max_diff() { /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/tensors_diff.py" max "$1" "$2"; }
+# use_tmp: a temporary directory in $tmp, removed at exit (KEEP_TMP=1 keeps it) after killing the pids in
+# bg_pids and any worker a failed check left behind (the workers write $tmp/*/pid.*).
+use_tmp() {
+  tmp=$(mktemp -d)
+  bg_pids=()
+  trap cleanup_tmp EXIT
+}
+cleanup_tmp() {
+  for p in "${bg_pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  for f in "$tmp"/*/pid.*; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
+  [ -n "${KEEP_TMP:-}" ] && echo "kept $tmp" >&2 || rm -rf "$tmp"
 }

@@ -29,14 +29,7 @@ W=$SRC/tests/cli/ddp_worker.sh
 for x in "$DTRAIN" "$DTRUN" "$EVALM"; do [ -x "$x" ] || { echo "FAIL: $x is not built" >&2; exit 1; }; done
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK PMI_RANK SLURM_PROCID
 
-tmp=$(mktemp -d)
-bg_pids=()
-cleanup() {
-  for p in "${bg_pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  for f in "$tmp"/*/pid.*; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
-  [ -n "${KEEP_TMP:-}" ] && echo "kept $tmp" >&2 || rm -rf "$tmp"
-}
-trap cleanup EXIT
+use_tmp
 show() { echo "--- $1 (rc $rc):" >&2; tail -n 15 "$tmp/$1.out" "$tmp/$1.err" 2>/dev/null | sed 's/^/    /' >&2; }
 # run NAME SECONDS CMD...: in the foreground, bounded; output in $tmp/NAME.out/.err, exit in $rc.
 run() {
@@ -57,23 +50,6 @@ pycheck() {
   local msg=$1 code=$2 out
   shift 2
   if out=$(/usr/bin/python3 -c "$code" "$@" 2>&1); then ok "$msg${out:+: $out}"; else fail "$msg: $(tail -n 1 <<<"$out")"; fi
-}
-# max_diff A B: the largest absolute difference of the f32 tensors of two safetensors files (same names).
-max_diff() {
-  /usr/bin/python3 - "$1" "$2" <<'PY'
-import json, struct, sys
-def tensors(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    h.pop("__metadata__", None)
-    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
-                             b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
-a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
-if a.keys() != b.keys() or any(len(a[k]) != len(b[k]) for k in a):
-    sys.exit("tensor names or sizes differ")
-print("%.3g" % max(abs(x - y) for k in a for x, y in zip(a[k], b[k])))
-PY
 }
 
 # ---- 1: the PyTorch DDP tutorial ---------------------------------------------------------------------
