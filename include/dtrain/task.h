@@ -92,7 +92,11 @@ void dt_metric_acc_add_sums(dt_metric_acc *a, int64_t n, double loss_sum, const 
 /* Summable state: samples, loss sum, counters, per-class detail (f64), so a
  * strategy can all-reduce it in place; kept scores are exchanged separately. */
 double *dt_metric_acc_sums(dt_metric_acc *a, size_t *count);
-/* Kept scores and labels (detail, multilabel): (n, outputs) each; NULL otherwise. */
+/* 1 if the accumulator keeps rows (an evaluation of a multilabel task), on every rank alike:
+ * what decides whether ranks exchange them, even a rank that kept none. */
+int dt_metric_acc_keeps_rows(const dt_metric_acc *a);
+/* The kept rows, each the outputs then the labels (2 * outputs floats), n of them; NULL when there
+ * are none (dt_metric_acc_keeps_rows 0, or no sample added yet). */
 float *dt_metric_acc_scores(dt_metric_acc *a, int64_t *n);
 /* Replaces the kept rows by the gathered ones of every rank (n rows; copied). */
 dt_status dt_metric_acc_set_scores(dt_metric_acc *a, const float *scores, int64_t n);

@@ -141,6 +141,8 @@ double *dt_metric_acc_sums(dt_metric_acc *a, size_t *count) {
   return a->state;
 }
 
+int dt_metric_acc_keeps_rows(const dt_metric_acc *a) { return a->detail && a->t->ops->keeps_scores; }
+
 float *dt_metric_acc_scores(dt_metric_acc *a, int64_t *n) {
   *n = a->n_rows;
   return a->detail && a->t->ops->keeps_scores ? a->rows : NULL;

@@ -75,9 +75,9 @@ static dt_status ddp_metrics(dt_run *r, dt_metric_acc *acc) {
   size_t n_state;
   double *state = dt_metric_acc_sums(acc, &n_state);
   DT_CHECK(ddp_sum(r, state, n_state));
+  if (!dt_metric_acc_keeps_rows(acc)) return DT_OK;
   int64_t n_rows;
-  const float *rows = dt_metric_acc_scores(acc, &n_rows);
-  if (!rows) return DT_OK;
+  const float *rows = dt_metric_acc_scores(acc, &n_rows); /* NULL on a rank that counted no sample */
   const size_t width = 2 * (size_t)dt_task_config_of(r->task)->outputs;
   int64_t *counts = NULL;
   float *mine = NULL, *all = NULL;
@@ -89,7 +89,7 @@ static dt_status ddp_metrics(dt_run *r, dt_metric_acc *acc) {
   if (st == DT_OK) st = dt_alloc_array((size_t)(most ? most : 1) * width, sizeof(float), "rows", (void **)&mine);
   if (st == DT_OK) st = dt_alloc_array((size_t)(most ? most : 1) * width * (size_t)r->world, sizeof(float), "rows", (void **)&all);
   if (st == DT_OK && most > 0) {
-    memcpy(mine, rows, (size_t)n_rows * width * sizeof(float));
+    if (n_rows > 0) memcpy(mine, rows, (size_t)n_rows * width * sizeof(float));
     st = dt_allgather(r->group, mine, all, (size_t)most * width * (size_t)r->world, DT_F32, NULL);
   }
   if (st == DT_OK) { /* compact: rank q's rows follow rank q-1's */

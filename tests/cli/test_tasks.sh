@@ -275,6 +275,21 @@ assert "test_acc5" in s, s' "$tmp/vf/summary.json"
   grep -q 'no validation data' "$tmp/vf.out" && fail "--val-fraction: says there is no validation data"
 fi
 
+# A validation set smaller than the world: rank 1 counts no sample, yet takes part in gathering the rows
+# of the multilabel evaluation (it once skipped the all-gather the other rank issued: a mismatch).
+tiny=(train --strategy ddp --model linear --data "synthetic:64,in=4,out=2,task=multilabel" --epochs 1 --batch-size 8
+  --val-data "synthetic:1,in=4,out=2,task=multilabel,seed=3" --progress none)
+run tiny 60 "$DTRUN" --standalone --nproc-per-node 2 -- "$DTRAIN" "${tiny[@]}" --out "$tmp/tiny"
+if [ $rc -ne 0 ]; then
+  fail "multilabel under ddp with 1 validation sample for 2 ranks: exit $rc"
+  show tiny
+else
+  pycheck "multilabel under ddp with 1 validation sample for 2 ranks: evaluated once, AUC undefined (one class)" '
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["test_auc"] is None and s["test_acc"] in (0.0, 0.5, 1.0), s' "$tmp/tiny/summary.json"
+fi
+
 # ---- 6: usage errors ----------------------------------------------------------------------------------
 section "6 usage errors"
 # expect CODE WANT1 WANT2 ARGS...: dtrain exits CODE with one stderr line holding both substrings.
