@@ -46,6 +46,8 @@ typedef struct dt_normalize {
   float mean, std;
 } dt_normalize;
 
+typedef struct dt_kv dt_kv; /* dtrain/checkpoint.h */
+
 /* ---- samples: named fields ------------------------------------------------- */
 /* A sample is a few named fields: f32 tensors of any shape ("x": an image
  * (C, H, W) or a feature vector), integer index fields (i32/i64: token ids,
@@ -73,7 +75,11 @@ typedef struct dt_data_info {
   dt_field field[DT_MAX_FIELDS];
   int input, target; /* indices of the "x" field (-1: none) and of the target */
   int has_test;      /* the source has an official test split */
-  char name[64];     /* "idx", "synthetic", ... */
+  double val_fraction; /* > 0: without a test split, hold out this fraction by default (MovieLens: 0.1) */
+  /* An integer "x" (i32, shape (K,)): column k holds indices in [0, index_size[k]) (users, items, tokens). */
+  int n_index;
+  int64_t index_size[DT_MAX_FIELDS];
+  char name[64];     /* "idx", "synthetic", "movielens", ... */
 } dt_data_info;
 /* The index of the field called name, or -1. */
 int dt_data_field(const dt_data_info *info, const char *name);
@@ -87,6 +93,19 @@ typedef struct dt_dataset dt_dataset;
  * names the malformed part of a spec; a source without the split asked for is
  * DT_NOT_FOUND saying so. `norm` applies to image sources (may be NULL). */
 dt_status dt_dataset_load(const char *source, dt_split split, const dt_normalize *norm, dt_dataset **out);
+/* How a source holds data out for testing, where it can (MovieLens). */
+typedef enum dt_holdout {
+  DT_HOLDOUT_DEFAULT,   /* the source's own test split, if any (none for MovieLens: the trainer's random split) */
+  DT_HOLDOUT_LAST,      /* leave-last-out: each user's latest rating (by timestamp) is the test split */
+} dt_holdout;
+typedef struct dt_data_options {
+  const dt_normalize *norm; /* image sources (may be NULL) */
+  dt_holdout holdout;
+  uint64_t seed;            /* seeded choices of the source (the sampled negatives of a ranking) */
+} dt_data_options;
+/* dt_dataset_load with options (NULL: defaults). A source that cannot hold out
+ * as asked is DT_USAGE naming it. */
+dt_status dt_dataset_load_opts(const char *source, dt_split split, const dt_data_options *opt, dt_dataset **out);
 /* Calls fn(name, doc) for every registered source. */
 void dt_dataset_sources(void (*fn)(const char *name, const char *doc, void *user), void *user);
 void dt_dataset_free(dt_dataset *ds);
@@ -101,6 +120,30 @@ dt_status dt_dataset_subset(dt_dataset *parent, const int64_t *idx, int64_t n, d
  * puts round(fraction * n) samples in *val, the rest (in index order) in *train.
  * fraction in (0, 1); both parts non-empty, else DT_INVALID_ARGUMENT. */
 dt_status dt_dataset_split(dt_dataset *ds, double fraction, uint64_t seed, dt_dataset **train, dt_dataset **val);
+
+/* Original ids of index column col (MovieLens: userId for 0, movieId for 1):
+ * (*ids)[i] is the id of dense index i, n = index_size[col]. DT_NOT_FOUND when
+ * the source keeps none. Subsets answer for their parent. */
+dt_status dt_dataset_index_ids(const dt_dataset *ds, int col, const int64_t **ids, int64_t *n);
+/* Text about dense index i of column col (MovieLens items: part 0 the title,
+ * part 1 the genres "Adventure|Comedy"), or NULL when the source has none. */
+const char *dt_dataset_index_text(const dt_dataset *ds, int col, int64_t i, int part);
+/* Key/value pairs the source wants saved with trained weights (MovieLens:
+ * "user_ids", "item_ids" as comma lists, so predictions speak original ids).
+ * Returns the count; *kv points into the dataset. */
+int dt_dataset_meta(const dt_dataset *ds, const dt_kv **kv);
+/* A ranking protocol over a test split (MovieLens leave-last-out): for each of
+ * n queries (users), `per` candidate items, the held-out item first and then
+ * per - 1 sampled items the user never rated (uniform without replacement,
+ * Philox(seed, user)), all as indices of column 1; user[q] is the query's
+ * column-0 index. DT_NOT_FOUND when the split has none. */
+typedef struct dt_ranking {
+  int64_t n;
+  int per;
+  const int32_t *user;  /* (n) */
+  const int32_t *items; /* (n, per): the positive first */
+} dt_ranking;
+dt_status dt_dataset_ranking(const dt_dataset *ds, dt_ranking *out);
 
 /* Image sources: (C, H, W) of the "x" field (1 for missing dims). */
 void dt_dataset_sample_shape(const dt_dataset *ds, int64_t shape[3]);

@@ -50,6 +50,13 @@ void dt_dataset_sources(void (*fn)(const char *name, const char *doc, void *user
 }
 
 dt_status dt_dataset_load(const char *source, dt_split split, const dt_normalize *norm, dt_dataset **out) {
+  const dt_data_options opt = {.norm = norm};
+  return dt_dataset_load_opts(source, split, &opt, out);
+}
+
+dt_status dt_dataset_load_opts(const char *source, dt_split split, const dt_data_options *opt, dt_dataset **out) {
+  const dt_data_options defaults = {0};
+  if (!opt) opt = &defaults;
   if (!source || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_dataset_load: NULL source or out");
   if (split != DT_SPLIT_TRAIN && split != DT_SPLIT_TEST)
     return dt_error(DT_INVALID_ARGUMENT, "dt_dataset_load: unknown split %d", (int)split);
@@ -61,7 +68,7 @@ dt_status dt_dataset_load(const char *source, dt_split split, const dt_normalize
   DT_CHECK(dt_alloc(sizeof *ds, (void **)&ds));
   ds->ops = ops;
   ds->info.input = ds->info.target = -1;
-  dt_status st = ops->open(source, split, norm, &ds->state, &ds->info, &ds->n);
+  dt_status st = ops->open(source, split, opt, &ds->state, &ds->info, &ds->n);
   if (st != DT_OK) {
     dt_free(ds);
     return st;
@@ -82,6 +89,36 @@ void dt_dataset_free(dt_dataset *ds) {
 }
 
 int64_t dt_dataset_size(const dt_dataset *ds) { return ds->n; }
+
+/* The dataset whose source holds ds's samples (a subset's root). */
+static const dt_dataset *root_of(const dt_dataset *ds) {
+  while (!ds->ops) ds = ds->parent;
+  return ds;
+}
+
+dt_status dt_dataset_index_ids(const dt_dataset *ds, int col, const int64_t **ids, int64_t *n) {
+  const dt_dataset *r = root_of(ds);
+  if (!r->ops->index_ids) return dt_error(DT_NOT_FOUND, "data source %s keeps no ids", r->ops->name);
+  return r->ops->index_ids(r->state, col, ids, n);
+}
+
+const char *dt_dataset_index_text(const dt_dataset *ds, int col, int64_t i, int part) {
+  const dt_dataset *r = root_of(ds);
+  return r->ops->index_text ? r->ops->index_text(r->state, col, i, part) : NULL;
+}
+
+int dt_dataset_meta(const dt_dataset *ds, const dt_kv **kv) {
+  const dt_dataset *r = root_of(ds);
+  *kv = NULL;
+  return r->ops->meta ? r->ops->meta(r->state, kv) : 0;
+}
+
+/* A subset's samples are not its root's: its ranking would not describe them. */
+dt_status dt_dataset_ranking(const dt_dataset *ds, dt_ranking *out) {
+  if (!ds->ops || !ds->ops->ranking)
+    return dt_error(DT_NOT_FOUND, "%s data has no ranking protocol (MovieLens with leave-last-out has)", ds->info.name);
+  return ds->ops->ranking(ds->state, out);
+}
 const dt_data_info *dt_dataset_info(const dt_dataset *ds) { return &ds->info; }
 
 /* A subset maps its indices in chunks, so the parent's fetch still sees whole runs. */

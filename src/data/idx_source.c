@@ -82,8 +82,11 @@ static int claims(const char *spec) {
   return 1;
 }
 
-static dt_status open_idx(const char *source, dt_split split, const dt_normalize *norm, void **state,
+static dt_status open_idx(const char *source, dt_split split, const dt_data_options *opt, void **state,
                           dt_data_info *info, int64_t *n_out) {
+  const dt_normalize *norm = opt->norm;
+  if (opt->holdout != DT_HOLDOUT_DEFAULT)
+    return dt_error(DT_USAGE, "%s: IDX data has its own test split; leave-last-out applies to ratings data", source);
   if (norm && norm->enabled && !(norm->std > 0.0f && isfinite(norm->std) && isfinite(norm->mean)))
     return dt_error(DT_INVALID_ARGUMENT, "normalisation needs a finite mean and std > 0 (got mean %g, std %g)",
                     (double)norm->mean, (double)norm->std);

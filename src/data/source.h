@@ -10,11 +10,16 @@ typedef struct dt_source_ops {
   /* 1 if this source reads spec (the registry asks in order; the last claims anything) */
   int (*claims)(const char *spec);
   /* Opens spec's split: fills *info and the sample count, returns the state. */
-  dt_status (*open)(const char *spec, dt_split split, const dt_normalize *norm, void **state, dt_data_info *info,
+  dt_status (*open)(const char *spec, dt_split split, const dt_data_options *opt, void **state, dt_data_info *info,
                     int64_t *n);
   /* Samples idx[0..n) into one buffer per field (info order). */
   void (*fetch)(const void *state, const int64_t *idx, int n, void *const *fields);
   void (*free)(void *state);
+  /* Optional (NULL: the source has none): see dt_dataset_index_ids, _index_text, _meta, _ranking. */
+  dt_status (*index_ids)(const void *state, int col, const int64_t **ids, int64_t *n);
+  const char *(*index_text)(const void *state, int col, int64_t i, int part);
+  int (*meta)(const void *state, const dt_kv **kv);
+  dt_status (*ranking)(const void *state, dt_ranking *out);
 } dt_source_ops;
 
 extern const dt_source_ops dt_source_synthetic, dt_source_idx;

@@ -93,9 +93,10 @@ static dt_status parse_spec(const char *spec, synthetic *s) {
   return DT_OK;
 }
 
-static dt_status open_synthetic(const char *spec, dt_split split, const dt_normalize *norm, void **state,
+static dt_status open_synthetic(const char *spec, dt_split split, const dt_data_options *opt, void **state,
                                 dt_data_info *info, int64_t *n) {
-  (void)norm;
+  if (opt->holdout != DT_HOLDOUT_DEFAULT)
+    return dt_error(DT_USAGE, "%s: leave-last-out applies to ratings data; use --val-fraction", spec);
   synthetic cfg;
   DT_CHECK(parse_spec(spec, &cfg));
   if (split != DT_SPLIT_TRAIN)
