@@ -131,7 +131,8 @@ static const flag_choice strategies[] = {
 
 /* ---- train ------------------------------------------------------------------- */
 typedef enum train_flag {
-  TRAIN_MODEL, TRAIN_HIDDEN, TRAIN_DROPOUT, TRAIN_DATA, TRAIN_NORMALIZE, TRAIN_LIMIT_TRAIN, TRAIN_LIMIT_TEST,
+  TRAIN_MODEL, TRAIN_HIDDEN, TRAIN_DROPOUT, TRAIN_FACTORS, TRAIN_EMBEDDING_L2, TRAIN_SPARSE_EMBEDDINGS, TRAIN_DATA,
+  TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_LIMIT_TRAIN, TRAIN_LIMIT_TEST,
   TRAIN_EPOCHS, TRAIN_BATCH_SIZE,
   TRAIN_OPTIMIZER, TRAIN_LR, TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV, TRAIN_WEIGHT_DECAY, TRAIN_BETAS,
   TRAIN_EPS, TRAIN_SCHEDULE, TRAIN_STEP_SIZE, TRAIN_GAMMA, TRAIN_MIN_LR, TRAIN_WARMUP_EPOCHS, TRAIN_WARMUP_STEPS,
@@ -139,8 +140,8 @@ typedef enum train_flag {
   TRAIN_THREADS, TRAIN_SEED,
   TRAIN_OUT, TRAIN_PROGRESS, TRAIN_QUIET,
   TRAIN_STRATEGY, TRAIN_WORKERS, TRAIN_ACCUMULATE, TRAIN_BACKEND, TRAIN_MASTER, TRAIN_BUCKET_CAP_MB,
-  TRAIN_FIRST_BUCKET_MB, TRAIN_BROADCAST_BUFFERS, TRAIN_FIND_UNUSED_PARAMETERS, TRAIN_COMM_HOOK, TRAIN_TIMEOUT,
-  TRAIN_SAVE_EVERY, TRAIN_SAVE_EVERY_STEPS, TRAIN_KEEP, TRAIN_SAVE_ON_INTERRUPT, TRAIN_RESUME,
+  TRAIN_FIRST_BUCKET_MB, TRAIN_BROADCAST_BUFFERS, TRAIN_FIND_UNUSED_PARAMETERS, TRAIN_COMM_HOOK, TRAIN_EMBEDDING_EXCHANGE,
+  TRAIN_TIMEOUT, TRAIN_SAVE_EVERY, TRAIN_SAVE_EVERY_STEPS, TRAIN_KEEP, TRAIN_SAVE_ON_INTERRUPT, TRAIN_RESUME,
   TRAIN_ALLOW_DATA_CHANGE, TRAIN_OVERWRITE, TRAIN_TENSORBOARD, TRAIN_TENSORBOARD_ALL_RANKS, TRAIN_LOG_EVERY, TRAIN_TRACE,
   TRAIN_COUNT
 } train_flag;
@@ -153,6 +154,9 @@ static const flag_choice schedules[] = {
 static const flag_choice progress_modes[] = {{"auto", DT_PROGRESS_AUTO}, {"bar", DT_PROGRESS_BAR},
                                              {"plain", DT_PROGRESS_PLAIN}, {"none", DT_PROGRESS_NONE}, {NULL, 0}};
 static const flag_choice on_off[] = {{"on", 1}, {"off", 0}, {NULL, 0}};
+static const flag_choice exchanges[] = {
+    {"auto", DT_ROWS_AUTO}, {"dense", DT_ROWS_DENSE}, {"sparse", DT_ROWS_SPARSE}, {NULL, 0}};
+static const flag_choice holdouts[] = {{"random", DT_HOLDOUT_DEFAULT}, {"leave-last-out", DT_HOLDOUT_LAST}, {NULL, 0}};
 static const flag_choice comm_hooks[] = {
     {"none", DT_COMM_HOOK_NONE}, {"bf16", DT_COMM_HOOK_BF16}, {"fp16", DT_COMM_HOOK_FP16}, {NULL, 0}};
 
@@ -163,12 +167,25 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
     [TRAIN_MODEL] = {"--model", "NAME", FLAG_STR, "fashioncnn", "mlp",
                      .help = "model from the zoo (see 'dtrain models')"},
     [TRAIN_HIDDEN] = {"--hidden", "W1,W2,...", FLAG_WIDTHS, "the model's own", "256,128",
-                      .help = "hidden layer widths of mlp"},
+                      .help = "hidden layer widths of mlp and ncf"},
     [TRAIN_DROPOUT] = {"--dropout", "P", FLAG_UNIT_FLOAT, "the model's own", "0.2",
                        .help = "dropout probability, overriding the model's"},
+    [TRAIN_FACTORS] = {"--factors", "K", FLAG_POS_INT, "64 for mf, 32 for ncf", "64",
+                       .help = "mf, ncf: embedding width (latent factors per user and item)"},
+    [TRAIN_EMBEDDING_L2] = {"--embedding-l2", "X", FLAG_NONNEG_FLOAT, "0", "0.05",
+                            .help = "mf, ncf: add X * the batch mean of |user row|^2 + |item row|^2 to the loss (L2 on "
+                            "the looked-up rows; works with --sparse-embeddings)"},
+    [TRAIN_SPARSE_EMBEDDINGS] = {"--sparse-embeddings", NULL, FLAG_BOOL, "off: dense updates", NULL,
+                                 .help = "mf, ncf: update only the embedding rows a step touched, as PyTorch's "
+                                 "sparse=True with SGD (no momentum, no weight decay) or SparseAdam (--optimizer adam)"},
     [TRAIN_DATA] = {"--data", "SOURCE", FLAG_STR, "fashion-mnist", "fashion-mnist",
-                    .help = "data source: fashion-mnist or mnist (IDX under DT_DATA_DIR), a directory of IDX files, or "
+                    .help = "data source: fashion-mnist or mnist (IDX under DT_DATA_DIR), a directory of IDX files, a "
+                            "MovieLens directory (ratings.csv or ratings.dat, with movies.csv/.dat), or "
                             "synthetic:N[,in=20,out=1,task=regression|classification|multilabel,seed=S] (generated)"},
+    [TRAIN_SPLIT] = {"--split", "NAME", FLAG_CHOICE, "random", "leave-last-out",
+                     .help = "ratings data: random (a --val-fraction, default 0.1, held out by --seed) or "
+                     "leave-last-out (each user's latest rating; adds HR@10 and NDCG@10 over 100 sampled negatives)",
+                     .choices = holdouts},
     [TRAIN_NORMALIZE] = {"--normalize", "MEAN,STD", FLAG_MEAN_STD, "none: x/255", "0.2860,0.3530",
                          .help = "also normalise inputs as (x/255 - MEAN)/STD"},
     [TRAIN_LIMIT_TRAIN] = {"--limit-train", "N", FLAG_POS_I64, "all", "2000",
@@ -250,6 +267,10 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
     [TRAIN_COMM_HOOK] = {"--comm-hook", "NAME", FLAG_CHOICE, "none", "bf16",
                          .help = "ddp: compress gradients for the all-reduce: none, bf16 or fp16 (divided by the world "
                          "size first)", .choices = comm_hooks},
+    [TRAIN_EMBEDDING_EXCHANGE] = {"--embedding-exchange", "NAME", FLAG_CHOICE, "auto", "sparse",
+                                  .help = "ddp: exchange an embedding table's gradient as the touched rows "
+                                  "(all-gather of ids and values: sparse), as the whole table (all-reduce: dense), or "
+                                  "whichever moves fewer bytes, decided every step (auto)", .choices = exchanges},
     [TRAIN_TIMEOUT] = {"--timeout", "SECONDS", FLAG_POS_FLOAT, "DT_TIMEOUT (300)", "60",
                        .help = "ddp: how long the rendezvous and each all-reduce may wait for the other ranks"},
     [TRAIN_SAVE_EVERY] = {"--save-every", "EPOCHS", FLAG_POS_INT, "off", "1",
@@ -287,7 +308,7 @@ static const train_flag sgd_only[] = {TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NES
 static const train_flag adam_only[] = {TRAIN_BETAS, TRAIN_EPS};
 static const train_flag ddp_only[] = {TRAIN_BACKEND, TRAIN_MASTER, TRAIN_BUCKET_CAP_MB, TRAIN_FIRST_BUCKET_MB,
                                       TRAIN_BROADCAST_BUFFERS, TRAIN_FIND_UNUSED_PARAMETERS, TRAIN_COMM_HOOK,
-                                      TRAIN_TIMEOUT};
+                                      TRAIN_EMBEDDING_EXCHANGE, TRAIN_TIMEOUT};
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -317,6 +338,20 @@ static void read_normalize(const flag_value *v, dt_normalize *n) {
   n->std = (float)v->pair[1];
 }
 
+/* The embedding models' flags: --factors, --embedding-l2, --sparse-embeddings (mf and ncf only). */
+static int train_embedding_flags(const flag_args *p, dt_train_config *cfg) {
+  static const train_flag ids[] = {TRAIN_FACTORS, TRAIN_EMBEDDING_L2, TRAIN_SPARSE_EMBEDDINGS};
+  const flag_value *v = p->v;
+  const int id = first_given(p, ids, COUNT(ids));
+  if (id >= 0 && strcmp(cfg->model, "mf") != 0 && strcmp(cfg->model, "ncf") != 0)
+    return flags_usage_error(p->prog, "use it with --model mf or ncf", "%s applies only to the embedding models mf "
+                             "and ncf, not %s", train_flags[id].name, cfg->model);
+  if (v[TRAIN_FACTORS].given) cfg->factors = (int)v[TRAIN_FACTORS].i;
+  if (v[TRAIN_EMBEDDING_L2].given) cfg->embedding_l2 = (float)v[TRAIN_EMBEDDING_L2].f;
+  cfg->sparse_embeddings = v[TRAIN_SPARSE_EMBEDDINGS].given;
+  return 0;
+}
+
 /* Model and data: --model, --hidden, --dropout, --data, --normalize, the limits, --epochs, --batch-size. */
 static int train_model_flags(const flag_args *p, dt_train_config *cfg) {
   const flag_value *v = p->v;
@@ -324,14 +359,17 @@ static int train_model_flags(const flag_args *p, dt_train_config *cfg) {
   int rc = check_model(p->prog, cfg->model);
   if (rc) return rc;
   if (v[TRAIN_HIDDEN].given) {
-    /* Only mlp has widths to choose; the zoo would silently ignore them elsewhere. */
-    if (strcmp(cfg->model, "mlp") != 0)
+    /* Only mlp and ncf have widths to choose; the zoo would silently ignore them elsewhere. */
+    if (strcmp(cfg->model, "mlp") != 0 && strcmp(cfg->model, "ncf") != 0)
       return flags_usage_error(p->prog, "add --model mlp, or drop --hidden",
-                               "--hidden applies only to --model mlp, not %s", cfg->model);
+                               "--hidden applies only to --model mlp or ncf, not %s", cfg->model);
     read_hidden(&v[TRAIN_HIDDEN], cfg->hidden, &cfg->n_hidden);
   }
   if (v[TRAIN_DROPOUT].given) cfg->dropout = (float)v[TRAIN_DROPOUT].f;
+  rc = train_embedding_flags(p, cfg);
+  if (rc) return rc;
   if (v[TRAIN_DATA].given) cfg->data = v[TRAIN_DATA].raw;
+  if (v[TRAIN_SPLIT].given) cfg->holdout = (dt_holdout)v[TRAIN_SPLIT].choice;
   if (v[TRAIN_NORMALIZE].given) read_normalize(&v[TRAIN_NORMALIZE], &cfg->normalize);
   if (v[TRAIN_LIMIT_TRAIN].given) cfg->limit_train = v[TRAIN_LIMIT_TRAIN].i;
   if (v[TRAIN_LIMIT_TEST].given) cfg->limit_test = v[TRAIN_LIMIT_TEST].i;
@@ -436,6 +474,7 @@ static int train_strategy_flags(const flag_args *p, dt_train_config *cfg) {
   if (v[TRAIN_BROADCAST_BUFFERS].given) cfg->ddp.broadcast_buffers = v[TRAIN_BROADCAST_BUFFERS].choice;
   if (v[TRAIN_FIND_UNUSED_PARAMETERS].given) cfg->ddp.find_unused_parameters = 1;
   if (v[TRAIN_COMM_HOOK].given) cfg->ddp.comm_hook = v[TRAIN_COMM_HOOK].choice;
+  if (v[TRAIN_EMBEDDING_EXCHANGE].given) cfg->ddp.rows_exchange = (dt_rows_exchange)v[TRAIN_EMBEDDING_EXCHANGE].choice;
   if (v[TRAIN_TIMEOUT].given) cfg->timeout_s = v[TRAIN_TIMEOUT].f;
   return 0;
 }
@@ -831,7 +870,7 @@ typedef enum scaling_flag {
 static const flag_spec scaling_flags[SCALING_COUNT] = {
     [SCALING_MODEL] = {"--model", "NAME", FLAG_STR, "fashioncnn", "mlp", .help = "model from the zoo"},
     [SCALING_HIDDEN] = {"--hidden", "W1,W2,...", FLAG_WIDTHS, "the model's own", "2048,2048",
-                        .help = "hidden layer widths of mlp"},
+                        .help = "hidden layer widths of mlp and ncf"},
     [SCALING_DATA] = {"--data", "SOURCE", FLAG_STR, "fashion-mnist", "fashion-mnist",
                       .help = "dataset name or a directory of IDX files"},
     [SCALING_MAX_WORKERS] = {"--max-workers", "N", FLAG_POS_INT, "cores / --threads-per-worker", "2",

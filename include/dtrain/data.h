@@ -145,6 +145,10 @@ typedef struct dt_ranking {
 } dt_ranking;
 dt_status dt_dataset_ranking(const dt_dataset *ds, dt_ranking *out);
 
+/* The mean of an f32 target over every sample and value (0 for no samples);
+ * DT_INVALID_ARGUMENT for class-index targets. */
+dt_status dt_dataset_target_mean(const dt_dataset *ds, double *mean);
+
 /* Image sources: (C, H, W) of the "x" field (1 for missing dims). */
 void dt_dataset_sample_shape(const dt_dataset *ds, int64_t shape[3]);
 /* Classes of a classification dataset (0 for other tasks). */
@@ -171,7 +175,7 @@ typedef struct dt_loader_config {
 
 typedef struct dt_batch {
   const void *field[DT_MAX_FIELDS]; /* each (size, field shape...), in dt_data_info order */
-  const float *x;      /* the f32 input field "x" (size, shape...), or NULL */
+  const void *x;       /* the input field "x" (size, shape...): f32 values or i32 indices; or NULL */
   const void *target;  /* the target field */
   const int32_t *y;    /* the target as class indices (classification), else NULL */
   int size;            /* 0 at the end of the epoch */

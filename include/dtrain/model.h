@@ -29,6 +29,10 @@ typedef enum dt_activation {
  * for images as (C, H, W), or {784} for vectors). The caller owns *out. */
 dt_status dt_model_new(int ndim, const int64_t *sample_shape, dt_model **out);
 void dt_model_free(dt_model *m); /* accepts NULL */
+/* Samples of index inputs (DT_I32: user and item ids, tokens) instead of f32;
+ * call before adding layers (the first one must read indices: an embedding). */
+dt_status dt_model_set_input_dtype(dt_model *m, dt_dtype dtype);
+dt_dtype dt_model_input_dtype(const dt_model *m);
 
 /* Each add appends a layer after the current last one. `name` is the module path
  * of the layer as in PyTorch ("layer1.0", "fc1"); its tensors are "<name>.weight",
@@ -43,6 +47,21 @@ dt_status dt_model_add_avgpool2d(dt_model *m, const char *name, int kernel, int 
 dt_status dt_model_add_activation(dt_model *m, const char *name, dt_activation act);
 dt_status dt_model_add_dropout(dt_model *m, const char *name, float p);
 dt_status dt_model_add_flatten(dt_model *m, const char *name);
+/* Embeddings of an index input (n,): column k looks up row x[k] of table k
+ * (rows[k], dim), "<names[k]>.weight" (torch.nn.Embedding, initialised
+ * N(0, std^2)); the output (n * dim,) is the n rows side by side. l2 > 0 adds
+ * l2 * (the sample's loss weight) * |row|^2 per lookup to the loss (its
+ * gradient only: the reported loss is the task's). */
+dt_status dt_model_add_embeddings(dt_model *m, const char *name, int n, const char *const *names, const int64_t *rows,
+                                  int dim, float std, float l2);
+/* Biased matrix factorisation of an index input (user, item): out =
+ * global_bias + user_bias[u] + item_bias[i] + <user_factors[u], item_factors[i]>,
+ * tensors "user_factors.weight" (users, factors), "item_factors.weight",
+ * "user_bias.weight" (users, 1), "item_bias.weight" (items, 1), "global_bias" (1)
+ * initialised to `mean`; factors N(0, std^2), biases 0; l2 as for embeddings
+ * on the factor rows. */
+dt_status dt_model_add_mf(dt_model *m, const char *name, int64_t users, int64_t items, int factors, float std,
+                          float mean, float l2);
 /* Layers added between begin and end form a residual branch:
  * out = in + branch(in); the branch must keep the shape. Branches may nest. */
 dt_status dt_model_begin_residual(dt_model *m, const char *name);
@@ -65,9 +84,9 @@ void dt_model_set_rng_stream(dt_model *m, uint64_t stream);
 uint64_t dt_model_rng_step(const dt_model *m);
 void dt_model_set_rng_step(dt_model *m, uint64_t step);
 
-/* x (batch, sample_shape...) -> *out (batch, dt_model_output_size), owned by the
+/* x (batch, sample_shape...) of the model's input dtype (f32, or i32 indices) -> *out (batch, dt_model_output_size), owned by the
  * model, valid until the next forward. batch in 1..max_batch. */
-dt_status dt_model_forward(dt_model *m, const float *x, int batch, const float **out);
+dt_status dt_model_forward(dt_model *m, const void *x, int batch, const float **out);
 /* Back-propagates dout (batch, output_size) through the last training forward;
  * ACCUMULATES parameter gradients into the gradient arena (see dt_model_zero_grad). */
 dt_status dt_model_backward(dt_model *m, const float *dout);
@@ -118,6 +137,12 @@ typedef struct dt_zoo_config {
   const int *hidden;        /* mlp: hidden widths (NULL: the model's default) */
   int n_hidden;
   float dropout;            /* < 0: the model's default; 0 disables dropout */
+  /* Index inputs (dtype i32): the vocabulary of each column (users, items); 0 columns for f32 inputs. */
+  int n_index;
+  const int64_t *index_size;
+  int factors;              /* mf, ncf: embedding width (0: the model's default) */
+  float target_mean;        /* mf: the global bias's starting value (the training ratings' mean) */
+  float l2;                 /* mf, ncf: L2 on the looked-up embedding rows (0: none) */
 } dt_zoo_config;
 /* Builds the layers of a registered model (not yet dt_model_build-ed).
  * DT_NOT_FOUND naming the known models for an unknown name; DT_USAGE naming

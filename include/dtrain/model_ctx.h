@@ -28,11 +28,32 @@ dt_model_ctx *dt_model_default_ctx(dt_model *m);
 
 /* As dt_model_forward/backward, in context c. *out (batch, outputs) lives in c
  * until its next forward. */
-dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const float *x, int batch, const float **out);
+dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const void *x, int batch, const float **out);
 dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout);
 /* c's gradient arena (n_params floats, owned by c); backward accumulates into it. */
 float *dt_model_ctx_grads(dt_model_ctx *c);
 void dt_model_ctx_zero_grad(const dt_model *m, dt_model_ctx *c);
+
+/* Each sample's weight in the loss the next backwards differentiate (a mean
+ * over a batch of B: 1/B; accumulation and data-parallel slices scale it);
+ * 0 (the default): 1/batch of the forward. Terms a layer adds to the loss
+ * per sample (an embedding's L2) use it. */
+void dt_model_ctx_set_loss_weight(dt_model_ctx *c, float w);
+
+/* ---- row tables (embeddings): gradients that are non-zero on touched rows only ---- */
+typedef struct dt_rows {
+  int tensor;          /* dt_model_tensor_info index */
+  size_t off;          /* element offset in the arenas */
+  int64_t rows, width;
+  int64_t n;           /* rows touched since zero_grad ... */
+  const int32_t *list; /* ... these (unordered, distinct) */
+  int64_t refs;        /* lookups since zero_grad (>= n; equal on every replica of a step) */
+} dt_rows;
+int dt_model_num_row_tables(const dt_model *m);
+/* Table k (arena order) and its touched rows in c; valid until c's next backward or zero_grad. */
+void dt_model_ctx_rows(const dt_model *m, const dt_model_ctx *c, int k, dt_rows *out);
+/* Marks rows (of table k) as touched in c: rows whose gradient another replica made non-zero. */
+void dt_model_ctx_rows_touch(const dt_model *m, dt_model_ctx *c, int k, const int32_t *rows, int64_t n);
 
 /* Dropout masks of c derive from (seed, stream, layer, step). */
 void dt_model_ctx_set_rng_stream(dt_model_ctx *c, uint64_t stream);

@@ -41,6 +41,18 @@ void dt_optim_free(dt_optim *o);
  * overlap. Bit-compatible with torch.optim 1.13 on CPU (foreach off) when the
  * hyper-parameters are float values. */
 dt_status dt_optim_step(dt_optim *o, float *params, const float *grads, float lr);
+/* Row-wise ("sparse") update: the parameters outside the row tables t[0..n)
+ * (arena order, disjoint; dtrain/model_ctx.h) get dt_optim_step's update, and
+ * each table only its touched rows, as PyTorch steps an nn.Embedding(sparse=True):
+ * SGD as torch.optim.SGD on a sparse gradient (momentum and weight decay are
+ * refused: torch densifies them), Adam as torch.optim.SparseAdam (moments of
+ * untouched rows stay as they are; AdamW and weight decay are refused, as
+ * SparseAdam has none). The step count is shared. DT_INVALID_ARGUMENT naming
+ * the refused setting. */
+struct dt_rows;
+dt_status dt_optim_step_rows(dt_optim *o, float *params, const float *grads, float lr, const struct dt_rows *t, int n);
+/* DT_INVALID_ARGUMENT unless cfg allows row-wise updates (see dt_optim_step_rows). */
+dt_status dt_optim_rows_check(const dt_optim_config *cfg);
 /* Steps taken so far (Adam's bias correction uses it). */
 int64_t dt_optim_step_count(const dt_optim *o);
 /* The state buffers, for checkpoints: i in 0..n-1, each `count` floats, named

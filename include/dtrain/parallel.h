@@ -33,12 +33,19 @@ typedef enum dt_comm_hook {
   DT_COMM_HOOK_FP16,     /* same with f16 (fp16_compress_hook) */
 } dt_comm_hook;
 
+/* How the gradient of a row table (an embedding) is exchanged: AUTO decides
+ * every step, from that step's lookups (equal on every rank), whichever moves
+ * fewer bytes: an all-gather of the touched rows (ids and values) or the dense
+ * all-reduce of the whole table. */
+typedef enum dt_rows_exchange { DT_ROWS_AUTO = 0, DT_ROWS_DENSE, DT_ROWS_SPARSE } dt_rows_exchange;
+
 typedef struct dt_ddp_config {
   double bucket_cap_mb;       /* bucket size cap, MiB (PyTorch: 25) */
   double first_bucket_mb;     /* the first bucket (last layers), MiB (PyTorch: 1) */
   int broadcast_buffers;      /* 1: dt_ddp_before_forward broadcasts buffers from rank 0 (PyTorch default) */
   int find_unused_parameters; /* 1: parameters that got no gradient are reduced as zeros; 0: that is an error */
-  dt_comm_hook comm_hook;
+  dt_comm_hook comm_hook;     /* row tables are exchanged in f32 whatever the hook */
+  dt_rows_exchange rows_exchange;
 } dt_ddp_config;
 void dt_ddp_config_default(dt_ddp_config *c);
 
@@ -62,7 +69,9 @@ typedef struct dt_ddp_stats {
   int64_t steps;           /* synchronised steps so far */
   double comm_s;           /* seconds all-reduces ran (on the communication thread) */
   double wait_s;           /* seconds dt_ddp_finish waited for them: the part not hidden behind backward */
-  double bytes;            /* bytes all-reduced so far */
+  double bytes;            /* bytes all-reduced (row tables: all-gathered, this rank's payload) so far */
+  int64_t rows_sparse, rows_dense; /* row-table exchanges as touched rows / as the dense table */
+  double rows_sparse_bytes, rows_dense_bytes; /* this rank's payload bytes of each */
 } dt_ddp_stats;
 void dt_ddp_get_stats(const dt_ddp *d, dt_ddp_stats *s);
 /* Bucket i: [offset, offset + count) of the gradient arena. */
@@ -84,10 +93,10 @@ void dt_dp_free(dt_dp *d);
  * target (batch, the task's target width) are sliced by sample. The task's
  * counters of the batch (dt_task_num_sums of them) are ADDED to sums. loss
  * and sums may be NULL. */
-dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const float *x, const void *target, int batch, float *loss,
+dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const void *x, const void *target, int batch, float *loss,
                            double *sums);
 /* Inference: logits (batch, classes) into out. */
-dt_status dt_dp_forward(dt_dp *d, const float *x, int batch, float *out);
+dt_status dt_dp_forward(dt_dp *d, const void *x, int batch, float *out);
 /* Worker count, and each worker's dropout step (training forwards it ran; see
  * dt_model_rng_step), for snapshots and resume. */
 int dt_dp_workers(const dt_dp *d);

@@ -30,6 +30,7 @@ typedef struct dt_task_config {
   float label_smoothing;   /* classification, in [0, 1) */
   const float *pos_weight; /* multilabel: (outputs) weights of the positive term, or NULL (all 1) */
   dt_regression_loss regression_loss;
+  int ranking_k;           /* regression: > 0 adds HR@K and NDCG@K to the evaluation (dt_metric_acc_add_ranking) */
 } dt_task_config;
 
 /* ---- metrics names ----------------------------------------------------------- */
@@ -100,6 +101,12 @@ int dt_metric_acc_keeps_rows(const dt_metric_acc *a);
 float *dt_metric_acc_scores(dt_metric_acc *a, int64_t *n);
 /* Replaces the kept rows by the gathered ones of every rank (n rows; copied). */
 dt_status dt_metric_acc_set_scores(dt_metric_acc *a, const float *scores, int64_t n);
+/* Ranking queries (an evaluation of a task with ranking_k = K): n queries of
+ * `per` scores each, the positive first. The positive's rank is the number of
+ * the other per - 1 candidates scoring at least as high (ties count against
+ * it); a hit is rank < K and its NDCG is 1 / log2(rank + 2) (one relevant
+ * item). Added to the summable state, so ranks may split the queries. */
+dt_status dt_metric_acc_add_ranking(dt_metric_acc *a, const float *scores, int64_t n, int per);
 int64_t dt_metric_acc_samples(const dt_metric_acc *a);
 /* Mean loss and the metric values (train: the set's train metrics; else eval), NaN with no sample. */
 double dt_metric_acc_loss(const dt_metric_acc *a);

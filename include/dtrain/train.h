@@ -39,11 +39,15 @@ typedef struct dt_train_config {
   int hidden[DT_TRAIN_MAX_HIDDEN]; /* mlp hidden widths; n_hidden 0: the model's default */
   int n_hidden;
   float dropout; /* < 0: the model's default */
+  int factors;        /* mf, ncf: embedding width; 0: the model's default */
+  float embedding_l2; /* mf, ncf: L2 on the looked-up embedding rows, weighted as the loss's mean; 0: off */
+  int sparse_embeddings; /* update only the embedding rows a step touched (SparseAdam / sparse SGD) */
   /* data */
   const char *data;       /* data source spec (see dt_dataset_load): its train split is trained on */
   const char *val_data;   /* NULL: the source's test split, or --val-fraction; else a source evaluated on */
   double val_fraction;    /* in (0, 1): hold out this part of the training data (by seed); 0: off */
   dt_normalize normalize; /* disabled: x / 255 */
+  dt_holdout holdout;     /* ratings: the default (a random --val-fraction, 0.1) or leave-last-out */
   int64_t limit_train;    /* > 0: use only the first N training samples (shuffled among themselves) */
   int64_t limit_test;     /* > 0: evaluate on the first N test samples */
   /* loop */

@@ -113,6 +113,32 @@ int dt_dataset_meta(const dt_dataset *ds, const dt_kv **kv) {
   return r->ops->meta ? r->ops->meta(r->state, kv) : 0;
 }
 
+#define MEAN_CHUNK 4096
+
+dt_status dt_dataset_target_mean(const dt_dataset *ds, double *mean) {
+  const dt_data_info *in = &ds->info;
+  const dt_field *t = &in->field[in->target];
+  if (t->dtype != DT_F32) return dt_error(DT_INVALID_ARGUMENT, "dt_dataset_target_mean: the target is not f32");
+  void *bufs[DT_MAX_FIELDS] = {0};
+  int64_t *idx = NULL;
+  dt_status st = dt_alloc_array(MEAN_CHUNK, sizeof *idx, "target mean", (void **)&idx);
+  for (int f = 0; f < in->n_fields && st == DT_OK; f++)
+    st = dt_alloc_array(MEAN_CHUNK, dt_field_bytes(&in->field[f]), "target mean", &bufs[f]);
+  const size_t per = dt_field_numel(t);
+  double sum = 0;
+  for (int64_t lo = 0; lo < ds->n && st == DT_OK; lo += MEAN_CHUNK) {
+    const int n = ds->n - lo < MEAN_CHUNK ? (int)(ds->n - lo) : MEAN_CHUNK;
+    for (int i = 0; i < n; i++) idx[i] = lo + i;
+    dt_dataset_fetch(ds, idx, n, bufs);
+    const float *y = bufs[in->target];
+    for (size_t i = 0; i < (size_t)n * per; i++) sum += y[i];
+  }
+  for (int f = 0; f < in->n_fields; f++) dt_free(bufs[f]);
+  dt_free(idx);
+  *mean = ds->n ? sum / ((double)ds->n * (double)per) : 0;
+  return st;
+}
+
 /* A subset's samples are not its root's: its ranking would not describe them. */
 dt_status dt_dataset_ranking(const dt_dataset *ds, dt_ranking *out) {
   if (!ds->ops || !ds->ops->ranking)

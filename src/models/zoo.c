@@ -11,16 +11,25 @@ static const struct zoo_entry {
   const char *doc;
   unsigned tasks;  /* bit per dt_task_kind */
   int input_ndim;  /* rank of the input sample it needs; 0: any */
+  int index_cols;  /* > 0: reads index inputs of this many columns (user, item); 0: f32 inputs */
   dt_zoo_build_fn build;
 } zoo[] = {
-    {"linear", "Linear(in, out) on the flattened input: the PyTorch DDP tutorial's model", ALL_TASKS, 0,
+    {"linear", "Linear(in, out) on the flattened input: the PyTorch DDP tutorial's model", ALL_TASKS, 0, 0,
      dt_zoo_build_linear},
     {"mlp", "flatten, then Linear+ReLU per hidden width (default 256,128), then Linear to the outputs",
-     ALL_TASKS, 0, dt_zoo_build_mlp},
+     ALL_TASKS, 0, 0, dt_zoo_build_mlp},
     {"fashioncnn",
      "2x (Conv2d 3x3 + BatchNorm2d + ReLU + MaxPool2d), Linear 600, Dropout 0.25, Linear 120, Linear classes "
      "(on (C, H, W) images)",
-     1u << DT_TASK_CLASSIFICATION, 3, dt_zoo_build_fashioncnn},
+     1u << DT_TASK_CLASSIFICATION, 3, 0, dt_zoo_build_fashioncnn},
+    {"mf",
+     "biased matrix factorisation of (user, item): mean + user bias + item bias + <user, item> factors (--factors, "
+     "default 64)",
+     1u << DT_TASK_REGRESSION, 1, 2, dt_zoo_build_mf},
+    {"ncf",
+     "neural collaborative filtering: user and item embeddings (--factors, default 32) side by side, Linear+ReLU per "
+     "hidden width (default 64,32), Linear to the outputs",
+     ALL_TASKS, 1, 2, dt_zoo_build_ncf},
 };
 #define ZOO_SIZE (sizeof zoo / sizeof zoo[0])
 
@@ -47,6 +56,12 @@ static dt_status check_fit(const struct zoo_entry *e, const dt_zoo_config *cfg) 
   if (e->input_ndim && cfg->ndim != e->input_ndim)
     return dt_error(DT_USAGE, "model %s needs %d-dimensional inputs (C, H, W); the data's samples have %d dimension(s)",
                     e->name, e->input_ndim, cfg->ndim);
+  if (e->index_cols && cfg->n_index != e->index_cols)
+    return dt_error(DT_USAGE, "model %s reads %d index columns (user, item); the data's input is %s", e->name,
+                    e->index_cols, cfg->n_index ? "another number of index columns" : "f32 values (try mlp)");
+  if (!e->index_cols && cfg->n_index)
+    return dt_error(DT_USAGE, "model %s reads f32 inputs; the data's input is %d index columns (try mf or ncf)", e->name,
+                    cfg->n_index);
   if (cfg->ndim < 1 || cfg->ndim > 4)
     return dt_error(DT_INVALID_ARGUMENT, "model %s: input rank %d, expected 1..4", e->name, cfg->ndim);
   for (int d = 0; d < cfg->ndim; d++)

@@ -10,5 +10,7 @@ typedef dt_status (*dt_zoo_build_fn)(const dt_zoo_config *cfg, dt_model **out);
 dt_status dt_zoo_build_linear(const dt_zoo_config *cfg, dt_model **out);
 dt_status dt_zoo_build_mlp(const dt_zoo_config *cfg, dt_model **out);
 dt_status dt_zoo_build_fashioncnn(const dt_zoo_config *cfg, dt_model **out);
+dt_status dt_zoo_build_mf(const dt_zoo_config *cfg, dt_model **out);
+dt_status dt_zoo_build_ncf(const dt_zoo_config *cfg, dt_model **out);
 
 #endif

@@ -19,6 +19,8 @@ typedef enum dt_init_kind {
   DT_INIT_FAN_IN,  /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)): kaiming_uniform(a=sqrt(5)) and the bias rule */
   DT_INIT_ONES,
   DT_INIT_ZEROS,
+  DT_INIT_NORMAL,  /* N(0, value^2): torch.nn.init.normal_(std=value) */
+  DT_INIT_CONST,   /* every element = value */
 } dt_init_kind;
 
 /* Where a declared tensor lives. */
@@ -37,7 +39,26 @@ typedef struct dt_layer_tensor {
   int64_t shape[DT_MAX_DIMS];
   size_t numel;
   size_t off; /* element offset inside the layer's block of its arena (counters: index) */
+  float init_value; /* DT_INIT_NORMAL: the std; DT_INIT_CONST: the value */
+  int row_table;    /* a (rows, width) parameter read by row (an embedding): backward marks the rows it touches */
+  int rows_id;      /* row tables: the index among the model's row tables (set by build); else -1 */
 } dt_layer_tensor;
+
+/* The rows of one row table whose gradient may be non-zero since the last
+ * zero_grad, in a context: mark[r] != 0 for the n rows of list. */
+typedef struct dt_row_set {
+  unsigned char *mark; /* (rows) */
+  int32_t *list;       /* (rows) */
+  int64_t n;
+  int64_t refs;        /* lookups into the table since zero_grad (>= n) */
+} dt_row_set;
+/* Marks row r of s as touched (one lookup). */
+static inline void dt_row_set_touch(dt_row_set *s, int32_t r) {
+  s->refs++;
+  if (s->mark[r]) return;
+  s->mark[r] = 1;
+  s->list[s->n++] = r;
+}
 
 /* Everything a layer's forward/backward may touch for one call. */
 typedef struct dt_layer_io {
@@ -53,6 +74,8 @@ typedef struct dt_layer_io {
   int training;        /* mode of the forward (backward sees the forward's mode) */
   uint64_t seed;       /* the build seed */
   uint64_t stream;     /* dropout stream: mix(rng stream, layer index, step) */
+  float loss_weight;   /* each sample's weight in the loss being differentiated (1/batch for a mean) */
+  dt_row_set *rows[DT_LAYER_MAX_TENSORS]; /* row tables: the touched rows of tensor k; else NULL */
 } dt_layer_io;
 
 /* A layer kind. infer runs at add time: reads l->in_*, sets l->out_*, declares
@@ -78,6 +101,7 @@ struct dt_layer {
   char name[DT_LAYER_NAME_MAX];
   int index;   /* position in the model */
   int partner; /* residual begin <-> end; -1 otherwise */
+  dt_dtype in_dtype;     /* f32, or i32 for the first layer of a model over index inputs */
   int in_ndim, out_ndim; /* per sample */
   int64_t in_shape[DT_SAMPLE_MAX_DIMS], out_shape[DT_SAMPLE_MAX_DIMS];
   size_t in_numel, out_numel;
@@ -90,6 +114,11 @@ struct dt_layer {
 /* Declares a tensor "<layer name>.<suffix>" of the layer (state_dict order = call order). */
 dt_status dt_layer_declare(dt_layer *l, const char *suffix, dt_tensor_place place, dt_init_kind init, int fan_in,
                            int ndim, const int64_t *shape);
+/* The same with an init value (DT_INIT_NORMAL's std, DT_INIT_CONST's value). */
+dt_status dt_layer_declare_init(dt_layer *l, const char *suffix, dt_tensor_place place, dt_init_kind init, float value,
+                                int ndim, const int64_t *shape);
+/* A (rows, width) parameter read by row (an embedding table), initialised N(0, std^2). */
+dt_status dt_layer_declare_rows(dt_layer *l, const char *suffix, int64_t rows, int64_t width, float std);
 /* "(32, 28, 28)" of a per-sample shape into buf. */
 const char *dt_shape_str(int ndim, const int64_t *shape, char *buf, size_t len);
 /* Appends a layer of kind ops (taking ownership of priv, a dt_alloc'd struct or NULL). */
@@ -114,6 +143,16 @@ extern const dt_layer_ops dt_dropout_ops;
 extern const dt_layer_ops dt_flatten_ops;
 extern const dt_layer_ops dt_residual_begin_ops;
 extern const dt_layer_ops dt_residual_end_ops;
+extern const dt_layer_ops dt_embeddings_ops;
+extern const dt_layer_ops dt_mf_ops;
+
+/* Index-reading layers (embeddings.c): the input is (n,) i32 indices; column
+ * col of a batch lies in [0, rows) (DT_INVALID_ARGUMENT naming the sample and
+ * `what`); grads of the looked-up rows += coef * row (an L2 term's gradient). */
+dt_status dt_layer_check_index_input(const dt_layer *l, int n);
+dt_status dt_layer_check_indices(const dt_layer *l, const int32_t *x, int n, int col, int64_t rows, int batch,
+                                 const char *what);
+void dt_layer_rows_l2(float *grads, const float *table, int width, const int32_t *idx, size_t stride, int B, float coef);
 
 /* Layers of a model, for tools and tests. */
 int dt_model_num_layers(const dt_model *m);

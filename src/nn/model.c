@@ -14,10 +14,18 @@ typedef struct tensor_ref {
   int layer, k; /* layers[layer].t[k] */
 } tensor_ref;
 
+/* A row table (embedding) of the parameter arena. */
+typedef struct row_table {
+  int tensor;   /* index in state_dict order */
+  size_t off;   /* arena offset */
+  int64_t rows, width;
+} row_table;
+
 struct dt_model {
   int sample_ndim;
   int64_t sample_shape[DT_SAMPLE_MAX_DIMS];
   size_t sample_numel;
+  dt_dtype in_dtype; /* f32 samples, or i32 indices */
 
   dt_layer *layers;
   int n_layers, cap_layers;
@@ -36,6 +44,8 @@ struct dt_model {
   size_t n_counters;
   const dt_fusion **fusion; /* (n_layers): the fused group starting at each layer, or NULL (dt_fusion_plan) */
   int *fusion_first;        /* (n_layers): the first layer of the group ending at each layer */
+  row_table *tables; /* (n_tables) row tables, arena order */
+  int n_tables;
   dt_model_ctx *ctx; /* the model's own execution context */
 };
 
@@ -56,6 +66,9 @@ struct dt_model_ctx {
   const float *input_grad;
   int no_fusion;     /* 1: run every layer on its own */
   int fused_forward; /* the last forward ran the fusions (backward must match it) */
+  float loss_weight; /* > 0: each sample's weight in the loss (else 1/batch) */
+  dt_row_set *rows;  /* (n_tables) rows touched since zero_grad */
+  void *rows_block;
 };
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -101,6 +114,23 @@ dt_status dt_layer_priv_new(size_t bytes, const char *kind, void **out) {
   return dt_alloc_array(1, bytes, kind, out);
 }
 
+dt_status dt_layer_declare_init(dt_layer *l, const char *suffix, dt_tensor_place place, dt_init_kind init, float value,
+                                int ndim, const int64_t *shape) {
+  DT_CHECK(dt_layer_declare(l, suffix, place, init, 0, ndim, shape));
+  l->t[l->n_tensors - 1].init_value = value;
+  return DT_OK;
+}
+
+dt_status dt_layer_declare_rows(dt_layer *l, const char *suffix, int64_t rows, int64_t width, float std) {
+  if (rows < 1 || rows > INT32_MAX || width < 1)
+    return dt_error(DT_INVALID_ARGUMENT, "%s.%s: a table of %lld rows of %lld, expected 1..2^31-1 rows of >= 1", l->name,
+                    suffix, (long long)rows, (long long)width);
+  const int64_t shape[2] = {rows, width};
+  DT_CHECK(dt_layer_declare_init(l, suffix, DT_PLACE_PARAM, DT_INIT_NORMAL, std, 2, shape));
+  l->t[l->n_tensors - 1].row_table = 1;
+  return DT_OK;
+}
+
 dt_status dt_layer_declare(dt_layer *l, const char *suffix, dt_tensor_place place, dt_init_kind init, int fan_in,
                            int ndim, const int64_t *shape) {
   if (l->n_tensors >= DT_LAYER_MAX_TENSORS || ndim < 0 || ndim > DT_MAX_DIMS)
@@ -111,6 +141,7 @@ dt_status dt_layer_declare(dt_layer *l, const char *suffix, dt_tensor_place plac
   t->place = place;
   t->init = init;
   t->fan_in = fan_in;
+  t->rows_id = -1;
   t->ndim = ndim;
   for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
   t->numel = numel_of(ndim, shape);
@@ -139,10 +170,22 @@ dt_status dt_model_new(int ndim, const int64_t *sample_shape, dt_model **out) {
   m->sample_ndim = ndim;
   for (int i = 0; i < ndim; i++) m->sample_shape[i] = sample_shape[i];
   m->sample_numel = numel_of(ndim, sample_shape);
+  m->in_dtype = DT_F32;
   m->training = 1;
   *out = m;
   return DT_OK;
 }
+
+dt_status dt_model_set_input_dtype(dt_model *m, dt_dtype dtype) {
+  if (!m) return dt_error(DT_INVALID_ARGUMENT, "dt_model_set_input_dtype: NULL model");
+  if (dtype != DT_F32 && dtype != DT_I32)
+    return dt_error(DT_INVALID_ARGUMENT, "dt_model_set_input_dtype: inputs are f32 or i32 (got dtype %d)", (int)dtype);
+  if (m->n_layers) return dt_error(DT_INVALID_ARGUMENT, "dt_model_set_input_dtype: set it before adding layers");
+  m->in_dtype = dtype;
+  return DT_OK;
+}
+
+dt_dtype dt_model_input_dtype(const dt_model *m) { return m ? m->in_dtype : DT_F32; }
 
 void dt_model_free(dt_model *m) {
   if (!m) return;
@@ -155,6 +198,7 @@ void dt_model_free(dt_model *m) {
   dt_free(m->counters);
   dt_free(m->fusion_first);
   dt_free(m->fusion);
+  dt_free(m->tables);
   dt_free(m);
 }
 
@@ -188,6 +232,7 @@ static dt_status add_layer(dt_model *m, const dt_layer_ops *ops, const char *nam
   l->index = m->n_layers;
   l->partner = partner;
   snprintf(l->name, sizeof l->name, "%s", name);
+  l->in_dtype = m->n_layers == 0 ? m->in_dtype : DT_F32;
   if (m->n_layers == 0) {
     l->in_ndim = m->sample_ndim;
     memcpy(l->in_shape, m->sample_shape, sizeof l->in_shape);
@@ -254,17 +299,47 @@ static void init_params(dt_model *m) {
       continue;
     }
     float *p = t->place == DT_PLACE_PARAM ? m->params + l->param_off + t->off : m->buffers + l->buffer_off + t->off;
+    dt_rng r;
+    dt_rng_init(&r, m->seed, (uint64_t)ti); /* one stream per tensor: adding layers elsewhere keeps others */
     if (t->init == DT_INIT_FAN_IN) {
       /* kaiming_uniform(a=sqrt(5)): gain sqrt(2/(1+5)), bound gain*sqrt(3/fan_in) = 1/sqrt(fan_in) */
       float bound = 1.0f / sqrtf((float)t->fan_in);
-      dt_rng r;
-      dt_rng_init(&r, m->seed, (uint64_t)ti); /* one stream per tensor: adding layers elsewhere keeps others */
       for (size_t i = 0; i < t->numel; i++) p[i] = dt_rng_uniform_range(&r, -bound, bound);
+    } else if (t->init == DT_INIT_NORMAL) {
+      for (size_t i = 0; i < t->numel; i++) p[i] = t->init_value * dt_rng_normal(&r);
+    } else if (t->init == DT_INIT_CONST) {
+      for (size_t i = 0; i < t->numel; i++) p[i] = t->init_value;
     } else {
       float v = t->init == DT_INIT_ONES ? 1.0f : 0.0f;
       for (size_t i = 0; i < t->numel; i++) p[i] = v;
     }
   }
+}
+
+/* The row tables in arena order, each numbered in its tensor (rows_id). */
+static dt_status list_row_tables(dt_model *m) {
+  int n = 0;
+  for (int i = 0; i < m->n_tensors; i++) n += m->layers[m->tensors[i].layer].t[m->tensors[i].k].row_table;
+  if (!n) return DT_OK;
+  DT_CHECK(dt_alloc_array((size_t)n, sizeof(row_table), "row tables", (void **)&m->tables));
+  for (int i = 0; i < m->n_tensors; i++) {
+    const dt_layer *l = &m->layers[m->tensors[i].layer];
+    const dt_layer_tensor *t = &l->t[m->tensors[i].k];
+    if (t->row_table)
+      m->tables[m->n_tables++] = (row_table){.tensor = i, .off = l->param_off + t->off, .rows = t->shape[0],
+                                             .width = t->shape[1]};
+  }
+  for (int a = 1; a < n; a++) /* insertion sort by offset: a handful of tables */
+    for (int b = a; b > 0 && m->tables[b].off < m->tables[b - 1].off; b--) {
+      row_table tmp = m->tables[b];
+      m->tables[b] = m->tables[b - 1];
+      m->tables[b - 1] = tmp;
+    }
+  for (int k = 0; k < n; k++) {
+    const tensor_ref *r = &m->tensors[m->tables[k].tensor];
+    m->layers[r->layer].t[r->k].rows_id = k;
+  }
+  return DT_OK;
 }
 
 dt_status dt_model_build(dt_model *m, int max_batch, uint64_t seed) {
@@ -295,6 +370,7 @@ dt_status dt_model_build(dt_model *m, int max_batch, uint64_t seed) {
   DT_CHECK_GOTO(dt_alloc_array((size_t)m->n_layers, sizeof *m->fusion, "fusion plan", (void **)&m->fusion), st, fail);
   DT_CHECK_GOTO(dt_alloc_array((size_t)m->n_layers, sizeof(int), "fusion plan", (void **)&m->fusion_first), st, fail);
   dt_fusion_plan(m->layers, m->n_layers, m->fusion, m->fusion_first);
+  DT_CHECK_GOTO(list_row_tables(m), st, fail);
   m->n_params = np;
   m->n_buffers = nb;
   m->n_counters = nc;
@@ -311,6 +387,9 @@ fail:
   dt_free(m->counters);
   dt_free(m->buffers);
   dt_free(m->params);
+  dt_free(m->tables);
+  m->tables = NULL;
+  m->n_tables = 0;
   m->fusion_first = NULL;
   m->fusion = NULL;
   m->counters = NULL;
@@ -321,6 +400,23 @@ fail:
 }
 
 /* ---- execution contexts ----------------------------------------------------------- */
+
+/* The row sets of a context: a mark byte and a list entry per row of every table. */
+static dt_status rows_new(const dt_model *m, dt_model_ctx *c) {
+  if (!m->n_tables) return DT_OK;
+  size_t bytes = 0;
+  for (int k = 0; k < m->n_tables; k++) bytes += DT_ALIGN_UP((size_t)m->tables[k].rows * (1 + sizeof(int32_t)));
+  DT_CHECK(dt_alloc_array((size_t)m->n_tables, sizeof(dt_row_set), "row sets", (void **)&c->rows));
+  DT_CHECK(dt_alloc_array(bytes, 1, "row sets", &c->rows_block));
+  char *p = c->rows_block;
+  for (int k = 0; k < m->n_tables; k++) {
+    const size_t rows = (size_t)m->tables[k].rows;
+    c->rows[k].list = (int32_t *)p;
+    c->rows[k].mark = (unsigned char *)(p + rows * sizeof(int32_t));
+    p += DT_ALIGN_UP(rows * (1 + sizeof(int32_t)));
+  }
+  return DT_OK;
+}
 
 dt_status dt_model_ctx_new(dt_model *m, int max_batch, int update_buffers, dt_model_ctx **out) {
   dt_status st = DT_OK;
@@ -372,6 +468,7 @@ dt_status dt_model_ctx_new(dt_model *m, int max_batch, int update_buffers, dt_mo
                   st, fail);
   DT_CHECK_GOTO(dt_alloc_array(m->n_params ? m->n_params : 1, sizeof(float), "gradient arena", (void **)&c->grads),
                 st, fail);
+  DT_CHECK_GOTO(rows_new(m, c), st, fail);
   *out = c;
   return DT_OK;
 fail:
@@ -381,6 +478,8 @@ fail:
 
 void dt_model_ctx_free(dt_model_ctx *c) {
   if (!c) return;
+  dt_free(c->rows_block);
+  dt_free(c->rows);
   dt_free(c->grads);
   dt_free(c->gbuf[1]);
   dt_free(c->gbuf[0]);
@@ -412,8 +511,43 @@ void dt_model_ctx_set_fusion(dt_model_ctx *c, int on) {
   if (c) c->no_fusion = on == 0;
 }
 const float *dt_model_ctx_input_grad(const dt_model_ctx *c) { return c ? c->input_grad : NULL; }
+void dt_model_ctx_set_loss_weight(dt_model_ctx *c, float w) {
+  if (c) c->loss_weight = w;
+}
+
+/* Zeroes the arena: row tables only at their touched rows, the rest whole. */
 void dt_model_ctx_zero_grad(const dt_model *m, dt_model_ctx *c) {
-  if (m && c && m->n_params) memset(c->grads, 0, m->n_params * sizeof(float));
+  if (!m || !c || !m->n_params) return;
+  size_t at = 0;
+  for (int k = 0; k < m->n_tables; k++) {
+    const row_table *t = &m->tables[k];
+    dt_row_set *s = &c->rows[k];
+    memset(c->grads + at, 0, (t->off - at) * sizeof(float));
+    for (int64_t i = 0; i < s->n; i++) {
+      memset(c->grads + t->off + (size_t)s->list[i] * (size_t)t->width, 0, (size_t)t->width * sizeof(float));
+      s->mark[s->list[i]] = 0;
+    }
+    s->n = s->refs = 0;
+    at = t->off + (size_t)(t->rows * t->width);
+  }
+  memset(c->grads + at, 0, (m->n_params - at) * sizeof(float));
+}
+
+int dt_model_num_row_tables(const dt_model *m) { return m ? m->n_tables : 0; }
+
+void dt_model_ctx_rows(const dt_model *m, const dt_model_ctx *c, int k, dt_rows *out) {
+  const row_table *t = &m->tables[k];
+  const dt_row_set *s = &c->rows[k];
+  *out = (dt_rows){.tensor = t->tensor, .off = t->off, .rows = t->rows, .width = t->width, .n = s->n,
+                   .list = s->list, .refs = s->refs};
+}
+
+void dt_model_ctx_rows_touch(const dt_model *m, dt_model_ctx *c, int k, const int32_t *rows, int64_t n) {
+  dt_row_set *s = &c->rows[k];
+  const int64_t refs = s->refs;
+  for (int64_t i = 0; i < n; i++)
+    if (rows[i] >= 0 && rows[i] < m->tables[k].rows) dt_row_set_touch(s, rows[i]);
+  s->refs = refs; /* rows another replica looked up: not lookups of this context */
 }
 
 static void fill_io(dt_model *m, dt_model_ctx *c, int i, dt_layer_io *io) {
@@ -433,6 +567,9 @@ static void fill_io(dt_model *m, dt_model_ctx *c, int i, dt_layer_io *io) {
   io->training = c->forward_training;
   io->seed = m->seed;
   io->stream = mix64(mix64(mix64(c->rng_stream) ^ (uint64_t)i) ^ c->step);
+  io->loss_weight = c->loss_weight > 0 ? c->loss_weight : 1.0f / (float)c->batch;
+  for (int k = 0; k < l->n_tensors; k++)
+    if (l->t[k].rows_id >= 0) io->rows[k] = &c->rows[l->t[k].rows_id];
 }
 
 /* Runs layer i's forward, or that of the fused group f starting at layer i. */
@@ -443,7 +580,7 @@ static dt_status forward_unit(dt_model *m, dt_model_ctx *c, int i, const dt_fusi
   return m->layers[i].ops->forward(&m->layers[i], io, c->act[i], c->act[i + 1]);
 }
 
-dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const float *x, int batch, const float **out) {
+dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const void *x, int batch, const float **out) {
   if (!m || !c || !x || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_model_forward: NULL argument");
   if (!m->built) return dt_error(DT_INVALID_ARGUMENT, "dt_model_forward: call dt_model_build first");
   if (batch < 1 || batch > c->max_batch)
@@ -452,7 +589,7 @@ dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const float *x, int
   c->have_forward = 0;
   c->batch = batch;
   c->forward_training = m->training;
-  memcpy(c->act[0], x, (size_t)batch * m->sample_numel * sizeof(float));
+  memcpy(c->act[0], x, (size_t)batch * m->sample_numel * dt_dtype_size(m->in_dtype));
   c->fused_forward = !c->no_fusion;
   const double trace_t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
   for (int i = 0; i < m->n_layers; i++) {
@@ -551,7 +688,7 @@ uint64_t dt_model_rng_step(const dt_model *m) { return m ? dt_model_ctx_rng_step
 void dt_model_set_rng_step(dt_model *m, uint64_t step) {
   if (m) dt_model_ctx_set_rng_step(m->ctx, step);
 }
-dt_status dt_model_forward(dt_model *m, const float *x, int batch, const float **out) {
+dt_status dt_model_forward(dt_model *m, const void *x, int batch, const float **out) {
   if (m && !m->built) return dt_error(DT_INVALID_ARGUMENT, "dt_model_forward: call dt_model_build first");
   return dt_model_ctx_forward(m, m ? m->ctx : NULL, x, batch, out);
 }

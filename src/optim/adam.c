@@ -43,6 +43,10 @@ static void adam_range(const adam_coef *c, float *restrict params, const float *
 }
 
 void dt_adam_update(dt_optim *o, float *params, const float *grads, float lr) {
+  dt_adam_update_span(o, params, grads, lr, 0, o->count);
+}
+
+void dt_adam_update_span(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t count) {
   const double beta1 = o->cfg.beta1, beta2 = o->cfg.beta2, step = (double)o->steps;
   const double bc1 = 1.0 - pow(beta1, step), bc2 = 1.0 - pow(beta2, step);
   const int adamw = o->cfg.kind == DT_OPTIM_ADAMW;
@@ -57,13 +61,14 @@ void dt_adam_update(dt_optim *o, float *params, const float *grads, float lr) {
       .eps = o->cfg.eps,
       .neg_step_size = (float)(-((double)lr / bc1)),
   };
-  const size_t count = o->count;
-  float *exp_avg = o->state[0], *exp_avg_sq = o->state[1]; /* (count) each */
+  params += lo;
+  grads += lo;
+  float *exp_avg = o->state[0] + lo, *exp_avg_sq = o->state[1] + lo;
   const ptrdiff_t nchunks = (ptrdiff_t)((count + ADAM_CHUNK - 1) / ADAM_CHUNK);
 #pragma omp parallel for schedule(static) if (count >= DT_OPTIM_PAR_MIN)
   for (ptrdiff_t ch = 0; ch < nchunks; ch++) {
-    const size_t lo = (size_t)ch * ADAM_CHUNK;
-    const size_t n = count - lo < ADAM_CHUNK ? count - lo : ADAM_CHUNK;
-    adam_range(&c, params + lo, grads + lo, exp_avg + lo, exp_avg_sq + lo, n);
+    const size_t at = (size_t)ch * ADAM_CHUNK;
+    const size_t n = count - at < ADAM_CHUNK ? count - at : ADAM_CHUNK;
+    adam_range(&c, params + at, grads + at, exp_avg + at, exp_avg_sq + at, n);
   }
 }

@@ -26,5 +26,8 @@ struct dt_optim {
  * this update. params and grads are o->count floats each. */
 void dt_sgd_update(dt_optim *o, float *params, const float *grads, float lr);
 void dt_adam_update(dt_optim *o, float *params, const float *grads, float lr);
+/* The same over elements [lo, lo + n) of the arena only. */
+void dt_sgd_update_span(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n);
+void dt_adam_update_span(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n);
 
 #endif

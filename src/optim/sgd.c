@@ -9,8 +9,15 @@
  * calls add(x, alpha=a) its vectorised kernel computes fma(x, a, self), so we
  * use fmaf there and get the same bits; scalars are rounded to float the way
  * torch rounds its Python-double hyper-parameters. */
-void dt_sgd_update(dt_optim *o, float *restrict params, const float *restrict grads, float lr) {
-  const ptrdiff_t n = (ptrdiff_t)o->count;
+void dt_sgd_update(dt_optim *o, float *params, const float *grads, float lr) {
+  dt_sgd_update_span(o, params, grads, lr, 0, o->count);
+}
+
+void dt_sgd_update_span(dt_optim *o, float *restrict params, const float *restrict grads, float lr, size_t lo,
+                        size_t count) {
+  const ptrdiff_t n = (ptrdiff_t)count;
+  params += lo;
+  grads += lo;
   const float wd = o->cfg.weight_decay;
   const float mom = o->cfg.momentum;
   const float damp1 = (float)(1.0 - (double)o->cfg.dampening); /* 1 - dampening */
@@ -27,7 +34,7 @@ void dt_sgd_update(dt_optim *o, float *restrict params, const float *restrict gr
     return;
   }
 
-  float *restrict buf = o->state[0]; /* momentum_buffer (count) */
+  float *restrict buf = o->state[0] + lo; /* momentum_buffer */
   const int first = o->steps == 1;   /* torch: buf = clone(d_p) on the first step */
 #pragma omp parallel for simd schedule(static) if (n >= DT_OPTIM_PAR_MIN)
   for (ptrdiff_t i = 0; i < n; i++) {

@@ -16,6 +16,7 @@ typedef struct ddp_tensor {
   size_t off, numel; /* elements of the gradient arena */
   int index;         /* dt_model_tensor_info index (for its name) */
   int bucket;
+  int table;         /* the model's row table it is, or -1 */
 } ddp_tensor;
 
 /* A contiguous slice of the gradient arena, made of whole tensors. */
@@ -27,6 +28,8 @@ typedef struct ddp_bucket {
   dt_work *work;     /* NULL before launch, or if the launch itself failed */
   uint16_t *stage;   /* (count) bf16/f16 copy for a compression hook, else NULL */
   double trace_t0;   /* dt_trace_now_us() at launch; 0 when not tracing */
+  dt_ddp_rows *rows; /* a row table alone in its bucket: its own exchange; else NULL */
+  double bytes;      /* this step's payload */
 } ddp_bucket;
 
 struct dt_ddp {
@@ -262,6 +265,13 @@ static dt_status collect_tensors(dt_ddp *d) {
   }
   qsort(d->tensors, (size_t)n, sizeof *d->tensors, by_offset);
   d->n_tensors = n;
+  for (int i = 0; i < n; i++) d->tensors[i].table = -1;
+  for (int k = 0; k < dt_model_num_row_tables(d->m); k++) {
+    dt_rows t;
+    dt_model_ctx_rows(d->m, dt_model_default_ctx(d->m), k, &t);
+    for (int i = 0; i < n; i++)
+      if (d->tensors[i].index == t.tensor) d->tensors[i].table = k;
+  }
   size_t at = 0;
   for (int i = 0; i < n; i++) {
     if (d->tensors[i].off != at)
@@ -286,13 +296,19 @@ static dt_status lay_buckets(dt_ddp *d) {
     ddp_bucket *b = &d->buckets[nb];
     b->off = d->tensors[i].off;
     b->first = i;
+    const int table = d->tensors[i].table;
     do {
       d->tensors[i].bucket = nb;
       b->count += d->tensors[i].numel;
       b->n++;
       i++;
-    } while (i < d->n_tensors && (double)(b->count + d->tensors[i].numel) * sizeof(float) <= cap);
-    nb++;
+    } while (i < d->n_tensors && table < 0 && d->tensors[i].table < 0 &&
+             (double)(b->count + d->tensors[i].numel) * sizeof(float) <= cap);
+    if (table >= 0) { /* a row table: a bucket of its own, exchanged as rows when that is smaller */
+      DT_CHECK(dt_alloc_array(1, sizeof *b->rows, "DDP row exchange", (void **)&b->rows));
+      b->rows->table = table;
+    }
+    d->n_buckets = ++nb; /* so far: dt_ddp_free releases them if a later one fails */
   }
   d->n_buckets = nb;
   return DT_OK;
@@ -313,7 +329,10 @@ static void launch(dt_ddp *d, int i) {
   b->launched = 1;
   d->launch_s[i] = dt_time_now();
   b->trace_t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
-  if (d->cfg.comm_hook == DT_COMM_HOOK_NONE) {
+  b->bytes = (double)b->count * (d->cfg.comm_hook == DT_COMM_HOOK_NONE ? 4.0 : 2.0);
+  if (b->rows) {
+    st = dt_ddp_rows_launch(b->rows, d->g, d->m, d->grads, d->cfg.rows_exchange, &b->work, &b->bytes);
+  } else if (d->cfg.comm_hook == DT_COMM_HOOK_NONE) {
     st = dt_allreduce(d->g, g, g, b->count, DT_F32, DT_AVG, &b->work);
   } else {
     /* Divided before the cast, so a sum of world values near the f16 limit
@@ -503,6 +522,11 @@ void dt_ddp_free(dt_ddp *d) {
   dt_free(d->done_s);
   dt_free(d->launch_s);
   dt_free(d->stage);
+  for (int i = 0; i < d->n_buckets; i++)
+    if (d->buckets[i].rows) {
+      dt_free(d->buckets[i].rows->payload);
+      dt_free(d->buckets[i].rows);
+    }
   dt_free(d->buckets);
   dt_free(d->ready);
   dt_free(d->tensors);
@@ -572,9 +596,17 @@ dt_status dt_ddp_finish(dt_ddp *d) {
   st = wait_launched(d);
   const double t1 = dt_time_now();
   if (st == DT_OK && d->late != DT_OK) st = dt_error(d->late, "%s", d->late_msg);
+  for (int i = 0; st == DT_OK && i < d->n_buckets; i++) {
+    const ddp_bucket *b = &d->buckets[i];
+    if (!b->rows) continue;
+    dt_ddp_rows_finish(b->rows, d->m, d->world, d->grads);
+    *(b->rows->sparse ? &d->stats.rows_sparse : &d->stats.rows_dense) += 1;
+    *(b->rows->sparse ? &d->stats.rows_sparse_bytes : &d->stats.rows_dense_bytes) += b->bytes;
+  }
   if (st == DT_OK && d->cfg.comm_hook != DT_COMM_HOOK_NONE) {
     for (int i = 0; i < d->n_buckets; i++) {
       const ddp_bucket *b = &d->buckets[i];
+      if (b->rows) continue;
       float *g = d->grads + b->off;
       if (d->cfg.comm_hook == DT_COMM_HOOK_BF16)
         for (size_t k = 0; k < b->count; k++) g[k] = dt_bf16_to_f32(b->stage[k]);
@@ -584,8 +616,7 @@ dt_status dt_ddp_finish(dt_ddp *d) {
   }
   /* Comm time: what the communication thread spent running this step's all-reduces. */
   double comm = d->step_comm;
-  for (int i = 0; i < d->n_buckets; i++)
-    d->stats.bytes += (double)d->buckets[i].count * (d->cfg.comm_hook == DT_COMM_HOOK_NONE ? 4.0 : 2.0);
+  for (int i = 0; i < d->n_buckets; i++) d->stats.bytes += d->buckets[i].bytes;
   d->stats.comm_s += comm;
   d->stats.wait_s += t1 - t0;
   if (st == DT_OK) d->stats.steps++;

@@ -41,7 +41,7 @@ typedef struct dp_worker {
 struct dt_dp {
   dt_model *m;
   int workers, max_batch, max_slice, classes;
-  size_t sample_numel; /* floats per input sample */
+  size_t sample_bytes; /* per input sample (f32 values or i32 indices) */
   int omp_threads;  /* OpenMP threads of each worker's own parallel regions */
   int blas_pinned;  /* 1: BLAS runs single-threaded while the workers run (see set_blas_for_workers) */
   size_t n_params;
@@ -58,7 +58,7 @@ struct dt_dp {
   int pending, quit;
   dp_job job;
   /* the job's arguments */
-  const float *x;
+  const char *x;
   const void *target;
   size_t target_bytes; /* per sample */
   const dt_task *task;
@@ -84,11 +84,12 @@ static void record_error(dp_worker *wk, dt_status st) {
 static void run_train(dp_worker *wk) {
   struct dt_dp *d = wk->d;
   dt_model *m = d->m;
-  const float *x = d->x + (size_t)wk->lo * d->sample_numel;
+  const void *x = d->x + (size_t)wk->lo * d->sample_bytes;
   const void *y = (const char *)d->target + (size_t)wk->lo * d->target_bytes;
   const float *logits = NULL;
   dt_status st;
   dt_model_ctx_zero_grad(m, wk->ctx);
+  dt_model_ctx_set_loss_weight(wk->ctx, 1.0f / (float)d->batch); /* as the dlogits scaling below */
   if ((st = dt_model_ctx_forward(m, wk->ctx, x, wk->n, &logits)) != DT_OK) goto fail;
   if ((st = dt_task_loss(d->task, logits, y, wk->n, 1, &wk->loss, wk->dlogits)) != DT_OK) goto fail;
   memset(wk->sums, 0, sizeof wk->sums);
@@ -109,7 +110,7 @@ fail:
 static void run_forward(dp_worker *wk) {
   struct dt_dp *d = wk->d;
   const float *logits = NULL;
-  dt_status st = dt_model_ctx_forward(d->m, wk->ctx, d->x + (size_t)wk->lo * d->sample_numel, wk->n, &logits);
+  dt_status st = dt_model_ctx_forward(d->m, wk->ctx, d->x + (size_t)wk->lo * d->sample_bytes, wk->n, &logits);
   if (st != DT_OK) {
     record_error(wk, st);
     return;
@@ -142,6 +143,19 @@ static void run_reduce(dp_worker *wk) {
     }
     for (size_t i = b; i < e; i++) d->grads[i] += acc[i];
   }
+}
+
+/* The row-table rows the workers touched are now non-zero in the model's arena too: its zero_grad and a
+ * row-wise optimizer step must see them. */
+static void touch_rows(dt_dp *d) {
+  dt_model_ctx *mc = dt_model_default_ctx(d->m);
+  for (int k = 0; k < dt_model_num_row_tables(d->m); k++)
+    for (int w = 0; w < d->workers; w++) {
+      if (d->w[w].n == 0) continue;
+      dt_rows t;
+      dt_model_ctx_rows(d->m, d->w[w].ctx, k, &t);
+      dt_model_ctx_rows_touch(d->m, mc, k, t.list, t.n);
+    }
 }
 
 static void *worker_main(void *arg) {
@@ -259,8 +273,8 @@ dt_status dt_dp_new(dt_model *m, int workers, int max_batch, dt_dp **out) {
   d->classes = classes;
   int ndim = 0;
   const int64_t *shape = dt_model_input_shape(m, &ndim);
-  d->sample_numel = 1;
-  for (int i = 0; i < ndim; i++) d->sample_numel *= (size_t)shape[i];
+  d->sample_bytes = dt_dtype_size(dt_model_input_dtype(m));
+  for (int i = 0; i < ndim; i++) d->sample_bytes *= (size_t)shape[i];
   d->n_params = n_params;
   d->grads = grads;
   const int budget = dt_get_threads();
@@ -312,7 +326,7 @@ static void set_slices(dt_dp *d, int batch) {
   for (int w = 0; w < d->workers; w++) slice_of(batch, d->workers, w, &d->w[w].lo, &d->w[w].n);
 }
 
-dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const float *x, const void *target, int batch, float *loss,
+dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const void *x, const void *target, int batch, float *loss,
                            double *sums) {
   if (!d || !task || !x || !target) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_train_step: NULL argument");
   DT_CHECK(check_batch(d, "dt_dp_train_step", batch));
@@ -334,6 +348,7 @@ dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const float *x, const 
   if (st == DT_OK) dispatch(d, DP_JOB_REDUCE); /* the model's gradients change only when every slice ran */
   set_blas_for_workers(d, 0);
   if (st != DT_OK) return st;
+  touch_rows(d);
   double loss_sum = 0.0; /* sum of slice mean * slice size: the whole batch's mean times batch */
   for (int w = 0; w < d->workers; w++) {
     if (d->w[w].n == 0) continue;
@@ -344,7 +359,7 @@ dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const float *x, const 
   return DT_OK;
 }
 
-dt_status dt_dp_forward(dt_dp *d, const float *x, int batch, float *out) {
+dt_status dt_dp_forward(dt_dp *d, const void *x, int batch, float *out) {
   if (!d || !x || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_forward: NULL argument");
   DT_CHECK(check_batch(d, "dt_dp_forward", batch));
   set_slices(d, batch);

@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include "dtrain/dist.h"
+#include "dtrain/model_ctx.h"
 #include "dtrain/parallel.h"
 
 /* What happened during the last synchronised backward + dt_ddp_finish, on the
@@ -20,5 +22,24 @@ typedef struct dt_ddp_trace {
                                > 0 means communication ran while backward did */
 } dt_ddp_trace;
 void dt_ddp_get_trace(const dt_ddp *d, dt_ddp_trace *t);
+
+/* DDP's exchange of one row table's gradient (ddp_rows.c): each step either
+ * the dense all-reduce (averaged) or an all-gather of every rank's touched
+ * rows, summed into the rows and averaged; afterwards the context's touched
+ * rows are the union over ranks, as zero_grad and row-wise optimizer steps need. */
+typedef struct dt_ddp_rows {
+  int table;        /* the model's row table */
+  int sparse;       /* this step's choice */
+  int32_t *payload; /* (world, per) words: [n, ids (cap), values (cap, width) as f32 bits] per rank */
+  size_t per;       /* words per rank this step */
+  int64_t cap_words;
+} dt_ddp_rows;
+/* 1: exchange the touched rows; 0: the dense table. The same on every rank (the lookups are). */
+int dt_ddp_rows_choose(const dt_rows *t, int world, dt_rows_exchange mode);
+/* Launches this step's exchange of table x->table; *bytes: this rank's payload. */
+dt_status dt_ddp_rows_launch(dt_ddp_rows *x, dt_group *g, dt_model *m, float *grads, dt_rows_exchange mode,
+                             dt_work **w, double *bytes);
+/* After the exchange completed: the gathered rows summed and averaged (sparse), the union of touched rows marked. */
+void dt_ddp_rows_finish(dt_ddp_rows *x, dt_model *m, int world, float *grads);
 
 #endif

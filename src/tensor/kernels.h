@@ -137,6 +137,16 @@ void dt_mse(float *loss, float *dx, const float *x, const float *y, size_t n);
 void dt_l1(float *loss, float *dx, const float *x, const float *y, size_t n);
 /* dt_topk_correct (public, dtrain/loss.h) is implemented with these kernels. */
 
+/* ---- embeddings (row lookups) --------------------------------------------- */
+/* The first b in [0, B) whose index idx[b * stride] is outside [0, rows), or -1. */
+int dt_index_check(const int32_t *idx, size_t stride, int B, int64_t rows);
+/* out[b * out_stride + j] = table[idx[b * stride] * width + j] for j < width. */
+void dt_embedding_gather(float *out, size_t out_stride, const float *table, int width, const int32_t *idx,
+                         size_t stride, int B);
+/* dtable[idx[b * stride] * width + j] += dout[b * dout_stride + j] (rows repeat: summed in b order). */
+void dt_embedding_scatter_add(float *dtable, int width, const float *dout, size_t dout_stride, const int32_t *idx,
+                              size_t stride, int B);
+
 /* ---- elementwise -------------------------------------------------------- */
 void dt_add_forward(float *out, const float *a, const float *b, size_t n); /* out = a + b */
 void dt_axpy(float *y, float a, const float *x, size_t n);                /* y += a * x */

@@ -62,6 +62,8 @@ dt_status dt_train_config_check(const dt_train_config *c) {
                       c->ddp.first_bucket_mb);
     if ((unsigned)c->ddp.comm_hook > DT_COMM_HOOK_FP16)
       return dt_error(DT_INVALID_ARGUMENT, "unknown comm hook %d", (int)c->ddp.comm_hook);
+    if ((unsigned)c->ddp.rows_exchange > DT_ROWS_SPARSE)
+      return dt_error(DT_INVALID_ARGUMENT, "unknown embedding exchange %d", (int)c->ddp.rows_exchange);
     if (c->timeout_s < 0) return dt_error(DT_INVALID_ARGUMENT, "timeout = %g must be >= 0", c->timeout_s);
   }
   if (bad_float(c->lr) || c->lr <= 0) return dt_error(DT_INVALID_ARGUMENT, "learning rate = %g must be > 0", (double)c->lr);
@@ -134,6 +136,15 @@ dt_status dt_train_config_check(const dt_train_config *c) {
   if (c->tensorboard && !*c->tensorboard) return dt_error(DT_INVALID_ARGUMENT, "tensorboard: empty directory name");
   if (c->trace && !*c->trace) return dt_error(DT_INVALID_ARGUMENT, "trace: empty file name");
   if (c->log_every < 1) return dt_error(DT_INVALID_ARGUMENT, "log every %d steps must be >= 1", c->log_every);
+  if (c->factors < 0) return dt_error(DT_INVALID_ARGUMENT, "factors = %d must be >= 1 (0: the model's default)", c->factors);
+  if (bad_float(c->embedding_l2) || c->embedding_l2 < 0)
+    return dt_error(DT_INVALID_ARGUMENT, "embedding l2 = %g must be finite and >= 0", (double)c->embedding_l2);
+  if (c->sparse_embeddings) DT_CHECK(dt_optim_rows_check(&c->optim));
+  if (c->holdout != DT_HOLDOUT_DEFAULT && c->holdout != DT_HOLDOUT_LAST)
+    return dt_error(DT_INVALID_ARGUMENT, "unknown holdout %d", (int)c->holdout);
+  if (c->holdout == DT_HOLDOUT_LAST && (c->val_fraction > 0 || c->val_data))
+    return dt_error(DT_INVALID_ARGUMENT, "leave-last-out holds out each user's latest rating: drop the validation "
+                                         "fraction or data");
   return DT_OK;
 }
 
@@ -172,7 +183,11 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
     RAW(",\"dropout\":null");
   else
     RAW(",\"dropout\":%g", (double)c->dropout);
+  if (c->factors) RAW(",\"factors\":%d", c->factors);
+  if (c->embedding_l2 > 0) RAW(",\"embedding_l2\":%g", (double)c->embedding_l2);
+  if (c->sparse_embeddings) RAW(",\"sparse_embeddings\":true");
   STR("data", c->data);
+  if (c->holdout == DT_HOLDOUT_LAST) RAW(",\"split\":\"leave-last-out\"");
   if (c->normalize.enabled)
     RAW(",\"normalize\":{\"mean\":%g,\"std\":%g}", (double)c->normalize.mean, (double)c->normalize.std);
   else
@@ -210,6 +225,7 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
         c->ddp.bucket_cap_mb, c->ddp.first_bucket_mb, c->ddp.broadcast_buffers ? "true" : "false",
         c->ddp.find_unused_parameters ? "true" : "false");
     STR("comm_hook", hooks[c->ddp.comm_hook]);
+    if (c->ddp.rows_exchange != DT_ROWS_AUTO) STR("embedding_exchange", c->ddp.rows_exchange == DT_ROWS_SPARSE ? "sparse" : "dense");
   }
   if (c->out_dir) STR("out", c->out_dir);
   STR("progress", progress_name(c->progress_mode));

@@ -125,7 +125,7 @@ static void eval_free(eval_state *s) {
 }
 
 /* The model's forward, or dp's into the whole-batch buffer. */
-static dt_status forward(void *user, const float *x, int n, const float **out) {
+static dt_status forward(void *user, const void *x, int n, const float **out) {
   eval_state *s = user;
   if (!s->dp) return dt_model_forward(s->m, x, n, out);
   DT_CHECK(dt_dp_forward(s->dp, x, n, s->buf));

@@ -87,4 +87,13 @@ void dt_run_meta_fill(dt_run_meta *rm, const dt_run *r, const dt_epoch_metrics *
   rm->n = (int)(sizeof kv / sizeof kv[0]);
   memcpy(rm->kv, kv, sizeof kv);
   if (ms->n_eval > 1) rm->kv[rm->n++] = (dt_kv){k1, rm->m1};
+  if (c->factors) {
+    snprintf(rm->factors, sizeof rm->factors, "%d", c->factors);
+    rm->kv[rm->n++] = (dt_kv){"factors", rm->factors};
+  }
+  if (c->holdout == DT_HOLDOUT_LAST) rm->kv[rm->n++] = (dt_kv){"split", "leave-last-out"};
+  /* what the source keeps with the weights (MovieLens: the original user and movie ids) */
+  const dt_kv *data_kv = NULL;
+  const int n_data = dt_dataset_meta(r->train, &data_kv);
+  for (int i = 0; i < n_data && rm->n < DT_RUN_META_MAX - 4; i++) rm->kv[rm->n++] = data_kv[i];
 }

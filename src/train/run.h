@@ -24,7 +24,7 @@ typedef struct dt_strategy_ops {
   /* Before an evaluation pass (ddp: rank 0's batch-norm statistics to all); may be NULL. */
   dt_status (*eval_start)(dt_run *r);
   /* Evaluation forward: outputs (n, outputs) valid until the next call. */
-  dt_status (*forward)(dt_run *r, const float *x, int n, const float **out);
+  dt_status (*forward)(dt_run *r, const void *x, int n, const float **out);
   /* Sums over ranks in place; the exact reduction of an evaluation. */
   dt_status (*all_sum)(dt_run *r, double *v, size_t n);
   dt_status (*reduce_metrics)(dt_run *r, dt_metric_acc *acc);
@@ -88,6 +88,9 @@ struct dt_run {
   dt_loader *train_loader, *val_loader;
   int64_t my_val;                  /* samples this rank counts in evaluation (-1: all; ddp: its real ones) */
   dt_prefix_sampler train_prefix, val_prefix;
+  dt_ranking ranking;              /* the validation split's ranking protocol (ranking.n 0: none) */
+  int32_t *rank_pairs;             /* (batch, 2) candidate (user, item) pairs of one forward */
+  float *rank_scores;              /* (DT_RANK_BLOCK, per) scores of a block of queries */
   /* model, task, optimizer */
   dt_task *task;
   const dt_metric_set *metrics;
@@ -95,6 +98,8 @@ struct dt_run {
   dt_optim *optim;
   float *params, *grads;
   size_t n_params;
+  dt_rows *rows;                   /* (n_rows) the row tables, for row-wise optimizer steps (--sparse-embeddings) */
+  int n_rows;
   float *dout;                     /* (batch, outputs) */
   dt_lr_schedule sched;
   int64_t steps_per_epoch;
@@ -124,6 +129,15 @@ struct dt_run {
   struct report_state *report;
 };
 
+/* HR@K and NDCG@K of the ranking protocol (r->ranking) over this rank's
+ * queries (q = rank, rank + world, ...), through the strategy's forward, into
+ * r->eval_acc (which the caller reduces). eval_rank.c */
+#define DT_RANK_BLOCK 256
+dt_status dt_run_rank_open(dt_run *r);
+dt_status dt_run_rank_eval(dt_run *r);
+/* The cut-off K the task reports (0: no ranking protocol). */
+int dt_run_rank_k(const dt_run *r);
+
 /* Sums over ranks (strategy), for hooks. */
 static inline dt_status dt_run_all_sum(dt_run *r, double *v, size_t n) { return r->strategy->all_sum(r, v, n); }
 /* A loader over the first `limit` samples of ds (all when limit <= 0), shuffled per epoch when asked. */
@@ -134,10 +148,11 @@ dt_status dt_run_history_add(dt_run *r, const dt_epoch_metrics *m);
 /* "%s/<name>" into buf; DT_INVALID_ARGUMENT when too long. */
 dt_status dt_run_path(const dt_run *r, const char *name, char *buf, size_t len);
 /* The metadata of weights and snapshots (model, data, task, ...). */
+#define DT_RUN_META_MAX 32
 typedef struct dt_run_meta {
   char hidden[256], epochs[32], seed[32], m0[32], m1[32], key0[40], key1[40], norm[64], dropout[32], outputs[16];
-  char pos_weight[1024];
-  dt_kv kv[24];
+  char pos_weight[1024], factors[16];
+  dt_kv kv[DT_RUN_META_MAX]; /* room for the snapshot's 4 more */
   int n;
 } dt_run_meta;
 void dt_run_meta_fill(dt_run_meta *rm, const dt_run *r, const dt_epoch_metrics *last, int epochs_done);

@@ -7,7 +7,7 @@
 dt_status dt_strategy_join_alone(dt_run *r);
 dt_status dt_strategy_prefix_loaders(dt_run *r);
 dt_status dt_strategy_model_batch(dt_run *r, const dt_batch *b, float *loss, double *sums);
-dt_status dt_strategy_model_forward(dt_run *r, const float *x, int n, const float **out);
+dt_status dt_strategy_model_forward(dt_run *r, const void *x, int n, const float **out);
 dt_status dt_strategy_local_sum(dt_run *r, double *v, size_t n);
 dt_status dt_strategy_local_metrics(dt_run *r, dt_metric_acc *acc);
 dt_status dt_strategy_local_stop(dt_run *r, int local, int *stop);

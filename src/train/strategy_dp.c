@@ -26,7 +26,7 @@ static dt_status dp_finish(dt_run *r) {
   return DT_OK;
 }
 
-static dt_status dp_forward(dt_run *r, const float *x, int n, const float **out) {
+static dt_status dp_forward(dt_run *r, const void *x, int n, const float **out) {
   DT_CHECK(dt_dp_forward(r->dp, x, n, r->eval_buf));
   *out = r->eval_buf;
   return DT_OK;

@@ -4,6 +4,7 @@
 #include "core/impl.h"
 #include "dtrain/trace.h"
 #include "train/run.h"
+#include "dtrain/model_ctx.h"
 #include "train/strategy.h"
 
 dt_status dt_strategy_join_alone(dt_run *r) {
@@ -23,10 +24,11 @@ dt_status dt_strategy_prefix_loaders(dt_run *r) {
 /* Forward, loss and backward of a batch on the model's own context; dout scaled for accumulation. */
 dt_status dt_strategy_model_batch(dt_run *r, const dt_batch *b, float *loss, double *sums) {
   const float *out = NULL;
+  const int accumulate = r->cfg->accumulate;
+  dt_model_ctx_set_loss_weight(dt_model_default_ctx(r->model), 1.0f / ((float)b->size * (float)accumulate));
   DT_CHECK(dt_model_forward(r->model, b->x, b->size, &out));
   DT_CHECK(dt_task_loss(r->task, out, b->target, b->size, 1, loss, r->dout));
   dt_task_count(r->task, out, b->target, b->size, sums);
-  const int accumulate = r->cfg->accumulate;
   if (accumulate > 1) {
     const float micro_scale = 1.0f / (float)accumulate;
     const size_t n = (size_t)b->size * (size_t)dt_task_config_of(r->task)->outputs;
@@ -35,7 +37,7 @@ dt_status dt_strategy_model_batch(dt_run *r, const dt_batch *b, float *loss, dou
   return dt_model_backward(r->model, r->dout);
 }
 
-dt_status dt_strategy_model_forward(dt_run *r, const float *x, int n, const float **out) {
+dt_status dt_strategy_model_forward(dt_run *r, const void *x, int n, const float **out) {
   return dt_model_forward(r->model, x, n, out);
 }
 

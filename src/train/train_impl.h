@@ -9,6 +9,7 @@
 #include "dtrain/loss.h"
 #include "dtrain/task.h"
 #include "dtrain/model.h"
+#include "dtrain/model_ctx.h"
 #include "dtrain/parallel.h"
 #include "dtrain/snapshot.h"
 #include "dtrain/train.h"
@@ -52,7 +53,7 @@ void dt_progress_format_epoch(const dt_epoch_metrics *m, const dt_metric_set *ms
 
 /* ---- evaluation pass (eval.c) ------------------------------------------- */
 /* An evaluation forward: outputs (n, outputs) of x, valid until the next call. */
-typedef dt_status (*dt_forward_fn)(void *user, const float *x, int n, const float **out);
+typedef dt_status (*dt_forward_fn)(void *user, const void *x, int n, const float **out);
 /* One pass over the loader's epoch 0 in evaluation mode (the model returns to
  * training mode afterwards) through fwd, ADDED to acc (the task's loss without
  * label smoothing, its counters and detail). Only the first `count` samples are

@@ -36,6 +36,9 @@ static void run_free(dt_run *r) {
   dt_metric_acc_free(r->eval_acc);
   dt_metric_acc_free(r->epoch_acc);
   dt_free(r->dout);
+  dt_free(r->rows);
+  dt_free(r->rank_scores);
+  dt_free(r->rank_pairs);
   dt_optim_free(r->optim);
   dt_model_free(r->model);
   dt_task_free(r->task);
@@ -67,16 +70,21 @@ static const char *field_shape(const dt_field *f, char *buf, size_t len) {
  * --val-fraction of the training data, or the source's test split, if any (else none). */
 static dt_status open_data(dt_run *r) {
   const dt_train_config *c = r->cfg;
-  DT_CHECK(dt_dataset_load(c->data, DT_SPLIT_TRAIN, &c->normalize, &r->train_src));
+  const dt_data_options opt = {.norm = &c->normalize, .holdout = c->holdout, .seed = c->seed};
+  DT_CHECK(dt_dataset_load_opts(c->data, DT_SPLIT_TRAIN, &opt, &r->train_src));
   r->train = r->train_src;
   const dt_data_info *ti = dt_dataset_info(r->train_src);
-  if (c->val_fraction > 0) {
-    DT_CHECK(dt_dataset_split(r->train_src, c->val_fraction, c->seed, &r->train, &r->val));
+  /* a source without a test split may name its own default fraction (MovieLens: 10%) */
+  const double fraction = c->val_fraction > 0 ? c->val_fraction : !c->val_data && !ti->has_test ? ti->val_fraction : 0;
+  if (fraction > 0) {
+    DT_CHECK(dt_dataset_split(r->train_src, fraction, c->seed, &r->train, &r->val));
   } else if (c->val_data || ti->has_test) {
     const char *spec = c->val_data ? c->val_data : c->data;
     /* --val-data: that source's test split, or its only split when it has none */
-    dt_status st = dt_dataset_load(spec, DT_SPLIT_TEST, &c->normalize, &r->val_src);
-    if (st == DT_NOT_FOUND && c->val_data) st = dt_dataset_load(spec, DT_SPLIT_TRAIN, &c->normalize, &r->val_src);
+    const dt_data_options vopt = {.norm = &c->normalize, .holdout = c->val_data ? DT_HOLDOUT_DEFAULT : c->holdout,
+                                  .seed = c->seed};
+    dt_status st = dt_dataset_load_opts(spec, DT_SPLIT_TEST, &vopt, &r->val_src);
+    if (st == DT_NOT_FOUND && c->val_data) st = dt_dataset_load_opts(spec, DT_SPLIT_TRAIN, &vopt, &r->val_src);
     if (st != DT_OK) return c->val_data ? dt_error_prefix(st, "--val-data %s", spec) : st;
     r->val = r->val_src;
   }
@@ -103,7 +111,8 @@ static dt_status open_data(dt_run *r) {
 static dt_status open_task(dt_run *r) {
   const dt_train_config *c = r->cfg;
   const dt_data_info *info = dt_dataset_info(r->train);
-  dt_task_config tc = {.kind = info->task, .outputs = info->outputs, .regression_loss = c->regression_loss};
+  dt_task_config tc = {.kind = info->task, .outputs = info->outputs, .regression_loss = c->regression_loss,
+                       .ranking_k = dt_run_rank_k(r)};
   float pw[DT_TRAIN_MAX_POS_WEIGHT];
   if (info->task == DT_TASK_CLASSIFICATION) tc.label_smoothing = c->label_smoothing;
   else if (c->label_smoothing > 0)
@@ -132,12 +141,18 @@ static dt_status open_task(dt_run *r) {
 static dt_status open_model(dt_run *r) {
   const dt_train_config *c = r->cfg;
   const dt_data_info *info = dt_dataset_info(r->train);
-  if (info->input < 0 || info->field[info->input].dtype != DT_F32)
-    return dt_error(DT_USAGE, "model %s reads an f32 input field \"x\"; %s has none", c->model, c->data);
+  if (info->input < 0 || (info->field[info->input].dtype != DT_F32 && !info->n_index))
+    return dt_error(DT_USAGE, "model %s reads an input field \"x\"; %s has none", c->model, c->data);
   const dt_field *x = &info->field[info->input];
   dt_zoo_config zc = {.ndim = x->ndim, .outputs = info->outputs, .task = info->task, .dropout = c->dropout,
-                      .hidden = c->n_hidden ? c->hidden : NULL, .n_hidden = c->n_hidden};
+                      .hidden = c->n_hidden ? c->hidden : NULL, .n_hidden = c->n_hidden, .n_index = info->n_index,
+                      .index_size = info->index_size, .factors = c->factors, .l2 = c->embedding_l2};
   for (int d = 0; d < x->ndim; d++) zc.input_shape[d] = x->shape[d];
+  if (info->n_index && info->task == DT_TASK_REGRESSION) { /* mf's global bias starts at the training mean */
+    double mean = 0;
+    DT_CHECK(dt_dataset_target_mean(r->train, &mean));
+    zc.target_mean = (float)mean;
+  }
   DT_CHECK(dt_model_zoo_new(c->model, &zc, &r->model));
   DT_CHECK(dt_model_build(r->model, c->batch_size, c->seed));
   if (dt_model_output_size(r->model) != info->outputs)
@@ -151,6 +166,8 @@ static dt_status open_model(dt_run *r) {
   if (r->n_params != n_grads)
     return dt_error(DT_INTERNAL, "parameter arena %zu floats, gradient arena %zu", r->n_params, n_grads);
   DT_CHECK(dt_optim_new(&c->optim, r->n_params, &r->optim));
+  r->n_rows = c->sparse_embeddings ? dt_model_num_row_tables(r->model) : 0;
+  if (r->n_rows) DT_CHECK(dt_alloc_array((size_t)r->n_rows, sizeof(dt_rows), "row tables", (void **)&r->rows));
   return dt_alloc_array((size_t)c->batch_size * (size_t)info->outputs, sizeof(float), "output gradients",
                         (void **)&r->dout);
 }
@@ -188,6 +205,7 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
   DT_CHECK(dt_train_config_json(c, r->config_json, sizeof r->config_json));
   DT_CHECK(dt_run_outdir_check(r)); /* before resume decides and before any file is written */
   DT_CHECK(open_data(r));
+  DT_CHECK(dt_run_rank_open(r));
   DT_CHECK(open_task(r));
   DT_CHECK(open_model(r));
   DT_CHECK(r->strategy->make_loaders(r));
@@ -216,7 +234,7 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
 /* ---- the loop ------------------------------------------------------------------------------ */
 
 /* The strategy's evaluation forward as a dt_forward_fn. */
-static dt_status run_forward(void *user, const float *x, int n, const float **out) {
+static dt_status run_forward(void *user, const void *x, int n, const float **out) {
   dt_run *r = user;
   return r->strategy->forward(r, x, n, out);
 }
@@ -228,6 +246,14 @@ static dt_status evaluate(dt_run *r, double *seconds) {
   double te = dt_trace_now_us();
   if (r->strategy->eval_start) DT_CHECK(r->strategy->eval_start(r));
   DT_CHECK(dt_train_evaluate(r->model, run_forward, r, r->val_loader, r->task, r->my_val, r->eval_acc, seconds));
+  if (r->ranking.n) {
+    const double t0 = dt_time_now();
+    dt_model_set_training(r->model, 0);
+    dt_status st = dt_run_rank_eval(r);
+    dt_model_set_training(r->model, 1);
+    DT_CHECK(st);
+    *seconds += dt_time_now() - t0;
+  }
   if (dt_trace_enabled()) dt_trace_span("eval", "evaluate", te, dt_trace_now_us(), NULL);
   return DT_OK;
 }
@@ -251,6 +277,14 @@ static dt_status skip_trained(dt_run *r, int64_t *seen) {
                     r->resume.path, p->n_sums, dt_task_kind_name(dt_task_config_of(r->task)->kind), n);
   memcpy(state, p->epoch_sums, n * sizeof *state);
   return DT_OK;
+}
+
+/* The optimizer's update: with --sparse-embeddings, the row tables only at the rows this step touched. */
+static dt_status optimizer_step(dt_run *r, float lr) {
+  if (!r->n_rows) return dt_optim_step(r->optim, r->params, r->grads, lr);
+  dt_model_ctx *c = dt_model_default_ctx(r->model);
+  for (int k = 0; k < r->n_rows; k++) dt_model_ctx_rows(r->model, c, k, &r->rows[k]);
+  return dt_optim_step_rows(r->optim, r->params, r->grads, lr, r->rows, r->n_rows);
 }
 
 /* The training part of one epoch: steps until the loader is done or a stop is agreed. */
@@ -302,7 +336,7 @@ static dt_status train_epoch(dt_run *r, epoch_state *es, int64_t *step) {
       DT_CHECK(dt_clip_grad_norm(r->grads, r->n_params, c->clip_grad_norm, &norm));
     }
     es->lr = dt_lr_at(&r->sched, *step);
-    DT_CHECK(dt_optim_step(r->optim, r->params, r->grads, es->lr));
+    DT_CHECK(optimizer_step(r, es->lr));
     if (dt_trace_enabled()) dt_trace_span("train", "finish step + optimizer", to, dt_trace_now_us(), NULL);
     ++*step;
     es->epoch_step++;

@@ -88,12 +88,12 @@ usage "dtrain help: unknown command 'nope'" help nope
 [ $? -eq 2 ] || fail "dtrain without a command should exit 2"
 
 # ---- help: every flag of the parser, with defaults, and the DT_* tunables ------------
-train_flags="--model --hidden --dropout --data --normalize --limit-train --limit-test --epochs --batch-size
+train_flags="--model --hidden --dropout --factors --embedding-l2 --sparse-embeddings --data --split --normalize --limit-train --limit-test --epochs --batch-size
 --optimizer --lr --momentum --dampening --nesterov --weight-decay --betas --eps --schedule --step-size --gamma
 --min-lr --warmup-epochs --warmup-steps --clip-grad-norm --label-smoothing --loss --pos-weight --val-fraction --val-data
 --threads --seed --out --progress --quiet
 --strategy --workers --accumulate --backend --master --bucket-cap-mb --first-bucket-mb --broadcast-buffers
---find-unused-parameters --comm-hook --timeout --save-every --save-every-steps --keep --save-on-interrupt --resume
+--find-unused-parameters --comm-hook --embedding-exchange --timeout --save-every --save-every-steps --keep --save-on-interrupt --resume
 --allow-data-change --overwrite --tensorboard --tensorboard-all-ranks --log-every --trace"
 eval_flags="--weights --model --hidden --data --split --normalize --batch-size --threads --limit --strategy --workers"
 check_help() { # command, expected flags

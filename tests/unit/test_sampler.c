@@ -246,7 +246,7 @@ TEST(loader_visits_the_sampler_order) {
         if (b.size == 0) break;
         for (int i = 0; i < b.size; i++, pos++) {
           ASSERT(pos < m);
-          ASSERT_EQ(sample_of(b.x + 6 * i), want[pos]);
+          ASSERT_EQ(sample_of((const float *)b.x + 6 * i), want[pos]);
           ASSERT_EQ(b.y[i], want[pos] % 10);
           if (epoch == 1 && pos < real) seen[want[pos]]++;
         }

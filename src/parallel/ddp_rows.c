@@ -1,0 +1,88 @@
+/* DDP for row tables (embeddings): a step's gradient exchanged as the touched rows (all-gather) or the dense table. */
+#include <string.h>
+
+#include "core/impl.h"
+#include "parallel/parallel-impl.h"
+
+/* Rows a rank may have touched this step: the step's lookups bound them, and the lookups are the same on
+ * every rank (DistributedSampler gives each rank the same number of samples), so every rank computes the
+ * same payload size and makes the same choice without a message. */
+static int64_t capacity(const dt_rows *t) { return t->refs < t->rows ? t->refs : t->rows; }
+
+int dt_ddp_rows_choose(const dt_rows *t, int world, dt_rows_exchange mode) {
+  if (mode != DT_ROWS_AUTO) return mode == DT_ROWS_SPARSE;
+  /* words each rank receives: the others' payloads, against a ring all-reduce's 2 (world - 1) / world of the table */
+  const double sparse = (double)(world - 1) * (double)(1 + capacity(t) * (1 + t->width));
+  const double dense = 2.0 * (double)(world - 1) / (double)world * (double)t->rows * (double)t->width;
+  return sparse < dense;
+}
+
+dt_status dt_ddp_rows_launch(dt_ddp_rows *x, dt_group *g, dt_model *m, float *grads, dt_rows_exchange mode,
+                             dt_work **w, double *bytes) {
+  dt_rows t;
+  dt_model_ctx_rows(m, dt_model_default_ctx(m), x->table, &t);
+  const int world = dt_group_size(g), rank = dt_group_rank(g);
+  x->sparse = dt_ddp_rows_choose(&t, world, mode);
+  if (!x->sparse) {
+    *bytes = (double)t.rows * (double)t.width * sizeof(float);
+    return dt_allreduce(g, grads + t.off, grads + t.off, (size_t)(t.rows * t.width), DT_F32, DT_AVG, w);
+  }
+  const int64_t cap = capacity(&t);
+  x->per = (size_t)(1 + cap * (1 + t.width));
+  DT_CHECK(dt_grow_array((void **)&x->payload, &x->cap_words, 0, (int64_t)x->per * world, 4096, sizeof(int32_t),
+                         "row exchange"));
+  int32_t *mine = x->payload + (size_t)rank * x->per;
+  mine[0] = (int32_t)t.n;
+  memcpy(mine + 1, t.list, (size_t)t.n * sizeof(int32_t));
+  float *vals = (float *)(mine + 1 + cap);
+  for (int64_t i = 0; i < t.n; i++)
+    memcpy(vals + i * t.width, grads + t.off + (size_t)t.list[i] * (size_t)t.width, (size_t)t.width * sizeof(float));
+  *bytes = (double)x->per * sizeof(int32_t);
+  return dt_allgather(g, mine, x->payload, x->per * (size_t)world, DT_I32, w);
+}
+
+/* Rows whose averaged gradient is not all zero: what the other ranks touched (a row every rank touched
+ * with an exactly zero gradient is missed: a row-wise step skips it, where SparseAdam would decay its moments). */
+static void touch_nonzero(dt_model *m, int k, const dt_rows *t, const float *grads) {
+  dt_model_ctx *c = dt_model_default_ctx(m);
+  for (int64_t r = 0; r < t->rows; r++) {
+    const float *g = grads + t->off + (size_t)r * (size_t)t->width;
+    for (int64_t j = 0; j < t->width; j++)
+      if (g[j] != 0) {
+        const int32_t row = (int32_t)r;
+        dt_model_ctx_rows_touch(m, c, k, &row, 1);
+        break;
+      }
+  }
+}
+
+void dt_ddp_rows_finish(dt_ddp_rows *x, dt_model *m, int world, float *grads) {
+  dt_model_ctx *c = dt_model_default_ctx(m);
+  dt_rows t;
+  dt_model_ctx_rows(m, c, x->table, &t);
+  if (!x->sparse) {
+    touch_nonzero(m, x->table, &t, grads);
+    return;
+  }
+  const size_t w = (size_t)t.width;
+  float *g = grads + t.off;
+  for (int64_t i = 0; i < t.n; i++) memset(g + (size_t)t.list[i] * w, 0, w * sizeof(float));
+  const int64_t cap = (int64_t)(x->per - 1) / (1 + t.width);
+  for (int r = 0; r < world; r++) { /* rank order: the sums' bits do not depend on who gathers */
+    const int32_t *p = x->payload + (size_t)r * x->per, *ids = p + 1;
+    const float *vals = (const float *)(p + 1 + cap);
+    const int64_t n = p[0] >= 0 && p[0] <= cap ? p[0] : 0;
+    for (int64_t i = 0; i < n; i++) {
+      if (ids[i] < 0 || ids[i] >= t.rows) continue;
+      float *row = g + (size_t)ids[i] * w;
+      for (size_t j = 0; j < w; j++) row[j] += vals[(size_t)i * w + j];
+    }
+    dt_model_ctx_rows_touch(m, c, x->table, ids, n);
+  }
+  dt_model_ctx_rows(m, c, x->table, &t); /* the union */
+  const float scale = 1.0f / (float)world;
+  for (int64_t i = 0; i < t.n; i++) {
+    float *row = g + (size_t)t.list[i] * w;
+    for (size_t j = 0; j < w; j++) row[j] *= scale;
+  }
+}
