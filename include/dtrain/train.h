@@ -152,6 +152,7 @@ typedef struct dt_train_result {
   char backend[16];          /* the group's backend ("shm", "tcp", "shm+tcp", "mpi"), "" without ddp */
   double comm_total_seconds; /* all-reduces ran this long; comm_seconds of it was waited for */
   double comm_hidden;        /* 1 - comm_seconds / comm_total_seconds (0 without communication) */
+  dt_ddp_stats ddp;          /* rank 0's gradient exchange: bytes, row tables as rows or dense (zero without ddp) */
 } dt_train_result;
 
 /* Runs training as configured. With out_dir set, creates it and writes

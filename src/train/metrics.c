@@ -163,6 +163,14 @@ dt_status dt_train_write_summary(const char *dir, const char *model, const dt_tr
                             "\"comm_hidden\":%.4f",
                             r->peak_rss_bytes, r->world_size > 0 ? r->world_size : 1, r->backend,
                             r->comm_total_seconds, r->comm_hidden);
+  if (pos < sizeof text && r->ddp.steps > 0) {
+    const dt_ddp_stats *d = &r->ddp;
+    pos += (size_t)snprintf(text + pos, sizeof text - pos,
+                            ",\"comm_bytes_per_step\":%.0f,\"embedding_exchange\":{\"sparse_exchanges\":%lld,"
+                            "\"sparse_bytes\":%.0f,\"dense_exchanges\":%lld,\"dense_bytes\":%.0f}",
+                            d->bytes / (double)d->steps, (long long)d->rows_sparse, d->rows_sparse_bytes,
+                            (long long)d->rows_dense, d->rows_dense_bytes);
+  }
   if (pos >= sizeof text) return dt_error(DT_INTERNAL, "summary longer than %zu bytes", sizeof text);
   /* The detail (a confusion matrix of many classes) can be large: it is streamed after the fixed part. */
   dt_atomic_file a;

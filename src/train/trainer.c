@@ -446,6 +446,7 @@ static dt_status finish_result(dt_run *r, dt_train_result *out, double train_tim
   double waited, total;
   r->strategy->comm_seconds(r, &waited, &total);
   out->comm_total_seconds = total;
+  dt_ddp_get_stats(r->ddp, &out->ddp); /* zeros without ddp */
   out->comm_hidden = total > 0 ? 1.0 - out->comm_seconds / total : 0;
   if (out->comm_hidden < 0) out->comm_hidden = 0;
   double cpu_u1, cpu_s1;
