@@ -30,3 +30,6 @@ echo "## scaling: single vs ddp/dp with 1..2 workers of 1 thread (fashioncnn, ml
 echo
 echo "## what snapshots, TensorBoard and the trace cost (fashioncnn), and one snapshot vs torch.save"
 DT_BUILD_DIR=$build /usr/bin/python3 "$here/observability.py" --reps "${REPS:-3}"
+echo
+echo "## MovieLens ml-latest-small, mf and ncf (Adam, batch 256, sparse embeddings), single and DDP x2: dtrain vs PyTorch"
+DT_BUILD_DIR=$build /usr/bin/python3 "$here/movielens_vs_torch.py" --reps "${REPS:-3}"
