@@ -722,14 +722,26 @@ static int cmd_eval(const flag_args *p) {
 }
 
 /* ---- models ------------------------------------------------------------------ */
+/* The parameters of a zoo model built for zc, or 0 when it does not fit zc. */
+static size_t zoo_params(const char *name, const dt_zoo_config *zc) {
+  dt_model *m = NULL;
+  size_t n = 0;
+  if (dt_model_zoo_new(name, zc, &m) == DT_OK && dt_model_build(m, 1, 0) == DT_OK) n = dt_model_num_params(m);
+  dt_model_free(m);
+  dt_clear_error();
+  return n;
+}
+
 static void print_model(const char *name, const char *doc, void *user) {
   (void)user;
-  dt_zoo_config zc = {.ndim = 3, .input_shape = {1, 28, 28}, .outputs = 10, .hidden = NULL, .n_hidden = 0, .dropout = -1.0f};
-  dt_model *m = NULL;
+  static const int64_t ml_small[2] = {610, 9724}; /* MovieLens ml-latest-small's users and movies */
+  const dt_zoo_config images = {.ndim = 3, .input_shape = {1, 28, 28}, .outputs = 10, .dropout = -1.0f};
+  const dt_zoo_config ratings = {.ndim = 1, .input_shape = {2}, .outputs = 1, .task = DT_TASK_REGRESSION,
+                                 .dropout = -1.0f, .n_index = 2, .index_size = ml_small};
   char params[32] = "?";
-  if (dt_model_zoo_new(name, &zc, &m) == DT_OK && dt_model_build(m, 1, 0) == DT_OK)
-    snprintf(params, sizeof params, "%zu", dt_model_num_params(m));
-  dt_model_free(m);
+  size_t n = zoo_params(name, &images);
+  if (n) snprintf(params, sizeof params, "%zu", n);
+  else if ((n = zoo_params(name, &ratings))) snprintf(params, sizeof params, "%zu*", n);
   char tasks[96] = "?";
   (void)dt_model_zoo_tasks(name, tasks, sizeof tasks);
   printf("  %-14s %10s  %-42s %s\n", name, params, tasks, doc);
@@ -740,6 +752,7 @@ static int cmd_models(const flag_args *p) {
   printf("  %-14s %10s  %-42s %s\n", "model", "parameters", "tasks",
          "description (parameters for 1x28x28 inputs, 10 outputs)");
   dt_model_zoo_each(print_model, NULL);
+  printf("  * for MovieLens ml-latest-small: 610 users, 9,724 movies, one rating\n");
   return 0;
 }
 

@@ -599,7 +599,7 @@ dt_status dt_ddp_finish(dt_ddp *d) {
   for (int i = 0; st == DT_OK && i < d->n_buckets; i++) {
     const ddp_bucket *b = &d->buckets[i];
     if (!b->rows) continue;
-    dt_ddp_rows_finish(b->rows, d->m, d->world, d->grads);
+    st = dt_ddp_rows_finish(b->rows, d->m, d->world, d->grads);
     *(b->rows->sparse ? &d->stats.rows_sparse : &d->stats.rows_dense) += 1;
     *(b->rows->sparse ? &d->stats.rows_sparse_bytes : &d->stats.rows_dense_bytes) += b->bytes;
   }

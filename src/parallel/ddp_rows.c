@@ -56,24 +56,31 @@ static void touch_nonzero(dt_model *m, int k, const dt_rows *t, const float *gra
   }
 }
 
-void dt_ddp_rows_finish(dt_ddp_rows *x, dt_model *m, int world, float *grads) {
+dt_status dt_ddp_rows_finish(dt_ddp_rows *x, dt_model *m, int world, float *grads) {
   dt_model_ctx *c = dt_model_default_ctx(m);
   dt_rows t;
   dt_model_ctx_rows(m, c, x->table, &t);
   if (!x->sparse) {
     touch_nonzero(m, x->table, &t, grads);
-    return;
+    return DT_OK;
   }
   const size_t w = (size_t)t.width;
   float *g = grads + t.off;
   for (int64_t i = 0; i < t.n; i++) memset(g + (size_t)t.list[i] * w, 0, w * sizeof(float));
   const int64_t cap = (int64_t)(x->per - 1) / (1 + t.width);
+  for (int r = 0; r < world; r++) { /* a peer's payload is checked whole before any of it is used */
+    const int32_t *p = x->payload + (size_t)r * x->per;
+    int bad = p[0] < 0 || p[0] > cap;
+    for (int64_t i = 0; !bad && i < p[0]; i++) bad = p[1 + i] < 0 || p[1 + i] >= t.rows;
+    if (bad)
+      return dt_error(DT_CORRUPT, "ddp: rank %d sent an embedding-row payload that is not one (%d rows of capacity "
+                                  "%lld, or a row outside [0, %lld))", r, p[0], (long long)cap, (long long)t.rows);
+  }
   for (int r = 0; r < world; r++) { /* rank order: the sums' bits do not depend on who gathers */
     const int32_t *p = x->payload + (size_t)r * x->per, *ids = p + 1;
     const float *vals = (const float *)(p + 1 + cap);
-    const int64_t n = p[0] >= 0 && p[0] <= cap ? p[0] : 0;
+    const int64_t n = p[0];
     for (int64_t i = 0; i < n; i++) {
-      if (ids[i] < 0 || ids[i] >= t.rows) continue;
       float *row = g + (size_t)ids[i] * w;
       for (size_t j = 0; j < w; j++) row[j] += vals[(size_t)i * w + j];
     }
@@ -85,4 +92,5 @@ void dt_ddp_rows_finish(dt_ddp_rows *x, dt_model *m, int world, float *grads) {
     float *row = g + (size_t)t.list[i] * w;
     for (size_t j = 0; j < w; j++) row[j] *= scale;
   }
+  return DT_OK;
 }

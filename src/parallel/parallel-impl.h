@@ -40,6 +40,6 @@ int dt_ddp_rows_choose(const dt_rows *t, int world, dt_rows_exchange mode);
 dt_status dt_ddp_rows_launch(dt_ddp_rows *x, dt_group *g, dt_model *m, float *grads, dt_rows_exchange mode,
                              dt_work **w, double *bytes);
 /* After the exchange completed: the gathered rows summed and averaged (sparse), the union of touched rows marked. */
-void dt_ddp_rows_finish(dt_ddp_rows *x, dt_model *m, int world, float *grads);
+dt_status dt_ddp_rows_finish(dt_ddp_rows *x, dt_model *m, int world, float *grads);
 
 #endif

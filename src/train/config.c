@@ -142,6 +142,8 @@ dt_status dt_train_config_check(const dt_train_config *c) {
   if (c->sparse_embeddings) DT_CHECK(dt_optim_rows_check(&c->optim));
   if (c->holdout != DT_HOLDOUT_DEFAULT && c->holdout != DT_HOLDOUT_LAST)
     return dt_error(DT_INVALID_ARGUMENT, "unknown holdout %d", (int)c->holdout);
+  if (c->holdout == DT_HOLDOUT_LAST && c->limit_test > 0)
+    return dt_error(DT_INVALID_ARGUMENT, "leave-last-out ranks every user's held-out rating: drop the test limit");
   if (c->holdout == DT_HOLDOUT_LAST && (c->val_fraction > 0 || c->val_data))
     return dt_error(DT_INVALID_ARGUMENT, "leave-last-out holds out each user's latest rating: drop the validation "
                                          "fraction or data");
