@@ -138,6 +138,10 @@ dt_status dt_run_rank_eval(dt_run *r);
 /* The cut-off K the task reports (0: no ranking protocol). */
 int dt_run_rank_k(const dt_run *r);
 
+/* Index data (users, items): prints, on rank 0, how many of the validation's
+ * users and items no training sample has (cold start). cold_start.c */
+dt_status dt_run_cold_start(dt_run *r);
+
 /* Sums over ranks (strategy), for hooks. */
 static inline dt_status dt_run_all_sum(dt_run *r, double *v, size_t n) { return r->strategy->all_sum(r, v, n); }
 /* A loader over the first `limit` samples of ds (all when limit <= 0), shuffled per epoch when asked. */
