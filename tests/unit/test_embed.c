@@ -493,7 +493,81 @@ TEST(step_rows_sgd_updates_touched_rows_only) {
   dt_optim_free(o);
 }
 
+/* ---- dp over row tables ------------------------------------------------------------------------------------------ */
+
+/* dt_dp with 2 and 3 workers steps mf like one whole-batch step, over batches whose workers touch different rows,
+ * dense and row-wise: each step's gradient (within 1e-6) and the parameters after 6 Adam steps (1e-5). */
+TEST(dp_workers_step_mf_as_one_batch) {
+  const dt_task_config tc = {.kind = DT_TASK_REGRESSION, .outputs = 1, .regression_loss = DT_LOSS_MSE};
+  dt_task *task = NULL;
+  ASSERT_OK(dt_task_new(&tc, &task));
+  int32_t x[6][24];
+  float y[6][12];
+  dt_rng r;
+  dt_rng_init(&r, 31, 0);
+  for (int s = 0; s < 6; s++)
+    for (int b = 0; b < 12; b++) {
+      x[s][2 * b] = (int32_t)dt_rng_below(&r, USERS);
+      x[s][2 * b + 1] = (int32_t)dt_rng_below(&r, ITEMS);
+      y[s][b] = 1.0f + (float)dt_rng_below(&r, 5);
+    }
+  for (int rows = 0; rows < 2; rows++)
+    for (int workers = 2; workers <= 3; workers++) {
+      dt_model *a = NULL, *b = NULL;
+      ASSERT_OK(mf_model(3, 0.05f, &a));
+      ASSERT_OK(mf_model(3, 0.05f, &b));
+      size_t n = 0;
+      float *pa = dt_model_params(a, &n), *pb = dt_model_params(b, NULL);
+      float *ga = dt_model_grads(a, NULL), *gb = dt_model_grads(b, NULL);
+      fill_uniform(pa, n, 32, -0.5f, 0.5f);
+      memcpy(pb, pa, n * sizeof *pa);
+      dt_dp *dp = NULL;
+      dt_optim *oa = NULL, *ob = NULL;
+      dt_optim_config oc;
+      dt_optim_config_default(DT_OPTIM_ADAM, &oc);
+      ASSERT_OK(dt_dp_new(b, workers, 16, &dp));
+      ASSERT_OK(dt_optim_new(&oc, n, &oa));
+      ASSERT_OK(dt_optim_new(&oc, n, &ob));
+      dt_rows ta[4], tb[4];
+      for (int s = 0; s < 6; s++) {
+        const int B = s == 3 ? 5 : 12; /* one batch of uneven slices */
+        float dout[12], loss_a, loss_b;
+        const float *out = NULL;
+        dt_model_zero_grad(a);
+        ASSERT_OK(dt_model_forward(a, x[s], B, &out));
+        ASSERT_OK(dt_task_loss(task, out, y[s], B, 1, &loss_a, dout));
+        ASSERT_OK(dt_model_backward(a, dout));
+        dt_model_zero_grad(b);
+        ASSERT_OK(dt_dp_train_step(dp, task, x[s], y[s], B, &loss_b, NULL));
+        ASSERT_NEAR(loss_b, loss_a, 1e-6);
+        for (size_t i = 0; i < n; i++)
+          if (!(fabsf(ga[i] - gb[i]) <= 1e-6f * fmaxf(1.0f, fabsf(ga[i]))))
+            FAIL_("%d workers, %s, step %d: gradient %zu: dp %.9g, one batch %.9g", workers, rows ? "rows" : "dense",
+                  s, i, gb[i], ga[i]);
+        for (int k = 0; k < 4; k++) {
+          dt_model_ctx_rows(a, dt_model_default_ctx(a), k, &ta[k]);
+          dt_model_ctx_rows(b, dt_model_default_ctx(b), k, &tb[k]);
+          const int rows_k = (int)ta[k].rows;
+          ASSERT(rows_k >= USERS && rows_k <= ITEMS);
+          unsigned char want[ITEMS] = {0};
+          for (int64_t i = 0; i < ta[k].n; i++) want[ta[k].list[i]] = 1;
+          ASSERT(same_set(tb[k].list, tb[k].n, want, rows_k)); /* the model's rows: every worker's */
+        }
+        ASSERT_OK(rows ? dt_optim_step_rows(oa, pa, ga, 0.01f, ta, 4) : dt_optim_step(oa, pa, ga, 0.01f));
+        ASSERT_OK(rows ? dt_optim_step_rows(ob, pb, gb, 0.01f, tb, 4) : dt_optim_step(ob, pb, gb, 0.01f));
+      }
+      for (size_t i = 0; i < n; i++) ASSERT_NEAR(pb[i], pa[i], 1e-5);
+      dt_optim_free(ob);
+      dt_optim_free(oa);
+      dt_dp_free(dp);
+      dt_model_free(b);
+      dt_model_free(a);
+    }
+  dt_task_free(task);
+}
+
 TEST_MAIN(TEST_ENTRY(mf_gradients_match_finite_differences), TEST_ENTRY(embeddings_gradients_match_finite_differences),
           TEST_ENTRY(touched_rows_listed_once_refs_count_lookups_zero_grad_clears), TEST_ENTRY(touched_rows_per_context),
           TEST_ENTRY(out_of_range_index_names_the_sample), TEST_ENTRY(step_rows_refuses_adamw_weight_decay_momentum),
-          TEST_ENTRY(step_rows_adam_leaves_untouched_rows_and_moments), TEST_ENTRY(step_rows_sgd_updates_touched_rows_only))
+          TEST_ENTRY(step_rows_adam_leaves_untouched_rows_and_moments), TEST_ENTRY(step_rows_sgd_updates_touched_rows_only),
+          TEST_ENTRY(dp_workers_step_mf_as_one_batch))
