@@ -146,15 +146,21 @@ static void run_reduce(dp_worker *wk) {
 }
 
 /* The row-table rows the workers touched are now non-zero in the model's arena too: its zero_grad and a
- * row-wise optimizer step must see them. */
+ * row-wise optimizer step must see them. They are also non-zero in the first contributing worker's arena,
+ * where run_reduce built the sum: its next zero_grad must clear them, or they would leak into its next
+ * gradients. */
 static void touch_rows(dt_dp *d) {
   dt_model_ctx *mc = dt_model_default_ctx(d->m);
+  int first = -1;
+  for (int w = 0; w < d->workers && first < 0; w++)
+    if (d->w[w].n > 0) first = w;
   for (int k = 0; k < dt_model_num_row_tables(d->m); k++)
     for (int w = 0; w < d->workers; w++) {
       if (d->w[w].n == 0) continue;
       dt_rows t;
       dt_model_ctx_rows(d->m, d->w[w].ctx, k, &t);
       dt_model_ctx_rows_touch(d->m, mc, k, t.list, t.n);
+      if (w != first) dt_model_ctx_rows_touch(d->m, d->w[first].ctx, k, t.list, t.n);
     }
 }
 
