@@ -525,6 +525,7 @@ void dt_ddp_free(dt_ddp *d) {
   for (int i = 0; i < d->n_buckets; i++)
     if (d->buckets[i].rows) {
       dt_free(d->buckets[i].rows->payload);
+      dt_free(d->buckets[i].rows->dense);
       dt_free(d->buckets[i].rows);
     }
   dt_free(d->buckets);

@@ -11,10 +11,25 @@ static int64_t capacity(const dt_rows *t) { return t->refs < t->rows ? t->refs :
 
 int dt_ddp_rows_choose(const dt_rows *t, int world, dt_rows_exchange mode) {
   if (mode != DT_ROWS_AUTO) return mode == DT_ROWS_SPARSE;
-  /* words each rank receives: the others' payloads, against a ring all-reduce's 2 (world - 1) / world of the table */
+  /* words each rank receives: the others' payloads, against a ring all-reduce's 2 (world - 1) / world of the
+   * table and its touched mask */
   const double sparse = (double)(world - 1) * (double)(1 + capacity(t) * (1 + t->width));
-  const double dense = 2.0 * (double)(world - 1) / (double)world * (double)t->rows * (double)t->width;
+  const double dense = 2.0 * (double)(world - 1) / (double)world * (double)t->rows * (double)(t->width + 1);
   return sparse < dense;
+}
+
+/* The table's gradient and a 0/1 mask of its touched rows, side by side in one all-reduce: the mask's mean
+ * is > 0 exactly on the rows some rank touched, even where their gradients sum to zero. */
+static dt_status launch_dense(dt_ddp_rows *x, dt_group *g, const dt_rows *t, const float *grads, dt_work **w,
+                              double *bytes) {
+  const size_t n = (size_t)(t->rows * t->width), count = n + (size_t)t->rows;
+  if (!x->dense) DT_CHECK(dt_alloc_array(count, sizeof(float), "row exchange", (void **)&x->dense));
+  memcpy(x->dense, grads + t->off, n * sizeof(float));
+  float *mask = x->dense + n;
+  memset(mask, 0, (size_t)t->rows * sizeof(float));
+  for (int64_t i = 0; i < t->n; i++) mask[t->list[i]] = 1.0f;
+  *bytes = (double)count * sizeof(float);
+  return dt_allreduce(g, x->dense, x->dense, count, DT_F32, DT_AVG, w);
 }
 
 dt_status dt_ddp_rows_launch(dt_ddp_rows *x, dt_group *g, dt_model *m, float *grads, dt_rows_exchange mode,
@@ -23,10 +38,7 @@ dt_status dt_ddp_rows_launch(dt_ddp_rows *x, dt_group *g, dt_model *m, float *gr
   dt_model_ctx_rows(m, dt_model_default_ctx(m), x->table, &t);
   const int world = dt_group_size(g), rank = dt_group_rank(g);
   x->sparse = dt_ddp_rows_choose(&t, world, mode);
-  if (!x->sparse) {
-    *bytes = (double)t.rows * (double)t.width * sizeof(float);
-    return dt_allreduce(g, grads + t.off, grads + t.off, (size_t)(t.rows * t.width), DT_F32, DT_AVG, w);
-  }
+  if (!x->sparse) return launch_dense(x, g, &t, grads, w, bytes);
   const int64_t cap = capacity(&t);
   x->per = (size_t)(1 + cap * (1 + t.width));
   DT_CHECK(dt_grow_array((void **)&x->payload, &x->cap_words, 0, (int64_t)x->per * world, 4096, sizeof(int32_t),
@@ -41,19 +53,17 @@ dt_status dt_ddp_rows_launch(dt_ddp_rows *x, dt_group *g, dt_model *m, float *gr
   return dt_allgather(g, mine, x->payload, x->per * (size_t)world, DT_I32, w);
 }
 
-/* Rows whose averaged gradient is not all zero: what the other ranks touched (a row every rank touched
- * with an exactly zero gradient is missed: a row-wise step skips it, where SparseAdam would decay its moments). */
-static void touch_nonzero(dt_model *m, int k, const dt_rows *t, const float *grads) {
+/* After a dense exchange: the averaged table back in place, and the rows any rank touched marked. */
+static void finish_dense(dt_ddp_rows *x, dt_model *m, const dt_rows *t, float *grads) {
+  const size_t n = (size_t)(t->rows * t->width);
+  memcpy(grads + t->off, x->dense, n * sizeof(float));
+  const float *mask = x->dense + n;
   dt_model_ctx *c = dt_model_default_ctx(m);
-  for (int64_t r = 0; r < t->rows; r++) {
-    const float *g = grads + t->off + (size_t)r * (size_t)t->width;
-    for (int64_t j = 0; j < t->width; j++)
-      if (g[j] != 0) {
-        const int32_t row = (int32_t)r;
-        dt_model_ctx_rows_touch(m, c, k, &row, 1);
-        break;
-      }
-  }
+  for (int64_t r = 0; r < t->rows; r++)
+    if (mask[r] > 0) {
+      const int32_t row = (int32_t)r;
+      dt_model_ctx_rows_touch(m, c, x->table, &row, 1);
+    }
 }
 
 dt_status dt_ddp_rows_finish(dt_ddp_rows *x, dt_model *m, int world, float *grads) {
@@ -61,7 +71,7 @@ dt_status dt_ddp_rows_finish(dt_ddp_rows *x, dt_model *m, int world, float *grad
   dt_rows t;
   dt_model_ctx_rows(m, c, x->table, &t);
   if (!x->sparse) {
-    touch_nonzero(m, x->table, &t, grads);
+    finish_dense(x, m, &t, grads);
     return DT_OK;
   }
   const size_t w = (size_t)t.width;

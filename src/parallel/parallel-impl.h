@@ -33,13 +33,15 @@ typedef struct dt_ddp_rows {
   int32_t *payload; /* (world, per) words: [n, ids (cap), values (cap, width) as f32 bits] per rank */
   size_t per;       /* words per rank this step */
   int64_t cap_words;
+  float *dense;     /* (rows * width + rows): the table's gradient and a touched mask, all-reduced together */
 } dt_ddp_rows;
 /* 1: exchange the touched rows; 0: the dense table. The same on every rank (the lookups are). */
 int dt_ddp_rows_choose(const dt_rows *t, int world, dt_rows_exchange mode);
 /* Launches this step's exchange of table x->table; *bytes: this rank's payload. */
 dt_status dt_ddp_rows_launch(dt_ddp_rows *x, dt_group *g, dt_model *m, float *grads, dt_rows_exchange mode,
                              dt_work **w, double *bytes);
-/* After the exchange completed: the gathered rows summed and averaged (sparse), the union of touched rows marked. */
+/* After the exchange completed: the gathered rows summed and averaged (sparse), the union of touched rows marked
+ * (exactly: a dense exchange carries every rank's touched mask with the table). */
 dt_status dt_ddp_rows_finish(dt_ddp_rows *x, dt_model *m, int world, float *grads);
 
 #endif
