@@ -206,7 +206,8 @@ static dt_status open_data(const dt_eval_config *cfg, const eval_plan *p, eval_s
   s->ds = s->source;
   const dt_data_info *info = dt_dataset_info(s->source);
   const double fraction = p->val_fraction > 0 ? p->val_fraction : info->val_fraction;
-  if (info->has_test || p->holdout != DT_HOLDOUT_DEFAULT || !(fraction > 0))
+  const int opened_train = cfg->split == DT_SPLIT_TRAIN || no_test[0];
+  if (!opened_train || info->has_test || p->holdout != DT_HOLDOUT_DEFAULT || !(fraction > 0))
     return no_test[0] ? dt_error(DT_NOT_FOUND, "%s", no_test) : DT_OK;
   DT_CHECK(dt_dataset_split(s->source, fraction, p->seed, &s->part_train, &s->part_val));
   s->ds = cfg->split == DT_SPLIT_TEST ? s->part_val : s->part_train;
