@@ -1,4 +1,4 @@
-/* dtrain command-line tool: a registry of commands (train, eval, models, inspect, version, help) over flag tables. */
+/* dtrain command-line tool: a registry of commands (train, eval, recommend, models, inspect, version, help) over flag tables. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cmd_bench.h"
+#include "cmd_recommend.h"
 #include "cmd_scaling.h"
 #include "dtrain/dtrain.h"
 #include "flags.h"
@@ -706,6 +707,7 @@ static int cmd_eval(const flag_args *p) {
   if (rc) return rc;
   dt_eval_result r;
   dt_status st = dt_eval_run(&cfg, &r);
+  if (st == DT_USAGE) return flags_usage_error(p->prog, "see 'dtrain eval --help'", "%s", dt_last_error());
   if (st != DT_OK)
     return runtime_error(st, "check --weights and --data; --model and --hidden must match the training run");
   printf("eval %s on %s %s (%lld samples): loss %.4f", r.model, r.data, cfg.split == DT_SPLIT_TEST ? "test" : "train",
@@ -718,6 +720,49 @@ static int cmd_eval(const flag_args *p) {
       printf("  %s %.4f", d->brief, r.metric[i]);
   }
   printf("  %.2f s  %.0f samples/s\n", r.seconds, r.samples_per_s);
+  return 0;
+}
+
+/* ---- recommend ----------------------------------------------------------------- */
+typedef enum recommend_flag {
+  REC_WEIGHTS, REC_USER, REC_TOP, REC_DATA, REC_JSON, REC_THREADS, REC_COUNT
+} recommend_flag;
+
+static const flag_spec recommend_flags[REC_COUNT] = {
+    [REC_WEIGHTS] = {"--weights", "FILE", FLAG_STR, "required", "runs/mf/model.safetensors",
+                     .help = "mf or ncf weights trained on ratings"},
+    [REC_USER] = {"--user", "ID", FLAG_INT_RANGE, "required", "1", .help = "the user, by the userId of ratings.csv",
+                  .lo = 0, .hi = 2147483647, .expect = "a userId (an integer in [0, 2147483647])"},
+    [REC_TOP] = {"--top", "K", FLAG_POS_INT, "10", "10", .help = "movies to recommend"},
+    [REC_DATA] = {"--data", "DIR", FLAG_STR, "from the file's metadata", "../shared/data/movielens/ml-latest-small",
+                  .help = "the ratings: the user's rated movies are left out; titles and genres from movies.csv"},
+    [REC_JSON] = {"--json", NULL, FLAG_BOOL, NULL, NULL,
+                  .help = "one JSON object {user, items: [{movie_id, score, title, genres}]} instead of the table"},
+    [REC_THREADS] = {"--threads", "N", FLAG_NONNEG_INT, "DT_NUM_THREADS, OMP_NUM_THREADS or all cores", "4",
+                     .help = "compute threads"},
+};
+
+static int cmd_recommend(const flag_args *p) {
+  const flag_value *v = p->v;
+  if (!v[REC_WEIGHTS].given)
+    return flags_usage_error(p->prog, "e.g. --weights runs/mf/model.safetensors", "--weights FILE is required");
+  if (!v[REC_USER].given) return flags_usage_error(p->prog, "e.g. --user 1", "--user ID is required");
+  dt_recommend_config cfg;
+  dt_recommend_config_default(&cfg);
+  cfg.weights = v[REC_WEIGHTS].raw;
+  cfg.user = v[REC_USER].i;
+  if (v[REC_TOP].given) cfg.top = (int)v[REC_TOP].i;
+  cfg.data = v[REC_DATA].raw;
+  if (v[REC_THREADS].given) cfg.threads = (int)v[REC_THREADS].i;
+  int rc = set_threads(p->prog, cfg.threads);
+  if (rc) return rc;
+  dt_recommend_result *r = NULL;
+  dt_status st = dt_recommend(&cfg, &r);
+  if (st == DT_OK) st = recommend_print(stdout, &cfg, r, v[REC_JSON].given);
+  dt_recommend_result_free(r);
+  if (st == DT_USAGE) return flags_usage_error(p->prog, "see 'dtrain recommend --help'", "%s", dt_last_error());
+  if (st != DT_OK)
+    return runtime_error(st, "check --weights and --data, and that --user is a userId of the ratings trained on");
   return 0;
 }
 
@@ -971,6 +1016,16 @@ static const command commands[] = {
      "task (top-1 and top-5 accuracy; ROC-AUC and accuracy; RMSE and MAE). Model, hidden widths,\n"
      "dataset, normalisation and the task's loss default to what the file's metadata records.",
      eval_flags, EVAL_COUNT, 0, 0, cmd_eval},
+    {"recommend", "the top K movies a user has not rated, by mf or ncf weights trained on ratings",
+     "--weights FILE --user ID [flags]",
+     "Loads mf or ncf weights written by 'dtrain train' on MovieLens ratings, scores every movie they\n"
+     "know for the user (the userId of ratings.csv, mapped through the weights' user_ids), leaves out\n"
+     "the movies the user rated in the data (all of its ratings, whatever split training held out)\n"
+     "and prints the best K: rank, movieId, predicted rating, title and genres (from movies.csv),\n"
+     "equal ratings by lower movieId; --json prints one JSON object instead. The data directory\n"
+     "defaults to the one the weights were trained on. Example:\n"
+     "  dtrain recommend --weights runs/mf/model.safetensors --user 1 --top 10",
+     recommend_flags, REC_COUNT, 0, 0, cmd_recommend},
     {"export", "write the weights of a snapshot (or weights file) alone, e.g. to share or evaluate", "SNAPSHOT OUT",
      "Reads a snapshot written by 'dtrain train --save-every' (or any weights file) and writes\n"
      "its model tensors only, under PyTorch state_dict names with the model's metadata, to OUT\n"

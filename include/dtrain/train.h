@@ -200,6 +200,42 @@ typedef struct dt_eval_result {
 void dt_eval_config_default(dt_eval_config *cfg);
 dt_status dt_eval_run(const dt_eval_config *cfg, dt_eval_result *res);
 
+/* ---- recommendation ------------------------------------------------------- */
+/* The top K items for one user of a recommender trained on ratings (mf, ncf): every item the
+ * weights know is scored for the user in one batched forward, and the items the user rated in the
+ * data (all of its ratings, whatever split training used) are left out. */
+typedef struct dt_recommend_config {
+  const char *weights; /* mf or ncf weights written by dt_train_run on ratings (metadata user_ids, item_ids) */
+  const char *data;    /* the ratings (a MovieLens directory): exclusions, titles, genres; NULL: metadata "data" */
+  int64_t user;        /* the original user id (MovieLens userId) */
+  int top;             /* K >= 1 */
+  int threads;         /* 0: all cores */
+} dt_recommend_config;
+
+typedef struct dt_recommendation {
+  int64_t item;       /* the original item id (MovieLens movieId) */
+  float score;        /* the predicted rating */
+  const char *title;  /* "" when the data has none; points into the result */
+  const char *genres; /* "Adventure|Comedy", or "" */
+} dt_recommendation;
+
+typedef struct dt_recommend_result {
+  char model[64];
+  char data[512];         /* the ratings used */
+  int64_t user;
+  int64_t items;          /* items the weights know */
+  int64_t rated;          /* of them, rated by the user in the data (left out) */
+  int n;                  /* min(top, items - rated) */
+  dt_recommendation *top; /* (n) best first; equal scores by lower item id */
+  char *text;             /* the titles and genres */
+} dt_recommend_result;
+
+void dt_recommend_config_default(dt_recommend_config *cfg);
+/* *out (free with dt_recommend_result_free) on success. Weights without user and item ids (not a
+ * recommender trained on ratings) are DT_USAGE; a user the weights do not know is DT_NOT_FOUND. */
+dt_status dt_recommend(const dt_recommend_config *cfg, dt_recommend_result **out);
+void dt_recommend_result_free(dt_recommend_result *r); /* accepts NULL */
+
 #ifdef __cplusplus
 }
 #endif

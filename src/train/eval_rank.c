@@ -5,8 +5,6 @@
 #include "dtrain/model_ctx.h"
 #include "train/run.h"
 
-#define RANK_K 10 /* HR@10, NDCG@10: the NCF paper's protocol */
-
 /* Finds the validation split's ranking protocol, if it has one, and the buffers to score it. */
 dt_status dt_run_rank_open(dt_run *r) {
   memset(&r->ranking, 0, sizeof r->ranking);
@@ -21,25 +19,29 @@ dt_status dt_run_rank_open(dt_run *r) {
                         (void **)&r->rank_scores);
 }
 
-int dt_run_rank_k(const dt_run *r) { return r->ranking.n > 0 ? RANK_K : 0; }
+int dt_run_rank_k(const dt_run *r) { return r->ranking.n > 0 ? DT_RANK_K : 0; }
 
-/* Scores the candidates of queries q[0..nq) into r->rank_scores, a batch of pairs per forward. */
-static dt_status score_block(dt_run *r, const int64_t *q, int nq) {
-  const dt_ranking *rk = &r->ranking;
+dt_status dt_rank_score(const dt_ranking *rk, const int64_t *q, int nq, int batch, dt_forward_fn fwd, void *user,
+                        int32_t *pairs, float *scores) {
   const int64_t total = (int64_t)nq * rk->per;
-  const int batch = r->cfg->batch_size;
   for (int64_t lo = 0; lo < total; lo += batch) {
     const int n = total - lo < batch ? (int)(total - lo) : batch;
     for (int i = 0; i < n; i++) {
       const int64_t k = lo + i, query = q[k / rk->per];
-      r->rank_pairs[2 * i] = rk->user[query];
-      r->rank_pairs[2 * i + 1] = rk->items[query * rk->per + k % rk->per];
+      pairs[2 * i] = rk->user[query];
+      pairs[2 * i + 1] = rk->items[query * rk->per + k % rk->per];
     }
     const float *out = NULL;
-    DT_CHECK(r->strategy->forward(r, r->rank_pairs, n, &out));
-    memcpy(r->rank_scores + lo, out, (size_t)n * sizeof(float));
+    DT_CHECK(fwd(user, pairs, n, &out));
+    memcpy(scores + lo, out, (size_t)n * sizeof(float));
   }
   return DT_OK;
+}
+
+/* The strategy's forward as a dt_forward_fn. */
+static dt_status run_forward(void *user, const void *x, int n, const float **out) {
+  dt_run *r = user;
+  return r->strategy->forward(r, x, n, out);
 }
 
 dt_status dt_run_rank_eval(dt_run *r) {
@@ -49,7 +51,7 @@ dt_status dt_run_rank_eval(dt_run *r) {
   for (int64_t query = r->rank; query < r->ranking.n; query += r->world) {
     q[nq++] = query;
     if (nq < DT_RANK_BLOCK && query + r->world < r->ranking.n) continue;
-    DT_CHECK(score_block(r, q, nq));
+    DT_CHECK(dt_rank_score(&r->ranking, q, nq, r->cfg->batch_size, run_forward, r, r->rank_pairs, r->rank_scores));
     DT_CHECK(dt_metric_acc_add_ranking(r->eval_acc, r->rank_scores, nq, r->ranking.per));
     nq = 0;
   }

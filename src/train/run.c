@@ -1,5 +1,6 @@
 /* Pieces of a run the trainer, strategies and hooks share: loaders over a prefix, the history, paths, metadata. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/impl.h"
@@ -58,6 +59,14 @@ static void join_floats(const float *v, int n, char *buf, size_t len) {
   }
 }
 
+/* The shortest decimal that reads back as v ("0.1", not "0.10000000000000001"). */
+static void format_exact(double v, char *buf, size_t len) {
+  for (int digits = 1; digits <= 17; digits++) {
+    snprintf(buf, len, "%.*g", digits, v);
+    if (strtod(buf, NULL) == v) return;
+  }
+}
+
 void dt_run_meta_fill(dt_run_meta *rm, const dt_run *r, const dt_epoch_metrics *last, int epochs_done) {
   const dt_train_config *c = r->cfg;
   const dt_task_config *tc = dt_task_config_of(r->task);
@@ -92,6 +101,11 @@ void dt_run_meta_fill(dt_run_meta *rm, const dt_run *r, const dt_epoch_metrics *
     rm->kv[rm->n++] = (dt_kv){"factors", rm->factors};
   }
   if (c->holdout == DT_HOLDOUT_LAST) rm->kv[rm->n++] = (dt_kv){"split", "leave-last-out"};
+  /* the held-out part of a random split, so that eval can rebuild it (with "seed") */
+  if (r->val_fraction > 0) {
+    format_exact(r->val_fraction, rm->val_fraction, sizeof rm->val_fraction);
+    rm->kv[rm->n++] = (dt_kv){"val_fraction", rm->val_fraction};
+  }
   /* what the source keeps with the weights (MovieLens: the original user and movie ids) */
   const dt_kv *data_kv = NULL;
   const int n_data = dt_dataset_meta(r->train, &data_kv);

@@ -85,6 +85,7 @@ struct dt_run {
   /* data */
   dt_dataset *train_src, *val_src; /* as opened (val_src: a second source or the test split) */
   dt_dataset *train, *val;         /* what is trained and evaluated (views with --val-fraction); val may be NULL */
+  double val_fraction;             /* the part of train_src held out as val by dt_dataset_split (0: none) */
   dt_loader *train_loader, *val_loader;
   int64_t my_val;                  /* samples this rank counts in evaluation (-1: all; ddp: its real ones) */
   dt_prefix_sampler train_prefix, val_prefix;
@@ -155,7 +156,7 @@ dt_status dt_run_path(const dt_run *r, const char *name, char *buf, size_t len);
 #define DT_RUN_META_MAX 32
 typedef struct dt_run_meta {
   char hidden[256], epochs[32], seed[32], m0[32], m1[32], key0[40], key1[40], norm[64], dropout[32], outputs[16];
-  char pos_weight[1024], factors[16];
+  char pos_weight[1024], factors[16], val_fraction[32];
   dt_kv kv[DT_RUN_META_MAX]; /* room for the snapshot's 4 more */
   int n;
 } dt_run_meta;

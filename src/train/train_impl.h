@@ -62,6 +62,24 @@ typedef dt_status (*dt_forward_fn)(void *user, const void *x, int n, const float
 dt_status dt_train_evaluate(dt_model *m, dt_forward_fn fwd, void *user, dt_loader *l, const dt_task *t, int64_t count,
                             dt_metric_acc *acc, double *seconds);
 
+/* Ranking evaluation (eval_rank.c): HR@K and NDCG@K at K = 10, the NCF paper's protocol. Scores the
+ * candidates of queries q[0..nq) of rk into scores (nq, rk->per), batch pairs per forward through fwd;
+ * pairs is (batch, 2) scratch. */
+#define DT_RANK_K 10
+dt_status dt_rank_score(const dt_ranking *rk, const int64_t *q, int nq, int batch, dt_forward_fn fwd, void *user,
+                        int32_t *pairs, float *scores);
+
+/* The architecture a weights file records (metadata "hidden", "factors", "dropout"), to rebuild its zoo
+ * model: n_hidden 0, factors 0 and dropout -1 (the model's defaults) where not recorded; DT_CORRUPT
+ * naming a malformed value. (eval_run.c) */
+typedef struct dt_weights_arch {
+  int hidden[DT_TRAIN_MAX_HIDDEN];
+  int n_hidden;
+  int factors;
+  float dropout;
+} dt_weights_arch;
+dt_status dt_weights_arch_read(const char *path, const dt_safetensors *f, dt_weights_arch *out);
+
 /* A sampler visiting the first n samples, shuffled per epoch with Philox(seed)
  * when shuffle is set (the --limit-* flags). */
 typedef struct dt_prefix_sampler {

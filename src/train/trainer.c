@@ -78,6 +78,7 @@ static dt_status open_data(dt_run *r) {
   const double fraction = c->val_fraction > 0 ? c->val_fraction : !c->val_data && !ti->has_test ? ti->val_fraction : 0;
   if (fraction > 0) {
     DT_CHECK(dt_dataset_split(r->train_src, fraction, c->seed, &r->train, &r->val));
+    r->val_fraction = fraction;
   } else if (c->val_data || ti->has_test) {
     const char *spec = c->val_data ? c->val_data : c->data;
     /* --val-data: that source's test split, or its only split when it has none */

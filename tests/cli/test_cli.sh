@@ -83,6 +83,9 @@ usage "dtrain train: --workers applies only to --strategy dp" train --workers 2
 usage "dtrain train: --bucket-cap-mb applies only to --strategy ddp" train --strategy dp --bucket-cap-mb 4
 usage "dtrain train: --comm-hook: 'int8' is not one of none/bf16/fp16" train --strategy ddp --comm-hook int8
 usage "dtrain eval: --workers applies only to --strategy dp" eval --weights x --workers 2
+usage "dtrain recommend: --weights FILE is required" recommend --user 1
+usage "dtrain recommend: --user ID is required" recommend --weights x
+usage "dtrain recommend: --top: '0' is not a positive integer" recommend --weights x --user 1 --top 0
 usage "dtrain help: unknown command 'nope'" help nope
 "$DTRAIN" >/dev/null 2>&1
 [ $? -eq 2 ] || fail "dtrain without a command should exit 2"
@@ -96,6 +99,7 @@ train_flags="--model --hidden --dropout --factors --embedding-l2 --sparse-embedd
 --find-unused-parameters --comm-hook --embedding-exchange --timeout --save-every --save-every-steps --keep --save-on-interrupt --resume
 --allow-data-change --overwrite --tensorboard --tensorboard-all-ranks --log-every --trace"
 eval_flags="--weights --model --hidden --data --split --normalize --batch-size --threads --limit --strategy --workers"
+recommend_flags="--weights --user --top --data --json --threads"
 check_help() { # command, expected flags
   local cmd=$1 want=$2
   "$DTRAIN" "$cmd" --help >"$tmp/help" 2>&1 || fail "dtrain $cmd --help exited non-zero"
@@ -114,8 +118,9 @@ check_help() { # command, expected flags
 }
 check_help train "$train_flags"
 check_help eval "$eval_flags"
+check_help recommend "$recommend_flags"
 "$DTRAIN" help train | cmp -s - <("$DTRAIN" train --help) || fail "'dtrain help train' differs from 'dtrain train --help'"
-for c in train eval export models inspect version help; do
+for c in train eval recommend export models inspect version help; do
   "$DTRAIN" help | grep -q "^  $c " || fail "'dtrain help' does not list $c"
 done
 "$DTRAIN" version | grep -qE '^dtrain [0-9]+\.[0-9]+\.[0-9]+$' || fail "dtrain version"
