@@ -145,6 +145,11 @@ typedef struct dt_ranking {
 } dt_ranking;
 dt_status dt_dataset_ranking(const dt_dataset *ds, dt_ranking *out);
 
+/* Every sample of ds in index order, fetched in chunks: fn(user, fields, n)
+ * gets n samples' fields (info order); a status other than DT_OK stops the scan
+ * and is returned. */
+typedef dt_status (*dt_scan_fn)(void *user, void *const *fields, int n);
+dt_status dt_dataset_scan(const dt_dataset *ds, dt_scan_fn fn, void *user);
 /* The mean of an f32 target over every sample and value (0 for no samples);
  * DT_INVALID_ARGUMENT for class-index targets. */
 dt_status dt_dataset_target_mean(const dt_dataset *ds, double *mean);

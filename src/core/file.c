@@ -60,3 +60,13 @@ dt_status dt_mkdir_p(const char *path, mode_t mode) {
   if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return dt_error(DT_IO, "%s exists and is not a directory", path);
   return DT_OK;
 }
+
+int dt_is_dir(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+int dt_is_file(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}

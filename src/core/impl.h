@@ -81,6 +81,9 @@ dt_status dt_file_write_text(const char *path, const char *text);
  * bytes or more; DT_IO naming the directory that could not be created, or the
  * path when it exists and is not a directory. */
 dt_status dt_mkdir_p(const char *path, mode_t mode);
+/* 1 if path is a directory (a regular file), following links; 0 otherwise, also when it cannot be stat'ed. */
+int dt_is_dir(const char *path);
+int dt_is_file(const char *path);
 
 /* A file that appears whole or not at all. Writes go to `path.tmp.<pid>` next
  * to path (same file system, so the rename is atomic); commit flushes, fsyncs,

@@ -113,30 +113,46 @@ int dt_dataset_meta(const dt_dataset *ds, const dt_kv **kv) {
   return r->ops->meta ? r->ops->meta(r->state, kv) : 0;
 }
 
-#define MEAN_CHUNK 4096
+#define SCAN_CHUNK 4096
 
-dt_status dt_dataset_target_mean(const dt_dataset *ds, double *mean) {
+dt_status dt_dataset_scan(const dt_dataset *ds, dt_scan_fn fn, void *user) {
   const dt_data_info *in = &ds->info;
-  const dt_field *t = &in->field[in->target];
-  if (t->dtype != DT_F32) return dt_error(DT_INVALID_ARGUMENT, "dt_dataset_target_mean: the target is not f32");
   void *bufs[DT_MAX_FIELDS] = {0};
   int64_t *idx = NULL;
-  dt_status st = dt_alloc_array(MEAN_CHUNK, sizeof *idx, "target mean", (void **)&idx);
+  dt_status st = dt_alloc_array(SCAN_CHUNK, sizeof *idx, "dataset scan", (void **)&idx);
   for (int f = 0; f < in->n_fields && st == DT_OK; f++)
-    st = dt_alloc_array(MEAN_CHUNK, dt_field_bytes(&in->field[f]), "target mean", &bufs[f]);
-  const size_t per = dt_field_numel(t);
-  double sum = 0;
-  for (int64_t lo = 0; lo < ds->n && st == DT_OK; lo += MEAN_CHUNK) {
-    const int n = ds->n - lo < MEAN_CHUNK ? (int)(ds->n - lo) : MEAN_CHUNK;
+    st = dt_alloc_array(SCAN_CHUNK, dt_field_bytes(&in->field[f]), "dataset scan", &bufs[f]);
+  for (int64_t lo = 0; lo < ds->n && st == DT_OK; lo += SCAN_CHUNK) {
+    const int n = ds->n - lo < SCAN_CHUNK ? (int)(ds->n - lo) : SCAN_CHUNK;
     for (int i = 0; i < n; i++) idx[i] = lo + i;
     dt_dataset_fetch(ds, idx, n, bufs);
-    const float *y = bufs[in->target];
-    for (size_t i = 0; i < (size_t)n * per; i++) sum += y[i];
+    st = fn(user, bufs, n);
   }
   for (int f = 0; f < in->n_fields; f++) dt_free(bufs[f]);
   dt_free(idx);
-  *mean = ds->n ? sum / ((double)ds->n * (double)per) : 0;
   return st;
+}
+
+typedef struct target_sum {
+  int field;
+  size_t per;
+  double sum;
+} target_sum;
+
+static dt_status add_targets(void *user, void *const *fields, int n) {
+  target_sum *t = user;
+  const float *y = fields[t->field];
+  for (size_t i = 0; i < (size_t)n * t->per; i++) t->sum += y[i];
+  return DT_OK;
+}
+
+dt_status dt_dataset_target_mean(const dt_dataset *ds, double *mean) {
+  const dt_field *f = &ds->info.field[ds->info.target];
+  if (f->dtype != DT_F32) return dt_error(DT_INVALID_ARGUMENT, "dt_dataset_target_mean: the target is not f32");
+  target_sum t = {.field = ds->info.target, .per = dt_field_numel(f)};
+  DT_CHECK(dt_dataset_scan(ds, add_targets, &t));
+  *mean = ds->n ? t.sum / ((double)ds->n * (double)t.per) : 0;
+  return DT_OK;
 }
 
 /* A subset's samples are not its root's: its ranking would not describe them. */

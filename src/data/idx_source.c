@@ -31,24 +31,15 @@ static const known_dataset known[] = {
 };
 #define N_KNOWN (sizeof known / sizeof known[0])
 
-static int is_dir(const char *path) {
-  struct stat sb;
-  return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
-static int is_file(const char *path) {
-  struct stat sb;
-  return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
 
 /* dir/<prefix>-<kind>-ubyte, raw or .gz, into path; DT_NOT_FOUND with the hint. */
 static dt_status find_file(const char *dir, const char *prefix, const char *kind, const char *hint, char *path,
                            size_t len) {
   int k = snprintf(path, len, "%s/%s-%s-ubyte", dir, prefix, kind);
   if (k < 0 || (size_t)k + 4 > len) return dt_error(DT_INVALID_ARGUMENT, "dataset path too long: %s", dir);
-  if (is_file(path)) return DT_OK;
+  if (dt_is_file(path)) return DT_OK;
   strcat(path, ".gz");
-  if (is_file(path)) return DT_OK;
+  if (dt_is_file(path)) return DT_OK;
   return dt_error(DT_NOT_FOUND, "%s/%s-%s-ubyte[.gz] not found; %s", dir, prefix, kind, hint);
 }
 
@@ -63,7 +54,7 @@ static dt_status resolve(const char *source, char *dir, size_t len, const char *
     *hint = known[i].hint;
     return DT_OK;
   }
-  if (!is_dir(source)) {
+  if (!dt_is_dir(source)) {
     char names[256] = "";
     for (size_t i = 0; i < N_KNOWN; i++) {
       if (i) strcat(names, ", ");

@@ -29,15 +29,6 @@ typedef struct movielens {
   int32_t *candidates;          /* (n_queries, 1 + NEGATIVES) */
 } movielens;
 
-static int is_dir(const char *path) {
-  struct stat sb;
-  return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
-static int is_file(const char *path) {
-  struct stat sb;
-  return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
 
 /* dir/name into out (4096 bytes); 0 when it does not fit. */
 static int join(char *out, const char *dir, const char *name) {
@@ -53,7 +44,7 @@ static const char *dir_of(const char *spec) {
 static int claims(const char *spec) {
   if (strncmp(spec, PREFIX, strlen(PREFIX)) == 0) return 1;
   char path[4096];
-  return (join(path, spec, "ratings.csv") && is_file(path)) || (join(path, spec, "ratings.dat") && is_file(path));
+  return (join(path, spec, "ratings.csv") && dt_is_file(path)) || (join(path, spec, "ratings.dat") && dt_is_file(path));
 }
 
 /* Of DIR/<stem>.csv and DIR/<stem>.dat, the one present into path: 1, 0 when neither; both is DT_USAGE. */
@@ -64,7 +55,7 @@ static dt_status find_file(const char *dir, const char *stem, char *path, dt_ml_
   snprintf(name_dat, sizeof name_dat, "%s.dat", stem);
   if (!join(csv, dir, name_csv) || !join(dat, dir, name_dat))
     return dt_error(DT_USAGE, "--data %s: the directory name is too long", dir);
-  const int c = is_file(csv), d = is_file(dat);
+  const int c = dt_is_file(csv), d = dt_is_file(dat);
   if (c && d)
     return dt_error(DT_USAGE, "%s holds both %s and %s: keep the one to read (ml-latest and ml-25m: .csv, ml-1m: .dat)",
                     dir, name_csv, name_dat);
@@ -286,7 +277,7 @@ static dt_status open_movielens(const char *spec, dt_split split, const dt_data_
   if (opt->holdout != DT_HOLDOUT_DEFAULT && opt->holdout != DT_HOLDOUT_LAST)
     return dt_error(DT_USAGE, "%s: unknown holdout %d", spec, (int)opt->holdout);
   const int last = opt->holdout == DT_HOLDOUT_LAST;
-  if (!is_dir(dir)) return dt_error(DT_NOT_FOUND, "%s: not a directory (MovieLens: a directory holding ratings.csv)", dir);
+  if (!dt_is_dir(dir)) return dt_error(DT_NOT_FOUND, "%s: not a directory (MovieLens: a directory holding ratings.csv)", dir);
   char ratings_path[4096], movies_path[4096];
   dt_ml_format ratings_fmt = DT_ML_CSV, movies_fmt = DT_ML_CSV;
   int have_ratings = 0, have_movies = 0;

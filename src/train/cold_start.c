@@ -4,31 +4,27 @@
 #include "core/impl.h"
 #include "train/run.h"
 
-#define CHUNK 4096
+typedef struct marker {
+  const dt_data_info *in;
+  unsigned char *const *seen; /* (n_index columns) (index_size[c]) */
+} marker;
 
-/* Marks seen[k][index] for every index of column k of ds's "x" field. */
-static dt_status mark(const dt_dataset *ds, unsigned char *const *seen, int cols) {
-  const dt_data_info *in = dt_dataset_info(ds);
-  void *bufs[DT_MAX_FIELDS] = {0};
-  int64_t *idx = NULL;
-  dt_status st = dt_alloc_array(CHUNK, sizeof *idx, "cold-start check", (void **)&idx);
-  for (int f = 0; f < in->n_fields && st == DT_OK; f++)
-    st = dt_alloc_array(CHUNK, dt_field_bytes(&in->field[f]), "cold-start check", &bufs[f]);
-  const int64_t n = dt_dataset_size(ds);
-  for (int64_t lo = 0; lo < n && st == DT_OK; lo += CHUNK) {
-    const int k = n - lo < CHUNK ? (int)(n - lo) : CHUNK;
-    for (int i = 0; i < k; i++) idx[i] = lo + i;
-    dt_dataset_fetch(ds, idx, k, bufs);
-    const int32_t *x = bufs[in->input];
-    for (int i = 0; i < k; i++)
-      for (int c = 0; c < cols; c++) {
-        const int32_t v = x[(size_t)i * (size_t)cols + (size_t)c];
-        if (v >= 0 && v < in->index_size[c]) seen[c][v] |= 1;
-      }
-  }
-  for (int f = 0; f < in->n_fields; f++) dt_free(bufs[f]);
-  dt_free(idx);
-  return st;
+/* Marks seen[c][index] for every index of column c of a chunk's "x" field. */
+static dt_status mark_chunk(void *user, void *const *fields, int n) {
+  const marker *m = user;
+  const int cols = m->in->n_index;
+  const int32_t *x = fields[m->in->input];
+  for (int i = 0; i < n; i++)
+    for (int c = 0; c < cols; c++) {
+      const int32_t v = x[(size_t)i * (size_t)cols + (size_t)c];
+      if (v >= 0 && v < m->in->index_size[c]) m->seen[c][v] = 1;
+    }
+  return DT_OK;
+}
+
+static dt_status mark(const dt_dataset *ds, unsigned char *const *seen) {
+  marker m = {.in = dt_dataset_info(ds), .seen = seen};
+  return dt_dataset_scan(ds, mark_chunk, &m);
 }
 
 dt_status dt_run_cold_start(dt_run *r) {
@@ -41,8 +37,8 @@ dt_status dt_run_cold_start(dt_run *r) {
     st = dt_alloc_array((size_t)in->index_size[c], 1, "cold-start check", (void **)&seen[c]);
     if (st == DT_OK) st = dt_alloc_array((size_t)in->index_size[c], 1, "cold-start check", (void **)&val_seen[c]);
   }
-  if (st == DT_OK) st = mark(r->train, seen, cols);
-  if (st == DT_OK) st = mark(r->val, val_seen, cols);
+  if (st == DT_OK) st = mark(r->train, seen);
+  if (st == DT_OK) st = mark(r->val, val_seen);
   int64_t cold[2] = {0, 0};
   for (int c = 0; c < cols && st == DT_OK; c++)
     for (int64_t i = 0; i < in->index_size[c]; i++) cold[c] += val_seen[c][i] && !seen[c][i];

@@ -66,6 +66,22 @@ static const char *field_shape(const dt_field *f, char *buf, size_t len) {
   return buf;
 }
 
+/* Index data from two sources (--val-data) must map ids to indices alike: MovieLens remaps each file's own. */
+static dt_status same_ids(const dt_dataset *train, const dt_dataset *val, const char *tname, const char *vname) {
+  const dt_kv *tk = NULL, *vk = NULL;
+  const int nt = dt_dataset_meta(train, &tk), nv = dt_dataset_meta(val, &vk);
+  for (int i = 0; i < nt; i++) {
+    const char *v = NULL;
+    for (int j = 0; j < nv; j++)
+      if (strcmp(vk[j].key, tk[i].key) == 0) v = vk[j].value;
+    if (!v || strcmp(v, tk[i].value) != 0)
+      return dt_error(DT_USAGE, "validation data %s numbers its %s differently from the training data %s (ids are "
+                      "indexed per file): hold out part of %s instead (--split, --val-fraction)",
+                      vname, tk[i].key, tname, tname);
+  }
+  return DT_OK;
+}
+
 /* Training and validation data: the source's train split; validation from --val-data, a
  * --val-fraction of the training data, or the source's test split, if any (else none). */
 static dt_status open_data(dt_run *r) {
@@ -90,6 +106,7 @@ static dt_status open_data(dt_run *r) {
     r->val = r->val_src;
   }
   if (!r->val) return DT_OK;
+  if (c->val_data) DT_CHECK(same_ids(r->train_src, r->val_src, c->data, c->val_data));
   const dt_data_info *vi = dt_dataset_info(r->val);
   /* Fewer classes is a subset of the task; fewer regression targets or labels is another task. */
   const int outputs_fit = ti->task == DT_TASK_CLASSIFICATION ? vi->outputs <= ti->outputs : vi->outputs == ti->outputs;

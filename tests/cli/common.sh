@@ -26,6 +26,15 @@ wait_line() {
 same_tensors() { /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/tensors_diff.py" same "$1" "$2"; }
 # max_diff A B: the largest absolute difference of the f32 tensors of two safetensors files (same names).
 max_diff() { /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/tensors_diff.py" max "$1" "$2"; }
+# run NAME SECONDS CMD...: in the foreground, bounded; output in $tmp/NAME.out/.err, exit in $rc.
+run() {
+  local name=$1 secs=$2
+  shift 2
+  timeout -k 2 "$secs" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" </dev/null
+  rc=$?
+}
+# show NAME: the last lines of run NAME's output and errors, on stderr.
+show() { echo "--- $1 (rc $rc):" >&2; tail -n 15 "$tmp/$1.out" "$tmp/$1.err" 2>/dev/null | sed 's/^/    /' >&2; }
 # use_tmp: a temporary directory in $tmp, removed at exit (KEEP_TMP=1 keeps it) after killing the pids in
 # bg_pids and any worker a failed check left behind (the workers write $tmp/*/pid.*).
 use_tmp() {

@@ -22,14 +22,10 @@ for x in "$DTRAIN" "$DTRUN"; do [ -x "$x" ] || { echo "FAIL: $x is not built" >&
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK PMI_RANK SLURM_PROCID
 
 use_tmp
-show() { echo "--- $1 (rc $rc):" >&2; tail -n 15 "$tmp/$1.out" "$tmp/$1.err" 2>/dev/null | sed 's/^/    /' >&2; }
-# run NAME SECONDS CMD...: in the foreground, bounded; output in $tmp/NAME.out/.err, exit in $rc.
-run() {
-  local name=$1 secs=$2
-  shift 2
-  timeout -k 2 "$secs" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" </dev/null
-  rc=$?
-  [ $rc -eq 0 ] || { fail "$name: exit $rc"; show "$name"; }
+# run_ok NAME SECONDS CMD...: run (common.sh) that must succeed.
+run_ok() {
+  run "$@"
+  [ $rc -eq 0 ] || { fail "$1: exit $rc"; show "$1"; }
 }
 # train NAME WORLD|dp:N|single ARGS...: dtrain train into $tmp/NAME (world W: dtrun with W ranks, strategy ddp).
 train() {
@@ -38,9 +34,9 @@ train() {
   local args=(train --data "$tmp/ml" --threads 1 --progress none --epochs 2 --optimizer adam --lr 0.01
     --embedding-l2 0.05 --out "$tmp/$name" "$@")
   case $how in
-  single) run "$name" 60 "$DTRAIN" "${args[@]}" ;;
-  dp:*) run "$name" 60 "$DTRAIN" "${args[@]}" --strategy dp --workers "${how#dp:}" ;;
-  *) run "$name" 60 "$DTRUN" --standalone --nproc-per-node "$how" -- "$DTRAIN" "${args[@]}" --strategy ddp ;;
+  single) run_ok "$name" 60 "$DTRAIN" "${args[@]}" ;;
+  dp:*) run_ok "$name" 60 "$DTRAIN" "${args[@]}" --strategy dp --workers "${how#dp:}" ;;
+  *) run_ok "$name" 60 "$DTRUN" --standalone --nproc-per-node "$how" -- "$DTRAIN" "${args[@]}" --strategy ddp ;;
   esac
 }
 # same_weights WHAT A B: the weights of runs A and B within 1e-5.

@@ -30,14 +30,6 @@ for x in "$DTRAIN" "$DTRUN" "$EVALM"; do [ -x "$x" ] || { echo "FAIL: $x is not 
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK PMI_RANK SLURM_PROCID
 
 use_tmp
-show() { echo "--- $1 (rc $rc):" >&2; tail -n 15 "$tmp/$1.out" "$tmp/$1.err" 2>/dev/null | sed 's/^/    /' >&2; }
-# run NAME SECONDS CMD...: in the foreground, bounded; output in $tmp/NAME.out/.err, exit in $rc.
-run() {
-  local name=$1 secs=$2
-  shift 2
-  timeout -k 2 "$secs" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" </dev/null
-  rc=$?
-}
 # col FILE NAME: the column NAME of a CSV, one value a line.
 col() { awk -F, -v c="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) k = i; next } k { print $k }' "$1"; }
 # untimed FILE: a metrics.csv without its wall-clock columns.
