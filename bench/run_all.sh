@@ -33,3 +33,6 @@ DT_BUILD_DIR=$build /usr/bin/python3 "$here/observability.py" --reps "${REPS:-3}
 echo
 echo "## MovieLens ml-latest-small, mf and ncf (Adam, batch 256, sparse embeddings), single and DDP x2: dtrain vs PyTorch"
 DT_BUILD_DIR=$build /usr/bin/python3 "$here/movielens_vs_torch.py" --reps "${REPS:-3}"
+echo
+echo "## image input pipeline alone (decode + augment, images/s per core): dtrain vs torchvision's PIL pipeline"
+DT_BUILD_DIR=$build /usr/bin/python3 "$here/images_vs_torchvision.py" --reps "${REPS:-3}"

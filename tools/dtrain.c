@@ -133,7 +133,8 @@ static const flag_choice strategies[] = {
 /* ---- train ------------------------------------------------------------------- */
 typedef enum train_flag {
   TRAIN_MODEL, TRAIN_HIDDEN, TRAIN_DROPOUT, TRAIN_FACTORS, TRAIN_EMBEDDING_L2, TRAIN_SPARSE_EMBEDDINGS, TRAIN_DATA,
-  TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_LIMIT_TRAIN, TRAIN_LIMIT_TEST,
+  TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_AUGMENT, TRAIN_DATA_WORKERS, TRAIN_CACHE_IMAGES, TRAIN_SKIP_BAD_IMAGES,
+  TRAIN_LIMIT_TRAIN, TRAIN_LIMIT_TEST,
   TRAIN_EPOCHS, TRAIN_BATCH_SIZE,
   TRAIN_OPTIMIZER, TRAIN_LR, TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV, TRAIN_WEIGHT_DECAY, TRAIN_BETAS,
   TRAIN_EPS, TRAIN_SCHEDULE, TRAIN_STEP_SIZE, TRAIN_GAMMA, TRAIN_MIN_LR, TRAIN_WARMUP_EPOCHS, TRAIN_WARMUP_STEPS,
@@ -157,6 +158,8 @@ static const flag_choice progress_modes[] = {{"auto", DT_PROGRESS_AUTO}, {"bar",
 static const flag_choice on_off[] = {{"on", 1}, {"off", 0}, {NULL, 0}};
 static const flag_choice exchanges[] = {
     {"auto", DT_ROWS_AUTO}, {"dense", DT_ROWS_DENSE}, {"sparse", DT_ROWS_SPARSE}, {NULL, 0}};
+static const flag_choice augments[] = {
+    {"none", DT_AUGMENT_NONE}, {"cifar", DT_AUGMENT_CIFAR}, {"imagenet", DT_AUGMENT_IMAGENET}, {NULL, 0}};
 static const flag_choice holdouts[] = {{"random", DT_HOLDOUT_DEFAULT}, {"leave-last-out", DT_HOLDOUT_LAST}, {NULL, 0}};
 static const flag_choice comm_hooks[] = {
     {"none", DT_COMM_HOOK_NONE}, {"bf16", DT_COMM_HOOK_BF16}, {"fp16", DT_COMM_HOOK_FP16}, {NULL, 0}};
@@ -181,14 +184,30 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                                  "sparse=True with SGD (no momentum, no weight decay) or SparseAdam (--optimizer adam)"},
     [TRAIN_DATA] = {"--data", "SOURCE", FLAG_STR, "fashion-mnist", "fashion-mnist",
                     .help = "data source: fashion-mnist or mnist (IDX under DT_DATA_DIR), a directory of IDX files, a "
-                            "MovieLens directory (ratings.csv or ratings.dat, with movies.csv/.dat), or "
+                            "MovieLens directory (ratings.csv or ratings.dat, with movies.csv/.dat), an image folder "
+                            "(DIR/<class>/*.jpg|png as torchvision's ImageFolder, or DIR with train/ and test/ or val/), "
+                            "a CIFAR-10/100 binary directory (data_batch_*.bin, test_batch.bin; train.bin, test.bin), or "
                             "synthetic:N[,in=20,out=1,task=regression|classification|multilabel,seed=S] (generated)"},
     [TRAIN_SPLIT] = {"--split", "NAME", FLAG_CHOICE, "random", "leave-last-out",
                      .help = "ratings data: random (a --val-fraction, default 0.1, held out by --seed) or "
                      "leave-last-out (each user's latest rating; adds HR@10 and NDCG@10 over 100 sampled negatives)",
                      .choices = holdouts},
     [TRAIN_NORMALIZE] = {"--normalize", "MEAN,STD", FLAG_MEAN_STD, "none: x/255", "0.2860,0.3530",
-                         .help = "also normalise inputs as (x/255 - MEAN)/STD"},
+                         .help = "also normalise inputs as (x/255 - MEAN)/STD (with --augment: instead of the preset's)"},
+    [TRAIN_AUGMENT] = {"--augment", "PRESET", FLAG_CHOICE, "none", "cifar",
+                       .help = "RGB images: cifar (train RandomCrop(32, padding=4) + RandomHorizontalFlip; test as is), "
+                       "imagenet (train RandomResizedCrop(224) + RandomHorizontalFlip; test Resize(256) + "
+                       "CenterCrop(224)), each normalised by default with its data set's per-channel mean and std; or "
+                       "none (ToTensor only: every image must have one size)", .choices = augments},
+    [TRAIN_DATA_WORKERS] = {"--data-workers", "N", FLAG_POS_INT, "1; image folders: one per 8 cores, 1 to 4", "2",
+                            .help = "loader threads that read, decode and augment batches ahead of training (as "
+                            "DataLoader(num_workers=N))"},
+    [TRAIN_CACHE_IMAGES] = {"--cache-images", NULL, FLAG_BOOL, "off: decode on every fetch", NULL,
+                            .help = "image folders: decode every image once into memory (uint8) at start, when it "
+                            "fits under DT_IMAGE_CACHE_MB (default half the memory)"},
+    [TRAIN_SKIP_BAD_IMAGES] = {"--skip-bad-images", NULL, FLAG_BOOL, "off: such a file is an error", NULL,
+                               .help = "image folders: decode every image at start and leave out those that fail "
+                               "(counted; the count is in summary.json)"},
     [TRAIN_LIMIT_TRAIN] = {"--limit-train", "N", FLAG_POS_I64, "all", "2000",
                            .help = "train on the first N training samples only (shuffled among themselves each epoch)"},
     [TRAIN_LIMIT_TEST] = {"--limit-test", "N", FLAG_POS_I64, "all", "500",
@@ -372,6 +391,10 @@ static int train_model_flags(const flag_args *p, dt_train_config *cfg) {
   if (v[TRAIN_DATA].given) cfg->data = v[TRAIN_DATA].raw;
   if (v[TRAIN_SPLIT].given) cfg->holdout = (dt_holdout)v[TRAIN_SPLIT].choice;
   if (v[TRAIN_NORMALIZE].given) read_normalize(&v[TRAIN_NORMALIZE], &cfg->normalize);
+  if (v[TRAIN_AUGMENT].given) cfg->augment = (dt_augment)v[TRAIN_AUGMENT].choice;
+  if (v[TRAIN_DATA_WORKERS].given) cfg->data_workers = (int)v[TRAIN_DATA_WORKERS].i;
+  cfg->cache_images = v[TRAIN_CACHE_IMAGES].given;
+  cfg->skip_bad_images = v[TRAIN_SKIP_BAD_IMAGES].given;
   if (v[TRAIN_LIMIT_TRAIN].given) cfg->limit_train = v[TRAIN_LIMIT_TRAIN].i;
   if (v[TRAIN_LIMIT_TEST].given) cfg->limit_test = v[TRAIN_LIMIT_TEST].i;
   if (v[TRAIN_EPOCHS].given) cfg->epochs = (int)v[TRAIN_EPOCHS].i;

@@ -80,6 +80,8 @@ typedef struct dt_data_info {
   int n_index;
   int64_t index_size[DT_MAX_FIELDS];
   char name[64];     /* "idx", "synthetic", "movielens", ... */
+  int decodes;       /* fetch decodes or augments images (CPU work per sample: the loader's auto worker count) */
+  int64_t skipped;   /* image sources with skip_bad_images: unreadable files left out */
 } dt_data_info;
 /* The index of the field called name, or -1. */
 int dt_data_field(const dt_data_info *info, const char *name);
@@ -98,10 +100,19 @@ typedef enum dt_holdout {
   DT_HOLDOUT_DEFAULT,   /* the source's own test split, if any (none for MovieLens: the trainer's random split) */
   DT_HOLDOUT_LAST,      /* leave-last-out: each user's latest rating (by timestamp) is the test split */
 } dt_holdout;
+/* Augmentation presets of RGB image sources (torchvision's transforms; see dt_transform in src/data/transform.h).
+ * NONE: ToTensor only (every image of the source must have one size). CIFAR: train RandomCrop(32, padding=4)
+ * + RandomHorizontalFlip, test nothing; IMAGENET: train RandomResizedCrop(224) + RandomHorizontalFlip, test
+ * Resize(256) + CenterCrop(224). A preset normalises with its data set's mean and std unless norm is enabled. */
+typedef enum dt_augment { DT_AUGMENT_NONE, DT_AUGMENT_CIFAR, DT_AUGMENT_IMAGENET } dt_augment;
+const char *dt_augment_name(dt_augment a);
 typedef struct dt_data_options {
   const dt_normalize *norm; /* image sources (may be NULL) */
   dt_holdout holdout;
-  uint64_t seed;            /* seeded choices of the source (the sampled negatives of a ranking) */
+  uint64_t seed;            /* seeded choices of the source (the sampled negatives of a ranking, augmentation) */
+  dt_augment augment;       /* RGB image sources */
+  int skip_bad_images;      /* image folders: leave out files that do not decode (counted in info.skipped) */
+  int cache_images;         /* image folders: decode every image once into memory (uint8 HWC) at open */
 } dt_data_options;
 /* dt_dataset_load with options (NULL: defaults). A source that cannot hold out
  * as asked is DT_USAGE naming it. */
@@ -112,8 +123,14 @@ void dt_dataset_free(dt_dataset *ds);
 int64_t dt_dataset_size(const dt_dataset *ds);
 const dt_data_info *dt_dataset_info(const dt_dataset *ds);
 /* Writes samples idx[0..n) into the batch buffers, one per field in info
- * order, each (n, field shape...). Thread-safe for distinct buffers. */
+ * order, each (n, field shape...). Thread-safe for distinct buffers. Epoch 0;
+ * a source whose fetch can fail (an image that does not decode) logs the error
+ * and leaves zeros: use dt_dataset_fetch_epoch to see it. */
 void dt_dataset_fetch(const dt_dataset *ds, const int64_t *idx, int n, void *const *fields);
+/* The same for epoch `epoch`: random augmentation of sample i comes from Philox
+ * (seed, epoch, i), so it is the same on every run, rank count and thread.
+ * DT_CORRUPT naming the file when an image does not decode. */
+dt_status dt_dataset_fetch_epoch(const dt_dataset *ds, int64_t epoch, const int64_t *idx, int n, void *const *fields);
 /* A view of samples idx[0..n) of parent (copied; parent must outlive it). */
 dt_status dt_dataset_subset(dt_dataset *parent, const int64_t *idx, int64_t n, dt_dataset **out);
 /* Splits ds into a training and a validation view: a permutation of Philox(seed)
@@ -176,7 +193,9 @@ typedef struct dt_loader_config {
   dt_sampler_fn sampler; /* optional: overrides shuffle */
   void *sampler_user;
   int64_t sampler_capacity; /* entries the sampler may write; 0: dataset size */
+  int workers;         /* threads making batches (0: one, or for image decoding one per 8 cores, 1 to 4) */
 } dt_loader_config;
+#define DT_LOADER_MAX_WORKERS 64
 
 typedef struct dt_batch {
   const void *field[DT_MAX_FIELDS]; /* each (size, field shape...), in dt_data_info order */
@@ -187,11 +206,13 @@ typedef struct dt_batch {
   int64_t index;       /* batch number within the epoch */
 } dt_batch;
 
-/* One background thread per loader gathers batches into a ring of prefetch + 1
- * buffers (one held by the caller, up to `prefetch` ready ahead). The gather is
- * memory-bound and single-threaded; this thread is outside the compute thread
- * budget (dt_set_threads) but sleeps once the ring is full, so it costs a core
- * only while the compute threads wait on data anyway. With a sampler, it is
+/* `workers` background threads per loader (one by default) make whole batches
+ * into a ring of prefetch + 1 buffers (one held by the caller, up to `prefetch`
+ * ready ahead; at least 2 per worker when prefetch is automatic), handed out in
+ * order. They are outside the compute thread budget (dt_set_threads) but sleep
+ * once the ring is full, so they cost cores only while making batches. A fetch
+ * that fails (a corrupt image) stops the epoch: dt_loader_next returns its
+ * error. With a sampler, it is
  * called on the caller's thread: once by dt_loader_new (epoch 0, to size the
  * epoch) and once by every dt_loader_start_epoch. */
 typedef struct dt_loader dt_loader;

@@ -48,6 +48,10 @@ typedef struct dt_train_config {
   double val_fraction;    /* in (0, 1): hold out this part of the training data (by seed); 0: off */
   dt_normalize normalize; /* disabled: x / 255 */
   dt_holdout holdout;     /* ratings: the default (a random --val-fraction, 0.1) or leave-last-out */
+  dt_augment augment;     /* RGB images: transform preset (and its mean/std unless normalize is enabled) */
+  int data_workers;       /* loader threads making batches; 0: dt_loader_config's default */
+  int cache_images;       /* image folders: decode every image once into memory */
+  int skip_bad_images;    /* image folders: leave out files that do not decode (counted in the summary) */
   int64_t limit_train;    /* > 0: use only the first N training samples (shuffled among themselves) */
   int64_t limit_test;     /* > 0: evaluate on the first N test samples */
   /* loop */
@@ -153,6 +157,7 @@ typedef struct dt_train_result {
   double comm_total_seconds; /* all-reduces ran this long; comm_seconds of it was waited for */
   double comm_hidden;        /* 1 - comm_seconds / comm_total_seconds (0 without communication) */
   dt_ddp_stats ddp;          /* rank 0's gradient exchange: bytes, row tables as rows or dense (zero without ddp) */
+  int64_t skipped_images;    /* --skip-bad-images: files of the training and validation data left out */
 } dt_train_result;
 
 /* Runs training as configured. With out_dir set, creates it and writes

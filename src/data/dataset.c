@@ -8,7 +8,8 @@
 #include "data/source.h"
 
 /* In claiming order: the IDX source last, since it takes any name or directory. */
-static const dt_source_ops *const sources[] = {&dt_source_synthetic, &dt_source_movielens, &dt_source_idx};
+static const dt_source_ops *const sources[] = {&dt_source_synthetic, &dt_source_movielens, &dt_source_cifar,
+                                               &dt_source_imagefolder, &dt_source_idx};
 #define N_SOURCES (sizeof sources / sizeof sources[0])
 
 struct dt_dataset {
@@ -166,10 +167,11 @@ const dt_data_info *dt_dataset_info(const dt_dataset *ds) { return &ds->info; }
 /* A subset maps its indices in chunks, so the parent's fetch still sees whole runs. */
 #define MAP_CHUNK 256
 
-void dt_dataset_fetch(const dt_dataset *ds, const int64_t *idx, int n, void *const *fields) {
+dt_status dt_dataset_fetch_epoch(const dt_dataset *ds, int64_t epoch, const int64_t *idx, int n, void *const *fields) {
   if (ds->ops) {
+    if (ds->ops->fetch_epoch) return ds->ops->fetch_epoch(ds->state, epoch, idx, n, fields);
     ds->ops->fetch(ds->state, idx, n, fields);
-    return;
+    return DT_OK;
   }
   int64_t mapped[MAP_CHUNK];
   void *at[DT_MAX_FIELDS];
@@ -181,8 +183,13 @@ void dt_dataset_fetch(const dt_dataset *ds, const int64_t *idx, int n, void *con
     }
     for (int f = 0; f < ds->info.n_fields; f++)
       at[f] = (char *)fields[f] + (size_t)lo * dt_field_bytes(&ds->info.field[f]);
-    dt_dataset_fetch(ds->parent, mapped, k, at);
+    DT_CHECK(dt_dataset_fetch_epoch(ds->parent, epoch, mapped, k, at));
   }
+  return DT_OK;
+}
+
+void dt_dataset_fetch(const dt_dataset *ds, const int64_t *idx, int n, void *const *fields) {
+  if (dt_dataset_fetch_epoch(ds, 0, idx, n, fields) != DT_OK) DT_LOG_ERROR("data", "%s", dt_last_error());
 }
 
 dt_status dt_dataset_subset(dt_dataset *parent, const int64_t *idx, int64_t n, dt_dataset **out) {

@@ -140,6 +140,10 @@ dt_status dt_train_config_check(const dt_train_config *c) {
   if (bad_float(c->embedding_l2) || c->embedding_l2 < 0)
     return dt_error(DT_INVALID_ARGUMENT, "embedding l2 = %g must be finite and >= 0", (double)c->embedding_l2);
   if (c->sparse_embeddings) DT_CHECK(dt_optim_rows_check(&c->optim));
+  if (c->augment != DT_AUGMENT_NONE && c->augment != DT_AUGMENT_CIFAR && c->augment != DT_AUGMENT_IMAGENET)
+    return dt_error(DT_INVALID_ARGUMENT, "unknown augment preset %d", (int)c->augment);
+  if (c->data_workers < 0 || c->data_workers > DT_LOADER_MAX_WORKERS)
+    return dt_error(DT_INVALID_ARGUMENT, "data workers = %d must be in 0..%d", c->data_workers, DT_LOADER_MAX_WORKERS);
   if (c->holdout != DT_HOLDOUT_DEFAULT && c->holdout != DT_HOLDOUT_LAST)
     return dt_error(DT_INVALID_ARGUMENT, "unknown holdout %d", (int)c->holdout);
   if (c->holdout == DT_HOLDOUT_LAST && c->limit_test > 0)
@@ -194,6 +198,10 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
     RAW(",\"normalize\":{\"mean\":%g,\"std\":%g}", (double)c->normalize.mean, (double)c->normalize.std);
   else
     RAW(",\"normalize\":null");
+  if (c->augment != DT_AUGMENT_NONE) STR("augment", dt_augment_name(c->augment));
+  if (c->data_workers) RAW(",\"data_workers\":%d", c->data_workers);
+  if (c->cache_images) RAW(",\"cache_images\":true");
+  if (c->skip_bad_images) RAW(",\"skip_bad_images\":true");
   if (c->val_data) STR("val_data", c->val_data);
   if (c->val_fraction > 0) RAW(",\"val_fraction\":%g", c->val_fraction);
   RAW(",\"limit_train\":%lld,\"limit_test\":%lld", (long long)c->limit_train, (long long)c->limit_test);

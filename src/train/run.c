@@ -14,6 +14,7 @@ dt_status dt_run_prefix_loader(dt_run *r, const dt_dataset *ds, int shuffle, uin
   lc.batch_size = r->cfg->batch_size;
   lc.shuffle = shuffle;
   lc.seed = seed;
+  lc.workers = r->cfg->data_workers;
   const int64_t size = dt_dataset_size(ds);
   if (limit > 0 && limit < size) {
     prefix->n = limit;

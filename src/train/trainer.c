@@ -86,7 +86,8 @@ static dt_status same_ids(const dt_dataset *train, const dt_dataset *val, const 
  * --val-fraction of the training data, or the source's test split, if any (else none). */
 static dt_status open_data(dt_run *r) {
   const dt_train_config *c = r->cfg;
-  const dt_data_options opt = {.norm = &c->normalize, .holdout = c->holdout, .seed = c->seed};
+  const dt_data_options opt = {.norm = &c->normalize, .holdout = c->holdout, .seed = c->seed, .augment = c->augment,
+                               .skip_bad_images = c->skip_bad_images, .cache_images = c->cache_images};
   DT_CHECK(dt_dataset_load_opts(c->data, DT_SPLIT_TRAIN, &opt, &r->train_src));
   r->train = r->train_src;
   const dt_data_info *ti = dt_dataset_info(r->train_src);
@@ -99,7 +100,8 @@ static dt_status open_data(dt_run *r) {
     const char *spec = c->val_data ? c->val_data : c->data;
     /* --val-data: that source's test split, or its only split when it has none */
     const dt_data_options vopt = {.norm = &c->normalize, .holdout = c->val_data ? DT_HOLDOUT_DEFAULT : c->holdout,
-                                  .seed = c->seed};
+                                  .seed = c->seed, .augment = c->augment, .skip_bad_images = c->skip_bad_images,
+                                  .cache_images = c->cache_images};
     dt_status st = dt_dataset_load_opts(spec, DT_SPLIT_TEST, &vopt, &r->val_src);
     if (st == DT_NOT_FOUND && c->val_data) st = dt_dataset_load_opts(spec, DT_SPLIT_TRAIN, &vopt, &r->val_src);
     if (st != DT_OK) return c->val_data ? dt_error_prefix(st, "--val-data %s", spec) : st;
@@ -223,6 +225,7 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
   DT_CHECK(dt_train_config_json(c, r->config_json, sizeof r->config_json));
   DT_CHECK(dt_run_outdir_check(r)); /* before resume decides and before any file is written */
   DT_CHECK(open_data(r));
+  out->skipped_images = dt_dataset_info(r->train_src)->skipped + (r->val_src ? dt_dataset_info(r->val_src)->skipped : 0);
   DT_CHECK(dt_run_cold_start(r));
   DT_CHECK(dt_run_rank_open(r));
   DT_CHECK(open_task(r));
