@@ -60,6 +60,11 @@ void dt_maxpool2d_backward(const dt_pool2d_geom *g, float *dinp, const float *do
 /* count_include_pad=True, as PyTorch's default */
 void dt_avgpool2d_forward(const dt_pool2d_geom *g, float *out, const float *inp);
 void dt_avgpool2d_backward(const dt_pool2d_geom *g, float *dinp, const float *dout);
+/* AdaptiveAvgPool2d((OH, OW)) over `planes` planes (N*C) of (H, W): output cell (i, j) averages rows
+ * [floor(i*H/OH), ceil((i+1)*H/OH)) and the columns alike, as PyTorch. out (planes, OH, OW); backward
+ * writes dinp (planes, H, W). */
+void dt_adaptive_avgpool2d_forward(float *out, const float *inp, int planes, int H, int W, int OH, int OW);
+void dt_adaptive_avgpool2d_backward(float *dinp, const float *dout, int planes, int H, int W, int OH, int OW);
 
 /* ---- batch norm over (N, C, HW) ----------------------------------------- */
 /* Training: normalise with the batch mean and biased variance; save mean and
