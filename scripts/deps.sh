@@ -3,7 +3,7 @@
 # quick when everything is already there. Needs root (or sudo) only to install.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config zlib1g-dev libopenblas-openmp-dev
-      dataset-fashion-mnist python3 python3-torch python3-numpy python3-sklearn clang libclang-rt-dev time
+      dataset-fashion-mnist python3 python3-torch python3-torchvision python3-numpy python3-sklearn clang libclang-rt-dev time
       openmpi-bin libopenmpi-dev iproute2 protobuf-compiler python3-protobuf chromium)
 missing=()
 for p in "${pkgs[@]}"; do
