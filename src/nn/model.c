@@ -620,6 +620,18 @@ static dt_status forward_unit(dt_model *m, dt_model_ctx *c, int i, const dt_fusi
   return m->layers[i].ops->forward(&m->layers[i], io, c->act[i], c->act[i + 1]);
 }
 
+/* The span of one layer's forward or backward (or a fused group's, layers first..last); a backward's
+ * ends before its gradient-ready event so it measures the layer alone. */
+static void trace_layer(const dt_model *m, const char *pass, int first, int last, double t0_us) {
+  char name[3 * DT_LAYER_NAME_MAX + 16], args[96];
+  int n = snprintf(name, sizeof name, "%s %s", pass, m->layers[first].name);
+  for (int k = first + 1; k <= last && n > 0 && (size_t)n < sizeof name; k++)
+    n += snprintf(name + n, sizeof name - (size_t)n, "+%s", m->layers[k].name);
+  snprintf(args, sizeof args, "\"kind\":\"%s\",\"params\":%zu", m->layers[first].ops->kind,
+           m->layers[first].n_params);
+  dt_trace_span("nn", name, t0_us, dt_trace_now_us(), args);
+}
+
 dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const void *x, int batch, const float **out) {
   if (!m || !c || !x || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_model_forward: NULL argument");
   if (!m->built) return dt_error(DT_INVALID_ARGUMENT, "dt_model_forward: call dt_model_build first");
@@ -635,8 +647,10 @@ dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const void *x, int 
   for (int i = 0; i < m->n_layers; i++) {
     if (m->layers[i].ops->is_view) continue;
     const dt_fusion *f = c->fused_forward ? m->fusion[i] : NULL;
+    const double layer_t0 = trace_t0 > 0 ? dt_trace_now_us() : 0;
     dt_status st = forward_unit(m, c, i, f);
     if (st != DT_OK) return dt_error_prefix(st, "forward of %s (%s)", m->layers[i].name, m->layers[i].ops->kind);
+    if (layer_t0 > 0) trace_layer(m, "forward", i, f ? i + f->n_layers - 1 : i, layer_t0);
     if (f) i += f->n_layers - 1;
   }
   if (m->training) c->step++;
@@ -648,18 +662,6 @@ dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const void *x, int 
     dt_trace_span("nn", "forward", trace_t0, dt_trace_now_us(), args);
   }
   return DT_OK;
-}
-
-/* The span of one layer's backward (or a fused group's, layers first..last),
- * ended before its gradient-ready event so it measures the layer alone. */
-static void trace_backward(const dt_model *m, int first, int last, double t0_us) {
-  char name[3 * DT_LAYER_NAME_MAX + 16], args[96];
-  int n = snprintf(name, sizeof name, "backward %s", m->layers[first].name);
-  for (int k = first + 1; k <= last && n > 0 && (size_t)n < sizeof name; k++)
-    n += snprintf(name + n, sizeof name - (size_t)n, "+%s", m->layers[k].name);
-  snprintf(args, sizeof args, "\"kind\":\"%s\",\"params\":%zu", m->layers[first].ops->kind,
-           m->layers[first].n_params);
-  dt_trace_span("nn", name, t0_us, dt_trace_now_us(), args);
 }
 
 /* Runs the backward of layer first (first == last) or of the fused group first..last. */
@@ -706,7 +708,7 @@ dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout)
     if (c->fused_forward) i = m->fusion_first[i]; /* a fused group ends at layer last: run it whole */
     float *dinp = (i > lowest || c->want_input_grad) ? c->gbuf[which] : NULL;
     backward_unit(m, c, i, last, cur, dinp);
-    if (tracing) trace_backward(m, i, last, layer_t0);
+    if (tracing) trace_layer(m, "backward", i, last, layer_t0);
     for (int k = last; k >= i && c->on_ready; k--) /* arena order: the last layer's block first */
       if (m->layers[k].n_params) c->on_ready(c->on_ready_user, m->layers[k].param_off, m->layers[k].n_params);
     cur = dinp;
