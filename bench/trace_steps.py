@@ -87,7 +87,9 @@ def main():
              if e.get("ph") == "M" and e.get("name") == "thread_name"}
     for pid in sorted({e["pid"] for e in spans}):
         main_tid = next((tid for (p, tid), n in names.items() if p == pid and n == "main"), 1)
-        main = sorted((e for e in spans if e["pid"] == pid and e["tid"] == main_tid), key=lambda e: e["ts"])
+        # the per-layer forward spans ("forward conv1") nest inside the model's forward: not steps' segments
+        main = sorted((e for e in spans if e["pid"] == pid and e["tid"] == main_tid
+                       and not e["name"].startswith("forward ")), key=lambda e: e["ts"])
         steps = steps_of(main)
         if not steps:
             continue

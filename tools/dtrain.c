@@ -132,9 +132,9 @@ static const flag_choice strategies[] = {
 
 /* ---- train ------------------------------------------------------------------- */
 typedef enum train_flag {
-  TRAIN_MODEL, TRAIN_HIDDEN, TRAIN_DROPOUT, TRAIN_FACTORS, TRAIN_EMBEDDING_L2, TRAIN_SPARSE_EMBEDDINGS, TRAIN_DATA,
-  TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_AUGMENT, TRAIN_DATA_WORKERS, TRAIN_CACHE_IMAGES, TRAIN_SKIP_BAD_IMAGES,
-  TRAIN_LIMIT_TRAIN, TRAIN_LIMIT_TEST,
+  TRAIN_MODEL, TRAIN_HIDDEN, TRAIN_DROPOUT, TRAIN_FACTORS, TRAIN_EMBEDDING_L2, TRAIN_SPARSE_EMBEDDINGS,
+  TRAIN_ZERO_INIT_RESIDUAL, TRAIN_DATA, TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_AUGMENT, TRAIN_DATA_WORKERS,
+  TRAIN_CACHE_IMAGES, TRAIN_SKIP_BAD_IMAGES, TRAIN_LIMIT_TRAIN, TRAIN_LIMIT_TEST,
   TRAIN_EPOCHS, TRAIN_BATCH_SIZE,
   TRAIN_OPTIMIZER, TRAIN_LR, TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV, TRAIN_WEIGHT_DECAY, TRAIN_BETAS,
   TRAIN_EPS, TRAIN_SCHEDULE, TRAIN_STEP_SIZE, TRAIN_GAMMA, TRAIN_MIN_LR, TRAIN_WARMUP_EPOCHS, TRAIN_WARMUP_STEPS,
@@ -182,6 +182,9 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
     [TRAIN_SPARSE_EMBEDDINGS] = {"--sparse-embeddings", NULL, FLAG_BOOL, "off: dense updates", NULL,
                                  .help = "mf, ncf: update only the embedding rows a step touched, as PyTorch's "
                                  "sparse=True with SGD (no momentum, no weight decay) or SparseAdam (--optimizer adam)"},
+    [TRAIN_ZERO_INIT_RESIDUAL] = {"--zero-init-residual", NULL, FLAG_BOOL, "off: BN weights 1", NULL,
+                                  .help = "resnets: start each residual block's last BatchNorm weight at 0, as "
+                                  "torchvision's zero_init_residual=True (each block starts as the identity)"},
     [TRAIN_DATA] = {"--data", "SOURCE", FLAG_STR, "fashion-mnist", "fashion-mnist",
                     .help = "data source: fashion-mnist or mnist (IDX under DT_DATA_DIR), a directory of IDX files, a "
                             "MovieLens directory (ratings.csv or ratings.dat, with movies.csv/.dat), an image folder "
@@ -386,6 +389,12 @@ static int train_model_flags(const flag_args *p, dt_train_config *cfg) {
     read_hidden(&v[TRAIN_HIDDEN], cfg->hidden, &cfg->n_hidden);
   }
   if (v[TRAIN_DROPOUT].given) cfg->dropout = (float)v[TRAIN_DROPOUT].f;
+  if (v[TRAIN_ZERO_INIT_RESIDUAL].given) {
+    if (strncmp(cfg->model, "resnet", 6) != 0)
+      return flags_usage_error(p->prog, "use it with a resnet model (dtrain models)",
+                               "--zero-init-residual applies only to the resnets, not %s", cfg->model);
+    cfg->zero_init_residual = 1;
+  }
   rc = train_embedding_flags(p, cfg);
   if (rc) return rc;
   if (v[TRAIN_DATA].given) cfg->data = v[TRAIN_DATA].raw;
@@ -806,10 +815,13 @@ static void print_model(const char *name, const char *doc, void *user) {
   const dt_zoo_config images = {.ndim = 3, .input_shape = {1, 28, 28}, .outputs = 10, .dropout = -1.0f};
   const dt_zoo_config ratings = {.ndim = 1, .input_shape = {2}, .outputs = 1, .task = DT_TASK_REGRESSION,
                                  .dropout = -1.0f, .n_index = 2, .index_size = ml_small};
+  /* The ImageNet resnets need images of at least 32x32: counted at ImageNet's 3x224x224, 1000 classes */
+  const dt_zoo_config imagenet = {.ndim = 3, .input_shape = {3, 224, 224}, .outputs = 1000, .dropout = -1.0f};
   char params[32] = "?";
   size_t n = zoo_params(name, &images);
   if (n) snprintf(params, sizeof params, "%zu", n);
   else if ((n = zoo_params(name, &ratings))) snprintf(params, sizeof params, "%zu*", n);
+  else if ((n = zoo_params(name, &imagenet))) snprintf(params, sizeof params, "%zu+", n);
   char tasks[96] = "?";
   (void)dt_model_zoo_tasks(name, tasks, sizeof tasks);
   printf("  %-14s %10s  %-42s %s\n", name, params, tasks, doc);
@@ -821,6 +833,7 @@ static int cmd_models(const flag_args *p) {
          "description (parameters for 1x28x28 inputs, 10 outputs)");
   dt_model_zoo_each(print_model, NULL);
   printf("  * for MovieLens ml-latest-small: 610 users, 9,724 movies, one rating\n");
+  printf("  + for ImageNet's 3x224x224 images and 1000 classes (the model needs inputs larger than 28x28)\n");
   return 0;
 }
 

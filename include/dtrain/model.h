@@ -44,6 +44,8 @@ dt_status dt_model_add_conv2d(dt_model *m, const char *name, int out_channels, i
 dt_status dt_model_add_batchnorm2d(dt_model *m, const char *name, float eps, float momentum);
 dt_status dt_model_add_maxpool2d(dt_model *m, const char *name, int kernel, int stride, int padding);
 dt_status dt_model_add_avgpool2d(dt_model *m, const char *name, int kernel, int stride, int padding);
+/* AdaptiveAvgPool2d((size, size)): any (C, H, W) -> (C, size, size); size 1 is a global average pool. */
+dt_status dt_model_add_adaptive_avgpool2d(dt_model *m, const char *name, int output_size);
 dt_status dt_model_add_activation(dt_model *m, const char *name, dt_activation act);
 dt_status dt_model_add_dropout(dt_model *m, const char *name, float p);
 dt_status dt_model_add_flatten(dt_model *m, const char *name);
@@ -63,8 +65,12 @@ dt_status dt_model_add_embeddings(dt_model *m, const char *name, int n, const ch
 dt_status dt_model_add_mf(dt_model *m, const char *name, int64_t users, int64_t items, int factors, float std,
                           float mean, float l2);
 /* Layers added between begin and end form a residual branch:
- * out = in + branch(in); the branch must keep the shape. Branches may nest. */
+ * out = in + branch(in); the branch must keep the shape. Branches may nest.
+ * With dt_model_residual_shortcut between them, the layers after it form a
+ * skip path that reads the block's input: out = branch(in) + skip(in), the
+ * two of one shape (torchvision's downsample: a 1x1 strided Conv2d + BN). */
 dt_status dt_model_begin_residual(dt_model *m, const char *name);
+dt_status dt_model_residual_shortcut(dt_model *m);
 dt_status dt_model_end_residual(dt_model *m);
 
 /* Finishes building: lays out the arenas, allocates activations for batches of up
@@ -143,6 +149,7 @@ typedef struct dt_zoo_config {
   int factors;              /* mf, ncf: embedding width (0: the model's default) */
   float target_mean;        /* mf: the global bias's starting value (the training ratings' mean) */
   float l2;                 /* mf, ncf: L2 on the looked-up embedding rows (0: none) */
+  int zero_init_residual;   /* resnets: each block's last BatchNorm starts with weight 0 (torchvision's flag) */
 } dt_zoo_config;
 /* Builds the layers of a registered model (not yet dt_model_build-ed).
  * DT_NOT_FOUND naming the known models for an unknown name; DT_USAGE naming

@@ -42,6 +42,7 @@ typedef struct dt_train_config {
   int factors;        /* mf, ncf: embedding width; 0: the model's default */
   float embedding_l2; /* mf, ncf: L2 on the looked-up embedding rows, weighted as the loss's mean; 0: off */
   int sparse_embeddings; /* update only the embedding rows a step touched (SparseAdam / sparse SGD) */
+  int zero_init_residual; /* resnets: each block's last BN weight starts at 0 (torchvision's zero_init_residual) */
   /* data */
   const char *data;       /* data source spec (see dt_dataset_load): its train split is trained on */
   const char *val_data;   /* NULL: the source's test split, or --val-fraction; else a source evaluated on */

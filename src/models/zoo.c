@@ -30,6 +30,18 @@ static const struct zoo_entry {
      "neural collaborative filtering: user and item embeddings (--factors, default 32) side by side, Linear+ReLU per "
      "hidden width (default 64,32), Linear to the outputs",
      ALL_TASKS, 1, 2, dt_zoo_build_ncf},
+    {"resnet18", "torchvision's ResNet-18 (BasicBlock 2,2,2,2; 7x7/2 stem, max pool; images >= 32x32)",
+     1u << DT_TASK_CLASSIFICATION, 3, 0, dt_zoo_build_resnet18},
+    {"resnet34", "torchvision's ResNet-34 (BasicBlock 3,4,6,3; images >= 32x32)", 1u << DT_TASK_CLASSIFICATION, 3, 0,
+     dt_zoo_build_resnet34},
+    {"resnet50", "torchvision's ResNet-50 (Bottleneck 3,4,6,3, stride on the 3x3 as v1.5; images >= 32x32)",
+     1u << DT_TASK_CLASSIFICATION, 3, 0, dt_zoo_build_resnet50},
+    {"resnet20", "CIFAR ResNet-20 (He et al. 2016: 3x3 stem, 3 stages 16/32/64 of 3 BasicBlocks, 1x1 projections)",
+     1u << DT_TASK_CLASSIFICATION, 3, 0, dt_zoo_build_resnet20},
+    {"resnet32", "CIFAR ResNet-32 (as resnet20, 5 blocks a stage)", 1u << DT_TASK_CLASSIFICATION, 3, 0,
+     dt_zoo_build_resnet32},
+    {"resnet56", "CIFAR ResNet-56 (as resnet20, 9 blocks a stage)", 1u << DT_TASK_CLASSIFICATION, 3, 0,
+     dt_zoo_build_resnet56},
 };
 #define ZOO_SIZE (sizeof zoo / sizeof zoo[0])
 

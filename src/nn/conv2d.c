@@ -5,12 +5,15 @@
 
 typedef struct conv2d_priv {
   int out_channels, kernel, stride, padding, bias;
+  int scratch_threads; /* thread blocks of every context's workspace (the fewest sized); 0: none sized yet */
 } conv2d_priv;
 
 static dt_status conv_geom(const dt_layer *l, int N, dt_conv2d_geom *g) {
   const conv2d_priv *p = l->priv;
-  return dt_conv2d_geom_init(g, N, (int)l->in_shape[0], (int)l->in_shape[1], (int)l->in_shape[2], p->out_channels,
-                             p->kernel, p->kernel, p->stride, p->padding);
+  DT_CHECK(dt_conv2d_geom_init(g, N, (int)l->in_shape[0], (int)l->in_shape[1], (int)l->in_shape[2], p->out_channels,
+                               p->kernel, p->kernel, p->stride, p->padding));
+  if (p->scratch_threads > 0) g->threads = p->scratch_threads;
+  return DT_OK;
 }
 
 static dt_status conv2d_infer(dt_layer *l) {
@@ -38,6 +41,12 @@ static dt_status conv2d_infer(dt_layer *l) {
 
 /* Workspace: the kernels' scratch (nothing is kept from forward to backward). */
 static size_t conv2d_ws_bytes(const dt_layer *l, int max_batch) {
+  /* A block per thread of the budget, not per sample (resnet18 at batch 32: 4.8 GiB -> 0.3 GiB on 2 cores).
+   * The kernels never use more threads than the smallest workspace sized holds blocks for. */
+  conv2d_priv *p = l->priv;
+  int t = dt_get_threads();
+  if (t < 1) t = 1;
+  if (p->scratch_threads == 0 || t < p->scratch_threads) p->scratch_threads = t;
   dt_conv2d_geom g;
   if (conv_geom(l, max_batch, &g) != DT_OK) return 0;
   return dt_conv2d_scratch_floats(&g) * sizeof(float);
@@ -75,6 +84,6 @@ dt_status dt_model_add_conv2d(dt_model *m, const char *name, int out_channels, i
                     name ? name : "?", out_channels, kernel, stride, padding);
   conv2d_priv *p = NULL;
   DT_CHECK(dt_layer_priv_new(sizeof *p, "Conv2d", (void **)&p));
-  *p = (conv2d_priv){out_channels, kernel, stride, padding, bias != 0};
+  *p = (conv2d_priv){out_channels, kernel, stride, padding, bias != 0, 0};
   return dt_model_add_layer(m, &dt_conv2d_ops, name, p);
 }

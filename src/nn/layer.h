@@ -21,6 +21,8 @@ typedef enum dt_init_kind {
   DT_INIT_ZEROS,
   DT_INIT_NORMAL,  /* N(0, value^2): torch.nn.init.normal_(std=value) */
   DT_INIT_CONST,   /* every element = value */
+  DT_INIT_KAIMING_NORMAL_FAN_OUT, /* N(0, 2/fan_out), fan_out = shape[0] * prod(shape[2:]): torch's
+                                   * kaiming_normal_(mode='fan_out', nonlinearity='relu') (torchvision's ResNet convs) */
 } dt_init_kind;
 
 /* Where a declared tensor lives. */
@@ -68,8 +70,8 @@ typedef struct dt_layer_io {
   int64_t *counters;   /* this layer's int64 counters (num_batches_tracked) */
   int update_buffers;  /* training forward: 1 updates buffers and counters (one replica does) */
   void *ws;            /* this layer's workspace in the context (ws_bytes at max_batch) */
-  void *partner_ws;    /* residual: the workspace of the matching begin/end layer */
-  const float *partner_in; /* residual end: the input of its begin layer (the skip) */
+  void *partner_ws;    /* residual: the workspace of the partner layer (end -> begin or shortcut, shortcut -> begin) */
+  const float *partner_in; /* residual: the partner's input (end: the skip or the branch output; shortcut: the block's input) */
   int batch;
   int training;        /* mode of the forward (backward sees the forward's mode) */
   uint64_t seed;       /* the build seed */
@@ -100,7 +102,7 @@ struct dt_layer {
   void *priv; /* kind-specific hyper-parameters (a flat struct, freed with dt_free) */
   char name[DT_LAYER_NAME_MAX];
   int index;   /* position in the model */
-  int partner; /* residual begin <-> end; -1 otherwise */
+  int partner; /* residual: begin -> end, end -> begin (or its shortcut), shortcut -> begin; -1 otherwise */
   dt_dtype in_dtype;     /* f32, or i32 for the first layer of a model over index inputs */
   int in_ndim, out_ndim; /* per sample */
   int64_t in_shape[DT_SAMPLE_MAX_DIMS], out_shape[DT_SAMPLE_MAX_DIMS];
@@ -119,6 +121,9 @@ dt_status dt_layer_declare_init(dt_layer *l, const char *suffix, dt_tensor_place
                                 int ndim, const int64_t *shape);
 /* A (rows, width) parameter read by row (an embedding table), initialised N(0, std^2). */
 dt_status dt_layer_declare_rows(dt_layer *l, const char *suffix, int64_t rows, int64_t width, float std);
+/* Changes how build initialises the declared tensor `name` (before dt_model_build): a zoo model's own
+ * scheme (torchvision's ResNet). DT_NOT_FOUND for an unknown name. */
+dt_status dt_model_set_init(dt_model *m, const char *name, dt_init_kind init, float value);
 /* "(32, 28, 28)" of a per-sample shape into buf. */
 const char *dt_shape_str(int ndim, const int64_t *shape, char *buf, size_t len);
 /* Appends a layer of kind ops (taking ownership of priv, a dt_alloc'd struct or NULL). */
@@ -126,10 +131,12 @@ dt_status dt_model_add_layer(dt_model *m, const dt_layer_ops *ops, const char *n
 /* A dt_alloc'd zeroed block of `bytes` for a layer's hyper-parameters. */
 dt_status dt_layer_priv_new(size_t bytes, const char *kind, void **out);
 
-/* A residual end layer's priv: its begin's input shape, which the branch must keep. */
+/* The priv of a residual end: the shape its input must have (the begin's input, or after a shortcut the
+ * branch output); of a residual shortcut: the begin's input shape, its output. */
 typedef struct residual_end_priv {
   int ndim;
   int64_t shape[DT_SAMPLE_MAX_DIMS];
+  int after_shortcut; /* end: 1 when a skip path precedes it */
 } residual_end_priv;
 
 /* The layer kinds (one file each). */
@@ -138,11 +145,13 @@ extern const dt_layer_ops dt_conv2d_ops;
 extern const dt_layer_ops dt_batchnorm2d_ops;
 extern const dt_layer_ops dt_maxpool2d_ops;
 extern const dt_layer_ops dt_avgpool2d_ops;
+extern const dt_layer_ops dt_adaptive_avgpool2d_ops;
 extern const dt_layer_ops dt_activation_ops;
 extern const dt_layer_ops dt_dropout_ops;
 extern const dt_layer_ops dt_flatten_ops;
 extern const dt_layer_ops dt_residual_begin_ops;
 extern const dt_layer_ops dt_residual_end_ops;
+extern const dt_layer_ops dt_residual_shortcut_ops;
 extern const dt_layer_ops dt_embeddings_ops;
 extern const dt_layer_ops dt_mf_ops;
 

@@ -32,6 +32,7 @@ struct dt_model {
   tensor_ref *tensors; /* state_dict order */
   int n_tensors, cap_tensors;
   int open[MAX_RESIDUAL_DEPTH]; /* indices of residual begins not yet ended */
+  int open_shortcut[MAX_RESIDUAL_DEPTH]; /* their shortcut layers, -1 if none */
   int n_open;
 
   int built, max_batch, training;
@@ -218,9 +219,10 @@ static dt_status add_layer(dt_model *m, const dt_layer_ops *ops, const char *nam
                   DT_LAYER_NAME_MAX - 1);
     goto fail;
   }
-  if (partner < 0) /* a residual end reuses its begin's name */
+  if (partner < 0) /* a residual end and shortcut reuse their begin's name */
     for (int i = 0; i < m->n_layers; i++)
-      if (m->layers[i].ops != &dt_residual_end_ops && strcmp(m->layers[i].name, name) == 0) {
+      if (m->layers[i].ops != &dt_residual_end_ops && m->layers[i].ops != &dt_residual_shortcut_ops &&
+          strcmp(m->layers[i].name, name) == 0) {
         st = dt_error(DT_INVALID_ARGUMENT, "add %s: a layer named \"%s\" exists already", ops->kind, name);
         goto fail;
       }
@@ -269,25 +271,58 @@ dt_status dt_model_begin_residual(dt_model *m, const char *name) {
     return dt_error(DT_INVALID_ARGUMENT, "%s: residual branches nest deeper than %d", name ? name : "?",
                     MAX_RESIDUAL_DEPTH);
   DT_CHECK(add_layer(m, &dt_residual_begin_ops, name, NULL, -1));
+  m->open_shortcut[m->n_open] = -1;
   m->open[m->n_open++] = m->n_layers - 1;
   return DT_OK;
 }
 
-
-dt_status dt_model_end_residual(dt_model *m) {
-  if (!m) return dt_error(DT_INVALID_ARGUMENT, "dt_model_end_residual: NULL model");
-  if (m->n_open == 0) return dt_error(DT_INVALID_ARGUMENT, "dt_model_end_residual: no residual branch is open");
-  int b = m->open[m->n_open - 1];
+dt_status dt_model_residual_shortcut(dt_model *m) {
+  if (!m) return dt_error(DT_INVALID_ARGUMENT, "dt_model_residual_shortcut: NULL model");
+  if (m->n_open == 0) return dt_error(DT_INVALID_ARGUMENT, "dt_model_residual_shortcut: no residual branch is open");
+  const int b = m->open[m->n_open - 1];
+  if (m->open_shortcut[m->n_open - 1] >= 0)
+    return dt_error(DT_INVALID_ARGUMENT, "%s: the residual has a shortcut already", m->layers[b].name);
   residual_end_priv *p = NULL;
   DT_CHECK(dt_layer_priv_new(sizeof *p, "residual", (void **)&p));
   p->ndim = m->layers[b].in_ndim;
   memcpy(p->shape, m->layers[b].in_shape, sizeof p->shape);
   char name[DT_LAYER_NAME_MAX];
   snprintf(name, sizeof name, "%s", m->layers[b].name);
-  DT_CHECK(add_layer(m, &dt_residual_end_ops, name, p, b));
+  DT_CHECK(add_layer(m, &dt_residual_shortcut_ops, name, p, b));
+  m->open_shortcut[m->n_open - 1] = m->n_layers - 1;
+  return DT_OK;
+}
+
+dt_status dt_model_end_residual(dt_model *m) {
+  if (!m) return dt_error(DT_INVALID_ARGUMENT, "dt_model_end_residual: NULL model");
+  if (m->n_open == 0) return dt_error(DT_INVALID_ARGUMENT, "dt_model_end_residual: no residual branch is open");
+  const int b = m->open[m->n_open - 1], s = m->open_shortcut[m->n_open - 1];
+  /* The end adds the begin's input, or after a skip path the branch output: the shortcut's input. */
+  const int other = s >= 0 ? s : b;
+  residual_end_priv *p = NULL;
+  DT_CHECK(dt_layer_priv_new(sizeof *p, "residual", (void **)&p));
+  p->ndim = m->layers[other].in_ndim;
+  memcpy(p->shape, m->layers[other].in_shape, sizeof p->shape);
+  p->after_shortcut = s >= 0;
+  char name[DT_LAYER_NAME_MAX];
+  snprintf(name, sizeof name, "%s", m->layers[b].name);
+  DT_CHECK(add_layer(m, &dt_residual_end_ops, name, p, other));
   m->layers[b].partner = m->n_layers - 1;
   m->n_open--;
   return DT_OK;
+}
+
+dt_status dt_model_set_init(dt_model *m, const char *name, dt_init_kind init, float value) {
+  if (!m || !name) return dt_error(DT_INVALID_ARGUMENT, "dt_model_set_init: NULL argument");
+  if (m->built) return dt_error(DT_INVALID_ARGUMENT, "dt_model_set_init(%s): the model is built already", name);
+  for (int i = 0; i < m->n_tensors; i++) {
+    dt_layer_tensor *t = &m->layers[m->tensors[i].layer].t[m->tensors[i].k];
+    if (strcmp(t->name, name) != 0) continue;
+    t->init = init;
+    t->init_value = value;
+    return DT_OK;
+  }
+  return dt_error(DT_NOT_FOUND, "dt_model_set_init: no tensor named \"%s\" in the model", name);
 }
 
 static void init_params(dt_model *m) {
@@ -307,6 +342,11 @@ static void init_params(dt_model *m) {
       for (size_t i = 0; i < t->numel; i++) p[i] = dt_rng_uniform_range(&r, -bound, bound);
     } else if (t->init == DT_INIT_NORMAL) {
       for (size_t i = 0; i < t->numel; i++) p[i] = t->init_value * dt_rng_normal(&r);
+    } else if (t->init == DT_INIT_KAIMING_NORMAL_FAN_OUT) {
+      size_t fan_out = t->ndim ? (size_t)t->shape[0] : 1;
+      for (int d = 2; d < t->ndim; d++) fan_out *= (size_t)t->shape[d];
+      const float std = sqrtf(2.0f / (float)fan_out); /* gain sqrt(2) (ReLU) / sqrt(fan_out) */
+      for (size_t i = 0; i < t->numel; i++) p[i] = std * dt_rng_normal(&r);
     } else if (t->init == DT_INIT_CONST) {
       for (size_t i = 0; i < t->numel; i++) p[i] = t->init_value;
     } else {
@@ -580,6 +620,18 @@ static dt_status forward_unit(dt_model *m, dt_model_ctx *c, int i, const dt_fusi
   return m->layers[i].ops->forward(&m->layers[i], io, c->act[i], c->act[i + 1]);
 }
 
+/* The span of one layer's forward or backward (or a fused group's, layers first..last); a backward's
+ * ends before its gradient-ready event so it measures the layer alone. */
+static void trace_layer(const dt_model *m, const char *pass, int first, int last, double t0_us) {
+  char name[3 * DT_LAYER_NAME_MAX + 16], args[96];
+  int n = snprintf(name, sizeof name, "%s %s", pass, m->layers[first].name);
+  for (int k = first + 1; k <= last && n > 0 && (size_t)n < sizeof name; k++)
+    n += snprintf(name + n, sizeof name - (size_t)n, "+%s", m->layers[k].name);
+  snprintf(args, sizeof args, "\"kind\":\"%s\",\"params\":%zu", m->layers[first].ops->kind,
+           m->layers[first].n_params);
+  dt_trace_span("nn", name, t0_us, dt_trace_now_us(), args);
+}
+
 dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const void *x, int batch, const float **out) {
   if (!m || !c || !x || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_model_forward: NULL argument");
   if (!m->built) return dt_error(DT_INVALID_ARGUMENT, "dt_model_forward: call dt_model_build first");
@@ -595,8 +647,10 @@ dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const void *x, int 
   for (int i = 0; i < m->n_layers; i++) {
     if (m->layers[i].ops->is_view) continue;
     const dt_fusion *f = c->fused_forward ? m->fusion[i] : NULL;
+    const double layer_t0 = trace_t0 > 0 ? dt_trace_now_us() : 0;
     dt_status st = forward_unit(m, c, i, f);
     if (st != DT_OK) return dt_error_prefix(st, "forward of %s (%s)", m->layers[i].name, m->layers[i].ops->kind);
+    if (layer_t0 > 0) trace_layer(m, "forward", i, f ? i + f->n_layers - 1 : i, layer_t0);
     if (f) i += f->n_layers - 1;
   }
   if (m->training) c->step++;
@@ -608,18 +662,6 @@ dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const void *x, int 
     dt_trace_span("nn", "forward", trace_t0, dt_trace_now_us(), args);
   }
   return DT_OK;
-}
-
-/* The span of one layer's backward (or a fused group's, layers first..last),
- * ended before its gradient-ready event so it measures the layer alone. */
-static void trace_backward(const dt_model *m, int first, int last, double t0_us) {
-  char name[3 * DT_LAYER_NAME_MAX + 16], args[96];
-  int n = snprintf(name, sizeof name, "backward %s", m->layers[first].name);
-  for (int k = first + 1; k <= last && n > 0 && (size_t)n < sizeof name; k++)
-    n += snprintf(name + n, sizeof name - (size_t)n, "+%s", m->layers[k].name);
-  snprintf(args, sizeof args, "\"kind\":\"%s\",\"params\":%zu", m->layers[first].ops->kind,
-           m->layers[first].n_params);
-  dt_trace_span("nn", name, t0_us, dt_trace_now_us(), args);
 }
 
 /* Runs the backward of layer first (first == last) or of the fused group first..last. */
@@ -666,7 +708,7 @@ dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout)
     if (c->fused_forward) i = m->fusion_first[i]; /* a fused group ends at layer last: run it whole */
     float *dinp = (i > lowest || c->want_input_grad) ? c->gbuf[which] : NULL;
     backward_unit(m, c, i, last, cur, dinp);
-    if (tracing) trace_backward(m, i, last, layer_t0);
+    if (tracing) trace_layer(m, "backward", i, last, layer_t0);
     for (int k = last; k >= i && c->on_ready; k--) /* arena order: the last layer's block first */
       if (m->layers[k].n_params) c->on_ready(c->on_ready_user, m->layers[k].param_off, m->layers[k].n_params);
     cur = dinp;

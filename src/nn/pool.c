@@ -1,4 +1,5 @@
-/* Pooling layers: MaxPool2d (argmax kept for backward) and AvgPool2d (count_include_pad), floor mode as torch. */
+/* Pooling layers: MaxPool2d (argmax kept for backward), AvgPool2d (count_include_pad), floor mode as torch;
+ * AdaptiveAvgPool2d (output size given, any input). */
 #include "core/impl.h"
 #include "nn/fusion.h"
 #include "nn/layer.h"
@@ -104,4 +105,52 @@ dt_status dt_model_add_avgpool2d(dt_model *m, const char *name, int kernel, int 
   DT_CHECK(dt_layer_priv_new(sizeof *p, "AvgPool2d", (void **)&p));
   *p = (pool_priv){kernel, stride ? stride : kernel, padding};
   return dt_model_add_layer(m, &dt_avgpool2d_ops, name, p);
+}
+
+/* ---- AdaptiveAvgPool2d((size, size)): (C, H, W) -> (C, size, size), any H, W >= 1 ---- */
+
+typedef struct adaptive_priv {
+  int size;
+} adaptive_priv;
+
+static dt_status adaptive_infer(dt_layer *l) {
+  const adaptive_priv *p = l->priv;
+  char s[96];
+  if (l->in_ndim != 3)
+    return dt_error(DT_SHAPE_MISMATCH, "%s: AdaptiveAvgPool2d expects an input of shape (C, H, W), got %s", l->name,
+                    dt_shape_str(l->in_ndim, l->in_shape, s, sizeof s));
+  l->out_ndim = 3;
+  l->out_shape[0] = l->in_shape[0];
+  l->out_shape[1] = l->out_shape[2] = p->size;
+  return DT_OK;
+}
+
+static dt_status adaptive_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
+  const adaptive_priv *p = l->priv;
+  dt_adaptive_avgpool2d_forward(out, in, io->batch * (int)l->in_shape[0], (int)l->in_shape[1], (int)l->in_shape[2],
+                                p->size, p->size);
+  return DT_OK;
+}
+
+static void adaptive_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
+                              const float *dout, float *dinp) {
+  const adaptive_priv *p = l->priv;
+  if (dinp)
+    dt_adaptive_avgpool2d_backward(dinp, dout, io->batch * (int)l->in_shape[0], (int)l->in_shape[1],
+                                   (int)l->in_shape[2], p->size, p->size);
+}
+
+const dt_layer_ops dt_adaptive_avgpool2d_ops = {.kind = "AdaptiveAvgPool2d",
+                                                .infer = adaptive_infer,
+                                                .forward = adaptive_forward,
+                                                .backward = adaptive_backward};
+
+dt_status dt_model_add_adaptive_avgpool2d(dt_model *m, const char *name, int output_size) {
+  if (output_size < 1)
+    return dt_error(DT_INVALID_ARGUMENT, "%s: AdaptiveAvgPool2d output size %d: expected >= 1", name ? name : "?",
+                    output_size);
+  adaptive_priv *p = NULL;
+  DT_CHECK(dt_layer_priv_new(sizeof *p, "AdaptiveAvgPool2d", (void **)&p));
+  p->size = output_size;
+  return dt_model_add_layer(m, &dt_adaptive_avgpool2d_ops, name, p);
 }

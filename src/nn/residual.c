@@ -1,4 +1,5 @@
-/* Residual wrapper: a begin layer marks the skip, the end layer adds it: out = in + branch(in). */
+/* Residual wrapper: a begin layer marks the skip, an optional shortcut layer starts a skip path of layers
+ * (a projection), the end layer adds: out = branch(in) + in, or branch(in) + skip(in). */
 #include <string.h>
 
 #include "core/impl.h"
@@ -13,7 +14,7 @@ static dt_status begin_infer(dt_layer *l) {
   return DT_OK;
 }
 
-/* Workspace: the skip gradient (batch, numel), written by the end's backward. */
+/* Workspace: the skip gradient (batch, numel), written by the end's backward (or the shortcut's). */
 static size_t begin_ws_bytes(const dt_layer *l, int max_batch) {
   return l->in_numel * (size_t)max_batch * sizeof(float);
 }
@@ -35,7 +36,44 @@ const dt_layer_ops dt_residual_begin_ops = {.kind = "Residual",
                                             .forward = begin_forward,
                                             .backward = begin_backward};
 
-/* ---- end: adds the begin's input; backward sends dout both ways ---- */
+/* ---- shortcut: between the branch and the skip path, which reads the begin's input ----
+ * Its input is the branch output (left in place for the end to add); its output is the begin's input
+ * again, the skip path's input. Backward: the skip path's input gradient goes to the begin's stash,
+ * and the branch output's gradient, stashed here by the end, flows on into the branch. */
+
+static dt_status shortcut_infer(dt_layer *l) {
+  const residual_end_priv *p = l->priv;
+  l->out_ndim = p->ndim;
+  for (int i = 0; i < p->ndim; i++) l->out_shape[i] = p->shape[i];
+  return DT_OK;
+}
+
+/* Workspace: the branch output's gradient (batch, in_numel), written by the end's backward. */
+static size_t shortcut_ws_bytes(const dt_layer *l, int max_batch) {
+  return l->in_numel * (size_t)max_batch * sizeof(float);
+}
+
+static dt_status shortcut_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
+  memcpy(out, io->partner_in, l->out_numel * (size_t)io->batch * sizeof(float));
+  return DT_OK;
+}
+
+static void shortcut_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
+                              const float *dout, float *dinp) {
+  memcpy(io->partner_ws, dout, l->out_numel * (size_t)io->batch * sizeof(float));
+  if (dinp) memcpy(dinp, io->ws, l->in_numel * (size_t)io->batch * sizeof(float));
+}
+
+static const char *shortcut_label(const dt_layer *l) { return "Residual(skip)"; }
+
+const dt_layer_ops dt_residual_shortcut_ops = {.kind = "Residual",
+                                               .infer = shortcut_infer,
+                                               .ws_bytes = shortcut_ws_bytes,
+                                               .forward = shortcut_forward,
+                                               .backward = shortcut_backward,
+                                               .label = shortcut_label};
+
+/* ---- end: adds the begin's input (or the branch output, after a skip path); backward sends dout both ways ---- */
 
 
 static dt_status end_infer(dt_layer *l) {
@@ -44,8 +82,10 @@ static dt_status end_infer(dt_layer *l) {
   for (int i = 0; same && i < p->ndim; i++) same = p->shape[i] == l->in_shape[i];
   if (!same) {
     char a[96], b[96];
-    return dt_error(DT_SHAPE_MISMATCH, "%s: residual branch output %s differs from its input %s", l->name,
-                    dt_shape_str(l->in_ndim, l->in_shape, a, sizeof a), dt_shape_str(p->ndim, p->shape, b, sizeof b));
+    return dt_error(DT_SHAPE_MISMATCH, "%s: residual %s output %s differs from %s %s", l->name,
+                    p->after_shortcut ? "skip path" : "branch",
+                    dt_shape_str(l->in_ndim, l->in_shape, a, sizeof a),
+                    p->after_shortcut ? "the branch output" : "its input", dt_shape_str(p->ndim, p->shape, b, sizeof b));
   }
   l->out_ndim = l->in_ndim;
   for (int i = 0; i < l->in_ndim; i++) l->out_shape[i] = l->in_shape[i];

@@ -33,13 +33,23 @@ dt_status dt_conv2d_geom_init(dt_conv2d_geom *g, int N, int C, int H, int W, int
   g->pad = pad;
   g->OH = (int)OH;
   g->OW = (int)OW;
+  g->threads = N;
   return DT_OK;
 }
 
-/* Per thread (at most N threads): one sample's col and dcol (C*KH*KW, OH*OW) and a partial dw (OC, C*KH*KW). */
+/* Threads used: one sample each at a time, at most N and at most g->threads (the scratch's blocks). */
+static int conv_threads(const dt_conv2d_geom *g) {
+  int t = omp_get_max_threads();
+  if (t > g->N) t = g->N;
+  if (t > g->threads) t = g->threads;
+  return t > 0 ? t : 1;
+}
+
+/* Per thread block: one sample's col and dcol (C*KH*KW, OH*OW) and a partial dw (OC, C*KH*KW). */
 size_t dt_conv2d_scratch_floats(const dt_conv2d_geom *g) {
   const size_t R = (size_t)g->C * g->KH * g->KW;
-  return (size_t)g->N * (2 * R * g->OH * g->OW + (size_t)g->OC * R);
+  const size_t blocks = (size_t)(g->threads < g->N ? (g->threads > 0 ? g->threads : 1) : g->N);
+  return blocks * (2 * R * g->OH * g->OW + (size_t)g->OC * R);
 }
 
 /* Output columns ow whose input column ow*stride - pad + kw lies inside [0, W): [*lo, *hi). */
@@ -131,11 +141,6 @@ static double sum_floats(const float *x, int n) {
   return s;
 }
 
-/* Threads used: one sample each at a time, at most N (the scratch holds N per-thread blocks). */
-static int conv_threads(const dt_conv2d_geom *g) {
-  const int t = omp_get_max_threads();
-  return t < g->N ? t : g->N;
-}
 
 /* Per sample, the unfolded input stays in cache for its GEMM, written straight into the NCHW output:
  * out_n (OC, P) = w (OC, R) @ col_n (R, P). Samples are spread over the threads, one GEMM each. */

@@ -33,11 +33,13 @@ typedef struct dt_conv2d_geom {
   int OC, KH, KW;    /* weight (OC, C, KH, KW) */
   int stride, pad;   /* same in both directions; zero padding */
   int OH, OW;        /* output (N, OC, OH, OW) */
+  int threads;       /* at most this many threads, each its own block of the scratch (init: N) */
 } dt_conv2d_geom;
 /* Fills OH/OW; DT_INVALID_ARGUMENT if any size is < 1 or the output would be empty. */
 dt_status dt_conv2d_geom_init(dt_conv2d_geom *g, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
                               int pad);
-/* Floats of `scratch`, temporary within one forward or backward call (the backward unfolds the input again). */
+/* Floats of `scratch`, temporary within one forward or backward call (the backward unfolds the input again):
+ * a block per thread, min(N, g->threads) blocks. */
 size_t dt_conv2d_scratch_floats(const dt_conv2d_geom *g);
 /* out (N, OC, OH, OW) = conv(inp (N, C, H, W), w (OC, C, KH, KW)) + b (OC) [b may be NULL] */
 void dt_conv2d_forward(const dt_conv2d_geom *g, float *out, float *scratch, const float *inp, const float *w,
@@ -60,6 +62,11 @@ void dt_maxpool2d_backward(const dt_pool2d_geom *g, float *dinp, const float *do
 /* count_include_pad=True, as PyTorch's default */
 void dt_avgpool2d_forward(const dt_pool2d_geom *g, float *out, const float *inp);
 void dt_avgpool2d_backward(const dt_pool2d_geom *g, float *dinp, const float *dout);
+/* AdaptiveAvgPool2d((OH, OW)) over `planes` planes (N*C) of (H, W): output cell (i, j) averages rows
+ * [floor(i*H/OH), ceil((i+1)*H/OH)) and the columns alike, as PyTorch. out (planes, OH, OW); backward
+ * writes dinp (planes, H, W). */
+void dt_adaptive_avgpool2d_forward(float *out, const float *inp, int planes, int H, int W, int OH, int OW);
+void dt_adaptive_avgpool2d_backward(float *dinp, const float *dout, int planes, int H, int W, int OH, int OW);
 
 /* ---- batch norm over (N, C, HW) ----------------------------------------- */
 /* Training: normalise with the batch mean and biased variance; save mean and

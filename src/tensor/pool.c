@@ -166,3 +166,51 @@ void dt_avgpool2d_backward(const dt_pool2d_geom *g, float *dinp, const float *do
     }
   }
 }
+
+/* The input range [*a, *b) of adaptive output cell o of `out` cells over `size` inputs. */
+static void adaptive_bin(int o, int out, int size, int *a, int *b) {
+  *a = (int)(((int64_t)o * size) / out);
+  *b = (int)(((int64_t)(o + 1) * size + out - 1) / out);
+}
+
+void dt_adaptive_avgpool2d_forward(float *out, const float *inp, int planes, int H, int W, int OH, int OW) {
+  const size_t HW = (size_t)H * W, P = (size_t)OH * OW;
+#pragma omp parallel for schedule(static)
+  for (int pl = 0; pl < planes; pl++) {
+    const float *x = inp + (size_t)pl * HW;
+    float *y = out + (size_t)pl * P;
+    for (int oh = 0; oh < OH; oh++) {
+      int h0, h1;
+      adaptive_bin(oh, OH, H, &h0, &h1);
+      for (int ow = 0; ow < OW; ow++) {
+        int w0, w1;
+        adaptive_bin(ow, OW, W, &w0, &w1);
+        float sum = 0.0f;
+        for (int ih = h0; ih < h1; ih++)
+          for (int iw = w0; iw < w1; iw++) sum += x[(size_t)ih * W + iw];
+        y[oh * OW + ow] = sum / (float)((h1 - h0) * (w1 - w0));
+      }
+    }
+  }
+}
+
+void dt_adaptive_avgpool2d_backward(float *dinp, const float *dout, int planes, int H, int W, int OH, int OW) {
+  const size_t HW = (size_t)H * W, P = (size_t)OH * OW;
+#pragma omp parallel for schedule(static)
+  for (int pl = 0; pl < planes; pl++) {
+    float *dx = dinp + (size_t)pl * HW;
+    const float *dy = dout + (size_t)pl * P;
+    memset(dx, 0, HW * sizeof(float));
+    for (int oh = 0; oh < OH; oh++) {
+      int h0, h1;
+      adaptive_bin(oh, OH, H, &h0, &h1);
+      for (int ow = 0; ow < OW; ow++) {
+        int w0, w1;
+        adaptive_bin(ow, OW, W, &w0, &w1);
+        const float d = dy[oh * OW + ow] / (float)((h1 - h0) * (w1 - w0));
+        for (int ih = h0; ih < h1; ih++)
+          for (int iw = w0; iw < w1; iw++) dx[(size_t)ih * W + iw] += d;
+      }
+    }
+  }
+}

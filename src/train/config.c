@@ -192,6 +192,7 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
   if (c->factors) RAW(",\"factors\":%d", c->factors);
   if (c->embedding_l2 > 0) RAW(",\"embedding_l2\":%g", (double)c->embedding_l2);
   if (c->sparse_embeddings) RAW(",\"sparse_embeddings\":true");
+  if (c->zero_init_residual) RAW(",\"zero_init_residual\":true");
   STR("data", c->data);
   if (c->holdout == DT_HOLDOUT_LAST) RAW(",\"split\":\"leave-last-out\"");
   if (c->normalize.enabled)

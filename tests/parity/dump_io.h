@@ -1,5 +1,5 @@
 /* The parity dump format shared by the dump_* tools and their Python tests (parity_dump.py): PREFIX.bin holds raw
- * little-endian tensors, PREFIX.idx one line per tensor: "name f32|i32|f64 offset_bytes ndim d0 d1 ...". */
+ * little-endian tensors, PREFIX.idx one line per tensor: "name f32|i32|f64|i64 offset_bytes ndim d0 d1 ...". */
 #ifndef DT_TESTS_DUMP_IO_H
 #define DT_TESTS_DUMP_IO_H
 
@@ -21,6 +21,7 @@ static void dump_put(const char *name, const char *type, const void *data, size_
 #define PUTF(name, data, ...) dump_put(name, "f32", data, 4, DUMP_DIMS_(__VA_ARGS__))
 #define PUTI(name, data, ...) dump_put(name, "i32", data, 4, DUMP_DIMS_(__VA_ARGS__))
 #define PUTD(name, data, ...) dump_put(name, "f64", data, 8, DUMP_DIMS_(__VA_ARGS__))
+#define PUTL(name, data, ...) dump_put(name, "i64", data, 8, DUMP_DIMS_(__VA_ARGS__))
 
 /* Opens argv[1].bin and argv[1].idx; 0, or the exit code after saying why. */
 static int dump_open(int argc, char **argv) {

@@ -1,13 +1,13 @@
 """Runs a dump_* tool of the parity tests and reads what it wrote (the format of dump_io.h):
 PREFIX.bin holds raw little-endian tensors, PREFIX.idx one line per tensor,
-"name f32|i32|f64 offset_bytes ndim d0 d1 ...". Imported by the test_*_torch.py scripts."""
+"name f32|i32|f64|i64 offset_bytes ndim d0 d1 ...". Imported by the test_*_torch.py scripts."""
 import os
 import subprocess
 import tempfile
 
 import numpy as np
 
-TYPES = {"f32": np.float32, "i32": np.int32, "f64": np.float64}
+TYPES = {"f32": np.float32, "i32": np.int32, "f64": np.float64, "i64": np.int64}
 
 
 def load(prefix):
