@@ -43,7 +43,7 @@ static dt_status bn(dt_model *m, const char *name, int zero_weight) {
 /* One block "layer<s>.<b>" from in_ch channels: planes wide, out planes*expansion, stride on its 3x3. */
 static dt_status block(dt_model *m, const resnet_arch *a, const char *name, int in_ch, int planes, int stride,
                        int zero_init) {
-  char n[DT_LAYER_NAME_MAX];
+  char n[DT_LAYER_NAME_MAX + 16]; /* add_layer refuses a name of DT_LAYER_NAME_MAX or more */
   const int out_ch = a->bottleneck ? planes * 4 : planes;
 #define SUB(suffix) (snprintf(n, sizeof n, "%s." suffix, name), n)
   DT_CHECK(dt_model_begin_residual(m, name));
