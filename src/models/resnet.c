@@ -26,26 +26,30 @@ typedef struct resnet_arch {
   int planes[4];
 } resnet_arch;
 
-static dt_status conv(dt_model *m, const char *name, int out, int k, int stride, int pad) {
+/* "<layer>.weight" of a layer just added (so its name fits a layer name). */
+static dt_status set_weight_init(dt_model *m, const char *layer, dt_init_kind init) {
   char w[DT_LAYER_NAME_MAX + 8];
+  if (snprintf(w, sizeof w, "%s.weight", layer) >= (int)sizeof w)
+    return dt_error(DT_INTERNAL, "%s: layer name too long", layer);
+  return dt_model_set_init(m, w, init, 0.0f);
+}
+
+static dt_status conv(dt_model *m, const char *name, int out, int k, int stride, int pad) {
   DT_CHECK(dt_model_add_conv2d(m, name, out, k, stride, pad, 0));
-  snprintf(w, sizeof w, "%s.weight", name);
-  return dt_model_set_init(m, w, DT_INIT_KAIMING_NORMAL_FAN_OUT, 0.0f);
+  return set_weight_init(m, name, DT_INIT_KAIMING_NORMAL_FAN_OUT);
 }
 
 static dt_status bn(dt_model *m, const char *name, int zero_weight) {
-  char w[DT_LAYER_NAME_MAX + 8];
   DT_CHECK(dt_model_add_batchnorm2d(m, name, 1e-5f, 0.1f));
-  snprintf(w, sizeof w, "%s.weight", name);
-  return zero_weight ? dt_model_set_init(m, w, DT_INIT_ZEROS, 0.0f) : DT_OK;
+  return zero_weight ? set_weight_init(m, name, DT_INIT_ZEROS) : DT_OK;
 }
 
 /* One block "layer<s>.<b>" from in_ch channels: planes wide, out planes*expansion, stride on its 3x3. */
 static dt_status block(dt_model *m, const resnet_arch *a, const char *name, int in_ch, int planes, int stride,
                        int zero_init) {
-  char n[DT_LAYER_NAME_MAX + 16]; /* add_layer refuses a name of DT_LAYER_NAME_MAX or more */
+  char n[DT_LAYER_NAME_MAX];
   const int out_ch = a->bottleneck ? planes * 4 : planes;
-#define SUB(suffix) (snprintf(n, sizeof n, "%s." suffix, name), n)
+#define SUB(suffix) (snprintf(n, sizeof n, "%s." suffix, name) < (int)sizeof n ? n : NULL) /* NULL: too long, refused */
   DT_CHECK(dt_model_begin_residual(m, name));
   if (a->bottleneck) {
     DT_CHECK(conv(m, SUB("conv1"), planes, 1, 1, 0));
