@@ -20,6 +20,8 @@
 #include "dist_values.h"
 #include "harness.h"
 
+#define TEST_SECRET "test-secret-0123456789abcdef0123456789abcdef"
+
 static dt_store_server *server;
 static int server_port;
 static int run_counter;
@@ -43,7 +45,7 @@ static int child_main(int rank, int size, const char *prefix, const world_opts *
   alarm(60); /* a hung rank dies instead of hanging the test */
   if (o && rank == o->late_rank) sleep_s(o->late_s);
   dt_store *store = NULL;
-  dt_status st = dt_store_connect("127.0.0.1", server_port, "t", 10, &store);
+  dt_status st = dt_store_connect("127.0.0.1", server_port, "t", TEST_SECRET, 10, &store);
   if (st != DT_OK) {
     fprintf(stderr, "rank %d: store connect: %s %s\n", rank, dt_status_name(st), dt_last_error());
     return 90;
@@ -481,7 +483,7 @@ TEST(abort_from_another_thread_interrupts_a_collective) {
  * a few bytes and then nothing. */
 static void stranger(const char *prefix) {
   dt_store *s = NULL;
-  if (dt_store_connect("127.0.0.1", server_port, "t", 10, &s) != DT_OK) _exit(3);
+  if (dt_store_connect("127.0.0.1", server_port, "t", TEST_SECRET, 10, &s) != DT_OK) _exit(3);
   char key[256];
   snprintf(key, sizeof key, "%s/addr/2", prefix);
   void *v = NULL;
@@ -529,7 +531,7 @@ TEST(a_stranger_on_the_listening_port_does_not_break_setup) {
 }
 
 static int setup(void) {
-  if (dt_store_server_start("127.0.0.1", 0, "t", &server) != DT_OK) {
+  if (dt_store_server_start("127.0.0.1", 0, "t", TEST_SECRET, &server) != DT_OK) {
     fprintf(stderr, "store server: %s\n", dt_last_error());
     return 1;
   }
