@@ -294,6 +294,171 @@ TEST(wrong_run_id_is_refused) {
   dt_store_server_stop(srv);
 }
 
+/* Reads what the server sends until it closes (or limit_s), appending to buf; -1 if it never closed. */
+static long read_until_closed(int fd, uint8_t *buf, size_t cap, double limit_s) {
+  size_t got = 0;
+  double t0 = dt_time_now();
+  while (dt_time_now() - t0 < limit_s) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    ssize_t k = recv(fd, buf + got, cap - got, MSG_DONTWAIT);
+    if (k > 0) got += (size_t)k;
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR) || got == cap) return (long)got;
+  }
+  return -1;
+}
+
+static int contains(const uint8_t *buf, size_t n, const char *needle) {
+  size_t m = strlen(needle);
+  for (size_t i = 0; i + m <= n; i++)
+    if (memcmp(buf + i, needle, m) == 0) return 1;
+  return 0;
+}
+
+/* The attack of issue 17 step by step: a stranger guesses a run id and a
+ * secret; all it gets back is the server's nonce and a one-byte refusal. */
+TEST(a_wrong_secret_learns_nothing) {
+  dt_store_server *srv;
+  dt_store *s;
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "alpha-run", TEST_SECRET, &srv));
+  int port = dt_store_server_port(srv);
+  dt_log_level lv = dt_log_get_level();
+  dt_log_set_level(DT_LOG_LEVEL_ERROR); /* the refusals are logged as warnings: expected here */
+  const char *guesses[] = {"beta", "alpha-run"};
+  for (int g = 0; g < 2; g++) {
+    int fd = raw_connect(port);
+    ASSERT(fd >= 0);
+    uint8_t sent[256], back[512];
+    ASSERT_EQ(raw_handshake(fd, guesses[g], "guessed-secret-0123456789abcdef0123456789", sent), 1);
+    long more = read_until_closed(fd, back, sizeof back, 2);
+    ASSERT_EQ(more, 0); /* nothing after the refusal: closed */
+    dt_net_close(&fd);
+  }
+  /* the first answer, before any proof: a nonce, nothing about the job */
+  int fd = raw_connect(port);
+  uint8_t hello[40] = {'D', 'S', 'T', '1', 2, 0, 0, 0}, back[512];
+  ASSERT_OK(dt_net_send_all(fd, hello, sizeof hello, dt_time_now() + 1, NULL, "raw"));
+  sleep_s(0.2);
+  ssize_t k = recv(fd, back, sizeof back, MSG_DONTWAIT);
+  ASSERT_EQ(k, 34);
+  ASSERT(!contains(back, (size_t)k, "alpha"));
+  dt_net_close(&fd);
+  /* a client of protocol 1 (which used to be told the run id) is told the version only */
+  fd = raw_connect(port);
+  uint8_t v1[15] = {'D', 'S', 'T', '1', 1, 0, 0, 0, 3, 0, 0, 0, 'j', 'o', 'b'};
+  ASSERT_OK(dt_net_send_all(fd, v1, sizeof v1, dt_time_now() + 1, NULL, "raw"));
+  long n = read_until_closed(fd, back, sizeof back, 2);
+  ASSERT(n > 5 && back[0] == 2 && !contains(back, (size_t)n, "alpha"));
+  dt_net_close(&fd);
+  /* the library's client: a clear error that names neither the run nor the secret */
+  ASSERT_STATUS(dt_store_connect("127.0.0.1", port, "beta", "guessed-secret-0123456789abcdef0123456789", 2, &s),
+                DT_INVALID_ARGUMENT);
+  ASSERT_MSG(strstr(dt_last_error(), "refused this client's job secret") && !strstr(dt_last_error(), "alpha"),
+             dt_last_error());
+  ASSERT_STATUS(dt_store_connect("127.0.0.1", port, "alpha-run", NULL, 2, &s), DT_INVALID_ARGUMENT);
+  ASSERT_MSG(strstr(dt_last_error(), "requires the job secret"), dt_last_error());
+  dt_log_set_level(lv);
+  /* and the job's own clients are served all along */
+  ASSERT_OK(dt_store_connect("127.0.0.1", port, "alpha-run", TEST_SECRET, 2, &s));
+  ASSERT_OK(dt_store_set(s, "k", "v", 1));
+  dt_store_close(s);
+  dt_store_server_stop(srv);
+}
+
+/* A captured handshake replayed byte for byte meets a fresh nonce: refused. */
+TEST(a_replayed_handshake_is_refused) {
+  dt_store_server *srv;
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", TEST_SECRET, &srv));
+  int port = dt_store_server_port(srv);
+  int fd = raw_connect(port);
+  uint8_t captured[256], back[512];
+  ASSERT_EQ(raw_handshake(fd, "job", TEST_SECRET, captured), 0);
+  size_t n = 40 + 4 + 3 + 32;
+  dt_net_close(&fd);
+  dt_log_level lv = dt_log_get_level();
+  dt_log_set_level(DT_LOG_LEVEL_ERROR);
+  fd = raw_connect(port);
+  ASSERT_OK(dt_net_send_all(fd, captured, n, dt_time_now() + 1, NULL, "raw"));
+  long got = read_until_closed(fd, back, sizeof back, 2);
+  dt_log_set_level(lv);
+  ASSERT_EQ(got, 35); /* the challenge (34 bytes), then 1: wrong proof; then closed */
+  ASSERT_EQ(back[34], 1);
+  dt_net_close(&fd);
+  dt_store_server_stop(srv);
+}
+
+/* A process holding the secret will not talk to a store without one (an impostor's). */
+TEST(a_client_with_a_secret_refuses_an_open_store) {
+  dt_store_server *srv;
+  dt_store *s;
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", NULL, &srv));
+  int port = dt_store_server_port(srv);
+  ASSERT_STATUS(dt_store_connect("127.0.0.1", port, "job", TEST_SECRET, 2, &s), DT_INVALID_ARGUMENT);
+  ASSERT_MSG(strstr(dt_last_error(), "has no job secret"), dt_last_error());
+  ASSERT_OK(dt_store_connect("127.0.0.1", port, "job", NULL, 2, &s)); /* open: as torchrun's */
+  dt_store_close(s);
+  /* an open store does not tell a client of another run its run id either */
+  dt_log_level lv = dt_log_get_level();
+  dt_log_set_level(DT_LOG_LEVEL_ERROR);
+  ASSERT_STATUS(dt_store_connect("127.0.0.1", port, "other", NULL, 2, &s), DT_INVALID_ARGUMENT);
+  dt_log_set_level(lv);
+  ASSERT_MSG(strstr(dt_last_error(), "another run than 'other'"), dt_last_error());
+  dt_store_server_stop(srv);
+  ASSERT_STATUS(dt_store_server_start("127.0.0.1", 0, "job", "short", &srv), DT_INVALID_ARGUMENT);
+}
+
+/* Strangers are logged once per address and a few lines per 10 s in all,
+ * whatever their number (in a child: the limiter's state is per process). */
+TEST(refusals_are_logged_once_per_address) {
+  char path[] = "/tmp/dt_refusals_XXXXXX";
+  int log_fd = mkstemp(path);
+  ASSERT(log_fd >= 0);
+  fflush(stderr);
+  pid_t p = fork();
+  if (p == 0) {
+    dup2(log_fd, 2);
+    dt_log_set_level(DT_LOG_LEVEL_WARN);
+    dt_store_server *srv;
+    if (dt_store_server_start("127.0.0.1", 0, "job", TEST_SECRET, &srv) != DT_OK) _exit(2);
+    int port = dt_store_server_port(srv);
+    long before = dt_auth_refusals(); /* inherited from the tests before */
+    for (int i = 0; i < 100; i++) {
+      int fd = raw_connect(port);
+      if (fd < 0 || raw_handshake(fd, "job", "guessed-secret-0123456789abcdef0123456789", NULL) != 1) _exit(3);
+      dt_net_close(&fd);
+    }
+    for (int i = 0; i < 30; i++) {
+      char ip[32];
+      snprintf(ip, sizeof ip, "10.0.0.%d", i);
+      dt_auth_refused("store", ip, "failed authentication");
+    }
+    sleep_s(0.3); /* the server logs a refusal just after sending it */
+    long total = dt_auth_refusals() - before;
+    dt_store_server_stop(srv);
+    _exit(total == 130 ? 0 : 4);
+  }
+  int status = 0;
+  waitpid(p, &status, 0);
+  ASSERT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "grep -c 'refused a connection from' %s", path);
+  FILE *f = popen(cmd, "r");
+  int lines = -1;
+  ASSERT(f && fscanf(f, "%d", &lines) == 1);
+  pclose(f);
+  snprintf(cmd, sizeof cmd, "grep -c 'refused a connection from 127.0.0.1' %s", path);
+  f = popen(cmd, "r");
+  int local = -1;
+  ASSERT(f && fscanf(f, "%d", &local) == 1);
+  pclose(f);
+  close(log_fd);
+  unlink(path);
+  /* 127.0.0.1 at most once (earlier tests of this process may have logged it
+   * already), and no more lines than the burst of a 10 s window: 130 refusals, <= 5 lines */
+  ASSERT(local <= 1);
+  ASSERT(lines >= 1 && lines <= 5);
+}
+
 typedef struct worker_arg {
   dt_store *s;
   int id;
@@ -622,6 +787,8 @@ TEST_MAIN(TEST_ENTRY(net_sendrecv_both_ways_at_once), TEST_ENTRY(net_timeout_abo
           TEST_ENTRY(set_get_add_check_delete), TEST_ENTRY(get_and_wait_block_until_set),
           TEST_ENTRY(missing_key_times_out_and_client_stays_usable), TEST_ENTRY(connect_times_out_naming_address),
           TEST_ENTRY(two_processes_share_one_server), TEST_ENTRY(wrong_run_id_is_refused),
+          TEST_ENTRY(a_wrong_secret_learns_nothing), TEST_ENTRY(a_replayed_handshake_is_refused),
+          TEST_ENTRY(a_client_with_a_secret_refuses_an_open_store), TEST_ENTRY(refusals_are_logged_once_per_address),
           TEST_ENTRY(strangers_are_dropped_others_unaffected), TEST_ENTRY(port_in_use_names_the_port),
           TEST_ENTRY(server_gone_mid_request_is_peer_lost), TEST_ENTRY(sixty_four_clients_at_once),
           TEST_ENTRY(one_client_many_threads))
