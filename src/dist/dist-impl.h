@@ -67,6 +67,10 @@ void dt_auth_refused(const char *subsys, const char *ip, const char *why);
 /* Refusals so far in this process (logged or not). */
 long dt_auth_refusals(void);
 
+/* The store server's handshake and request parser over bytes, without sockets
+ * (the fuzzing target tests/fuzz/fuzz_store.c; layout in store.c). */
+void dt_store_server_fuzz(const uint8_t *data, size_t n);
+
 /* ---- collective descriptors ----------------------------------------------- */
 typedef enum dt_coll_kind {
   DT_COLL_ALLREDUCE = 0,

@@ -938,6 +938,60 @@ void dt_store_server_stop(dt_store_server *s) {
   server_free(s);
 }
 
+/* ---- fuzzing ----------------------------------------------------------------
+ * The server's handshake and request parser without sockets or thread, for
+ * tests/fuzz/fuzz_store.c. data[0] bit i: client i (of 2) starts as if it had
+ * proven the secret; then chunks of (u8 h: client h >> 7, length h & 127;
+ * bytes) are what the clients send, each processed as the server thread would. */
+static void fuzz_feed(conn *c, const uint8_t *p, size_t n) {
+  while (n > 0 && !c->dead && conn_in_room(c)) {
+    size_t room = c->in_cap - c->in_len, left = conn_in_limit(c) - c->in_len;
+    size_t k = room < left ? room : left;
+    if (k > n) k = n;
+    memcpy(c->in + c->in_len, p, k);
+    c->in_len += k;
+    p += k;
+    n -= k;
+  }
+}
+
+void dt_store_server_fuzz(const uint8_t *data, size_t n) {
+  dt_store_server *s = NULL;
+  if (n < 1 || dt_alloc(sizeof *s, (void **)&s) != DT_OK) return;
+  s->listen_fd = s->wake[0] = s->wake[1] = -1;
+  snprintf(s->run_id, sizeof s->run_id, "fuzz");
+  snprintf(s->secret, sizeof s->secret, "fuzz-secret-0123456789abcdef0123456789");
+  s->nbuckets = 64;
+  if (dt_alloc_array(s->nbuckets, sizeof *s->buckets, "store table", (void **)&s->buckets) != DT_OK ||
+      dt_alloc_array(2, sizeof *s->conns, "store clients", (void **)&s->conns) != DT_OK) {
+    server_free(s);
+    return;
+  }
+  s->cap_conns = 2;
+  for (int i = 0; i < 2; i++) {
+    conn *c;
+    if (dt_alloc(sizeof *c, (void **)&c) != DT_OK) break;
+    c->fd = -1;
+    c->ready = (data[0] >> i) & 1;
+    snprintf(c->peer, sizeof c->peer, "fuzz%d", i);
+    snprintf(c->ip, sizeof c->ip, "fuzz%d", i);
+    s->conns[s->nconns++] = c;
+  }
+  for (size_t pos = 1; pos < n && s->nconns == 2;) {
+    conn *c = s->conns[data[pos] >> 7];
+    size_t len = data[pos++] & 127;
+    if (len > n - pos) len = n - pos;
+    fuzz_feed(c, data + pos, len);
+    pos += len;
+    for (int progress = 1; progress;) {
+      progress = 0;
+      for (int i = 0; i < s->nconns; i++)
+        if (!s->conns[i]->dead) progress |= conn_process(s, s->conns[i]);
+    }
+  }
+  server_free(s);
+}
+
 /* ================================ client ======================================= */
 
 struct dt_store {
