@@ -51,8 +51,9 @@ dt_status dt_job_secret_generate(char *out, size_t cap) {
 }
 
 dt_status dt_job_secret_from_env(char *out, size_t cap) {
-  const char *v = getenv("DT_JOB_SECRET");
+  const char *v = NULL;
   out[0] = '\0';
+  DT_CHECK(dt_tunable_str("DT_JOB_SECRET", &v));
   if (!v || !*v) return DT_OK;
   DT_CHECK(dt_job_secret_check(v, "DT_JOB_SECRET"));
   if (strlen(v) >= cap) return dt_error(DT_INVALID_ARGUMENT, "DT_JOB_SECRET: longer than %zu characters", cap - 1);
