@@ -10,7 +10,7 @@ undisturbed one.
 
   DT_BUILD_DIR=build python3 bench/store_stress.py [--reps 3] [--conns 1000] [--limit-train 20000]
 """
-import argparse, filecmp, json, os, secrets, socket, statistics, subprocess, sys, tempfile, time
+import argparse, filecmp, json, os, resource, secrets, socket, statistics, subprocess, sys, tempfile, time
 
 here = os.path.dirname(os.path.abspath(__file__))
 attack = os.path.join(here, "..", "tests", "cli", "store_attack.py")
@@ -42,8 +42,11 @@ def run(build, out, args, conns, seconds):
     if conns:
         while not listening(port):
             time.sleep(0.01)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         stress = subprocess.run([sys.executable, attack, "stress", "127.0.0.1", str(port), str(conns), str(seconds)],
                                 capture_output=True, text=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        stress.cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     err = job.communicate()[1]
     if job.returncode != 0:
         sys.exit(f"job failed ({job.returncode}): {err[-2000:]}")
@@ -52,7 +55,28 @@ def run(build, out, args, conns, seconds):
     with open(os.path.join(out, "summary.json")) as f:
         s = json.load(f)
     refusals = sum("refused a connection" in line for line in err.splitlines())
-    return s["train_samples_per_s"], s["wall_seconds"], (stress.stdout.strip() if stress else ""), refusals
+    line = f"{stress.stdout.strip()}; the attacker used {stress.cpu:.1f} CPU s" if stress else ""
+    return s["train_samples_per_s"], s["wall_seconds"], line, refusals
+
+
+def agent_cpu(build, conns, seconds):
+    """CPU seconds of the dtrun agent (whose thread serves the store) over a job of one sleeping worker,
+    read while the job still runs: idle, or while conns hostile connections arrive over `seconds`."""
+    port = free_port()
+    job = subprocess.Popen([f"{build}/dtrun", "--nnodes", "1", "--master-port", str(port), "--", "sleep",
+                            str(seconds + 3)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not listening(port):
+        time.sleep(0.01)
+    if conns:
+        subprocess.run([sys.executable, attack, "stress", "127.0.0.1", str(port), str(conns), str(seconds)],
+                       capture_output=True, text=True)
+    else:
+        time.sleep(seconds)
+    with open(f"/proc/{job.pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    job.wait()
+    return cpu
 
 
 def main():
@@ -60,24 +84,27 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--conns", type=int, default=1000)
     ap.add_argument("--limit-train", type=int, default=20000)
-    ap.add_argument("--seconds", type=float, default=0, help="spread the connections over this (default: 80%% of an undisturbed run)")
+    ap.add_argument("--seconds", type=float, default=0,
+                    help="spread the connections over this (default: 60%% of the undisturbed run before)")
     args = ap.parse_args()
     build = os.environ.get("DT_BUILD_DIR", "build")
     os.environ["DT_JOB_SECRET"] = secrets.token_hex(32)
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     tmp = tempfile.mkdtemp()
     calm, stressed, same = [], [], True
-    seconds = args.seconds
     for r in range(args.reps):
         tp, wall, _, _ = run(build, f"{tmp}/calm{r}", args, 0, 0)
         calm.append(tp)
-        if not seconds:
-            seconds = max(1.0, 0.8 * wall)
+        seconds = args.seconds or max(1.0, 0.6 * wall)
         tp2, wall2, line, refusals = run(build, f"{tmp}/stress{r}", args, args.conns, seconds)
         stressed.append(tp2)
         same &= filecmp.cmp(f"{tmp}/calm{r}/model.safetensors", f"{tmp}/stress{r}/model.safetensors", shallow=False)
         print(f"rep {r + 1}: undisturbed {tp:8.0f} samples/s ({wall:.1f} s); stressed {tp2:8.0f} samples/s "
               f"({wall2:.1f} s), {refusals} refusal log line(s); {line}")
+    idle = agent_cpu(build, 0, 10)
+    busy = agent_cpu(build, args.conns, 10)
+    print(f"the store's host (dtrun agent) over 10 s: {idle:.2f} CPU s idle, {busy:.2f} CPU s under {args.conns} "
+          f"hostile connections")
     ratio = statistics.median(stressed) / statistics.median(calm)
     print(f"median train samples/s: undisturbed {statistics.median(calm):.0f}, under {args.conns} hostile connections "
           f"{statistics.median(stressed):.0f}: ratio {ratio:.3f}; weights identical in every pair: {same}")
