@@ -284,6 +284,7 @@ TEST(wrong_run_id_is_refused) {
   dt_log_level lv = dt_log_get_level();
   dt_log_set_level(DT_LOG_LEVEL_ERROR); /* the server logs the refusal as a warning: expected here */
   dt_status st = dt_store_connect("127.0.0.1", port, "beta", TEST_SECRET, 2, &s);
+  sleep_s(0.1); /* the server logs the drop just after its answer */
   dt_log_set_level(lv);
   ASSERT_STATUS(st, DT_INVALID_ARGUMENT);
   char want[128];
@@ -401,10 +402,44 @@ TEST(a_client_with_a_secret_refuses_an_open_store) {
   dt_log_level lv = dt_log_get_level();
   dt_log_set_level(DT_LOG_LEVEL_ERROR);
   ASSERT_STATUS(dt_store_connect("127.0.0.1", port, "other", NULL, 2, &s), DT_INVALID_ARGUMENT);
+  sleep_s(0.1); /* the server logs the drop just after its answer */
   dt_log_set_level(lv);
   ASSERT_MSG(strstr(dt_last_error(), "another run than 'other'"), dt_last_error());
   dt_store_server_stop(srv);
   ASSERT_STATUS(dt_store_server_start("127.0.0.1", 0, "job", "short", &srv), DT_INVALID_ARGUMENT);
+}
+
+/* A flood of half-open handshakes: the store keeps the newest 256, drops the
+ * oldest, and a client of the job still gets in at once. */
+TEST(half_open_handshakes_do_not_crowd_out_the_job) {
+  dt_store_server *srv;
+  dt_store *s;
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", TEST_SECRET, &srv));
+  int port = dt_store_server_port(srv);
+  dt_log_level lv = dt_log_get_level();
+  dt_log_set_level(DT_LOG_LEVEL_ERROR);
+  enum { N = 300 };
+  int fds[N];
+  uint8_t hello[40] = {'D', 'S', 'T', '1', 2, 0, 0, 0};
+  for (int i = 0; i < N; i++) {
+    fds[i] = raw_connect(port);
+    ASSERT(fds[i] >= 0);
+    ASSERT_OK(dt_net_send_all(fds[i], hello, sizeof hello, dt_time_now() + 1, NULL, "raw"));
+    if (i % 50 == 49) sleep_s(0.05); /* let the server accept them in order */
+  }
+  double t0 = dt_time_now();
+  ASSERT_OK(dt_store_connect("127.0.0.1", port, "job", TEST_SECRET, 5, &s));
+  double took = dt_time_now() - t0;
+  ASSERT_OK(dt_store_set(s, "k", "v", 1));
+  uint8_t back[64];
+  long first = read_until_closed(fds[0], back, sizeof back, 1), last = read_until_closed(fds[N - 1], back, sizeof back, 0.3);
+  dt_log_set_level(lv);
+  for (int i = 0; i < N; i++) dt_net_close(&fds[i]);
+  dt_store_close(s);
+  dt_store_server_stop(srv);
+  ASSERT_EQ(first, 34); /* the oldest got its challenge, then was dropped */
+  ASSERT_EQ(last, -1);  /* the newest is still open, waiting for its proof */
+  ASSERT(took < 1.0);
 }
 
 /* Strangers are logged once per address and a few lines per 10 s in all,
@@ -789,6 +824,7 @@ TEST_MAIN(TEST_ENTRY(net_sendrecv_both_ways_at_once), TEST_ENTRY(net_timeout_abo
           TEST_ENTRY(two_processes_share_one_server), TEST_ENTRY(wrong_run_id_is_refused),
           TEST_ENTRY(a_wrong_secret_learns_nothing), TEST_ENTRY(a_replayed_handshake_is_refused),
           TEST_ENTRY(a_client_with_a_secret_refuses_an_open_store), TEST_ENTRY(refusals_are_logged_once_per_address),
+          TEST_ENTRY(half_open_handshakes_do_not_crowd_out_the_job),
           TEST_ENTRY(strangers_are_dropped_others_unaffected), TEST_ENTRY(port_in_use_names_the_port),
           TEST_ENTRY(server_gone_mid_request_is_peer_lost), TEST_ENTRY(sixty_four_clients_at_once),
           TEST_ENTRY(one_client_many_threads))
