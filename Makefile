@@ -49,6 +49,7 @@ install: build
 
 # libFuzzer targets (clang): build-fuzz/tests/fuzz_*; run e.g. build-fuzz/tests/fuzz_idx -max_total_time=60
 fuzz:
+	@command -v clang >/dev/null || { echo "make fuzz: needs clang (apt-get install clang libclang-rt-dev; make deps does it)" >&2; exit 1; }
 	@CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDT_FUZZ=ON >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
 

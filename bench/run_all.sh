@@ -28,6 +28,9 @@ echo "## scaling: single vs ddp/dp with 1..2 workers of 1 thread (fashioncnn, ml
 "$build/dtrain" bench scaling --model fashioncnn --max-workers 2
 "$build/dtrain" bench scaling --model mlp --max-workers 2
 echo
+echo "## the store under 1,000 hostile connections: a 2-rank DDP job's throughput and weights, the store's CPU"
+DT_BUILD_DIR=$build /usr/bin/python3 "$here/store_stress.py" --reps "${REPS:-3}"
+echo
 echo "## what snapshots, TensorBoard and the trace cost (fashioncnn), and one snapshot vs torch.save"
 DT_BUILD_DIR=$build /usr/bin/python3 "$here/observability.py" --reps "${REPS:-3}"
 echo

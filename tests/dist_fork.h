@@ -15,6 +15,11 @@
 
 #include "dtrain/dist.h"
 
+/* The job secret of every test job (the store and the groups prove it). */
+#ifndef TEST_SECRET
+#define TEST_SECRET "test-secret-0123456789abcdef0123456789abcdef"
+#endif
+
 #define DF_MAX_WORLD 8
 
 typedef struct df_job {
@@ -49,7 +54,7 @@ static inline int df_start_store(const char *run_id) {
     dt_store_server *srv;
     close(fds[0]);
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-    if (dt_store_server_start("127.0.0.1", 0, run_id, &srv) != DT_OK) {
+    if (dt_store_server_start("127.0.0.1", 0, run_id, TEST_SECRET, &srv) != DT_OK) {
       fprintf(stderr, "cannot start a store: %s\n", dt_last_error());
       _exit(1);
     }
@@ -81,6 +86,7 @@ static inline dt_status df_join(const df_job *j, int r, int world, dt_group **g)
   snprintf(env.run_id, sizeof env.run_id, "%s", j->run_id);
   env.restart_count = j->round;
   env.store_served = 1;
+  snprintf(env.job_secret, sizeof env.job_secret, "%s", TEST_SECRET);
   env.source = "tcp";
   dt_group_options o;
   dt_group_options_default(&o);

@@ -48,6 +48,7 @@ typedef struct options {
   double monitor_interval; /* s */
   const char *log_dir;
   const char *run_id;
+  const char *secret_file;
   int threads; /* 0: cores / nproc */
   double timeout; /* s */
   double grace;   /* s */
@@ -56,7 +57,7 @@ typedef struct options {
 
 typedef enum flag_id {
   F_STANDALONE, F_NNODES, F_NODE_RANK, F_MASTER_ADDR, F_MASTER_PORT, F_NPROC, F_MAX_RESTARTS,
-  F_MONITOR, F_LOG_DIR, F_RUN_ID, F_THREADS, F_TIMEOUT, F_GRACE, F_COUNT
+  F_MONITOR, F_LOG_DIR, F_RUN_ID, F_SECRET_FILE, F_THREADS, F_TIMEOUT, F_GRACE, F_COUNT
 } flag_id;
 
 /* --nnodes and --nproc-per-node are text here: their MIN:MAX and auto|cpu forms are read in parse_args. */
@@ -86,6 +87,11 @@ static const flag_spec flags[F_COUNT] = {
     [F_RUN_ID] = {"--run-id", "ID", FLAG_STR, .alias = "--rdzv-id",
                   .help = "job identity shared by all nodes (default: random with --standalone, else "
                           "$DT_RUN_ID or 'default')"},
+    [F_SECRET_FILE] = {"--secret-file", "PATH", FLAG_STR,
+                       .help = "the job secret that admits to the store and the tcp mesh, read from PATH (mode "
+                               "0600, yours; the same file on every node; make one with 'openssl rand -hex 32'). "
+                               "Default: $DT_JOB_SECRET, else a fresh one with --standalone, else none (the store "
+                               "is open to anyone who can reach its port)"},
     [F_THREADS] = {"--threads-per-proc", "T", FLAG_INT_RANGE, .lo = 1, .hi = 65536,
                    .expect = "a positive thread count",
                    .help = "compute threads per worker (OMP_NUM_THREADS, DT_NUM_THREADS); default: "
@@ -107,7 +113,8 @@ static void print_help(FILE *f) {
   fprintf(f,
           "usage: dtrun [--standalone | --nnodes N --node-rank R --master-addr A --master-port P]\n"
           "             [--nproc-per-node K] [--max-restarts M] [--monitor-interval S] [--log-dir D]\n"
-          "             [--run-id ID] [--threads-per-proc T] [--timeout S] [--grace S] -- PROGRAM [ARGS...]\n"
+          "             [--run-id ID] [--secret-file PATH] [--threads-per-proc T] [--timeout S] [--grace S]\n"
+          "             -- PROGRAM [ARGS...]\n"
           "\n"
           "Starts K workers of PROGRAM (looked up in PATH) on this node, the way torchrun does, and\n"
           "watches them. The agent serves the rendezvous store (node 0) or joins it (other nodes).\n"
@@ -121,7 +128,8 @@ static void print_help(FILE *f) {
           "each worker's environment:\n"
           "  RANK, LOCAL_RANK, WORLD_SIZE (N*K), LOCAL_WORLD_SIZE (K), GROUP_RANK (node rank),\n"
           "  GROUP_WORLD_SIZE (N), ROLE_RANK (= RANK), ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR and\n"
-          "  MASTER_PORT (the agent's store), DT_RUN_ID / TORCHELASTIC_RUN_ID, DT_RESTART_COUNT /\n"
+          "  MASTER_PORT (the agent's store), DT_RUN_ID / TORCHELASTIC_RUN_ID, DT_JOB_SECRET (when the\n"
+          "  job has one; never on a command line nor in a log), DT_RESTART_COUNT /\n"
           "  TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, DT_STORE_SERVED=1 and\n"
           "  TORCHELASTIC_USE_AGENT_STORE=True (rank 0 connects to the agent's store),\n"
           "  OMP_NUM_THREADS and DT_NUM_THREADS (--threads-per-proc; else kept if set; else\n"
@@ -209,6 +217,7 @@ static int read_values(const flag_value *v, options *o) {
   o->max_restarts = (int)v[F_MAX_RESTARTS].i;
   o->monitor_interval = v[F_MONITOR].given ? v[F_MONITOR].f : 0.1;
   o->log_dir = v[F_LOG_DIR].raw;
+  o->secret_file = v[F_SECRET_FILE].raw;
   o->threads = (int)v[F_THREADS].i;
   o->grace = v[F_GRACE].given ? v[F_GRACE].f : 5;
   o->timeout = v[F_TIMEOUT].f;
@@ -348,6 +357,7 @@ typedef struct agent {
   options o;
   int world_size;
   char run_id[128];
+  char secret[DT_SECRET_MAX_CHARS + 1]; /* "" = none; never printed */
   char store_addr[256]; /* what workers get as MASTER_ADDR */
   int store_port;
   dt_store_server *server;
@@ -581,7 +591,7 @@ static const char *const overridden[] = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
     "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "DT_RUN_ID", "TORCHELASTIC_RUN_ID",
     "DT_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "DT_STORE_SERVED",
-    "TORCHELASTIC_USE_AGENT_STORE", "OMP_NUM_THREADS", "DT_NUM_THREADS", "OMP_WAIT_POLICY",
+    "TORCHELASTIC_USE_AGENT_STORE", "OMP_NUM_THREADS", "DT_NUM_THREADS", "OMP_WAIT_POLICY", "DT_JOB_SECRET",
 };
 
 static int is_overridden(const char *entry) {
@@ -637,6 +647,7 @@ static char **worker_env(const agent *a, const worker *w) {
   env[k++] = xstrdup_printf("TORCHELASTIC_RESTART_COUNT=%d", a->round);
   env[k++] = xstrdup_printf("TORCHELASTIC_MAX_RESTARTS=%d", o->max_restarts);
   env[k++] = xstrdup_printf("DT_STORE_SERVED=1");
+  if (a->secret[0]) env[k++] = xstrdup_printf("DT_JOB_SECRET=%s", a->secret);
   env[k++] = xstrdup_printf("TORCHELASTIC_USE_AGENT_STORE=True");
   if (a->omp_user && !o->threads)
     env[k++] = xstrdup_printf("OMP_NUM_THREADS=%s", a->omp_user);
@@ -1083,6 +1094,31 @@ static void random_run_id(char *buf, size_t len) {
   snprintf(buf, len, "dtrun-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3], b[4], b[5]);
 }
 
+/* The job secret: --secret-file, else DT_JOB_SECRET, else a fresh one on a
+ * single node (--standalone), else none with a warning. 0 or an exit code. */
+static int setup_secret(agent *a) {
+  const options *o = &a->o;
+  dt_status st = DT_OK;
+  if (o->secret_file)
+    st = dt_job_secret_read_file(o->secret_file, a->secret, sizeof a->secret);
+  else
+    st = dt_job_secret_from_env(a->secret, sizeof a->secret);
+  if (st != DT_OK) {
+    fprintf(stderr, "dtrun: %s%s\n", o->secret_file ? "--secret-file: " : "", dt_last_error());
+    return EXIT_USAGE;
+  }
+  if (!a->secret[0] && o->standalone && (st = dt_job_secret_generate(a->secret, sizeof a->secret)) != DT_OK) {
+    fprintf(stderr, "dtrun: cannot make a job secret: %s\n", dt_last_error());
+    return EXIT_FAIL;
+  }
+  if (!a->secret[0])
+    fprintf(stderr,
+            "dtrun: warning: no job secret: the store on port %d is open to anyone who can reach it (as "
+            "torchrun's is); give every node the same --secret-file PATH (mode 0600) or DT_JOB_SECRET\n",
+            o->master_port);
+  return 0;
+}
+
 /* Serves (node 0 / standalone) and connects to the store. 0 or an exit code. */
 static int setup_store(agent *a) {
   const options *o = &a->o;
@@ -1090,7 +1126,7 @@ static int setup_store(agent *a) {
   if (o->standalone || o->node_rank == 0) {
     const char *host = o->standalone ? "127.0.0.1" : NULL; /* multi-node: every interface, as torchrun */
     int port = o->standalone ? 0 : o->master_port;
-    if ((st = dt_store_server_start(host, port, a->run_id, &a->server)) != DT_OK) {
+    if ((st = dt_store_server_start(host, port, a->run_id, a->secret, &a->server)) != DT_OK) {
       fprintf(stderr, "dtrun: cannot serve the store on %s:%d: %s (%s)%s\n", host ? host : "*", port,
               dt_last_error(), dt_status_name(st),
               port ? "; is another job using that port? pick another --master-port" : "");
@@ -1109,7 +1145,7 @@ static int setup_store(agent *a) {
   for (;;) {
     double left = deadline - dt_time_now();
     if (g_signal) return 128 + g_signal;
-    st = dt_store_connect(host, a->store_port, a->run_id, left < 1.0 ? (left > 0.01 ? left : 0.01) : 1.0, &a->store);
+    st = dt_store_connect(host, a->store_port, a->run_id, a->secret, left < 1.0 ? (left > 0.01 ? left : 0.01) : 1.0, &a->store);
     if (st == DT_OK) break;
     if (st != DT_TIMEOUT || dt_time_now() >= deadline) {
       fprintf(stderr, "dtrun: cannot reach the store of node 0 at %s:%d: %s (%s)%s\n", host, a->store_port,
@@ -1121,7 +1157,7 @@ static int setup_store(agent *a) {
   /* Reconnect with the full timeout as the default deadline of every request. */
   dt_store_close(a->store);
   a->store = NULL;
-  if ((st = dt_store_connect(host, a->store_port, a->run_id, o->timeout, &a->store)) != DT_OK) {
+  if ((st = dt_store_connect(host, a->store_port, a->run_id, a->secret, o->timeout, &a->store)) != DT_OK) {
     fprintf(stderr, "dtrun: cannot reach the store at %s:%d: %s (%s)\n", host, a->store_port, dt_last_error(),
             dt_status_name(st));
     return EXIT_FAIL;
@@ -1130,6 +1166,7 @@ static int setup_store(agent *a) {
 }
 
 static int finish(agent *a, int rc) {
+  memset(a->secret, 0, sizeof a->secret);
   if (a->store) dt_store_close(a->store);
   if (a->server) dt_store_server_stop(a->server);
   free(a->w);
@@ -1176,6 +1213,7 @@ int main(int argc, char **argv) {
     return EXIT_FAIL;
   }
   if (o->log_dir && make_dirs(o->log_dir)) return finish(a, EXIT_FAIL);
+  if ((rc = setup_secret(a)) != 0) return finish(a, rc);
   if ((rc = setup_store(a)) != 0) {
     if (g_signal) rc = 128 + g_signal;
     return finish(a, rc);

@@ -25,11 +25,32 @@
 extern "C" {
 #endif
 
+/* ---- job secret ---------------------------------------------------------------
+ * The run id names a job; the job secret admits to it. Every store client and
+ * every tcp peer proves the secret by HMAC-SHA-256 challenge-response (it
+ * never travels). dtrun --standalone makes one and gives it to its workers in
+ * DT_JOB_SECRET; other launchers pass DT_JOB_SECRET on (mpirun -x, Slurm's
+ * exported environment) or dtrun reads it with --secret-file. Never print it. */
+#define DT_SECRET_MIN_CHARS 32      /* 128 bits as hex */
+#define DT_SECRET_MAX_CHARS 256
+#define DT_SECRET_RANDOM_BYTES 32   /* what dt_job_secret_generate draws: 256 bits */
+/* DT_INVALID_ARGUMENT (naming `where`, never the secret) unless secret has
+ * DT_SECRET_MIN_CHARS..DT_SECRET_MAX_CHARS printable characters without spaces. */
+dt_status dt_job_secret_check(const char *secret, const char *where);
+/* A fresh secret from the OS (getrandom) as 64 hex characters; cap >= 65. */
+dt_status dt_job_secret_generate(char *out, size_t cap);
+/* DT_JOB_SECRET into out ("" when unset); DT_INVALID_ARGUMENT if malformed. */
+dt_status dt_job_secret_from_env(char *out, size_t cap);
+/* The secret in the file at path (one trailing newline dropped). Refused unless
+ * it is a regular file of this user with mode 0600. */
+dt_status dt_job_secret_read_file(const char *path, char *out, size_t cap);
+
 /* ---- key-value store --------------------------------------------------------
  * A small TCP key-value store (like c10d's TCPStore): one server, many
- * clients, each request with a deadline. Clients identify the job by its run
- * id; a client of another job, or one that sends a malformed message, is
- * dropped (and logged) without disturbing the others. */
+ * clients, each request with a deadline. A client proves the job secret
+ * before the server tells it anything (and the server proves it back); a
+ * client without it, of another job, or one that sends a malformed message,
+ * is dropped (logged once per address) without disturbing the others. */
 typedef struct dt_store dt_store;
 typedef struct dt_store_server dt_store_server;
 
@@ -38,17 +59,22 @@ typedef struct dt_store_server dt_store_server;
 #define DT_STORE_MAX_VALUE (16u << 20)
 
 /* Serves a store on host:port (host NULL or "" = all interfaces; port 0 = a free
- * port, see dt_store_server_port) in a background thread. DT_IO naming the
- * address if the port is in use. */
-dt_status dt_store_server_start(const char *host, int port, const char *run_id, dt_store_server **out);
+ * port, see dt_store_server_port) in a background thread, admitting clients
+ * that prove secret (NULL or "": no secret, anyone who knows the run id gets
+ * in). DT_IO naming the address if the port is in use. */
+dt_status dt_store_server_start(const char *host, int port, const char *run_id, const char *secret,
+                                dt_store_server **out);
 int dt_store_server_port(const dt_store_server *s);
 void dt_store_server_stop(dt_store_server *s);
 
 /* Connects to the store at host:port, retrying until timeout_s (the server may
  * not be up yet); timeout_s is also the default deadline of later requests.
- * DT_TIMEOUT naming the address if nothing answers in time, DT_INVALID_ARGUMENT
- * if the server belongs to another run id. */
-dt_status dt_store_connect(const char *host, int port, const char *run_id, double timeout_s, dt_store **out);
+ * Both sides prove secret (NULL or "": none; a server with a secret refuses
+ * such a client, a client with one refuses a server without). DT_TIMEOUT
+ * naming the address if nothing answers in time; DT_INVALID_ARGUMENT if the
+ * server belongs to another run id or the secrets differ. */
+dt_status dt_store_connect(const char *host, int port, const char *run_id, const char *secret, double timeout_s,
+                           dt_store **out);
 dt_status dt_store_set(dt_store *s, const char *key, const void *value, size_t len);
 /* Waits until key exists (up to timeout_s; <= 0: the store's default) and returns
  * a copy of its value in *value (release with dt_free), its length in *len. */
@@ -75,6 +101,7 @@ typedef struct dt_dist_env {
   char run_id[128];         /* DT_RUN_ID, TORCHELASTIC_RUN_ID, or "default" */
   int restart_count;        /* DT_RESTART_COUNT / TORCHELASTIC_RESTART_COUNT, else 0 */
   int store_served;         /* 1: the launcher serves the store (DT_STORE_SERVED=1) */
+  char job_secret[DT_SECRET_MAX_CHARS + 1]; /* DT_JOB_SECRET, "" if none: never print it */
   const char *source;       /* "torchrun", "openmpi", "slurm", "tcp" */
 } dt_dist_env;
 

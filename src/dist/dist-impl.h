@@ -44,6 +44,33 @@ dt_status dt_net_local_addr(int connected_fd, char *buf, size_t len);
 void dt_net_set_nodelay(int fd);
 void dt_net_close(int *fd);
 
+/* ---- authentication (auth.c, secret.c) ----------------------------------------
+ * Both sides send a fresh DT_AUTH_NONCE-byte nonce; each proves the job
+ * secret with dt_auth_mac over a label of its role and both nonces (and what
+ * the connection is for), so neither a wrong secret nor a replayed exchange
+ * passes. secret NULL or "": no secret (anyone can compute the MAC). */
+#define DT_AUTH_NONCE 32
+#define DT_AUTH_MAC 32
+typedef struct dt_auth_part {
+  const void *p;
+  size_t len;
+} dt_auth_part;
+/* HMAC-SHA-256 keyed by the secret over label and the length-prefixed parts. */
+void dt_auth_mac(const char *secret, const char *label, const dt_auth_part *parts, int n, uint8_t out[DT_AUTH_MAC]);
+/* Constant-time comparison of two MACs. */
+int dt_auth_equal(const uint8_t *a, const uint8_t *b);
+/* n bytes from the OS's random source (getrandom). */
+dt_status dt_random_bytes(void *buf, size_t n);
+/* Logs a refused connection from ip: once per address, at most a few lines per
+ * 10 s in all (thread-safe); never blocks on the peer. */
+void dt_auth_refused(const char *subsys, const char *ip, const char *why);
+/* Refusals so far in this process (logged or not). */
+long dt_auth_refusals(void);
+
+/* The store server's handshake and request parser over bytes, without sockets
+ * (the fuzzing target tests/fuzz/fuzz_store.c; layout in store.c). */
+void dt_store_server_fuzz(const uint8_t *data, size_t n);
+
 /* ---- collective descriptors ----------------------------------------------- */
 typedef enum dt_coll_kind {
   DT_COLL_ALLREDUCE = 0,
@@ -140,6 +167,7 @@ typedef struct dt_backend_ctx {
   const int *global;    /* size entries, copied by the backend */
   double timeout_s;     /* setup deadline */
   const char *host_addr; /* address peers use to reach this process (tcp) */
+  const char *secret;    /* the job secret proven in every tcp hello; NULL or "": none */
 } dt_backend_ctx;
 
 dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out);

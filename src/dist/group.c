@@ -48,6 +48,7 @@ struct dt_group {
   dt_backend *backend;
   int *global; /* identity map 0..size-1 for the backend */
   char prefix[256];
+  char secret[DT_SECRET_MAX_CHARS + 1]; /* the job secret ("" = none): proven to the store and to tcp peers */
 
   pthread_t thread;
   int thread_started;
@@ -491,7 +492,8 @@ static int mpi_built(void) {
 static dt_status pick_backend(dt_group *g, const char *want, const int *host_of, int n_hosts, const char *my_addr,
                               const char *job_tag) {
   dt_backend_ctx ctx = {.store = g->store, .job_tag = job_tag, .rank = g->rank, .size = g->size,
-                        .global = g->global, .timeout_s = g->timeout_s, .host_addr = my_addr};
+                        .global = g->global, .timeout_s = g->timeout_s, .host_addr = my_addr,
+                        .secret = g->secret};
   char prefix[320];
   const char *kind = want;
   if (strcmp(want, "auto") == 0) {
@@ -523,6 +525,17 @@ static dt_status pick_backend(dt_group *g, const char *want, const int *host_of,
   }
   snprintf(g->backend_name, sizeof g->backend_name, "%s", kind);
   return DT_OK;
+}
+
+/* Rank 0 serves the store on every interface: without a job secret anyone who
+ * can reach the port may read and write the job's keys (as with torchrun's).
+ * Said once per process. */
+static void warn_open_store(const dt_dist_env *env) {
+  static atomic_int warned;
+  if (env->job_secret[0] || atomic_exchange(&warned, 1)) return;
+  DT_LOG_WARN("dist", "the store on port %d has no job secret: anyone who can reach the port can join the job "
+              "or change its keys; give every rank DT_JOB_SECRET (e.g. 'export DT_JOB_SECRET=$(openssl rand -hex "
+              "32)', mpirun -x DT_JOB_SECRET) or launch with dtrun", env->master_port);
 }
 
 /* Groups made by this process, in order: every rank makes them in the same order. */
@@ -566,14 +579,16 @@ dt_status dt_group_init_env(const dt_dist_env *env, const dt_group_options *opts
   int gid = atomic_fetch_add(&groups_made, 1);
   snprintf(g->prefix, sizeof g->prefix, "dt/r%d/g%d", env->restart_count, gid);
 
+  snprintf(g->secret, sizeof g->secret, "%s", env->job_secret);
   if (g->rank == 0 && !env->store_served) {
-    st = dt_store_server_start(NULL, env->master_port, env->run_id, &g->server);
+    warn_open_store(env);
+    st = dt_store_server_start(NULL, env->master_port, env->run_id, g->secret, &g->server);
     if (st != DT_OK) {
       st = dt_error_prefix(st, "rank 0 serving the rendezvous store at MASTER_PORT=%d", env->master_port);
       goto fail;
     }
   }
-  st = dt_store_connect(env->master_addr, env->master_port, env->run_id, g->timeout_s, &g->store);
+  st = dt_store_connect(env->master_addr, env->master_port, env->run_id, g->secret, g->timeout_s, &g->store);
   if (st != DT_OK) {
     st = dt_error_prefix(st, "rank %d joining the store at %s:%d", g->rank, env->master_addr, env->master_port);
     goto fail;
@@ -615,6 +630,7 @@ dt_status dt_group_init_env(const dt_dist_env *env, const dt_group_options *opts
     goto fail;
   }
   g->thread_started = 1;
+  memset(g->secret, 0, sizeof g->secret); /* proven to everyone it had to be */
   DT_LOG_INFO("dist", "rank %d of %d (local %d of %d, %d host(s)), backend %s, run %s", g->rank, g->size,
               g->local_rank, g->local_size, n_hosts, g->backend_name, env->run_id);
   dt_free(peers);
@@ -657,6 +673,7 @@ static void leave(dt_group *g) {
 
 void dt_group_destroy(dt_group *g) {
   if (!g) return;
+  memset(g->secret, 0, sizeof g->secret);
   if (g->thread_started) {
     pthread_mutex_lock(&g->mu);
     int pending = g->head != NULL || g->running;

@@ -284,7 +284,7 @@ static dt_status job_identity(dt_dist_env *e) {
   const char *served = env_get("DT_STORE_SERVED");
   e->store_served = 0;
   if (served) DT_CHECK(parse_int("DT_STORE_SERVED", served, 0, 1, &e->store_served));
-  return DT_OK;
+  return dt_job_secret_from_env(e->job_secret, sizeof e->job_secret);
 }
 
 dt_status dt_dist_env_detect(const char *init_method, int rank, int world_size, dt_dist_env *env) {
@@ -308,7 +308,8 @@ dt_status dt_dist_env_detect(const char *init_method, int rank, int world_size, 
                     "no distributed environment: set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (dtrun and "
                     "torchrun do), or launch with mpirun or srun");
   }
-  DT_CHECK(job_identity(&e));
-  *env = e;
-  return DT_OK;
+  dt_status st = job_identity(&e);
+  if (st == DT_OK) *env = e;
+  memset(e.job_secret, 0, sizeof e.job_secret);
+  return st;
 }

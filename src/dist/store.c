@@ -1,14 +1,21 @@
 /* The TCP key-value store (c10d TCPStore's role): a server thread multiplexing
  * every client with poll, and a client whose every request has a deadline.
  *
- * Wire protocol (version 1; integers little endian):
+ * Wire protocol (version 2; integers little endian). The handshake proves the
+ * job secret both ways (dt_auth_mac, HMAC-SHA-256) without sending it; before
+ * a client's proof the server sends nothing but its nonce (and whether it
+ * has a secret), so a stranger learns neither the run id nor anything else:
  *
- *   handshake, client -> server:
- *     u32 magic 0x31545344 ("DST1"), u32 version (1), u32 n (1..127), n bytes run id
- *   server -> client:
- *     u8 0                  accepted
- *     u8 1, u32 n, n bytes  refused: the server serves run id <bytes>; it closes
- *     u8 2, u32 n, n bytes  refused for another reason (text); it closes
+ *   client -> server  hello:      u32 magic 0x31545344 ("DST1"), u32 version (2), 32 bytes client nonce cn
+ *   server -> client  challenge:  u8 0, u8 has_secret, 32 bytes server nonce sn
+ *                     or          u8 2, u32 n, n bytes: refused (protocol version); it closes
+ *   client -> server  proof:      u32 n (1..127), n bytes run id,
+ *                                 32 bytes HMAC(secret, "dtrain store client" | cn | sn | run id)
+ *   server -> client  u8 0, 32 bytes HMAC(secret, "dtrain store server" | cn | sn | run id)   accepted
+ *                     u8 1                     refused: wrong proof (wrong or no secret); it closes
+ *                     u8 3, u32 n, n bytes     refused: the proof holds but the server serves run id
+ *                                              <bytes> (n = 0 when it has no secret); it closes
+ *   Without a secret the HMAC key is a public constant (the store is open).
  *
  *   requests, client -> server (one at a time: the client waits for the reply):
  *     u8 1 SET     u32 klen, u32 vlen, key, value      -> u8 0
@@ -25,7 +32,10 @@
  * STORE_MAX_KEYS, one request <= STORE_MAX_REQUEST bytes, all keys and values
  * together <= STORE_MAX_BYTES. A client that breaks a bound, sends an unknown op,
  * a request while one is parked, or no handshake within STORE_HANDSHAKE_S is
- * dropped (and logged, naming its address); the others never notice. */
+ * dropped (and logged, naming its address); the others never notice. Before
+ * its proof a client is held to STORE_HS_BYTES of input and at most
+ * STORE_MAX_PENDING such clients are kept (the oldest goes first); their
+ * refusals are logged once per address (dt_auth_refused). */
 #define _GNU_SOURCE /* accept4 / pipe2: close-on-exec set atomically (a launcher forks workers meanwhile) */
 #include <errno.h>
 #include <fcntl.h>
@@ -43,12 +53,16 @@
 #include "dist/dist-impl.h"
 
 #define STORE_MAGIC 0x31545344u
-#define STORE_VERSION 1u
+#define STORE_VERSION 2u
 #define STORE_MAX_KEYS 4096
 #define STORE_MAX_REQUEST ((size_t)DT_STORE_MAX_VALUE + DT_STORE_MAX_KEY + 64)
 #define STORE_MAX_BYTES ((size_t)256 << 20)
 #define STORE_MAX_CLIENTS 4096
 #define STORE_HANDSHAKE_S 5.0
+/* Clients still in their handshake, and the bytes one may send before its proof is checked. */
+#define STORE_MAX_PENDING 256
+#define STORE_HS_BYTES 256
+#define STORE_MAX_RUN_ID 127
 /* Per-client buffer kept between requests (bytes); larger ones are released. */
 #define STORE_KEEP_BUFFER ((size_t)1 << 20)
 /* Server poll tick (ms): how often handshake deadlines are checked. */
@@ -58,7 +72,8 @@
 
 enum { OP_SET = 1, OP_GET, OP_ADD, OP_CHECK, OP_DELETE, OP_WAIT, OP_CANCEL };
 enum { REP_OK = 0, REP_ERROR = 1, REP_CANCELLED = 2 };
-enum { HS_OK = 0, HS_RUN_MISMATCH = 1, HS_REFUSED = 2 };
+enum { HS_OK = 0, HS_BAD_PROOF = 1, HS_REFUSED = 2, HS_RUN_MISMATCH = 3 };
+static const char label_client[] = "dtrain store client", label_server[] = "dtrain store server";
 
 /* ---- little-endian helpers ---------------------------------------------------- */
 static void put_u32(uint8_t *p, uint32_t v) {
@@ -102,7 +117,10 @@ typedef struct entry {
 typedef struct conn {
   int fd;
   char peer[64]; /* "ip:port" for logs */
+  char ip[48];   /* the address alone: refusals are logged once per address */
   int ready;     /* handshake done */
+  int hello_seen; /* its hello arrived and the challenge went out */
+  uint8_t cn[DT_AUTH_NONCE], sn[DT_AUTH_NONCE]; /* the handshake's nonces (client's, ours) */
   double accepted_at;
   int dead;      /* drop at the next sweep */
   int eof;       /* peer closed its side */
@@ -125,6 +143,7 @@ struct dt_store_server {
   pthread_t thread;
   int thread_started;
   char run_id[128];
+  char secret[DT_SECRET_MAX_CHARS + 1]; /* "" = none */
   conn **conns;
   int nconns, cap_conns;
   entry **buckets;
@@ -248,14 +267,19 @@ static void conn_free(conn *c) {
   dt_free(c);
 }
 
+/* A client that has not proven the secret is a stranger: its refusals are rate limited. */
 static void conn_drop(conn *c, const char *why) {
   if (c->dead) return;
-  DT_LOG_WARN("store", "dropped client %s: %s", c->peer, why);
+  if (c->ready)
+    DT_LOG_WARN("store", "dropped client %s: %s", c->peer, why);
+  else
+    dt_auth_refused("store", c->ip, why);
   c->dead = 1;
 }
 
 /* Sends what the socket takes of the output buffer now. */
 static void conn_flush(conn *c) {
+  if (c->fd < 0) c->out_pos = c->out_len; /* no socket (the fuzzing driver): replies go nowhere */
   while (!c->dead && c->out_pos < c->out_len) {
     ssize_t k = send(c->fd, c->out + c->out_pos, c->out_len - c->out_pos, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k > 0) {
@@ -385,20 +409,22 @@ static int take_keys(cursor *cu, int *n_out, const uint8_t ***keys_out, size_t *
   return P_DONE;
 }
 
-static int handle_handshake(dt_store_server *s, conn *c, cursor *cu, const char **why) {
+/* The MAC over a handshake: cn | sn | run id, keyed by the secret. */
+static void handshake_mac(const char *secret, const char *label, const uint8_t *cn, const uint8_t *sn,
+                          const void *run_id, size_t n, uint8_t out[DT_AUTH_MAC]) {
+  dt_auth_part parts[3] = {{cn, DT_AUTH_NONCE}, {sn, DT_AUTH_NONCE}, {run_id, n}};
+  dt_auth_mac(secret, label, parts, 3, out);
+}
+
+/* The client's hello: answered with our nonce (or a refusal naming the version). */
+static int handle_hello(dt_store_server *s, conn *c, cursor *cu, const char **why) {
   const uint8_t *q;
-  if (!take(cu, 12, &q)) return P_MORE;
-  uint32_t magic = get_u32(q), version = get_u32(q + 4), n = get_u32(q + 8);
+  if (!take(cu, 8, &q)) return P_MORE;
+  uint32_t magic = get_u32(q), version = get_u32(q + 4);
   if (magic != STORE_MAGIC) {
     *why = "not a dtrain store client (bad magic)";
     return P_BAD;
   }
-  if (n < 1 || n > 127) {
-    *why = "run id length outside 1..127";
-    return P_BAD;
-  }
-  const uint8_t *id;
-  if (!take(cu, n, &id)) return P_MORE;
   if (version != STORE_VERSION) {
     char text[96];
     int tn = snprintf(text, sizeof text, "store protocol %u expected, client speaks %u", STORE_VERSION, version);
@@ -410,20 +436,59 @@ static int handle_handshake(dt_store_server *s, conn *c, cursor *cu, const char 
     *why = "store protocol version differs";
     return P_BAD;
   }
+  if (!take(cu, DT_AUTH_NONCE, &q)) return P_MORE;
+  memcpy(c->cn, q, DT_AUTH_NONCE);
+  if (dt_random_bytes(c->sn, DT_AUTH_NONCE) != DT_OK) {
+    *why = "no random bytes for its challenge";
+    return P_BAD;
+  }
+  uint8_t h[2 + DT_AUTH_NONCE] = {HS_OK, s->secret[0] != 0};
+  memcpy(h + 2, c->sn, DT_AUTH_NONCE);
+  conn_queue(c, h, sizeof h);
+  c->hello_seen = 1;
+  return P_DONE;
+}
+
+/* The client's proof: checked before anything about the job is said. */
+static int handle_proof(dt_store_server *s, conn *c, cursor *cu, const char **why) {
+  const uint8_t *q, *id, *mac;
+  if (!take(cu, 4, &q)) return P_MORE;
+  uint32_t n = get_u32(q);
+  if (n < 1 || n > STORE_MAX_RUN_ID) {
+    *why = "run id length outside 1..127";
+    return P_BAD;
+  }
+  if (!take(cu, n, &id) || !take(cu, DT_AUTH_MAC, &mac)) return P_MORE;
+  uint8_t want[DT_AUTH_MAC];
+  handshake_mac(s->secret, label_client, c->cn, c->sn, id, n, want);
+  if (!dt_auth_equal(want, mac)) {
+    uint8_t no = HS_BAD_PROOF;
+    conn_queue(c, &no, 1);
+    conn_flush(c);
+    *why = s->secret[0] ? "failed authentication (wrong job secret, or none)" : "failed authentication";
+    return P_BAD;
+  }
   size_t mine = strlen(s->run_id);
   if (n != mine || memcmp(id, s->run_id, n) != 0) {
+    size_t told = s->secret[0] ? mine : 0; /* only a holder of the secret hears our run id */
     uint8_t h[5] = {HS_RUN_MISMATCH};
-    put_u32(h + 1, (uint32_t)mine);
+    put_u32(h + 1, (uint32_t)told);
     conn_queue(c, h, 5);
-    conn_queue(c, s->run_id, mine);
+    conn_queue(c, s->run_id, told);
     conn_flush(c); /* a few bytes: fit in any socket buffer */
+    c->ready = 1;  /* it proved the secret: its refusal is logged as a client's */
     *why = "client of another run id";
     return P_BAD;
   }
-  uint8_t ok = HS_OK;
-  conn_queue(c, &ok, 1);
+  uint8_t h[1 + DT_AUTH_MAC] = {HS_OK};
+  handshake_mac(s->secret, label_server, c->cn, c->sn, id, n, h + 1);
+  conn_queue(c, h, sizeof h);
   c->ready = 1;
   return P_DONE;
+}
+
+static int handle_handshake(dt_store_server *s, conn *c, cursor *cu, const char **why) {
+  return c->hello_seen ? handle_proof(s, c, cu, why) : handle_hello(s, c, cu, why);
 }
 
 /* Parses and runs one request from the input buffer. */
@@ -591,7 +656,10 @@ static int conn_process(dt_store_server *s, conn *c) {
       break;
     }
     if (r == P_MORE) {
-      if (c->in_len - consumed >= STORE_MAX_REQUEST) conn_drop(c, "request larger than the store's limit");
+      if (!c->ready && c->in_len - consumed >= STORE_HS_BYTES)
+        conn_drop(c, "sent more than a handshake before proving the secret");
+      else if (c->in_len - consumed >= STORE_MAX_REQUEST)
+        conn_drop(c, "request larger than the store's limit");
       break;
     }
     consumed += cu.pos;
@@ -616,19 +684,29 @@ static int conn_process(dt_store_server *s, conn *c) {
   return progress;
 }
 
-/* Reads what the socket has, up to the request bound. */
+/* Input a client may have buffered: a handshake's worth until it proved the secret. */
+static size_t conn_in_limit(const conn *c) { return c->ready ? STORE_MAX_REQUEST : STORE_HS_BYTES; }
+
+/* Makes room for more input (up to the client's limit); 0 when there is none. */
+static int conn_in_room(conn *c) {
+  size_t limit = conn_in_limit(c);
+  if (c->in_len >= limit) return 0;
+  if (c->in_len < c->in_cap) return 1;
+  size_t want = c->in_cap ? c->in_cap * 2 : (c->ready ? 4096 : STORE_HS_BYTES);
+  if (want > limit) want = limit;
+  if (buf_reserve(&c->in, &c->in_cap, c->in_len, want) != DT_OK) {
+    conn_drop(c, "no memory for its request");
+    return 0;
+  }
+  return 1;
+}
+
+/* Reads what the socket has, up to the client's limit. */
 static void conn_read(conn *c) {
   for (;;) {
-    if (c->in_len == c->in_cap) {
-      if (c->in_cap >= STORE_MAX_REQUEST) return;
-      size_t want = c->in_cap ? c->in_cap * 2 : 4096;
-      if (want > STORE_MAX_REQUEST) want = STORE_MAX_REQUEST;
-      if (buf_reserve(&c->in, &c->in_cap, c->in_len, want) != DT_OK) {
-        conn_drop(c, "no memory for its request");
-        return;
-      }
-    }
-    ssize_t k = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
+    if (!conn_in_room(c)) return;
+    size_t room = c->in_cap - c->in_len, left = conn_in_limit(c) - c->in_len;
+    ssize_t k = recv(c->fd, c->in + c->in_len, room < left ? room : left, MSG_DONTWAIT);
     if (k > 0) {
       c->in_len += (size_t)k;
       continue;
@@ -638,6 +716,18 @@ static void conn_read(conn *c) {
     c->eof = 1; /* closed or reset: run what it sent, then forget it */
     return;
   }
+}
+
+/* A flood of connections that never finish their handshake must not crowd
+ * out the job's clients: past STORE_MAX_PENDING, the oldest is dropped. */
+static void drop_oldest_pending(dt_store_server *s) {
+  int pending = 0, oldest = -1;
+  for (int i = 0; i < s->nconns; i++)
+    if (!s->conns[i]->ready && !s->conns[i]->dead) {
+      pending++;
+      if (oldest < 0) oldest = i; /* conns are kept in order of arrival */
+    }
+  if (pending >= STORE_MAX_PENDING) conn_drop(s->conns[oldest], "too many clients in their handshake");
 }
 
 static void accept_all(dt_store_server *s) {
@@ -651,18 +741,18 @@ static void accept_all(dt_store_server *s) {
       return;
     }
     dt_net_set_nodelay(fd);
-    char peer[64] = "?";
+    char peer[64] = "?", ip[INET6_ADDRSTRLEN] = "?";
     if (ss.ss_family == AF_INET) {
       const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
-      char ip[INET_ADDRSTRLEN] = "?";
       inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
       snprintf(peer, sizeof peer, "%s:%d", ip, ntohs(a->sin_port));
     }
     if (s->nconns >= STORE_MAX_CLIENTS) {
-      DT_LOG_WARN("store", "refused client %s: %d clients already connected", peer, s->nconns);
+      dt_auth_refused("store", ip, "too many clients connected");
       close(fd);
       continue;
     }
+    drop_oldest_pending(s);
     conn *c = NULL;
     if (s->nconns == s->cap_conns) {
       size_t cap = s->cap_conns ? (size_t)s->cap_conns * 2 : 64;
@@ -683,6 +773,7 @@ static void accept_all(dt_store_server *s) {
     }
     c->fd = fd;
     snprintf(c->peer, sizeof c->peer, "%s", peer);
+    snprintf(c->ip, sizeof c->ip, "%s", ip);
     c->accepted_at = dt_time_now();
     s->conns[s->nconns++] = c;
     DT_LOG_TRACE("store", "client %s connected", peer);
@@ -708,7 +799,7 @@ static void *server_main(void *arg) {
     for (int i = 0; i < nwatch; i++) {
       conn *c = s->conns[i];
       short ev = 0;
-      if (c->in_len < STORE_MAX_REQUEST) ev |= POLLIN;
+      if (c->in_len < conn_in_limit(c)) ev |= POLLIN;
       if (c->out_len > c->out_pos) ev |= POLLOUT;
       pfd[np++] = (struct pollfd){c->fd, ev, 0};
     }
@@ -784,6 +875,7 @@ static void server_free(dt_store_server *s) {
   if (s->wake[0] >= 0) close(s->wake[0]);
   if (s->wake[1] >= 0) close(s->wake[1]);
   dt_net_close(&s->listen_fd);
+  memset(s->secret, 0, sizeof s->secret);
   dt_free(s);
 }
 
@@ -793,13 +885,22 @@ static dt_status check_run_id(const char *run_id) {
   return DT_OK;
 }
 
-dt_status dt_store_server_start(const char *host, int port, const char *run_id, dt_store_server **out) {
+/* NULL or "" is no secret; anything else must be a well-formed one. */
+static dt_status check_secret(const char *secret) {
+  if (!secret || !*secret) return DT_OK;
+  return dt_job_secret_check(secret, "store");
+}
+
+dt_status dt_store_server_start(const char *host, int port, const char *run_id, const char *secret,
+                                dt_store_server **out) {
   dt_status st = DT_OK;
   DT_CHECK(check_run_id(run_id));
+  DT_CHECK(check_secret(secret));
   dt_store_server *s;
   DT_CHECK(dt_alloc(sizeof *s, (void **)&s));
   s->listen_fd = s->wake[0] = s->wake[1] = -1;
   snprintf(s->run_id, sizeof s->run_id, "%s", run_id);
+  snprintf(s->secret, sizeof s->secret, "%s", secret ? secret : "");
   s->nbuckets = 64;
   DT_CHECK_GOTO(dt_alloc_array(s->nbuckets, sizeof *s->buckets, "store table", (void **)&s->buckets), st, fail);
   s->pfd_cap = 130 * sizeof *s->pfd;
@@ -815,7 +916,8 @@ dt_status dt_store_server_start(const char *host, int port, const char *run_id, 
     goto fail;
   }
   s->thread_started = 1;
-  DT_LOG_INFO("store", "serving run '%s' on %s:%d", run_id, host && *host ? host : "0.0.0.0", s->port);
+  DT_LOG_INFO("store", "serving run '%s' on %s:%d (%s)", run_id, host && *host ? host : "0.0.0.0", s->port,
+              s->secret[0] ? "clients prove the job secret" : "no job secret: open to anyone who can reach it");
   *out = s;
   return DT_OK;
 fail:
@@ -832,6 +934,60 @@ void dt_store_server_stop(dt_store_server *s) {
     while (write(s->wake[1], &b, 1) < 0 && errno == EINTR) {
     }
     pthread_join(s->thread, NULL);
+  }
+  server_free(s);
+}
+
+/* ---- fuzzing ----------------------------------------------------------------
+ * The server's handshake and request parser without sockets or thread, for
+ * tests/fuzz/fuzz_store.c. data[0] bit i: client i (of 2) starts as if it had
+ * proven the secret; then chunks of (u8 h: client h >> 7, length h & 127;
+ * bytes) are what the clients send, each processed as the server thread would. */
+static void fuzz_feed(conn *c, const uint8_t *p, size_t n) {
+  while (n > 0 && !c->dead && conn_in_room(c)) {
+    size_t room = c->in_cap - c->in_len, left = conn_in_limit(c) - c->in_len;
+    size_t k = room < left ? room : left;
+    if (k > n) k = n;
+    memcpy(c->in + c->in_len, p, k);
+    c->in_len += k;
+    p += k;
+    n -= k;
+  }
+}
+
+void dt_store_server_fuzz(const uint8_t *data, size_t n) {
+  dt_store_server *s = NULL;
+  if (n < 1 || dt_alloc(sizeof *s, (void **)&s) != DT_OK) return;
+  s->listen_fd = s->wake[0] = s->wake[1] = -1;
+  snprintf(s->run_id, sizeof s->run_id, "fuzz");
+  snprintf(s->secret, sizeof s->secret, "fuzz-secret-0123456789abcdef0123456789");
+  s->nbuckets = 64;
+  if (dt_alloc_array(s->nbuckets, sizeof *s->buckets, "store table", (void **)&s->buckets) != DT_OK ||
+      dt_alloc_array(2, sizeof *s->conns, "store clients", (void **)&s->conns) != DT_OK) {
+    server_free(s);
+    return;
+  }
+  s->cap_conns = 2;
+  for (int i = 0; i < 2; i++) {
+    conn *c;
+    if (dt_alloc(sizeof *c, (void **)&c) != DT_OK) break;
+    c->fd = -1;
+    c->ready = (data[0] >> i) & 1;
+    snprintf(c->peer, sizeof c->peer, "fuzz%d", i);
+    snprintf(c->ip, sizeof c->ip, "fuzz%d", i);
+    s->conns[s->nconns++] = c;
+  }
+  for (size_t pos = 1; pos < n && s->nconns == 2;) {
+    conn *c = s->conns[data[pos] >> 7];
+    size_t len = data[pos++] & 127;
+    if (len > n - pos) len = n - pos;
+    fuzz_feed(c, data + pos, len);
+    pos += len;
+    for (int progress = 1; progress;) {
+      progress = 0;
+      for (int i = 0; i < s->nconns; i++)
+        if (!s->conns[i]->dead) progress |= conn_process(s, s->conns[i]);
+    }
   }
   server_free(s);
 }
@@ -855,47 +1011,95 @@ static double default_timeout(void) {
   return (double)t;
 }
 
-/* Connects and shakes hands once. */
-static dt_status client_open(dt_store *s, const char *run_id, double deadline, int *fd_out) {
-  int fd = -1;
-  dt_status st;
-  DT_CHECK(dt_net_connect(s->host, s->port, deadline, NULL, s->what, &fd));
-  size_t n = strlen(run_id);
-  uint8_t h[12 + 128];
+/* Reads the server's refusal text (u32 n, n bytes) into text. */
+static dt_status recv_text(dt_store *s, int fd, double deadline, char *text, size_t cap) {
+  uint8_t lb[4];
+  DT_CHECK(dt_net_recv_all(fd, lb, 4, deadline, NULL, s->what));
+  uint32_t tn = get_u32(lb);
+  if (tn >= cap) return dt_error(DT_CORRUPT, "store at %s:%d: handshake answer of %u bytes", s->host, s->port, tn);
+  DT_CHECK(dt_net_recv_all(fd, text, tn, deadline, NULL, s->what));
+  text[tn] = '\0';
+  return DT_OK;
+}
+
+/* Hello and challenge: the server's nonce, after checking it is the kind of server we expect. */
+static dt_status client_hello(dt_store *s, int fd, const char *secret, const uint8_t *cn, uint8_t *sn,
+                              double deadline) {
+  uint8_t h[8 + DT_AUTH_NONCE], code, has_secret;
+  char text[256];
   put_u32(h, STORE_MAGIC);
   put_u32(h + 4, STORE_VERSION);
-  put_u32(h + 8, (uint32_t)n);
-  memcpy(h + 12, run_id, n);
-  DT_CHECK_GOTO(dt_net_send_all(fd, h, 12 + n, deadline, NULL, s->what), st, fail);
-  uint8_t code;
+  memcpy(h + 8, cn, DT_AUTH_NONCE);
+  DT_CHECK(dt_net_send_all(fd, h, sizeof h, deadline, NULL, s->what));
+  DT_CHECK(dt_net_recv_all(fd, &code, 1, deadline, NULL, s->what));
+  if (code == HS_REFUSED) {
+    DT_CHECK(recv_text(s, fd, deadline, text, sizeof text));
+    return dt_error(DT_INVALID_ARGUMENT, "store at %s:%d refused this client: %s", s->host, s->port, text);
+  }
+  if (code != HS_OK) return dt_error(DT_CORRUPT, "store at %s:%d: unexpected handshake answer %u", s->host, s->port, code);
+  DT_CHECK(dt_net_recv_all(fd, &has_secret, 1, deadline, NULL, s->what));
+  DT_CHECK(dt_net_recv_all(fd, sn, DT_AUTH_NONCE, deadline, NULL, s->what));
+  int mine = secret && *secret;
+  if (has_secret && !mine)
+    return dt_error(DT_INVALID_ARGUMENT,
+                    "store at %s:%d requires the job secret and this process has none (set DT_JOB_SECRET, or "
+                    "dtrun --secret-file on every node)", s->host, s->port);
+  if (!has_secret && mine)
+    return dt_error(DT_INVALID_ARGUMENT,
+                    "store at %s:%d has no job secret but this process has one: not this job's store, or its "
+                    "node was started without the secret", s->host, s->port);
+  return DT_OK;
+}
+
+/* Connects and shakes hands once: both sides prove the secret. */
+static dt_status client_open(dt_store *s, const char *run_id, const char *secret, double deadline, int *fd_out) {
+  int fd = -1;
+  dt_status st;
+  uint8_t cn[DT_AUTH_NONCE], sn[DT_AUTH_NONCE], code;
+  DT_CHECK(dt_random_bytes(cn, sizeof cn));
+  DT_CHECK(dt_net_connect(s->host, s->port, deadline, NULL, s->what, &fd));
+  DT_CHECK_GOTO(client_hello(s, fd, secret, cn, sn, deadline), st, fail);
+  size_t n = strlen(run_id);
+  uint8_t proof[4 + STORE_MAX_RUN_ID + DT_AUTH_MAC], theirs[DT_AUTH_MAC], want[DT_AUTH_MAC];
+  put_u32(proof, (uint32_t)n);
+  memcpy(proof + 4, run_id, n);
+  handshake_mac(secret, label_client, cn, sn, run_id, n, proof + 4 + n);
+  DT_CHECK_GOTO(dt_net_send_all(fd, proof, 4 + n + DT_AUTH_MAC, deadline, NULL, s->what), st, fail);
   DT_CHECK_GOTO(dt_net_recv_all(fd, &code, 1, deadline, NULL, s->what), st, fail);
-  if (code != HS_OK) {
-    uint8_t lb[4];
-    char text[256];
-    DT_CHECK_GOTO(dt_net_recv_all(fd, lb, 4, deadline, NULL, s->what), st, fail);
-    uint32_t tn = get_u32(lb);
-    if (tn >= sizeof text) {
-      st = dt_error(DT_CORRUPT, "store at %s:%d: handshake answer of %u bytes", s->host, s->port, tn);
+  if (code == HS_OK) {
+    DT_CHECK_GOTO(dt_net_recv_all(fd, theirs, DT_AUTH_MAC, deadline, NULL, s->what), st, fail);
+    handshake_mac(secret, label_server, cn, sn, run_id, n, want);
+    if (!dt_auth_equal(want, theirs)) {
+      st = dt_error(DT_INVALID_ARGUMENT, "store at %s:%d did not prove the job secret: not this job's store",
+                    s->host, s->port);
       goto fail;
     }
-    DT_CHECK_GOTO(dt_net_recv_all(fd, text, tn, deadline, NULL, s->what), st, fail);
-    text[tn] = '\0';
-    if (code == HS_RUN_MISMATCH)
+    *fd_out = fd;
+    return DT_OK;
+  }
+  if (code == HS_BAD_PROOF) {
+    st = dt_error(DT_INVALID_ARGUMENT, "store at %s:%d refused this client's job secret (do all processes have the "
+                  "same DT_JOB_SECRET / --secret-file?)", s->host, s->port);
+  } else if (code == HS_RUN_MISMATCH) {
+    char text[256];
+    DT_CHECK_GOTO(recv_text(s, fd, deadline, text, sizeof text), st, fail);
+    if (text[0])
       st = dt_error(DT_INVALID_ARGUMENT, "store at %s:%d belongs to run '%s', not '%s'", s->host, s->port, text,
                     run_id);
     else
-      st = dt_error(DT_INVALID_ARGUMENT, "store at %s:%d refused this client: %s", s->host, s->port, text);
-    goto fail;
+      st = dt_error(DT_INVALID_ARGUMENT, "store at %s:%d belongs to another run than '%s'", s->host, s->port, run_id);
+  } else {
+    st = dt_error(DT_CORRUPT, "store at %s:%d: unexpected handshake answer %u", s->host, s->port, code);
   }
-  *fd_out = fd;
-  return DT_OK;
 fail:
   dt_net_close(&fd);
   return st;
 }
 
-dt_status dt_store_connect(const char *host, int port, const char *run_id, double timeout_s, dt_store **out) {
+dt_status dt_store_connect(const char *host, int port, const char *run_id, const char *secret, double timeout_s,
+                           dt_store **out) {
   DT_CHECK(check_run_id(run_id));
+  DT_CHECK(check_secret(secret));
   if (port <= 0 || port > 65535) return dt_error(DT_INVALID_ARGUMENT, "store port %d outside 1..65535", port);
   const char *h = host && *host ? host : "127.0.0.1";
   if (strlen(h) >= 256) return dt_error(DT_INVALID_ARGUMENT, "store host name longer than 255 characters");
@@ -909,7 +1113,7 @@ dt_status dt_store_connect(const char *host, int port, const char *run_id, doubl
   double deadline = dt_time_now() + s->timeout_s;
   dt_status st;
   for (;;) {
-    st = client_open(s, run_id, deadline, &s->fd);
+    st = client_open(s, run_id, secret, deadline, &s->fd);
     /* A server that closed on us may be restarting: retry until the deadline. */
     if (st != DT_PEER_LOST || dt_time_now() >= deadline) break;
     struct timespec ts = {0, 50 * 1000000L};

@@ -15,6 +15,7 @@
 #define _GNU_SOURCE /* POLLRDHUP: a peer's closed connection shows up while we wait for others */
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -30,7 +31,7 @@
 #include "dist/dist-impl.h"
 
 #define TCP_MAGIC 0x50435444u   /* "DTCP" little endian */
-#define TCP_VERSION 1u
+#define TCP_VERSION 2u
 #define SEG_BYTES ((size_t)256 << 10)   /* pipeline segment: send, receive and reduce overlap */
 #define EX_SEG_BYTES ((size_t)1 << 20) /* pairwise exchange (Rabenseifner): received and reduced per
                                         * segment; larger than the ring's (no downstream to feed), still
@@ -47,14 +48,22 @@
 _Static_assert(SMALL_BYTES <= SEG_BYTES, "recursive doubling receives a whole message into the segment buffer");
 _Static_assert(sizeof(dt_coll_sig) == 32, "dt_coll_sig travels as 32 bytes");
 
-/* First 32 bytes each way on a new connection. */
+/* A new connection's handshake (the connector is the lower rank):
+ *   connector -> acceptor   hello + 32-byte nonce
+ *   acceptor -> connector   hello + 32-byte nonce
+ *   connector -> acceptor   HMAC(secret, "dtrain tcp connector" | prefix | both hellos with their nonces)
+ *   acceptor -> connector   HMAC(secret, "dtrain tcp acceptor" | the same)
+ * so a stranger on a rank's data port (which is only open during setup) can
+ * neither pose as a peer nor replay a captured exchange. */
 typedef struct tcp_hello {
   uint32_t magic, version;
   int32_t from, to, size;
   uint32_t reserved;
-  uint64_t tag; /* FNV-1a of the key prefix: same group, backend instance and restart */
+  uint64_t tag; /* FNV-1a of the key prefix (a quick filter; the MACs are what admit) */
 } tcp_hello;
 _Static_assert(sizeof(tcp_hello) == 32, "hello is 32 bytes");
+#define HELLO_BYTES (sizeof(tcp_hello) + DT_AUTH_NONCE) /* hello + nonce */
+static const char label_connector[] = "dtrain tcp connector", label_acceptor[] = "dtrain tcp acceptor";
 
 typedef struct tcp_backend {
   dt_backend base;
@@ -754,10 +763,44 @@ static int hello_ok(const tcp_hello *h, uint64_t tag, int from, int to, int size
          h->size == size;
 }
 
-/* Connects to higher rank j and exchanges hellos; a wrong answer (another
- * process on that port) is logged and retried until the deadline. */
-static dt_status connect_peer(tcp_backend *b, int j, uint64_t tag, double deadline) {
+/* The MAC of one side over the handshake: both hellos with their nonces, bound to the group's prefix. */
+static void mesh_mac(const dt_backend_ctx *ctx, const char *label, const uint8_t *conn_first, const uint8_t *acc_first,
+                     uint8_t out[DT_AUTH_MAC]) {
+  dt_auth_part parts[3] = {{ctx->prefix, strlen(ctx->prefix)}, {conn_first, HELLO_BYTES}, {acc_first, HELLO_BYTES}};
+  dt_auth_mac(ctx->secret, label, parts, 3, out);
+}
+
+/* Our hello and a fresh nonce, as they go on the wire. */
+static dt_status hello_make(int from, int to, int size, uint64_t tag, uint8_t out[HELLO_BYTES]) {
+  tcp_hello h = {TCP_MAGIC, TCP_VERSION, from, to, size, 0, tag};
+  memcpy(out, &h, sizeof h);
+  return dt_random_bytes(out + sizeof h, DT_AUTH_NONCE);
+}
+
+/* The connector's side of the handshake on fd; 1 if rank j answered as itself and proved the secret. */
+static int shake_as_connector(tcp_backend *b, const dt_backend_ctx *ctx, int fd, int j, uint64_t tag, double deadline,
+                              const char *w, dt_status *st) {
   int r = b->base.rank, n = b->base.size;
+  uint8_t mine[HELLO_BYTES], theirs[HELLO_BYTES], mac[DT_AUTH_MAC], want[DT_AUTH_MAC];
+  tcp_hello h;
+  if ((*st = hello_make(r, j, n, tag, mine)) != DT_OK) return 0;
+  *st = dt_net_send_all(fd, mine, sizeof mine, deadline, NULL, w);
+  if (*st == DT_OK) *st = dt_net_recv_all(fd, theirs, sizeof theirs, deadline, NULL, w);
+  if (*st != DT_OK) return 0;
+  memcpy(&h, theirs, sizeof h);
+  if (!hello_ok(&h, tag, j, r, n)) return 0;
+  mesh_mac(ctx, label_connector, mine, theirs, mac);
+  *st = dt_net_send_all(fd, mac, sizeof mac, deadline, NULL, w);
+  if (*st == DT_OK) *st = dt_net_recv_all(fd, mac, sizeof mac, deadline, NULL, w);
+  if (*st != DT_OK) return 0;
+  mesh_mac(ctx, label_acceptor, mine, theirs, want);
+  return dt_auth_equal(mac, want);
+}
+
+/* Connects to higher rank j and shakes hands; a wrong answer (another
+ * process on that port, or one without the job secret) is logged and retried
+ * until the deadline. */
+static dt_status connect_peer(tcp_backend *b, const dt_backend_ctx *ctx, int j, uint64_t tag, double deadline) {
   char host[80], w[128];
   int port = 0;
   DT_CHECK(parse_addr(b->addr[j], host, sizeof host, &port));
@@ -766,10 +809,8 @@ static dt_status connect_peer(tcp_backend *b, int j, uint64_t tag, double deadli
     int fd = -1;
     DT_CHECK(dt_net_connect(host, port, deadline, NULL, w, &fd));
     tune_socket(fd);
-    tcp_hello mine = {TCP_MAGIC, TCP_VERSION, r, j, n, 0, tag}, theirs;
-    dt_status st = dt_net_send_all(fd, &mine, sizeof mine, deadline, NULL, w);
-    if (st == DT_OK) st = dt_net_recv_all(fd, &theirs, sizeof theirs, deadline, NULL, w);
-    if (st == DT_OK && hello_ok(&theirs, tag, j, r, n)) {
+    dt_status st = DT_OK;
+    if (shake_as_connector(b, ctx, fd, j, tag, deadline, w, &st)) {
       b->fd[j] = fd;
       return DT_OK;
     }
@@ -777,28 +818,111 @@ static dt_status connect_peer(tcp_backend *b, int j, uint64_t tag, double deadli
     if (st == DT_TIMEOUT || dt_time_now() >= deadline)
       return dt_error(DT_TIMEOUT, "tcp setup: no handshake from %s before the deadline", w);
     DT_LOG_WARN("tcp", "setup: %s answered with %s; retrying", w,
-                st == DT_OK ? "a wrong handshake (another job or process on that port?)" : dt_last_error());
+                st == DT_OK ? "a wrong handshake (another job or process on that port, or no job secret?)"
+                            : dt_last_error());
     sleep_ms(100);
   }
 }
 
+/* An accepted connection in its handshake: stage 0 reads the connector's
+ * hello + nonce (then our reply goes out), stage 1 its MAC. */
 typedef struct pending_conn {
   int fd;
+  int stage;
   size_t got;
   double since;
-  tcp_hello h;
+  char ip[48];
+  uint8_t first[HELLO_BYTES]; /* the connector's hello + nonce */
+  uint8_t reply[HELLO_BYTES]; /* ours */
+  uint8_t mac[DT_AUTH_MAC];
 } pending_conn;
 
+/* A stranger (or a peer that broke its handshake): logged once per address. */
 static void drop_pending(pending_conn *p, int *np, int i, const char *why) {
-  DT_LOG_WARN("tcp", "setup: dropped an incoming connection: %s", why);
+  dt_auth_refused("tcp", p[i].ip, why);
   dt_net_close(&p[i].fd);
   p[i] = p[--*np];
 }
 
+/* Reads what has arrived of the current handshake message; 1 when it is complete. */
+static int pending_read(pending_conn *p, int *closed) {
+  uint8_t *buf = p->stage == 0 ? p->first : p->mac;
+  size_t need = p->stage == 0 ? sizeof p->first : sizeof p->mac;
+  ssize_t k = recv(p->fd, buf + p->got, need - p->got, MSG_DONTWAIT);
+  if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) *closed = 1;
+  if (k > 0) p->got += (size_t)k;
+  return p->got == need;
+}
+
+/* Stage 0 done: checks the hello and sends ours. NULL, or why the connection is refused. */
+static const char *pending_hello(tcp_backend *b, pending_conn *p, uint64_t tag, double deadline, char *why,
+                                 size_t len) {
+  int r = b->base.rank, n = b->base.size;
+  tcp_hello h;
+  memcpy(&h, p->first, sizeof h);
+  if (!(h.from >= 0 && h.from < r && hello_ok(&h, tag, h.from, r, n))) {
+    snprintf(why, len, "wrong handshake (magic 0x%08x, from %d to %d, world %d)", h.magic, h.from, h.to, h.size);
+    return why;
+  }
+  if (hello_make(r, h.from, n, tag, p->reply) != DT_OK ||
+      dt_net_send_all(p->fd, p->reply, sizeof p->reply, deadline, NULL, "a connecting rank") != DT_OK)
+    return "could not answer its hello";
+  p->stage = 1;
+  p->got = 0;
+  return NULL;
+}
+
+/* Stage 1 done: checks the connector's MAC, proves ours, and takes the socket as rank `from`'s. */
+static const char *pending_proof(tcp_backend *b, const dt_backend_ctx *ctx, pending_conn *p, double deadline) {
+  tcp_hello h;
+  memcpy(&h, p->first, sizeof h);
+  uint8_t want[DT_AUTH_MAC];
+  mesh_mac(ctx, label_connector, p->first, p->reply, want);
+  if (!dt_auth_equal(want, p->mac)) return "failed authentication (wrong job secret, or none)";
+  if (b->fd[h.from] >= 0) return "a second connection claiming the same rank";
+  mesh_mac(ctx, label_acceptor, p->first, p->reply, want);
+  char w[128];
+  if (dt_net_send_all(p->fd, want, sizeof want, deadline, NULL, who(b, h.from, w, sizeof w)) != DT_OK)
+    return "could not send it our proof";
+  tune_socket(p->fd);
+  b->fd[h.from] = p->fd;
+  return NULL;
+}
+
+/* Moves pending connection i on; 1 if it became a peer's socket (and left the list). */
+static int pending_step(tcp_backend *b, const dt_backend_ctx *ctx, pending_conn *pend, int *np, int i, int readable,
+                        uint64_t tag, double deadline) {
+  pending_conn *p = &pend[i];
+  int closed = 0, complete = readable && pending_read(p, &closed);
+  char why[160];
+  const char *bad = NULL;
+  if (complete && p->stage == 0) {
+    bad = pending_hello(b, p, tag, deadline, why, sizeof why);
+  } else if (complete) {
+    bad = pending_proof(b, ctx, p, deadline);
+    if (!bad) {
+      pend[i] = pend[--*np];
+      return 1;
+    }
+  } else if (closed) {
+    bad = "closed before completing its handshake";
+  } else if (dt_time_now() - p->since > HANDSHAKE_S) {
+    bad = "no handshake within 5 s";
+  }
+  if (bad) drop_pending(pend, np, i, bad);
+  return 0;
+}
+
+/* The address of an accepted connection, for the refusal log. */
+static void peer_ip(const struct sockaddr_storage *ss, char *buf, size_t len) {
+  snprintf(buf, len, "?");
+  if (ss->ss_family == AF_INET) inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, buf, (socklen_t)len);
+}
+
 /* Accepts the lower ranks. Handshakes proceed side by side, so a stranger
  * that connects and stalls or sends garbage delays no one; it is dropped. */
-static dt_status accept_peers(tcp_backend *b, int lfd, uint64_t tag, double deadline) {
-  int r = b->base.rank, n = b->base.size, missing = r;
+static dt_status accept_peers(tcp_backend *b, const dt_backend_ctx *ctx, int lfd, uint64_t tag, double deadline) {
+  int r = b->base.rank, missing = r;
   pending_conn pend[MAX_PENDING];
   int np = 0;
   struct pollfd pfd[MAX_PENDING + 1];
@@ -822,53 +946,20 @@ static dt_status accept_peers(tcp_backend *b, int lfd, uint64_t tag, double dead
       st = dt_error(DT_IO, "tcp setup: poll: %s", strerror(errno));
       break;
     }
-    /* Handshake bytes of pending connections (walk backwards: drops reorder). */
-    for (int i = np - 1; i >= 0; i--) {
-      if (pr > 0 && pfd[i + 1].revents) {
-        ssize_t k = recv(pend[i].fd, (char *)&pend[i].h + pend[i].got, sizeof pend[i].h - pend[i].got, MSG_DONTWAIT);
-        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-          drop_pending(pend, &np, i, "closed before completing its handshake");
-          continue;
-        }
-        if (k > 0) pend[i].got += (size_t)k;
-      }
-      if (pend[i].got == sizeof pend[i].h) {
-        tcp_hello *h = &pend[i].h;
-        int from = h->from;
-        if (!(from >= 0 && from < r && hello_ok(h, tag, from, r, n))) {
-          char why[160];
-          snprintf(why, sizeof why, "wrong handshake (magic 0x%08x, from %d to %d, world %d)", h->magic, h->from,
-                   h->to, h->size);
-          drop_pending(pend, &np, i, why);
-          continue;
-        }
-        if (b->fd[from] >= 0) {
-          drop_pending(pend, &np, i, "a second connection claiming the same rank");
-          continue;
-        }
-        tcp_hello reply = {TCP_MAGIC, TCP_VERSION, r, from, n, 0, tag};
-        char w[128];
-        st = dt_net_send_all(pend[i].fd, &reply, sizeof reply, deadline, NULL, who(b, from, w, sizeof w));
-        if (st != DT_OK) {
-          drop_pending(pend, &np, i, dt_last_error());
-          st = DT_OK;
-          continue;
-        }
-        tune_socket(pend[i].fd);
-        b->fd[from] = pend[i].fd;
-        pend[i] = pend[--np];
-        missing--;
-      } else if (dt_time_now() - pend[i].since > HANDSHAKE_S) {
-        drop_pending(pend, &np, i, "no handshake within 5 s");
-      }
-    }
+    /* Walk backwards: drops and completions move the last entry into slot i. */
+    for (int i = np - 1; i >= 0; i--)
+      missing -= pending_step(b, ctx, pend, &np, i, pr > 0 && pfd[i + 1].revents, tag, deadline);
     if (pr > 0 && (pfd[0].revents & POLLIN)) {
       for (;;) {
-        int fd = accept(lfd, NULL, NULL);
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept(lfd, (struct sockaddr *)&ss, &sl);
         if (fd < 0) break;
         fcntl(fd, F_SETFD, FD_CLOEXEC);
         if (np == MAX_PENDING) drop_pending(pend, &np, 0, "too many connections in handshake");
-        pend[np++] = (pending_conn){fd, 0, dt_time_now(), {0}};
+        pend[np] = (pending_conn){.fd = fd, .since = dt_time_now()};
+        peer_ip(&ss, pend[np].ip, sizeof pend[np].ip);
+        np++;
       }
     }
   }
@@ -935,8 +1026,8 @@ dt_status dt_backend_tcp_new(const dt_backend_ctx *ctx, dt_backend **out) {
     }
     /* Higher ranks first: the top rank only accepts, so every chain of
      * connects ends at someone who accepts (no cycle). */
-    for (int j = r + 1; j < n; j++) DT_CHECK_GOTO(connect_peer(b, j, tag, deadline), st, fail_setup);
-    DT_CHECK_GOTO(accept_peers(b, lfd, tag, deadline), st, fail_setup);
+    for (int j = r + 1; j < n; j++) DT_CHECK_GOTO(connect_peer(b, ctx, j, tag, deadline), st, fail_setup);
+    DT_CHECK_GOTO(accept_peers(b, ctx, lfd, tag, deadline), st, fail_setup);
     dt_net_close(&lfd);
     DT_LOG_INFO("tcp", "rank %d: connected to %d peers", ctx->global[r], n - 1);
   }

@@ -26,27 +26,35 @@ rm -f /tmp/netns_err.$tag
 fail=0
 out=$(mktemp -d)
 
-# ranks 0,1 in A and 2,3 in B, torchrun-style variables set by hand.
+secret=$(/usr/bin/python3 -c 'import secrets; print(secrets.token_hex(32))')
+printf '%s\n' "$secret" >"$out/secret"
+chmod 600 "$out/secret"
+
+# ranks 0,1 in A and 2,3 in B, torchrun-style variables set by hand; SECRET: DT_JOB_SECRET of every rank.
 by_hand() { # name port worker-flags...
   local name=$1 port=$2; shift 2
   for r in 0 1 2 3; do
     ns=$A; [ $r -ge 2 ] && ns=$B
-    ip netns exec "$ns" env RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 \
+    ip netns exec "$ns" env ${SECRET:+DT_JOB_SECRET=$SECRET} RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 \
       MASTER_ADDR="${net}1" MASTER_PORT=$port DT_TIMEOUT=60 OMP_NUM_THREADS=1 DT_RUN_ID=netns$tag \
       timeout 120 "$b/tests/dist_worker" "$@" >"$out/$name.$r" 2>&1 &
   done
   local rc=0
   for p in $(jobs -p); do wait "$p" || rc=1; done
-  if [ $rc -ne 0 ]; then echo "FAIL: $name"; tail -5 "$out/$name".*; fail=1; else echo "ok   $name: $(head -1 "$out/$name.0")"; fi
+  if [ $rc -ne 0 ]; then echo "FAIL: $name"; tail -5 "$out/$name".*; fail=1; else echo "ok   $name: $(grep -v ' WARN ' "$out/$name.0" | head -1)"; fi
 }
-by_hand hierarchical 29611 --expect-backend shm+tcp --large
-by_hand tcp-across 29612 --backend tcp --expect-backend tcp
+# with a job secret (the leaders' and the mesh's hellos prove it), and without (open, as torchrun's: rank 0 warns)
+SECRET=$secret by_hand hierarchical 29611 --expect-backend shm+tcp --large
+SECRET=$secret by_hand tcp-across 29612 --backend tcp --expect-backend tcp
+SECRET= by_hand tcp-across-no-secret 29614 --backend tcp --expect-backend tcp
+grep -q "has no job secret" "$out/tcp-across-no-secret.0" || { echo "FAIL: no warning of the open store"; fail=1; }
+grep -q "has no job secret" "$out/hierarchical.0" && { echo "FAIL: warned of an open store with a secret"; fail=1; }
 
 # dtrun: one agent per namespace, node 0 serves the store.
 for node in 0 1; do
   ns=$A; [ $node -eq 1 ] && ns=$B
   ip netns exec "$ns" timeout 120 "$b/dtrun" --nnodes 2 --node-rank $node --master-addr "${net}1" --master-port 29613 \
-    --nproc-per-node 2 --run-id netns$tag -- "$b/tests/dist_worker" --expect-backend shm+tcp >"$out/dtrun.$node" 2>&1 &
+    --nproc-per-node 2 --run-id netns$tag --secret-file "$out/secret" -- "$b/tests/dist_worker" --expect-backend shm+tcp >"$out/dtrun.$node" 2>&1 &
 done
 rc=0
 for p in $(jobs -p); do wait "$p" || rc=1; done

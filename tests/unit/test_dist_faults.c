@@ -217,8 +217,11 @@ TEST(strangers_at_the_store_do_not_disturb_the_job) {
   const char garbage[] = "GET / HTTP/1.0\r\n\r\n\xff\xff\xff\xff\x00\x01";
   ASSERT(send(fd, garbage, sizeof garbage, MSG_NOSIGNAL) > 0);
   dt_store *other;
-  ASSERT_EQ(dt_store_connect("127.0.0.1", j.port, "another-job", 2.0, &other), DT_INVALID_ARGUMENT);
+  ASSERT_EQ(dt_store_connect("127.0.0.1", j.port, "another-job", TEST_SECRET, 2.0, &other), DT_INVALID_ARGUMENT);
   ASSERT_MSG(strstr(dt_last_error(), "another-job") != NULL, dt_last_error());
+  ASSERT_EQ(dt_store_connect("127.0.0.1", j.port, j.run_id, "not-the-secret-0123456789abcdef0123", 2.0, &other),
+            DT_INVALID_ARGUMENT);
+  ASSERT_MSG(strstr(dt_last_error(), "job secret") != NULL, dt_last_error());
   ASSERT_EQ(df_wait(&j, 2, 60), 0);
   close(fd);
 }

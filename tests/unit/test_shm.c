@@ -18,6 +18,8 @@
 #include "dist_values.h"
 #include "harness.h"
 
+#define TEST_SECRET "test-secret-0123456789abcdef0123456789abcdef"
+
 static dt_store_server *server;
 static int server_port;
 static char job_tag[64];
@@ -35,7 +37,7 @@ typedef struct world_opts {
 static int child_main(int rank, int size, const char *prefix, const world_opts *o, rank_fn fn, void *arg) {
   alarm(60); /* a hung rank dies instead of hanging the test */
   dt_store *store = NULL;
-  dt_status st = dt_store_connect("127.0.0.1", server_port, "t", 10, &store);
+  dt_status st = dt_store_connect("127.0.0.1", server_port, "t", TEST_SECRET, 10, &store);
   if (st != DT_OK) {
     fprintf(stderr, "rank %d: store connect: %s %s\n", rank, dt_status_name(st), dt_last_error());
     return 90;
@@ -431,7 +433,7 @@ TEST(setup_timeout_leaves_nothing_behind) {
 static int collision_rank(int port, const char *prefix, int rank, float value) {
   alarm(60);
   dt_store *store = NULL;
-  if (dt_store_connect("127.0.0.1", port, "t", 10, &store) != DT_OK) return 90;
+  if (dt_store_connect("127.0.0.1", port, "t", TEST_SECRET, 10, &store) != DT_OK) return 90;
   int global[2] = {0, 1};
   dt_backend_ctx ctx = {.store = store, .prefix = prefix, .job_tag = job_tag, .rank = rank, .size = 2,
                         .global = global, .timeout_s = 3, .host_addr = "127.0.0.1"};
@@ -467,7 +469,7 @@ static int collision_rank(int port, const char *prefix, int rank, float value) {
 /* Waits (up to 10 s) until key exists in the store at port. */
 static int key_appears(int port, const char *key) {
   dt_store *s = NULL;
-  if (dt_store_connect("127.0.0.1", port, "t", 10, &s) != DT_OK) return 0;
+  if (dt_store_connect("127.0.0.1", port, "t", TEST_SECRET, 10, &s) != DT_OK) return 0;
   dt_status st = dt_store_wait(s, &key, 1, 10);
   dt_store_close(s);
   return st == DT_OK;
@@ -475,7 +477,7 @@ static int key_appears(int port, const char *key) {
 
 TEST(two_jobs_with_the_same_tag_keep_their_own_segments) {
   dt_store_server *other = NULL;
-  ASSERT_EQ(dt_store_server_start("127.0.0.1", 0, "t", &other), DT_OK);
+  ASSERT_EQ(dt_store_server_start("127.0.0.1", 0, "t", TEST_SECRET, &other), DT_OK);
   int ports[2] = {server_port, dt_store_server_port(other)};
   char prefix[128], key[160];
   snprintf(prefix, sizeof prefix, "test/%d/collide/shm", (int)getpid());
@@ -523,7 +525,7 @@ static const dt_test_case cases[] = {
 
 int main(int argc, char **argv) {
   snprintf(job_tag, sizeof job_tag, "test%d", (int)getpid());
-  dt_status st = dt_store_server_start("127.0.0.1", 0, "t", &server);
+  dt_status st = dt_store_server_start("127.0.0.1", 0, "t", TEST_SECRET, &server);
   if (st != DT_OK) {
     fprintf(stderr, "store server: %s %s\n", dt_status_name(st), dt_last_error());
     return 1;

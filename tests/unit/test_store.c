@@ -12,19 +12,40 @@
 #include "dist/dist-impl.h"
 #include "harness.h"
 
+#define TEST_SECRET "test-secret-0123456789abcdef0123456789abcdef"
+
 static void sleep_s(double s) {
   struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
   nanosleep(&ts, NULL);
 }
 
-/* Handshake bytes of protocol 1 ("DST1", version 1, run id). */
-static size_t handshake(uint8_t *b, const char *run) {
+/* The client's side of a protocol 2 handshake over a raw socket, as a
+ * stranger would write it: hello (magic, version, nonce), then the proof of
+ * `secret` over both nonces and the run id. The bytes it sent go to sent
+ * (may be NULL: 40 + 4 + strlen(run) + 32 bytes); returns the server's last
+ * answer code (0 accepted, 1 wrong proof, 3 other run) or -1. */
+static int raw_handshake(int fd, const char *run, const char *secret, uint8_t *sent) {
+  uint8_t hello[40], ch[34], proof[4 + 128 + 32], code;
+  memcpy(hello, "DST1", 4);
+  hello[4] = 2, hello[5] = hello[6] = hello[7] = 0;
+  for (int i = 0; i < 32; i++) hello[8 + i] = (uint8_t)(i * 7 + 1);
+  double dl = dt_time_now() + 2;
+  if (dt_net_send_all(fd, hello, sizeof hello, dl, NULL, "raw") != DT_OK) return -1;
+  if (dt_net_recv_all(fd, ch, sizeof ch, dl, NULL, "raw") != DT_OK || ch[0] != 0) return -1;
   size_t n = strlen(run);
-  memcpy(b, "DST1", 4);
-  b[4] = 1, b[5] = b[6] = b[7] = 0;
-  b[8] = (uint8_t)n, b[9] = b[10] = b[11] = 0;
-  memcpy(b + 12, run, n);
-  return 12 + n;
+  proof[0] = (uint8_t)n, proof[1] = proof[2] = proof[3] = 0;
+  memcpy(proof + 4, run, n);
+  dt_auth_part parts[3] = {{hello + 8, 32}, {ch + 2, 32}, {run, n}};
+  dt_auth_mac(secret, "dtrain store client", parts, 3, proof + 4 + n);
+  if (dt_net_send_all(fd, proof, 4 + n + 32, dl, NULL, "raw") != DT_OK) return -1;
+  if (sent) {
+    memcpy(sent, hello, sizeof hello);
+    memcpy(sent + sizeof hello, proof, 4 + n + 32);
+  }
+  if (dt_net_recv_all(fd, &code, 1, dl, NULL, "raw") != DT_OK) return -1;
+  uint8_t mac[32];
+  if (code == 0 && dt_net_recv_all(fd, mac, 32, dl, NULL, "raw") != DT_OK) return -1;
+  return code;
 }
 
 static int raw_connect(int port) {
@@ -50,10 +71,10 @@ static double wait_closed(int fd, double limit) {
 TEST(set_get_add_check_delete) {
   dt_store_server *srv;
   dt_store *s;
-  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job1", &srv));
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job1", TEST_SECRET, &srv));
   int port = dt_store_server_port(srv);
   ASSERT(port > 0);
-  ASSERT_OK(dt_store_connect("localhost", port, "job1", 5, &s));
+  ASSERT_OK(dt_store_connect("localhost", port, "job1", TEST_SECRET, 5, &s));
   ASSERT_OK(dt_store_set(s, "a", "hello", 5));
   void *v;
   size_t n;
@@ -123,7 +144,7 @@ static void *setter(void *p) {
   setter_arg *a = p;
   dt_store *s;
   sleep_s(a->delay_s);
-  if (dt_store_connect("127.0.0.1", a->port, "job", 5, &s) != DT_OK) return NULL;
+  if (dt_store_connect("127.0.0.1", a->port, "job", TEST_SECRET, 5, &s) != DT_OK) return NULL;
   dt_store_set(s, a->key, "late", 4);
   dt_store_close(s);
   return NULL;
@@ -132,8 +153,8 @@ static void *setter(void *p) {
 TEST(get_and_wait_block_until_set) {
   dt_store_server *srv;
   dt_store *s;
-  ASSERT_OK(dt_store_server_start(NULL, 0, "job", &srv));
-  ASSERT_OK(dt_store_connect("127.0.0.1", dt_store_server_port(srv), "job", 5, &s));
+  ASSERT_OK(dt_store_server_start(NULL, 0, "job", TEST_SECRET, &srv));
+  ASSERT_OK(dt_store_connect("127.0.0.1", dt_store_server_port(srv), "job", TEST_SECRET, 5, &s));
   setter_arg a = {dt_store_server_port(srv), 0.2, "later"};
   pthread_t t;
   pthread_create(&t, NULL, setter, &a);
@@ -161,8 +182,8 @@ TEST(get_and_wait_block_until_set) {
 TEST(missing_key_times_out_and_client_stays_usable) {
   dt_store_server *srv;
   dt_store *s;
-  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", &srv));
-  ASSERT_OK(dt_store_connect("127.0.0.1", dt_store_server_port(srv), "job", 5, &s));
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", TEST_SECRET, &srv));
+  ASSERT_OK(dt_store_connect("127.0.0.1", dt_store_server_port(srv), "job", TEST_SECRET, 5, &s));
   double t0 = dt_time_now();
   void *v;
   size_t n;
@@ -191,7 +212,7 @@ TEST(connect_times_out_naming_address) {
   dt_net_close(&fd);
   dt_store *s;
   double t0 = dt_time_now();
-  ASSERT_STATUS(dt_store_connect("127.0.0.1", port, "job", 0.3, &s), DT_TIMEOUT);
+  ASSERT_STATUS(dt_store_connect("127.0.0.1", port, "job", TEST_SECRET, 0.3, &s), DT_TIMEOUT);
   ASSERT(dt_time_now() - t0 < 1.5);
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
@@ -200,7 +221,7 @@ TEST(connect_times_out_naming_address) {
 
 TEST(two_processes_share_one_server) {
   dt_store_server *srv;
-  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", &srv));
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", TEST_SECRET, &srv));
   int port = dt_store_server_port(srv);
   pid_t kids[2];
   for (int r = 0; r < 2; r++) {
@@ -210,7 +231,7 @@ TEST(two_processes_share_one_server) {
       alarm(10);
       dt_store *s;
       int bad = 0;
-      if (dt_store_connect("127.0.0.1", port, "job", 5, &s) != DT_OK) _exit(10);
+      if (dt_store_connect("127.0.0.1", port, "job", TEST_SECRET, 5, &s) != DT_OK) _exit(10);
       char key[32], want[32];
       snprintf(key, sizeof key, "rank/%d", r);
       snprintf(want, sizeof want, "addr-of-%d", r);
@@ -246,7 +267,7 @@ TEST(two_processes_share_one_server) {
     }
   }
   dt_store *s;
-  ASSERT_OK(dt_store_connect("127.0.0.1", port, "job", 5, &s));
+  ASSERT_OK(dt_store_connect("127.0.0.1", port, "job", TEST_SECRET, 5, &s));
   int64_t x = 0;
   ASSERT_OK(dt_store_add(s, "joined", 0, &x));
   dt_store_close(s);
@@ -258,19 +279,219 @@ TEST(two_processes_share_one_server) {
 TEST(wrong_run_id_is_refused) {
   dt_store_server *srv;
   dt_store *s;
-  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "alpha", &srv));
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "alpha", TEST_SECRET, &srv));
   int port = dt_store_server_port(srv);
   dt_log_level lv = dt_log_get_level();
   dt_log_set_level(DT_LOG_LEVEL_ERROR); /* the server logs the refusal as a warning: expected here */
-  dt_status st = dt_store_connect("127.0.0.1", port, "beta", 2, &s);
+  dt_status st = dt_store_connect("127.0.0.1", port, "beta", TEST_SECRET, 2, &s);
+  sleep_s(0.1); /* the server logs the drop just after its answer */
   dt_log_set_level(lv);
   ASSERT_STATUS(st, DT_INVALID_ARGUMENT);
   char want[128];
   snprintf(want, sizeof want, "store at 127.0.0.1:%d belongs to run 'alpha', not 'beta'", port);
   ASSERT_STR_EQ(dt_last_error(), want);
-  ASSERT_OK(dt_store_connect("127.0.0.1", port, "alpha", 2, &s));
+  ASSERT_OK(dt_store_connect("127.0.0.1", port, "alpha", TEST_SECRET, 2, &s));
   dt_store_close(s);
   dt_store_server_stop(srv);
+}
+
+/* Reads what the server sends until it closes (or limit_s), appending to buf; -1 if it never closed. */
+static long read_until_closed(int fd, uint8_t *buf, size_t cap, double limit_s) {
+  size_t got = 0;
+  double t0 = dt_time_now();
+  while (dt_time_now() - t0 < limit_s) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    ssize_t k = recv(fd, buf + got, cap - got, MSG_DONTWAIT);
+    if (k > 0) got += (size_t)k;
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR) || got == cap) return (long)got;
+  }
+  return -1;
+}
+
+static int contains(const uint8_t *buf, size_t n, const char *needle) {
+  size_t m = strlen(needle);
+  for (size_t i = 0; i + m <= n; i++)
+    if (memcmp(buf + i, needle, m) == 0) return 1;
+  return 0;
+}
+
+/* The attack of issue 17 step by step: a stranger guesses a run id and a
+ * secret; all it gets back is the server's nonce and a one-byte refusal. */
+TEST(a_wrong_secret_learns_nothing) {
+  dt_store_server *srv;
+  dt_store *s;
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "alpha-run", TEST_SECRET, &srv));
+  int port = dt_store_server_port(srv);
+  dt_log_level lv = dt_log_get_level();
+  dt_log_set_level(DT_LOG_LEVEL_ERROR); /* the refusals are logged as warnings: expected here */
+  const char *guesses[] = {"beta", "alpha-run"};
+  for (int g = 0; g < 2; g++) {
+    int fd = raw_connect(port);
+    ASSERT(fd >= 0);
+    uint8_t sent[256], back[512];
+    ASSERT_EQ(raw_handshake(fd, guesses[g], "guessed-secret-0123456789abcdef0123456789", sent), 1);
+    long more = read_until_closed(fd, back, sizeof back, 2);
+    ASSERT_EQ(more, 0); /* nothing after the refusal: closed */
+    dt_net_close(&fd);
+  }
+  /* the first answer, before any proof: a nonce, nothing about the job */
+  int fd = raw_connect(port);
+  uint8_t hello[40] = {'D', 'S', 'T', '1', 2, 0, 0, 0}, back[512];
+  ASSERT_OK(dt_net_send_all(fd, hello, sizeof hello, dt_time_now() + 1, NULL, "raw"));
+  sleep_s(0.2);
+  ssize_t k = recv(fd, back, sizeof back, MSG_DONTWAIT);
+  ASSERT_EQ(k, 34);
+  ASSERT(!contains(back, (size_t)k, "alpha"));
+  dt_net_close(&fd);
+  /* a client of protocol 1 (which used to be told the run id) is told the version only */
+  fd = raw_connect(port);
+  uint8_t v1[15] = {'D', 'S', 'T', '1', 1, 0, 0, 0, 3, 0, 0, 0, 'j', 'o', 'b'};
+  ASSERT_OK(dt_net_send_all(fd, v1, sizeof v1, dt_time_now() + 1, NULL, "raw"));
+  long n = read_until_closed(fd, back, sizeof back, 2);
+  ASSERT(n > 5 && back[0] == 2 && !contains(back, (size_t)n, "alpha"));
+  dt_net_close(&fd);
+  /* the library's client: a clear error that names neither the run nor the secret */
+  ASSERT_STATUS(dt_store_connect("127.0.0.1", port, "beta", "guessed-secret-0123456789abcdef0123456789", 2, &s),
+                DT_INVALID_ARGUMENT);
+  ASSERT_MSG(strstr(dt_last_error(), "refused this client's job secret") && !strstr(dt_last_error(), "alpha"),
+             dt_last_error());
+  ASSERT_STATUS(dt_store_connect("127.0.0.1", port, "alpha-run", NULL, 2, &s), DT_INVALID_ARGUMENT);
+  ASSERT_MSG(strstr(dt_last_error(), "requires the job secret"), dt_last_error());
+  dt_log_set_level(lv);
+  /* and the job's own clients are served all along */
+  ASSERT_OK(dt_store_connect("127.0.0.1", port, "alpha-run", TEST_SECRET, 2, &s));
+  ASSERT_OK(dt_store_set(s, "k", "v", 1));
+  dt_store_close(s);
+  dt_store_server_stop(srv);
+}
+
+/* A captured handshake replayed byte for byte meets a fresh nonce: refused. */
+TEST(a_replayed_handshake_is_refused) {
+  dt_store_server *srv;
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", TEST_SECRET, &srv));
+  int port = dt_store_server_port(srv);
+  int fd = raw_connect(port);
+  uint8_t captured[256], back[512];
+  ASSERT_EQ(raw_handshake(fd, "job", TEST_SECRET, captured), 0);
+  size_t n = 40 + 4 + 3 + 32;
+  dt_net_close(&fd);
+  dt_log_level lv = dt_log_get_level();
+  dt_log_set_level(DT_LOG_LEVEL_ERROR);
+  fd = raw_connect(port);
+  ASSERT_OK(dt_net_send_all(fd, captured, n, dt_time_now() + 1, NULL, "raw"));
+  long got = read_until_closed(fd, back, sizeof back, 2);
+  dt_log_set_level(lv);
+  ASSERT_EQ(got, 35); /* the challenge (34 bytes), then 1: wrong proof; then closed */
+  ASSERT_EQ(back[34], 1);
+  dt_net_close(&fd);
+  dt_store_server_stop(srv);
+}
+
+/* A process holding the secret will not talk to a store without one (an impostor's). */
+TEST(a_client_with_a_secret_refuses_an_open_store) {
+  dt_store_server *srv;
+  dt_store *s;
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", NULL, &srv));
+  int port = dt_store_server_port(srv);
+  ASSERT_STATUS(dt_store_connect("127.0.0.1", port, "job", TEST_SECRET, 2, &s), DT_INVALID_ARGUMENT);
+  ASSERT_MSG(strstr(dt_last_error(), "has no job secret"), dt_last_error());
+  ASSERT_OK(dt_store_connect("127.0.0.1", port, "job", NULL, 2, &s)); /* open: as torchrun's */
+  dt_store_close(s);
+  /* an open store does not tell a client of another run its run id either */
+  dt_log_level lv = dt_log_get_level();
+  dt_log_set_level(DT_LOG_LEVEL_ERROR);
+  ASSERT_STATUS(dt_store_connect("127.0.0.1", port, "other", NULL, 2, &s), DT_INVALID_ARGUMENT);
+  sleep_s(0.1); /* the server logs the drop just after its answer */
+  dt_log_set_level(lv);
+  ASSERT_MSG(strstr(dt_last_error(), "another run than 'other'"), dt_last_error());
+  dt_store_server_stop(srv);
+  ASSERT_STATUS(dt_store_server_start("127.0.0.1", 0, "job", "short", &srv), DT_INVALID_ARGUMENT);
+}
+
+/* A flood of half-open handshakes: the store keeps the newest 256, drops the
+ * oldest, and a client of the job still gets in at once. */
+TEST(half_open_handshakes_do_not_crowd_out_the_job) {
+  dt_store_server *srv;
+  dt_store *s;
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", TEST_SECRET, &srv));
+  int port = dt_store_server_port(srv);
+  dt_log_level lv = dt_log_get_level();
+  dt_log_set_level(DT_LOG_LEVEL_ERROR);
+  enum { N = 300 };
+  int fds[N];
+  uint8_t hello[40] = {'D', 'S', 'T', '1', 2, 0, 0, 0};
+  for (int i = 0; i < N; i++) {
+    fds[i] = raw_connect(port);
+    ASSERT(fds[i] >= 0);
+    ASSERT_OK(dt_net_send_all(fds[i], hello, sizeof hello, dt_time_now() + 1, NULL, "raw"));
+    if (i % 50 == 49) sleep_s(0.05); /* let the server accept them in order */
+  }
+  double t0 = dt_time_now();
+  ASSERT_OK(dt_store_connect("127.0.0.1", port, "job", TEST_SECRET, 5, &s));
+  double took = dt_time_now() - t0;
+  ASSERT_OK(dt_store_set(s, "k", "v", 1));
+  uint8_t back[64];
+  long first = read_until_closed(fds[0], back, sizeof back, 1), last = read_until_closed(fds[N - 1], back, sizeof back, 0.3);
+  dt_log_set_level(lv);
+  for (int i = 0; i < N; i++) dt_net_close(&fds[i]);
+  dt_store_close(s);
+  dt_store_server_stop(srv);
+  ASSERT_EQ(first, 34); /* the oldest got its challenge, then was dropped */
+  ASSERT_EQ(last, -1);  /* the newest is still open, waiting for its proof */
+  ASSERT(took < 1.0);
+}
+
+/* Strangers are logged once per address and a few lines per 10 s in all,
+ * whatever their number (in a child: the limiter's state is per process). */
+TEST(refusals_are_logged_once_per_address) {
+  char path[] = "/tmp/dt_refusals_XXXXXX";
+  int log_fd = mkstemp(path);
+  ASSERT(log_fd >= 0);
+  fflush(stderr);
+  pid_t p = fork();
+  if (p == 0) {
+    dup2(log_fd, 2);
+    dt_log_set_level(DT_LOG_LEVEL_WARN);
+    dt_store_server *srv;
+    if (dt_store_server_start("127.0.0.1", 0, "job", TEST_SECRET, &srv) != DT_OK) _exit(2);
+    int port = dt_store_server_port(srv);
+    long before = dt_auth_refusals(); /* inherited from the tests before */
+    for (int i = 0; i < 100; i++) {
+      int fd = raw_connect(port);
+      if (fd < 0 || raw_handshake(fd, "job", "guessed-secret-0123456789abcdef0123456789", NULL) != 1) _exit(3);
+      dt_net_close(&fd);
+    }
+    for (int i = 0; i < 30; i++) {
+      char ip[32];
+      snprintf(ip, sizeof ip, "10.0.0.%d", i);
+      dt_auth_refused("store", ip, "failed authentication");
+    }
+    sleep_s(0.3); /* the server logs a refusal just after sending it */
+    long total = dt_auth_refusals() - before;
+    dt_store_server_stop(srv);
+    _exit(total == 130 ? 0 : 4);
+  }
+  int status = 0;
+  waitpid(p, &status, 0);
+  ASSERT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "grep -c 'refused a connection from' %s", path);
+  FILE *f = popen(cmd, "r");
+  int lines = -1;
+  ASSERT(f && fscanf(f, "%d", &lines) == 1);
+  pclose(f);
+  snprintf(cmd, sizeof cmd, "grep -c 'refused a connection from 127.0.0.1' %s", path);
+  f = popen(cmd, "r");
+  int local = -1;
+  ASSERT(f && fscanf(f, "%d", &local) == 1);
+  pclose(f);
+  close(log_fd);
+  unlink(path);
+  /* 127.0.0.1 at most once (earlier tests of this process may have logged it
+   * already), and no more lines than the burst of a 10 s window: 130 refusals, <= 5 lines */
+  ASSERT(local <= 1);
+  ASSERT(lines >= 1 && lines <= 5);
 }
 
 typedef struct worker_arg {
@@ -306,9 +527,9 @@ TEST(strangers_are_dropped_others_unaffected) {
   dt_store *s;
   dt_log_level lv = dt_log_get_level();
   dt_log_set_level(DT_LOG_LEVEL_ERROR); /* the drops are logged as warnings: expected here */
-  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", &srv));
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", TEST_SECRET, &srv));
   int port = dt_store_server_port(srv);
-  ASSERT_OK(dt_store_connect("127.0.0.1", port, "job", 5, &s));
+  ASSERT_OK(dt_store_connect("127.0.0.1", port, "job", TEST_SECRET, 5, &s));
   atomic_int stop = 0;
   worker_arg wa = {s, 0, &stop, 0, 0};
   pthread_t t;
@@ -325,21 +546,21 @@ TEST(strangers_are_dropped_others_unaffected) {
   memset(b, 0xA5, sizeof b);
   ASSERT_OK(dt_net_send_all(garbage, b, sizeof b, dt_time_now() + 1, NULL, "raw"));
   /* handshake, then a SET announcing a 4 GiB value */
-  size_t hn = handshake(b, "job");
-  b[hn] = 1;                                  /* SET */
-  b[hn + 1] = 1, b[hn + 2] = b[hn + 3] = b[hn + 4] = 0; /* klen 1 */
-  memset(b + hn + 5, 0xff, 4);                /* vlen 0xffffffff */
-  ASSERT_OK(dt_net_send_all(oversize, b, hn + 9, dt_time_now() + 1, NULL, "raw"));
+  ASSERT_EQ(raw_handshake(oversize, "job", TEST_SECRET, NULL), 0);
+  b[0] = 1;                                  /* SET */
+  b[1] = 1, b[2] = b[3] = b[4] = 0;          /* klen 1 */
+  memset(b + 5, 0xff, 4);                    /* vlen 0xffffffff */
+  ASSERT_OK(dt_net_send_all(oversize, b, 9, dt_time_now() + 1, NULL, "raw"));
   /* handshake, then an unknown op */
-  hn = handshake(b, "job");
-  b[hn] = 99;
-  ASSERT_OK(dt_net_send_all(badop, b, hn + 1, dt_time_now() + 1, NULL, "raw"));
+  ASSERT_EQ(raw_handshake(badop, "job", TEST_SECRET, NULL), 0);
+  b[0] = 99;
+  ASSERT_OK(dt_net_send_all(badop, b, 1, dt_time_now() + 1, NULL, "raw"));
   /* handshake, a GET of a missing key (parked), then the client vanishes */
-  hn = handshake(b, "job");
-  b[hn] = 2;
-  b[hn + 1] = 3, b[hn + 2] = b[hn + 3] = b[hn + 4] = 0;
-  memcpy(b + hn + 5, "zzz", 3);
-  ASSERT_OK(dt_net_send_all(parked, b, hn + 8, dt_time_now() + 1, NULL, "raw"));
+  ASSERT_EQ(raw_handshake(parked, "job", TEST_SECRET, NULL), 0);
+  b[0] = 2;
+  b[1] = 3, b[2] = b[3] = b[4] = 0;
+  memcpy(b + 5, "zzz", 3);
+  ASSERT_OK(dt_net_send_all(parked, b, 8, dt_time_now() + 1, NULL, "raw"));
 
   double tg = wait_closed(garbage, 2), to = wait_closed(oversize, 2), tb = wait_closed(badop, 2);
   sleep_s(0.2);
@@ -368,9 +589,9 @@ TEST(strangers_are_dropped_others_unaffected) {
 
 TEST(port_in_use_names_the_port) {
   dt_store_server *a, *b;
-  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", &a));
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", TEST_SECRET, &a));
   int port = dt_store_server_port(a);
-  ASSERT_STATUS(dt_store_server_start("127.0.0.1", port, "job", &b), DT_IO);
+  ASSERT_STATUS(dt_store_server_start("127.0.0.1", port, "job", TEST_SECRET, &b), DT_IO);
   char want[64];
   snprintf(want, sizeof want, ":%d: address already in use", port);
   ASSERT(strstr(dt_last_error(), want) != NULL);
@@ -392,9 +613,9 @@ static void *stopper(void *p) {
 TEST(server_gone_mid_request_is_peer_lost) {
   dt_store_server *srv;
   dt_store *s;
-  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", &srv));
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", TEST_SECRET, &srv));
   int port = dt_store_server_port(srv);
-  ASSERT_OK(dt_store_connect("127.0.0.1", port, "job", 10, &s));
+  ASSERT_OK(dt_store_connect("127.0.0.1", port, "job", TEST_SECRET, 10, &s));
   stopper_arg a = {srv, 0.2};
   pthread_t t;
   pthread_create(&t, NULL, stopper, &a);
@@ -424,7 +645,7 @@ typedef struct many_arg {
 static void *many_client(void *p) {
   many_arg *a = p;
   dt_store *s;
-  if (dt_store_connect("127.0.0.1", a->port, "job", 10, &s) != DT_OK) return NULL;
+  if (dt_store_connect("127.0.0.1", a->port, "job", TEST_SECRET, 10, &s) != DT_OK) return NULL;
   char key[32], want[32];
   snprintf(key, sizeof key, "c/%d", a->id);
   snprintf(want, sizeof want, "v%d", a->id);
@@ -449,7 +670,7 @@ static void *many_client(void *p) {
 
 TEST(sixty_four_clients_at_once) {
   dt_store_server *srv;
-  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", &srv));
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", TEST_SECRET, &srv));
   pthread_t t[NCLIENTS];
   many_arg a[NCLIENTS];
   for (int i = 0; i < NCLIENTS; i++) {
@@ -462,7 +683,7 @@ TEST(sixty_four_clients_at_once) {
     ok += a[i].ok;
   }
   dt_store *s;
-  ASSERT_OK(dt_store_connect("127.0.0.1", dt_store_server_port(srv), "job", 5, &s));
+  ASSERT_OK(dt_store_connect("127.0.0.1", dt_store_server_port(srv), "job", TEST_SECRET, 5, &s));
   int64_t x = 0;
   ASSERT_OK(dt_store_add(s, "count", 0, &x));
   dt_store_close(s);
@@ -488,8 +709,8 @@ static void *shared_adder(void *p) {
 TEST(one_client_many_threads) {
   dt_store_server *srv;
   dt_store *s;
-  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", &srv));
-  ASSERT_OK(dt_store_connect("127.0.0.1", dt_store_server_port(srv), "job", 5, &s));
+  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", TEST_SECRET, &srv));
+  ASSERT_OK(dt_store_connect("127.0.0.1", dt_store_server_port(srv), "job", TEST_SECRET, 5, &s));
   pthread_t t[4];
   shared_arg a[4];
   for (int i = 0; i < 4; i++) {
@@ -601,6 +822,9 @@ TEST_MAIN(TEST_ENTRY(net_sendrecv_both_ways_at_once), TEST_ENTRY(net_timeout_abo
           TEST_ENTRY(set_get_add_check_delete), TEST_ENTRY(get_and_wait_block_until_set),
           TEST_ENTRY(missing_key_times_out_and_client_stays_usable), TEST_ENTRY(connect_times_out_naming_address),
           TEST_ENTRY(two_processes_share_one_server), TEST_ENTRY(wrong_run_id_is_refused),
+          TEST_ENTRY(a_wrong_secret_learns_nothing), TEST_ENTRY(a_replayed_handshake_is_refused),
+          TEST_ENTRY(a_client_with_a_secret_refuses_an_open_store), TEST_ENTRY(refusals_are_logged_once_per_address),
+          TEST_ENTRY(half_open_handshakes_do_not_crowd_out_the_job),
           TEST_ENTRY(strangers_are_dropped_others_unaffected), TEST_ENTRY(port_in_use_names_the_port),
           TEST_ENTRY(server_gone_mid_request_is_peer_lost), TEST_ENTRY(sixty_four_clients_at_once),
           TEST_ENTRY(one_client_many_threads))

@@ -5,6 +5,8 @@
  * faults: a rank that exits mid all-reduce, a rank that sleeps past the
  * deadline, mismatched collectives, an abort from another thread, and a
  * stranger sending garbage to a listening port during setup. */
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -19,6 +21,8 @@
 #include "dist/dist-impl.h"
 #include "dist_values.h"
 #include "harness.h"
+
+#define TEST_SECRET "test-secret-0123456789abcdef0123456789abcdef"
 
 static dt_store_server *server;
 static int server_port;
@@ -36,22 +40,26 @@ typedef int (*rank_fn)(dt_backend *b, int rank, int size, void *arg);
 typedef struct world_opts {
   int late_rank;      /* this rank starts its setup late_s later; -1: none */
   double late_s;
-  void (*stranger)(const char *prefix); /* runs in its own process during setup */
+  int (*stranger)(const char *prefix); /* runs in its own process during setup; its exit code goes to codes[size] */
 } world_opts;
+
+static dt_store *child_store; /* in a rank: its store connection */
+static char world_prefix[128]; /* the key prefix of the world being run */
 
 static int child_main(int rank, int size, const char *prefix, const world_opts *o, rank_fn fn, void *arg) {
   alarm(60); /* a hung rank dies instead of hanging the test */
   if (o && rank == o->late_rank) sleep_s(o->late_s);
   dt_store *store = NULL;
-  dt_status st = dt_store_connect("127.0.0.1", server_port, "t", 10, &store);
+  dt_status st = dt_store_connect("127.0.0.1", server_port, "t", TEST_SECRET, 10, &store);
   if (st != DT_OK) {
     fprintf(stderr, "rank %d: store connect: %s %s\n", rank, dt_status_name(st), dt_last_error());
     return 90;
   }
   int global[8];
   for (int i = 0; i < size; i++) global[i] = i;
+  child_store = store;
   dt_backend_ctx ctx = {.store = store, .prefix = prefix, .job_tag = "tcptest", .rank = rank, .size = size,
-                        .global = global, .timeout_s = 20, .host_addr = "127.0.0.1"};
+                        .global = global, .timeout_s = 20, .host_addr = "127.0.0.1", .secret = TEST_SECRET};
   dt_backend *b = NULL;
   st = dt_backend_tcp_new(&ctx, &b);
   int code;
@@ -71,6 +79,7 @@ static int child_main(int rank, int size, const char *prefix, const world_opts *
 static int run_world(int size, rank_fn fn, void *arg, const world_opts *o, double limit_s, int *codes) {
   char prefix[128];
   snprintf(prefix, sizeof prefix, "test/%d/%d/tcp", (int)getpid(), run_counter++);
+  snprintf(world_prefix, sizeof world_prefix, "%s", prefix);
   pid_t pids[9] = {0};
   fflush(stdout);
   fflush(stderr);
@@ -85,8 +94,7 @@ static int run_world(int size, rank_fn fn, void *arg, const world_opts *o, doubl
     pids[size] = fork();
     if (pids[size] == 0) {
       alarm(30);
-      o->stranger(prefix);
-      _exit(0);
+      _exit(o->stranger(prefix));
     }
     total++;
   }
@@ -98,7 +106,7 @@ static int run_world(int size, rank_fn fn, void *arg, const world_opts *o, doubl
     if (p > 0) {
       for (int r = 0; r < total; r++)
         if (pids[r] == p) {
-          if (r < size) codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 200 + WTERMSIG(status);
+          codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 200 + WTERMSIG(status);
           pids[r] = 0;
           left--;
         }
@@ -110,7 +118,7 @@ static int run_world(int size, rank_fn fn, void *arg, const world_opts *o, doubl
         if (pids[r] > 0) {
           kill(pids[r], SIGKILL);
           waitpid(pids[r], NULL, 0);
-          if (r < size) codes[r] = 255;
+          codes[r] = 255;
         }
       rc = -1;
       break;
@@ -476,25 +484,48 @@ TEST(abort_from_another_thread_interrupts_a_collective) {
   ASSERT_EQ(codes[1], 0);
 }
 
+static uint64_t fnv1a(const char *t) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *t; t++) h = (h ^ (unsigned char)*t) * 1099511628211ull;
+  return h;
+}
+
+/* Seconds until the peer closes fd, counting the bytes it sent meanwhile; -1 past limit. */
+static double closed_after(int fd, double limit, size_t *got) {
+  double t0 = dt_time_now();
+  char buf[256];
+  *got = 0;
+  while (dt_time_now() - t0 < limit) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    ssize_t k = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (k > 0) *got += (size_t)k;
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) return dt_time_now() - t0;
+  }
+  return -1;
+}
+
 /* Connects to the listening port of rank 2 while rank 0 is still asleep:
- * one connection sends garbage, one a well-formed hello of another job, one
- * a few bytes and then nothing. */
-static void stranger(const char *prefix) {
+ * one connection sends garbage, one a hello of protocol 1, one a few bytes
+ * and then nothing, and one a well-formed hello (right tag, ranks and world:
+ * all predictable) whose MAC is made with a wrong secret. Then, once the
+ * ranks are connected, the port must be closed. Exit code 0 if all went so. */
+static int stranger(const char *prefix) {
   dt_store *s = NULL;
-  if (dt_store_connect("127.0.0.1", server_port, "t", 10, &s) != DT_OK) _exit(3);
+  if (dt_store_connect("127.0.0.1", server_port, "t", TEST_SECRET, 10, &s) != DT_OK) return 3;
   char key[256];
   snprintf(key, sizeof key, "%s/addr/2", prefix);
   void *v = NULL;
   size_t len = 0;
-  if (dt_store_get(s, key, &v, &len, 10) != DT_OK) _exit(4);
+  if (dt_store_get(s, key, &v, &len, 10) != DT_OK) return 4;
   char addr[128] = {0};
   memcpy(addr, v, len < sizeof addr - 1 ? len : sizeof addr - 1);
   dt_free(v);
   char *colon = strrchr(addr, ':');
   int port = atoi(colon + 1);
-  int fds[3];
-  for (int i = 0; i < 3; i++)
-    if (dt_net_connect("127.0.0.1", port, dt_time_now() + 5, NULL, "rank 2", &fds[i]) != DT_OK) _exit(5);
+  int fds[4];
+  for (int i = 0; i < 4; i++)
+    if (dt_net_connect("127.0.0.1", port, dt_time_now() + 5, NULL, "rank 2", &fds[i]) != DT_OK) return 5;
   const char garbage[] = "GET / HTTP/1.0\r\nHost: example\r\n\r\nmore garbage after the request";
   send(fds[0], garbage, sizeof garbage, MSG_NOSIGNAL);
   struct {
@@ -505,9 +536,34 @@ static void stranger(const char *prefix) {
   } hello = {0x50435444u, 1, 0, 2, 3, 0, 12345};
   send(fds[1], &hello, sizeof hello, MSG_NOSIGNAL);
   send(fds[2], "DTC", 3, MSG_NOSIGNAL);
-  sleep_s(3);
-  for (int i = 0; i < 3; i++) close(fds[i]);
+  /* the impostor: protocol 2, everything right but the secret */
+  uint8_t first[64], reply[64], mac[32];
+  hello.version = 2;
+  hello.tag = fnv1a(prefix);
+  memcpy(first, &hello, 32);
+  memset(first + 32, 0x5a, 32);
+  double dl = dt_time_now() + 5;
+  if (dt_net_send_all(fds[3], first, 64, dl, NULL, "rank 2") != DT_OK) return 6;
+  if (dt_net_recv_all(fds[3], reply, 64, dl, NULL, "rank 2") != DT_OK) return 7; /* its hello and nonce */
+  dt_auth_part parts[3] = {{prefix, strlen(prefix)}, {first, 64}, {reply, 64}};
+  dt_auth_mac("a-guessed-secret-0123456789abcdef01234567", "dtrain tcp connector", parts, 3, mac);
+  if (dt_net_send_all(fds[3], mac, 32, dl, NULL, "rank 2") != DT_OK) return 8;
+  size_t got = 0;
+  double t = closed_after(fds[3], 3, &got);
+  if (t < 0 || got != 0) return 9; /* dropped at once, without a proof of its own */
+  sleep_s(2);
+  for (int i = 0; i < 4; i++) close(fds[i]);
+  /* after setup nobody listens on the data port any more */
+  snprintf(key, sizeof key, "%s/allreduced", prefix);
+  if (dt_store_get(s, key, &v, &len, 20) != DT_OK) return 10;
+  dt_free(v);
+  int fd = -1;
+  dt_status st = dt_net_connect("127.0.0.1", port, dt_time_now() + 0.5, NULL, "rank 2", &fd);
+  dt_net_close(&fd);
+  snprintf(key, sizeof key, "%s/checked", prefix);
+  dt_store_set(s, key, "1", 1);
   dt_store_close(s);
+  return st == DT_OK ? 11 : 0;
 }
 
 static int rank_after_stranger(dt_backend *b, int rank, int size, void *arg) {
@@ -518,18 +574,33 @@ static int rank_after_stranger(dt_backend *b, int rank, int size, void *arg) {
     fprintf(stderr, "rank %d: allreduce after setup: %s %d %s\n", rank, dt_status_name(st), v, dt_last_error());
     return 1;
   }
+  if (rank != 2) return 0;
+  /* Stay alive (with the mesh up) until the stranger has looked at our port. */
+  char key[200];
+  snprintf(key, sizeof key, "%s/allreduced", world_prefix);
+  dt_store_set(child_store, key, "1", 1);
+  snprintf(key, sizeof key, "%s/checked", world_prefix);
+  void *x = NULL;
+  size_t n = 0;
+  if (dt_store_get(child_store, key, &x, &n, 20) != DT_OK) return 2;
+  dt_free(x);
   return 0;
 }
 
 TEST(a_stranger_on_the_listening_port_does_not_break_setup) {
   world_opts o = {.late_rank = 0, .late_s = 1.0, .stranger = stranger};
   int codes[8];
-  ASSERT_EQ(run_world(3, rank_after_stranger, NULL, &o, 30, codes), 0);
+  dt_log_level lv = dt_log_get_level();
+  dt_log_set_level(DT_LOG_LEVEL_ERROR); /* the refusals are logged as warnings: expected here */
+  int rc = run_world(3, rank_after_stranger, NULL, &o, 30, codes);
+  dt_log_set_level(lv);
+  ASSERT_EQ(rc, 0);
   for (int r = 0; r < 3; r++) ASSERT_EQ(codes[r], 0);
+  ASSERT_EQ(codes[3], 0); /* the stranger: refused, and the port closed after setup */
 }
 
 static int setup(void) {
-  if (dt_store_server_start("127.0.0.1", 0, "t", &server) != DT_OK) {
+  if (dt_store_server_start("127.0.0.1", 0, "t", TEST_SECRET, &server) != DT_OK) {
     fprintf(stderr, "store server: %s\n", dt_last_error());
     return 1;
   }
