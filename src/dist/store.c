@@ -46,7 +46,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -780,8 +782,13 @@ static void accept_all(dt_store_server *s) {
   }
 }
 
+/* The store answers a job's few requests per round, not per step; a flood of strangers must not take the
+ * training ranks' cores, so its thread runs at a lower priority (best effort: a failure changes nothing). */
+#define STORE_NICE 10
+
 static void *server_main(void *arg) {
   dt_store_server *s = arg;
+  (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), STORE_NICE);
   struct pollfd *pfd = s->pfd;
   size_t pfd_cap = s->pfd_cap;
   for (;;) {
