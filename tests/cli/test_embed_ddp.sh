@@ -105,6 +105,22 @@ train ncf_single single "${ncf[@]}" --batch-size 32
 train ncf_dp2 dp:2 "${ncf[@]}" --batch-size 32
 same_weights "ncf: dp --workers 2 = single" ncf_single ncf_dp2
 
+# ---- 4: resume ---------------------------------------------------------------------------------------------------
+section "4 mf, sparse updates: a run resumed mid-epoch ends with the uninterrupted run's weights, bit for bit"
+rs=(--model mf --factors 6 --sparse-embeddings --batch-size 32)
+train rs_whole single "${rs[@]}"
+# 360 training ratings in batches of 32: 12 steps an epoch; a snapshot every 5 steps, the run stopped after 1 epoch
+rs_run() { # NAME EPOCHS ARGS...
+  local name=$1 epochs=$2
+  shift 2
+  run_ok "$name" 60 "$DTRAIN" train --data "$tmp/ml" --threads 1 --progress none --epochs "$epochs" --optimizer adam \
+    --lr 0.01 --embedding-l2 0.05 "${rs[@]}" --save-every-steps 5 --out "$tmp/rs_part" "$@"
+}
+rs_run rs_part 1
+rs_run rs_resume 2 --resume "$tmp/rs_part/snapshots/step-000000010.safetensors"
+same_tensors "$tmp/rs_whole/model.safetensors" "$tmp/rs_part/model.safetensors" >"$tmp/rs.diff" 2>&1 &&
+  ok "resumed at step 10 (mid-epoch 1) = uninterrupted" || { fail "resumed run differs: $(head -n 2 "$tmp/rs.diff")"; }
+
 section "done"
 [ "$failures" -eq 0 ] || { echo "$failures check(s) failed" >&2; exit 1; }
 echo "all checks passed"
