@@ -173,7 +173,7 @@ TEST(conv2d_grad_threads) {
   ASSERT_OK(dt_set_threads(1));
   ASSERT_EQ(conv_grad_case(5, 2, 6, 5, 3, 3, 1, 1, 1), 0);
   ASSERT_EQ(conv_grad_case(11, 2, 8, 8, 3, 3, 1, 1, 1), 0);
-  ASSERT_EQ(conv_grad_case(2, 9, 6, 6, 4, 3, 1, 0, 1), 0); /* transposed convolution, pad 0 */
+  ASSERT_EQ(conv_grad_case(2, 9, 6, 6, 4, 3, 1, 0, 1), 0); /* pad 0: GEMM + col2im (a transposed one would be larger) */
 }
 
 TEST(conv2d_exact) {
