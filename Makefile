@@ -6,8 +6,9 @@ FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 PREFIX     ?= /usr/local
 CMAKE_ARGS ?=
+CIFAR      ?= ../shared/data/cifar10
 
-.PHONY: all build deps test test-unit test-sanitize demo bench install fuzz format clean
+.PHONY: all build deps test test-unit test-sanitize demo demo-cifar bench install fuzz format clean
 
 all: build
 
@@ -40,6 +41,11 @@ demo: deps build
 	@$(BUILD)/dtrun --standalone --nproc-per-node 2 -- $(BUILD)/dtrain train --strategy ddp \
 	  --model fashioncnn --data fashion-mnist --epochs 1 --batch-size 64 \
 	  --optimizer sgd --lr 0.01 --momentum 0.9 --out runs/demo --overwrite
+
+# Train resnet20 on 8,000 CIFAR-10 images (800 a class, --augment cifar) with DDP on 2 local workers
+# and test it on 1,000; CIFAR names the image folder (train/ and test/ of <class>/*.jpg).
+demo-cifar: deps build
+	@bash scripts/demo_cifar.sh $(BUILD) $(CIFAR)
 
 bench: deps build
 	@bash bench/run_all.sh $(BUILD)

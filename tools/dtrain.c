@@ -310,7 +310,7 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                       "afresh), or a file; prints what the new flags change"},
     [TRAIN_ALLOW_DATA_CHANGE] = {"--allow-data-change", NULL, FLAG_BOOL, "off", NULL,
                                  .help = "--resume on other data (--data, --val-data, --val-fraction, --limit-train, "
-                                 "--limit-test, --normalize differ from the snapshot's), refused otherwise"},
+                                 "--limit-test, --normalize, --augment differ from the snapshot's), refused otherwise"},
     [TRAIN_OVERWRITE] = {"--overwrite", NULL, FLAG_BOOL, "off", NULL,
                          .help = "--out DIR holds an earlier run's outputs: delete them (snapshots included) and start "
                          "afresh; without it such a DIR is refused"},
@@ -679,7 +679,7 @@ static int cmd_train(const flag_args *p) {
 
 /* ---- eval -------------------------------------------------------------------- */
 typedef enum eval_flag {
-  EVAL_WEIGHTS, EVAL_MODEL, EVAL_HIDDEN, EVAL_DATA, EVAL_SPLIT, EVAL_NORMALIZE, EVAL_BATCH_SIZE, EVAL_THREADS,
+  EVAL_WEIGHTS, EVAL_MODEL, EVAL_HIDDEN, EVAL_DATA, EVAL_SPLIT, EVAL_NORMALIZE, EVAL_AUGMENT, EVAL_BATCH_SIZE, EVAL_THREADS,
   EVAL_LIMIT, EVAL_STRATEGY, EVAL_WORKERS, EVAL_COUNT
 } eval_flag;
 
@@ -699,6 +699,10 @@ static const flag_spec eval_flags[EVAL_COUNT] = {
                     .help = "which split to evaluate: test or train", .choices = splits},
     [EVAL_NORMALIZE] = {"--normalize", "MEAN,STD", FLAG_MEAN_STD, "from the file's metadata", "0.2860,0.3530",
                         .help = "input normalisation used in training"},
+    [EVAL_AUGMENT] = {"--augment", "PRESET", FLAG_CHOICE, "from the file's metadata, else none", "cifar",
+                      .help = "RGB images: the training's transform preset, whose test transforms (and mean and "
+                              "std, unless --normalize) apply: cifar, imagenet or none",
+                      .choices = augments},
     [EVAL_BATCH_SIZE] = {"--batch-size", "N", FLAG_POS_INT, "256", "256", .help = "samples per forward pass"},
     [EVAL_THREADS] = {"--threads", "N", FLAG_NONNEG_INT, "DT_NUM_THREADS, OMP_NUM_THREADS or all cores", "4",
                       .help = "compute threads"},
@@ -721,6 +725,8 @@ static int eval_flags_read(const flag_args *p, dt_eval_config *cfg) {
   if (v[EVAL_SPLIT].given) cfg->split = v[EVAL_SPLIT].choice;
   if (v[EVAL_NORMALIZE].given) read_normalize(&v[EVAL_NORMALIZE], &cfg->normalize);
   cfg->normalize_set = v[EVAL_NORMALIZE].given;
+  if (v[EVAL_AUGMENT].given) cfg->augment = (dt_augment)v[EVAL_AUGMENT].choice;
+  cfg->augment_set = v[EVAL_AUGMENT].given;
   if (v[EVAL_BATCH_SIZE].given) cfg->batch_size = (int)v[EVAL_BATCH_SIZE].i;
   if (v[EVAL_THREADS].given) cfg->threads = (int)v[EVAL_THREADS].i;
   if (v[EVAL_LIMIT].given) cfg->limit = v[EVAL_LIMIT].i;
@@ -1050,7 +1056,8 @@ static const command commands[] = {
     {"eval", "evaluate saved weights on a dataset split", "--weights FILE [flags]",
      "Loads weights written by 'dtrain train' and reports the loss and the metrics of the data's\n"
      "task (top-1 and top-5 accuracy; ROC-AUC and accuracy; RMSE and MAE). Model, hidden widths,\n"
-     "dataset, normalisation and the task's loss default to what the file's metadata records.",
+     "dataset, normalisation, image transform preset and the task's loss default to what the file's\n"
+     "metadata records.",
      eval_flags, EVAL_COUNT, 0, 0, cmd_eval},
     {"recommend", "the top K movies a user has not rated, by mf or ncf weights trained on ratings",
      "--weights FILE --user ID [flags]",

@@ -187,6 +187,8 @@ typedef struct dt_eval_config {
   dt_split split;
   dt_normalize normalize; /* used when normalize_set; otherwise from metadata "normalize" (or none) */
   int normalize_set;
+  dt_augment augment;     /* RGB images: used when augment_set; otherwise from metadata "augment" (or none) */
+  int augment_set;
   int batch_size;         /* >= 1 */
   int threads;            /* 0: all cores */
   int64_t limit;          /* > 0: only the first N samples */

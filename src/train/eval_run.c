@@ -21,6 +21,7 @@ typedef struct eval_plan {
   char model[64], data[512];
   int hidden[DT_TRAIN_MAX_HIDDEN], n_hidden;
   dt_normalize norm;
+  dt_augment augment;        /* image transforms of the split (the test split: Normalize, and imagenet's center crop) */
   char task[24];             /* the task the weights were trained on ("" if not recorded) */
   int outputs, l1, n_pos_weight;
   float pos_weight[DT_TRAIN_MAX_POS_WEIGHT];
@@ -87,8 +88,26 @@ static dt_status plan_model(const dt_eval_config *cfg, const dt_safetensors *f, 
   return DT_OK;
 }
 
+/* The image preset: the caller's, else the file's "augment" (else none). Weights trained with
+ * --augment cifar were trained on inputs normalised by CIFAR-10's mean and std: without them the
+ * test images would be scored as other inputs. */
+static dt_status plan_augment(const dt_eval_config *cfg, const dt_safetensors *f, eval_plan *p) {
+  p->augment = cfg->augment_set ? cfg->augment : DT_AUGMENT_NONE;
+  const char *a = dt_safetensors_meta(f, "augment");
+  if (cfg->augment_set || !a || !*a) return DT_OK;
+  static const dt_augment known[] = {DT_AUGMENT_NONE, DT_AUGMENT_CIFAR, DT_AUGMENT_IMAGENET};
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+    if (strcmp(a, dt_augment_name(known[i])) == 0) {
+      p->augment = known[i];
+      return DT_OK;
+    }
+  return dt_error(DT_CORRUPT, "%s: metadata augment=\"%.40s\" is not none, cifar or imagenet (give --augment)",
+                  cfg->weights, a);
+}
+
 /* Normalisation and data source: the caller's, else the file's (else none and fashion-mnist). */
 static dt_status plan_data(const dt_eval_config *cfg, const dt_safetensors *f, eval_plan *p) {
+  DT_CHECK(plan_augment(cfg, f, p));
   p->norm = cfg->normalize;
   const char *nz = dt_safetensors_meta(f, "normalize");
   if (!cfg->normalize_set) {
@@ -195,7 +214,7 @@ static dt_status forward(void *user, const void *x, int n, const float **out) {
  * "val_fraction", else the source's default): --split test is that part and --split train the rest.
  * Leave-last-out ("split") is the source's own test split, its negatives drawn by the same seed. */
 static dt_status open_data(const dt_eval_config *cfg, const eval_plan *p, eval_state *s) {
-  const dt_data_options opt = {.norm = &p->norm, .holdout = p->holdout, .seed = p->seed};
+  const dt_data_options opt = {.norm = &p->norm, .holdout = p->holdout, .seed = p->seed, .augment = p->augment};
   dt_status st = dt_dataset_load_opts(p->data, cfg->split, &opt, &s->source);
   char no_test[512] = "";
   if (st == DT_NOT_FOUND && cfg->split == DT_SPLIT_TEST && p->holdout == DT_HOLDOUT_DEFAULT) {

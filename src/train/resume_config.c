@@ -7,8 +7,8 @@
 #include "train/run.h"
 
 /* Members that say which samples are trained and evaluated on: another value is another data set. */
-static const char *const data_keys[] = {"data",       "split",      "val_data", "val_fraction",
-                                        "limit_train", "limit_test", "normalize"};
+static const char *const data_keys[] = {"data",       "split",      "val_data",  "val_fraction",
+                                        "limit_train", "limit_test", "normalize", "augment"};
 /* Members that differ between a run and its continuation by their nature. */
 static const char *const ignored_keys[] = {"resume"};
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/impl.h"
+#include "data/image.h"
 #include "dtrain/dtrain.h"
 #include "train/run.h"
 
@@ -68,6 +69,18 @@ static void format_exact(double v, char *buf, size_t len) {
   }
 }
 
+/* Three floats as "a,b,c", each the shortest decimal that reads back as the float ("0.4914"). */
+static void format_floats3(const float *v, char *buf, size_t len) {
+  size_t o = 0;
+  for (int i = 0; i < 3 && o < len; i++) {
+    int digits = 1;
+    char one[32];
+    do snprintf(one, sizeof one, "%.*g", digits, (double)v[i]);
+    while ((float)strtod(one, NULL) != v[i] && ++digits <= 9);
+    o += (size_t)snprintf(buf + o, len - o, "%s%s", i ? "," : "", one);
+  }
+}
+
 void dt_run_meta_fill(dt_run_meta *rm, const dt_run *r, const dt_epoch_metrics *last, int epochs_done) {
   const dt_train_config *c = r->cfg;
   const dt_task_config *tc = dt_task_config_of(r->task);
@@ -102,6 +115,17 @@ void dt_run_meta_fill(dt_run_meta *rm, const dt_run *r, const dt_epoch_metrics *
     rm->kv[rm->n++] = (dt_kv){"factors", rm->factors};
   }
   if (c->holdout == DT_HOLDOUT_LAST) rm->kv[rm->n++] = (dt_kv){"split", "leave-last-out"};
+  /* the image transforms' preset, which eval applies to the test split, and the per-channel
+   * Normalize it implied (the preset's, or --normalize's), for whoever loads the weights elsewhere */
+  if (c->augment != DT_AUGMENT_NONE) {
+    dt_transform t;
+    dt_transform_preset(c->augment, DT_SPLIT_TEST, &c->normalize, &t);
+    format_floats3(t.mean, rm->image_mean, sizeof rm->image_mean);
+    format_floats3(t.std, rm->image_std, sizeof rm->image_std);
+    rm->kv[rm->n++] = (dt_kv){"augment", dt_augment_name(c->augment)};
+    rm->kv[rm->n++] = (dt_kv){"image_mean", rm->image_mean};
+    rm->kv[rm->n++] = (dt_kv){"image_std", rm->image_std};
+  }
   /* the held-out part of a random split, so that eval can rebuild it (with "seed") */
   if (r->val_fraction > 0) {
     format_exact(r->val_fraction, rm->val_fraction, sizeof rm->val_fraction);

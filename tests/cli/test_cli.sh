@@ -98,7 +98,7 @@ train_flags="--model --hidden --dropout --factors --embedding-l2 --sparse-embedd
 --strategy --workers --accumulate --backend --master --bucket-cap-mb --first-bucket-mb --broadcast-buffers
 --find-unused-parameters --comm-hook --embedding-exchange --timeout --save-every --save-every-steps --keep --save-on-interrupt --resume
 --allow-data-change --overwrite --tensorboard --tensorboard-all-ranks --log-every --trace"
-eval_flags="--weights --model --hidden --data --split --normalize --batch-size --threads --limit --strategy --workers"
+eval_flags="--weights --model --hidden --data --split --normalize --augment --batch-size --threads --limit --strategy --workers"
 recommend_flags="--weights --user --top --data --json --threads"
 check_help() { # command, expected flags
   local cmd=$1 want=$2

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# dtrain eval on image weights: a tiny image folder (PNG and JPEG written with PIL), resnet20 trained
+# with --augment cifar; the weights record augment, image_mean and image_std; eval with no flags but
+# --weights reproduces the run's final test loss and top-1 (summary.json); --augment none overrides
+# (other inputs, other loss); config.json records "augment", and --resume on another preset is a
+# data change (refused without --allow-data-change).
+set -u
+b=${DT_BUILD_DIR:?DT_BUILD_DIR must name the build directory}
+SRC=${DT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+export DT_NUM_THREADS=1
+DTRAIN=$b/dtrain
+. "$SRC/tests/cli/common.sh" # fail, ok, section, run, show
+[ -x "$DTRAIN" ] || { echo "FAIL: $DTRAIN is not built" >&2; exit 1; }
+/usr/bin/python3 -c 'import PIL' 2>/dev/null || { echo "skip: python3 PIL is not installed"; exit 77; }
+
+use_tmp
+section "a tiny image folder: 3 classes, 32x32, train 8 + test 4 per class"
+/usr/bin/python3 - "$tmp/img" <<'EOF' || { echo "FAIL: could not write the images" >&2; exit 1; }
+import os, random, sys
+from PIL import Image
+root, rng = sys.argv[1], random.Random(7)
+for split, n in (("train", 8), ("test", 4)):
+    for c, name in enumerate(("cat", "dog", "frog")):
+        d = os.path.join(root, split, name)
+        os.makedirs(d)
+        for i in range(n):
+            base = [(200, 40, 40), (40, 200, 40), (40, 40, 200)][c]
+            px = bytes(max(0, min(255, v + rng.randint(-60, 60))) for _ in range(32 * 32) for v in base)
+            img = Image.frombytes("RGB", (32, 32), px)
+            if i % 2: img.save(os.path.join(d, f"{i}.png"))
+            else: img.save(os.path.join(d, f"{i}.jpg"), quality=90)
+EOF
+ok "wrote $(find "$tmp/img" -type f | wc -l) images"
+
+section "train resnet20 --augment cifar, then eval from the metadata"
+run train 300 "$DTRAIN" train --model resnet20 --data "$tmp/img" --augment cifar --epochs 2 --batch-size 8 \
+  --optimizer sgd --lr 0.05 --momentum 0.9 --out "$tmp/run" --progress none --save-every 1
+[ "$rc" = 0 ] || { show train; fail "train exit $rc"; exit 1; }
+grep -q '"augment":"cifar"' "$tmp/run/config.json" || fail "config.json records no augment: $(cat "$tmp/run/config.json")"
+meta=$(/usr/bin/python3 - "$tmp/run/model.safetensors" <<'EOF'
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    m = json.loads(f.read(n))["__metadata__"]
+print(m.get("augment"), m.get("image_mean"), m.get("image_std"))
+EOF
+)
+[ "$meta" = "cifar 0.4914,0.4822,0.4465 0.247,0.2435,0.2616" ] &&
+  ok "metadata: augment image_mean image_std = $meta" || fail "metadata augment/mean/std: '$meta'"
+
+summary() { /usr/bin/python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("%.4f %.2f" % (s["test_loss"], 100*s["test_acc1"]))' "$1"; }
+want=$(summary "$tmp/run/summary.json")
+run eval 120 "$DTRAIN" eval --weights "$tmp/run/model.safetensors"
+[ "$rc" = 0 ] || { show eval; fail "eval exit $rc"; }
+got=$(sed -nE 's/.*loss ([0-9.]+)  top1 ([0-9.]+)%.*/\1 \2/p' "$tmp/eval.out")
+[ -n "$want" ] && [ "$got" = "$want" ] && ok "eval = the run's final test loss and top-1 ($got)" ||
+  fail "eval loss/top1 '$got' != summary.json '$want': $(cat "$tmp/eval.out")"
+grep -q "(12 samples)" "$tmp/eval.out" || fail "eval should see the 12 test images: $(cat "$tmp/eval.out")"
+
+run eval_none 120 "$DTRAIN" eval --weights "$tmp/run/model.safetensors" --augment none
+none=$(sed -nE 's/.*loss ([0-9.]+)  top1 ([0-9.]+)%.*/\1 \2/p' "$tmp/eval_none.out")
+[ "$rc" = 0 ] && [ -n "$none" ] && [ "$none" != "$got" ] && ok "--augment none overrides the metadata ($none)" ||
+  fail "eval --augment none: rc $rc, '$none' should differ from '$got'"
+run eval_bad 30 "$DTRAIN" eval --weights "$tmp/run/model.safetensors" --augment flip
+[ "$rc" = 2 ] && grep -q "not one of none/cifar/imagenet" "$tmp/eval_bad.err" && ok "--augment flip: usage error" ||
+  { show eval_bad; fail "eval --augment flip: exit $rc"; }
+
+section "resume on another preset is a data change"
+run resume 120 "$DTRAIN" train --model resnet20 --data "$tmp/img" --augment none --epochs 3 --batch-size 8 \
+  --optimizer sgd --lr 0.05 --momentum 0.9 --out "$tmp/run" --progress none --resume auto
+[ "$rc" = 2 ] && grep -q "augment" "$tmp/resume.err" && ok "--resume with --augment none refused (exit 2)" ||
+  { show resume; fail "resume on another augment preset: exit $rc"; }
+
+[ "$failures" = 0 ] || { echo "$failures failure(s)" >&2; exit 1; }
+echo "all image eval checks passed"
