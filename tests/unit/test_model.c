@@ -7,6 +7,7 @@
 #include "core/impl.h"
 #include "dtrain/loss.h"
 #include "harness.h"
+#include "model_grad_check.h"
 #include "nn/fusion.h"
 #include "nn/layer.h"
 
@@ -255,60 +256,14 @@ static dt_status gc_loss(dt_model *m, const float *x, float *loss, float *dlogit
 TEST(model_gradient_matches_finite_differences) {
   dt_model *m = NULL;
   ASSERT_OK(gc_model(&m));
-  float x[GC_B * 72], dlogits[GC_B * GC_CLASSES], loss0;
+  float x[GC_B * 72], dlogits[GC_B * GC_CLASSES];
   fill_uniform(x, GC_B * 72, 11, -1, 1);
-  dt_model_ctx_want_input_grad(dt_model_default_ctx(m), 1);
-  ASSERT_OK(gc_loss(m, x, &loss0, dlogits));
-  dt_model_zero_grad(m);
-  ASSERT_OK(dt_model_backward(m, dlogits));
-  size_t n;
-  float *p = dt_model_params(m, &n);
-  const float *g = dt_model_grads(m, NULL);
-  float dx[GC_B * 72];
-  memcpy(dx, dt_model_ctx_input_grad(dt_model_default_ctx(m)), sizeof dx);
-  const float eps = 1e-3f;
-  double num = 0, den = 0;
-  int checked = 0;
-  for (int ti = 0; ti <= dt_model_num_tensors(m); ti++) {
-    float *v;
-    const float *an;
-    size_t numel;
-    const char *name;
-    if (ti < dt_model_num_tensors(m)) {
-      dt_tensor_info info;
-      ASSERT_OK(dt_model_tensor_info(m, ti, &info));
-      if (!info.trainable) continue;
-      numel = 1;
-      for (int d = 0; d < info.ndim; d++) numel *= (size_t)info.shape[d];
-      v = p + info.offset;
-      an = g + info.offset;
-      name = info.name;
-    } else {
-      v = x;
-      an = dx;
-      numel = GC_B * 72;
-      name = "input";
-    }
-    size_t picks[4] = {0, numel / 3, 2 * numel / 3, numel - 1};
-    for (int k = 0; k < 4; k++) {
-      size_t i = picks[k];
-      float keep = v[i], lp, lm;
-      v[i] = keep + eps;
-      ASSERT_OK(gc_loss(m, x, &lp, NULL));
-      v[i] = keep - eps;
-      ASSERT_OK(gc_loss(m, x, &lm, NULL));
-      v[i] = keep;
-      double fd = ((double)lp - (double)lm) / (2.0 * eps);
-      double a = an[i];
-      if (fabs(fd - a) > 5e-4 + 1e-2 * fabs(a)) FAIL_("%s[%zu]: finite difference %.6g, backward %.6g", name, i, fd, a);
-      num += (fd - a) * (fd - a);
-      den += a * a;
-      checked++;
-    }
-  }
-  ASSERT_EQ(checked, 4 * (10 + 1)); /* 10 parameter tensors and the input */
-  ASSERT(den > 1e-4);               /* the gradients are not trivially zero */
-  if (sqrt(num / den) > 5e-3) FAIL_("relative L2 error %.3g over %d entries", sqrt(num / den), checked);
+  grad_check gc = {.eps = 1e-3f, .per = 4};
+  ASSERT_OK(grad_check_run(m, x, GC_B * 72, dlogits, gc_loss, &gc));
+  if (gc.msg[0]) FAIL_("%s", gc.msg);
+  ASSERT_EQ(gc.checked, 4 * (10 + 1)); /* 10 parameter tensors and the input */
+  ASSERT(gc.den > 1e-4);               /* the gradients are not trivially zero */
+  if (gc.rel_l2 > 5e-3) FAIL_("relative L2 error %.3g over %d entries", gc.rel_l2, gc.checked);
   dt_model_free(m);
 }
 

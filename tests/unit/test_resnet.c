@@ -7,6 +7,7 @@
 #include "core/impl.h"
 #include "dtrain/loss.h"
 #include "harness.h"
+#include "model_grad_check.h"
 #include "nn/layer.h"
 
 static void fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi) {
@@ -244,58 +245,14 @@ static dt_status fd_loss(dt_model *m, const float *x, float *loss, float *dlogit
 TEST(projection_residual_and_pools_match_finite_differences) {
   dt_model *m = NULL;
   ASSERT_OK(fd_model(&m));
-  float x[FD_B * FD_IN], dlogits[FD_B * FD_CLASSES], loss0;
+  float x[FD_B * FD_IN], dlogits[FD_B * FD_CLASSES];
   fill_uniform(x, FD_B * FD_IN, 17, -1, 1);
-  dt_model_ctx_want_input_grad(dt_model_default_ctx(m), 1);
-  ASSERT_OK(fd_loss(m, x, &loss0, dlogits));
-  dt_model_zero_grad(m);
-  ASSERT_OK(dt_model_backward(m, dlogits));
-  float *p = dt_model_params(m, NULL);
-  const float *g = dt_model_grads(m, NULL);
-  float dx[FD_B * FD_IN];
-  memcpy(dx, dt_model_ctx_input_grad(dt_model_default_ctx(m)), sizeof dx);
-  const float eps = 5e-4f;
-  double num = 0, den = 0, skip_den = 0;
-  int checked = 0;
-  for (int ti = 0; ti <= dt_model_num_tensors(m); ti++) {
-    float *v;
-    const float *an;
-    size_t numel;
-    const char *name;
-    if (ti < dt_model_num_tensors(m)) {
-      dt_tensor_info info;
-      ASSERT_OK(dt_model_tensor_info(m, ti, &info));
-      if (!info.trainable) continue;
-      numel = 1;
-      for (int d = 0; d < info.ndim; d++) numel *= (size_t)info.shape[d];
-      v = p + info.offset;
-      an = g + info.offset;
-      name = info.name;
-    } else {
-      v = x;
-      an = dx;
-      numel = FD_B * FD_IN;
-      name = "input";
-    }
-    for (int k = 0; k < 8; k++) {
-      size_t i = (numel - 1) * (size_t)k / 7;
-      float keep = v[i], lp, lm;
-      v[i] = keep + eps;
-      ASSERT_OK(fd_loss(m, x, &lp, NULL));
-      v[i] = keep - eps;
-      ASSERT_OK(fd_loss(m, x, &lm, NULL));
-      v[i] = keep;
-      double fd = ((double)lp - (double)lm) / (2.0 * eps), a = an[i];
-      if (fabs(fd - a) > 5e-4 + 1e-2 * fabs(a)) FAIL_("%s[%zu]: finite difference %.6g, backward %.6g", name, i, fd, a);
-      num += (fd - a) * (fd - a);
-      den += a * a;
-      if (strstr(name, "downsample.0")) skip_den += a * a;
-      checked++;
-    }
-  }
-  ASSERT_EQ(checked, 8 * (13 + 1)); /* conv1 w+b, 3 convs, 3 BN w+b, fc w+b; and the input */
-  ASSERT(den > 1e-4 && skip_den > 1e-8); /* the skip path's conv does get a gradient */
-  if (sqrt(num / den) > 5e-3) FAIL_("relative L2 error %.3g over %d entries", sqrt(num / den), checked);
+  grad_check gc = {.eps = 5e-4f, .per = 8, .watch = "downsample.0"};
+  ASSERT_OK(grad_check_run(m, x, FD_B * FD_IN, dlogits, fd_loss, &gc));
+  if (gc.msg[0]) FAIL_("%s", gc.msg);
+  ASSERT_EQ(gc.checked, 8 * (13 + 1)); /* conv1 w+b, 3 convs, 3 BN w+b, fc w+b; and the input */
+  ASSERT(gc.den > 1e-4 && gc.watch_den > 1e-8); /* the skip path's conv does get a gradient */
+  if (gc.rel_l2 > 5e-3) FAIL_("relative L2 error %.3g over %d entries", gc.rel_l2, gc.checked);
   dt_model_free(m);
 }
 
