@@ -126,8 +126,8 @@ dt_status dt_dataset_scan(const dt_dataset *ds, dt_scan_fn fn, void *user) {
   for (int64_t lo = 0; lo < ds->n && st == DT_OK; lo += SCAN_CHUNK) {
     const int n = ds->n - lo < SCAN_CHUNK ? (int)(ds->n - lo) : SCAN_CHUNK;
     for (int i = 0; i < n; i++) idx[i] = lo + i;
-    dt_dataset_fetch(ds, idx, n, bufs);
-    st = fn(user, bufs, n);
+    st = dt_dataset_fetch_epoch(ds, 0, idx, n, bufs);
+    if (st == DT_OK) st = fn(user, bufs, n);
   }
   for (int f = 0; f < in->n_fields; f++) dt_free(bufs[f]);
   dt_free(idx);
@@ -148,6 +148,7 @@ static dt_status add_targets(void *user, void *const *fields, int n) {
 }
 
 dt_status dt_dataset_target_mean(const dt_dataset *ds, double *mean) {
+  if (ds->info.target < 0) return dt_error(DT_INVALID_ARGUMENT, "%s data has no target field", ds->info.name);
   const dt_field *f = &ds->info.field[ds->info.target];
   if (f->dtype != DT_F32) return dt_error(DT_INVALID_ARGUMENT, "dt_dataset_target_mean: the target is not f32");
   target_sum t = {.field = ds->info.target, .per = dt_field_numel(f)};

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "dist/dist-impl.h"
 
@@ -15,21 +16,40 @@
  * thing (run, group); anyone can compute it. */
 static const char open_key[] = "dtrain-no-secret";
 
+/* A MAC that cannot be computed (a message that does not fit, HMAC refused by the crypto library) must fail
+ * closed: random bytes, which no peer's proof equals, so the connection is refused, never admitted. */
+static void fail_closed(uint8_t out[DT_AUTH_MAC], const char *why) {
+  static int said;
+  if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+    DT_LOG_WARN("auth", "cannot compute a handshake MAC (%s): every connection will be refused", why);
+  if (getrandom(out, DT_AUTH_MAC, 0) != DT_AUTH_MAC)
+    for (int i = 0; i < DT_AUTH_MAC; i++) out[i] = (uint8_t)(0xA5 ^ i); /* still no peer's MAC of a nonce */
+}
+
 void dt_auth_mac(const char *secret, const char *label, const dt_auth_part *parts, int n, uint8_t out[DT_AUTH_MAC]) {
   uint8_t msg[2048];
   size_t len = strlen(label);
+  if (len + 1 > sizeof msg) {
+    fail_closed(out, "label too long");
+    return;
+  }
   memcpy(msg, label, len);
   msg[len++] = 0;
   for (int i = 0; i < n; i++) {
-    size_t pn = parts[i].len;
-    if (len + 4 + pn > sizeof msg) pn = sizeof msg - len - 4; /* callers pass far less; never overflow */
+    const size_t pn = parts[i].len;
+    if (pn > sizeof msg - len || sizeof msg - len - pn < 4) {
+      OPENSSL_cleanse(msg, sizeof msg);
+      fail_closed(out, "message too long");
+      return;
+    }
     for (int b = 0; b < 4; b++) msg[len++] = (uint8_t)(pn >> (8 * b));
     memcpy(msg + len, parts[i].p, pn);
     len += pn;
   }
   const char *key = secret && *secret ? secret : open_key;
   unsigned int outlen = DT_AUTH_MAC;
-  if (!HMAC(EVP_sha256(), key, (int)strlen(key), msg, len, out, &outlen)) memset(out, 0, DT_AUTH_MAC);
+  if (!HMAC(EVP_sha256(), key, (int)strlen(key), msg, len, out, &outlen) || outlen != DT_AUTH_MAC)
+    fail_closed(out, "HMAC-SHA-256 refused by libcrypto");
   OPENSSL_cleanse(msg, sizeof msg);
 }
 

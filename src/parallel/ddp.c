@@ -357,11 +357,11 @@ static void launch(dt_ddp *d, int i) {
 static void trace_bucket(const dt_ddp *d, int i) {
   const ddp_bucket *b = &d->buckets[i];
   if (!(b->trace_t0 > 0)) return;
-  char name[32], args[160];
-  const size_t elem = d->cfg.comm_hook == DT_COMM_HOOK_NONE ? 4 : 2;
+  char name[32], args[192];
   snprintf(name, sizeof name, "bucket %d", i);
-  snprintf(args, sizeof args, "\"bytes\":%zu,\"count\":%zu,\"tensors\":%d,\"seq\":%llu", b->count * elem, b->count,
-           b->n, b->work ? (unsigned long long)dt_work_seq(b->work) : 0ull);
+  snprintf(args, sizeof args, "\"bytes\":%.0f,\"count\":%zu,\"tensors\":%d,\"seq\":%llu%s", b->bytes, b->count,
+           b->n, b->work ? (unsigned long long)dt_work_seq(b->work) : 0ull,
+           b->rows ? (b->rows->sparse ? ",\"exchange\":\"rows\"" : ",\"exchange\":\"dense\"") : "");
   dt_trace_async("ddp", name, b->trace_t0, dt_trace_now_us(), args);
 }
 

@@ -45,8 +45,8 @@ dt_status dt_run_cold_start(dt_run *r) {
   if (st == DT_OK && (cold[0] || cold[1]))
     fprintf(r->cfg->progress,
             "cold start: %lld users and %lld items of the validation data have no training sample; their embeddings "
-            "keep their initial N(0, 0.01) values, so they are predicted from the biases (mf) or near-zero "
-            "embeddings (ncf)\n",
+            "get no gradient from the loss (they stay near their N(0, 0.01) start), so they are predicted from the "
+            "biases (mf) or near-zero embeddings (ncf)\n",
             (long long)cold[0], (long long)cold[1]);
   for (int c = 0; c < 2; c++) {
     dt_free(seen[c]);

@@ -1,5 +1,6 @@
 /* dt_eval_run: saved weights evaluated on a data source, with what the file's metadata records as defaults. */
 #include <inttypes.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@ typedef struct eval_plan {
   dt_holdout holdout;        /* "split": leave-last-out, else the source's default */
   double val_fraction;       /* "val_fraction": the random split's held-out part (0: not recorded) */
   uint64_t seed;             /* "seed": the random split's permutation, leave-last-out's sampled negatives */
+  int has_seed;              /* the file records it (a split is rebuilt only then) */
 } eval_plan;
 
 /* "32,16" -> widths; 0 on success. */
@@ -151,9 +153,12 @@ static dt_status plan_split(const char *path, const dt_safetensors *f, eval_plan
   p->holdout = sp && *sp ? DT_HOLDOUT_LAST : DT_HOLDOUT_DEFAULT;
   if (vf && *vf && (!((p->val_fraction = strtod(vf, &end)) > 0) || p->val_fraction >= 1 || *end))
     return dt_error(DT_CORRUPT, "%s: metadata val_fraction=\"%.40s\" is not a fraction in (0, 1)", path, vf);
-  if (seed && *seed) {
+  p->has_seed = seed && *seed;
+  if (p->has_seed) {
+    errno = 0;
     p->seed = strtoull(seed, &end, 10);
-    if (*end || *seed == '-') return dt_error(DT_CORRUPT, "%s: metadata seed=\"%.40s\" is not a seed", path, seed);
+    if (*end || *seed == '-' || errno == ERANGE)
+      return dt_error(DT_CORRUPT, "%s: metadata seed=\"%.40s\" is not a seed", path, seed);
   }
   return DT_OK;
 }
@@ -228,6 +233,9 @@ static dt_status open_data(const dt_eval_config *cfg, const eval_plan *p, eval_s
   const int opened_train = cfg->split == DT_SPLIT_TRAIN || no_test[0];
   if (!opened_train || info->has_test || p->holdout != DT_HOLDOUT_DEFAULT || !(fraction > 0))
     return no_test[0] ? dt_error(DT_NOT_FOUND, "%s", no_test) : DT_OK;
+  if (!p->has_seed)
+    return dt_error(DT_CORRUPT, "%s has no \"seed\" metadata, so training's held-out part of %s cannot be rebuilt",
+                    cfg->weights, p->data);
   DT_CHECK(dt_dataset_split(s->source, fraction, p->seed, &s->part_train, &s->part_val));
   s->ds = cfg->split == DT_SPLIT_TEST ? s->part_val : s->part_train;
   DT_LOG_INFO("eval", "%s: training's random split (%g held out by seed %" PRIu64 "): the %s part, %lld samples",

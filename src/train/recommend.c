@@ -1,4 +1,5 @@
 /* dt_recommend: the top K unrated items for one user of a recommender (mf, ncf) trained on ratings. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,10 +177,11 @@ static dt_status mark_rated(const dt_recommend_config *cfg, rec_state *s, dt_rec
   return DT_OK;
 }
 
-/* Higher score first, then the lower original id. */
+/* Higher score first (NaN last), then the lower original id. */
 static int by_score(const void *a, const void *b) {
   const candidate *x = a, *y = b;
-  if (x->score != y->score) return x->score > y->score ? -1 : 1;
+  if (isnan(x->score) != isnan(y->score)) return isnan(x->score) ? 1 : -1;
+  if (x->score != y->score && !isnan(x->score)) return x->score > y->score ? -1 : 1;
   return x->id < y->id ? -1 : x->id > y->id;
 }
 
