@@ -7,6 +7,8 @@
 #include "dtrain/data.h"
 #include "dtrain/trace.h"
 
+#define LOADER_STACK_BYTES ((size_t)4 << 20) /* each loader thread's stack */
+
 /* Loader threading. The caller's thread owns the order and the epoch; the
  * worker only reads `order` while an epoch is active and it is busy, and the
  * caller rewrites `order` only after waiting for the worker to go idle with
@@ -239,14 +241,21 @@ dt_status dt_loader_new(const dt_dataset *ds, const dt_loader_config *cfg, dt_lo
     goto fail;
   }
   sync_made = 1;
+  /* A known stack, not the platform's default (musl's is 128 KiB): the image transforms keep their
+   * resize tables (about 330 KiB) on it. */
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, LOADER_STACK_BYTES);
   for (int t = 0; t < workers; t++) {
-    int err = pthread_create(&l->threads[t], NULL, worker, l);
+    int err = pthread_create(&l->threads[t], &attr, worker, l);
     if (err != 0) {
       st = dt_error(DT_OUT_OF_MEMORY, "loader: cannot start prefetch thread %d of %d: %s", t + 1, workers, strerror(err));
+      pthread_attr_destroy(&attr);
       goto fail;
     }
     l->n_threads++;
   }
+  pthread_attr_destroy(&attr);
   *out = l;
   return DT_OK;
 fail:

@@ -917,6 +917,8 @@ static int pending_step(tcp_backend *b, const dt_backend_ctx *ctx, pending_conn 
 static void peer_ip(const struct sockaddr_storage *ss, char *buf, size_t len) {
   snprintf(buf, len, "?");
   if (ss->ss_family == AF_INET) inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, buf, (socklen_t)len);
+  else if (ss->ss_family == AF_INET6)
+    inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ss)->sin6_addr, buf, (socklen_t)len);
 }
 
 /* Accepts the lower ranks. Handshakes proceed side by side, so a stranger

@@ -118,9 +118,26 @@ static void run_forward(dp_worker *wk) {
   memcpy(d->out + (size_t)wk->lo * d->classes, logits, (size_t)wk->n * (size_t)d->classes * sizeof(float));
 }
 
-/* arena[i] += g_0[i] + g_1[i] + ... (workers with a slice, in worker order) for this worker's share of the
- * arena. Each element is summed in the same order whoever sums it, so the result depends on the worker
- * count only. The sum is built in the first contributing worker's buffer, block by block in cache. */
+/* acc[i] += the other contributing workers' g[i] in worker order, then arena[i] += acc[i], for i in [b, e). */
+static void reduce_span(struct dt_dp *d, int first, float *acc, size_t b, size_t e) {
+  for (int w = first + 1; w < d->workers; w++) {
+    if (d->w[w].n == 0) continue;
+    const float *g = dt_model_ctx_grads(d->w[w].ctx);
+    for (size_t i = b; i < e; i++) acc[i] += g[i];
+  }
+  for (size_t i = b; i < e; i++) d->grads[i] += acc[i];
+}
+
+/* The dense part [b, e) in blocks that stay in cache. */
+static void reduce_dense(struct dt_dp *d, int first, float *acc, size_t b, size_t e) {
+  for (; b < e; b += DP_REDUCE_BLOCK) reduce_span(d, first, acc, b, b + DP_REDUCE_BLOCK < e ? b + DP_REDUCE_BLOCK : e);
+}
+
+/* arena[i] += g_0[i] + g_1[i] + ... (workers with a slice, in worker order) for this worker's share
+ * [lo, hi) of the arena. Each element is summed in the same order whoever sums it, so the result depends on
+ * the worker count only. The sum is built in the first contributing worker's buffer. A row table is summed
+ * only at the rows some worker touched (the model context's marks, merged before): every worker's gradient
+ * is zero elsewhere, and an embedding table can be far larger than the rows a step reads. */
 static void run_reduce(dp_worker *wk) {
   struct dt_dp *d = wk->d;
   const size_t per = ((d->n_params + (size_t)d->workers - 1) / (size_t)d->workers + 15) & ~(size_t)15;
@@ -134,15 +151,23 @@ static void run_reduce(dp_worker *wk) {
     }
   if (first < 0 || lo >= hi) return;
   float *acc = dt_model_ctx_grads(d->w[first].ctx);
-  for (size_t b = lo; b < hi; b += DP_REDUCE_BLOCK) {
-    const size_t e = b + DP_REDUCE_BLOCK < hi ? b + DP_REDUCE_BLOCK : hi;
-    for (int w = first + 1; w < d->workers; w++) {
-      if (d->w[w].n == 0) continue;
-      const float *g = dt_model_ctx_grads(d->w[w].ctx);
-      for (size_t i = b; i < e; i++) acc[i] += g[i];
+  const dt_model_ctx *mc = dt_model_default_ctx(d->m);
+  size_t at = lo;
+  for (int k = 0; k < dt_model_num_row_tables(d->m) && at < hi; k++) {
+    dt_rows t;
+    dt_model_ctx_rows(d->m, mc, k, &t);
+    const size_t t_lo = t.off, t_hi = t.off + (size_t)(t.rows * t.width), w = (size_t)t.width;
+    if (t_hi <= at) continue;
+    reduce_dense(d, first, acc, at, t_lo < hi ? (t_lo > at ? t_lo : at) : hi);
+    const size_t s_lo = lo > t_lo ? lo : t_lo, s_hi = hi < t_hi ? hi : t_hi;
+    for (int64_t i = 0; i < t.n; i++) {
+      const size_t r0 = t.off + (size_t)t.list[i] * w, r1 = r0 + w;
+      const size_t b = r0 > s_lo ? r0 : s_lo, e = r1 < s_hi ? r1 : s_hi;
+      if (b < e) reduce_span(d, first, acc, b, e);
     }
-    for (size_t i = b; i < e; i++) d->grads[i] += acc[i];
+    at = t_hi;
   }
+  if (at < hi) reduce_dense(d, first, acc, at, hi);
 }
 
 /* The row-table rows the workers touched are now non-zero in the model's arena too: its zero_grad and a
@@ -351,10 +376,12 @@ dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const void *x, const v
   set_blas_for_workers(d, 1);
   dispatch(d, DP_JOB_TRAIN);
   dt_status st = first_error(d, "dt_dp_train_step");
-  if (st == DT_OK) dispatch(d, DP_JOB_REDUCE); /* the model's gradients change only when every slice ran */
+  if (st == DT_OK) {
+    touch_rows(d); /* the union of touched rows, which the reduce sums */
+    dispatch(d, DP_JOB_REDUCE); /* the model's gradients change only when every slice ran */
+  }
   set_blas_for_workers(d, 0);
   if (st != DT_OK) return st;
-  touch_rows(d);
   double loss_sum = 0.0; /* sum of slice mean * slice size: the whole batch's mean times batch */
   for (int w = 0; w < d->workers; w++) {
     if (d->w[w].n == 0) continue;
