@@ -20,7 +20,10 @@ typedef struct dt_model_ctx dt_model_ctx;
 
 /* A context for batches up to max_batch over the built model m; the caller
  * owns *out. update_buffers: whether training forwards update the model's BN
- * running statistics (one replica should). */
+ * running statistics (one replica should). Convolution workspaces hold a block
+ * per thread of the budget (dt_set_threads) when the context is made; a larger
+ * budget set afterwards leaves convolutions at the smallest count any context
+ * was sized for (slower, not wrong). */
 dt_status dt_model_ctx_new(dt_model *m, int max_batch, int update_buffers, dt_model_ctx **out);
 void dt_model_ctx_free(dt_model_ctx *c); /* accepts NULL */
 /* The model's own context (owned by the model); NULL before dt_model_build. */
