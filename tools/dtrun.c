@@ -1132,6 +1132,7 @@ static int setup_store(agent *a) {
               port ? "; is another job using that port? pick another --master-port" : "");
       return EXIT_FAIL;
     }
+    dt_store_server_set_background(a->server); /* beside the workers: strangers must not take their cores */
     a->store_port = dt_store_server_port(a->server);
   } else {
     a->store_port = o->master_port;

@@ -64,6 +64,10 @@ typedef struct dt_store_server dt_store_server;
  * in). DT_IO naming the address if the port is in use. */
 dt_status dt_store_server_start(const char *host, int port, const char *run_id, const char *secret,
                                 dt_store_server **out);
+/* For a store served beside the training processes (the dtrun agent): its
+ * thread runs at a lower CPU priority (nice 10), so a flood of strangers does
+ * not take the ranks' cores. Not for a store inside a rank. */
+void dt_store_server_set_background(dt_store_server *s);
 int dt_store_server_port(const dt_store_server *s);
 void dt_store_server_stop(dt_store_server *s);
 

@@ -153,6 +153,7 @@ struct dt_store_server {
   size_t bytes; /* keys + values held */
   struct pollfd *pfd; /* poll set of the server thread */
   size_t pfd_cap;     /* bytes */
+  int background;     /* dt_store_server_set_background: the thread lowers its priority at its next tick */
 };
 
 static uint64_t hash_key(const uint8_t *k, size_t n) {
@@ -782,16 +783,23 @@ static void accept_all(dt_store_server *s) {
   }
 }
 
-/* The store answers a job's few requests per round, not per step; a flood of strangers must not take the
- * training ranks' cores, so its thread runs at a lower priority (best effort: a failure changes nothing). */
+/* A store served beside the training processes (the dtrun agent) answers a job's few requests per round, not
+ * per step; a flood of strangers must not take the ranks' cores, so its thread then runs at a lower priority
+ * (best effort: a failure changes nothing). A store inside a rank keeps the rank's priority. */
 #define STORE_NICE 10
+
+void dt_store_server_set_background(dt_store_server *s) {
+  if (s) __atomic_store_n(&s->background, 1, __ATOMIC_RELAXED);
+}
 
 static void *server_main(void *arg) {
   dt_store_server *s = arg;
-  (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), STORE_NICE);
+  int lowered = 0;
   struct pollfd *pfd = s->pfd;
   size_t pfd_cap = s->pfd_cap;
   for (;;) {
+    if (!lowered && __atomic_load_n(&s->background, __ATOMIC_RELAXED))
+      lowered = 1, (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), STORE_NICE);
     size_t need = (size_t)s->nconns + 2;
     if (need * sizeof *pfd > pfd_cap) {
       uint8_t *nb = (uint8_t *)pfd;
