@@ -583,6 +583,59 @@ TEST(bad_config) {
   dt_task_free(t);
 }
 
+/* HR@10 and NDCG@10 of hand-made queries: ties count against the positive, ranks split the queries. */
+TEST(ranking_hand_computed) {
+  enum { PER = 101 };
+  const dt_task_config c = {.kind = DT_TASK_REGRESSION, .outputs = 1, .ranking_k = 10};
+  dt_task *t = NULL;
+  ASSERT_OK(dt_task_new(&c, &t));
+  const dt_metric_set *ms = dt_task_metrics(t);
+  ASSERT_EQ(ms->n_eval, 4);
+  ASSERT_STR_EQ(ms->eval[2].name, "hr10");
+  ASSERT_STR_EQ(ms->eval[3].name, "ndcg10");
+  static float q[4][PER];
+  for (int k = 0; k < 4; k++)
+    for (int j = 1; j < PER; j++) q[k][j] = (float)(j % 7) * 0.1f; /* negatives in [0, 0.6] */
+  q[0][0] = 1.0f;                                      /* above every negative: rank 0 */
+  q[1][0] = q[1][6];                                   /* ties the 14 negatives at 0.6: rank 14, a miss */
+  q[2][0] = 0.6f;
+  for (int j = 1; j < PER; j++) q[2][j] = j <= 3 ? 0.6f : 0.0f; /* ties 3: rank 3 */
+  q[3][0] = NAN;                                       /* a NaN positive counts as the worst */
+  dt_metric_acc *whole = NULL, *a = NULL, *b = NULL;
+  ASSERT_OK(dt_metric_acc_new(t, 1, &whole));
+  ASSERT_OK(dt_metric_acc_new(t, 1, &a));
+  ASSERT_OK(dt_metric_acc_new(t, 1, &b));
+  const float out = 3.0f, y = 3.5f;
+  ASSERT_OK(dt_metric_acc_add(whole, &out, &y, 1, 0.25));
+  ASSERT_OK(dt_metric_acc_add_ranking(whole, &q[0][0], 4, PER));
+  double v[DT_MAX_METRICS];
+  dt_metric_acc_values(whole, 0, v);
+  ASSERT_NEAR(v[2], 2.0 / 4.0, 1e-12);                      /* hits: queries 0 and 2 */
+  ASSERT_NEAR(v[3], (1.0 + 1.0 / log2(5.0)) / 4.0, 1e-12); /* 1/log2(rank + 2) */
+  /* two "ranks" with two queries each, their states summed, give the same figures */
+  ASSERT_OK(dt_metric_acc_add(a, &out, &y, 1, 0.25));
+  ASSERT_OK(dt_metric_acc_add_ranking(a, &q[0][0], 2, PER));
+  ASSERT_OK(dt_metric_acc_add_ranking(b, &q[2][0], 2, PER));
+  size_t na, nb;
+  double *sa = dt_metric_acc_sums(a, &na);
+  const double *sb = dt_metric_acc_sums(b, &nb);
+  ASSERT_EQ(na, nb);
+  for (size_t i = 0; i < na; i++) sa[i] += sb[i];
+  double w[DT_MAX_METRICS];
+  dt_metric_acc_values(a, 0, w);
+  ASSERT(w[2] == v[2] && w[3] == v[3]);
+  /* refused: fewer than 2 candidates, a training accumulator, a task without ranking */
+  ASSERT(dt_metric_acc_add_ranking(whole, &q[0][0], 1, 1) == DT_INVALID_ARGUMENT);
+  dt_metric_acc *train = NULL;
+  ASSERT_OK(dt_metric_acc_new(t, 0, &train));
+  ASSERT(dt_metric_acc_add_ranking(train, &q[0][0], 1, PER) == DT_INVALID_ARGUMENT);
+  dt_metric_acc_free(train);
+  dt_metric_acc_free(b);
+  dt_metric_acc_free(a);
+  dt_metric_acc_free(whole);
+  dt_task_free(t);
+}
+
 TEST(bad_targets) {
   dt_task *cls = make_task(DT_TASK_CLASSIFICATION, 3, 0.1f, NULL, DT_LOSS_MSE);
   dt_task *ml = make_task(DT_TASK_MULTILABEL, 2, 0.0f, NULL, DT_LOSS_MSE);
@@ -627,4 +680,4 @@ TEST_MAIN(TEST_ENTRY(grad_classification), TEST_ENTRY(grad_multilabel), TEST_ENT
           TEST_ENTRY(bce_hand_computed), TEST_ENTRY(mse_l1_hand_computed), TEST_ENTRY(multilabel_accuracy_and_auc),
           TEST_ENTRY(roc_auc_exact), TEST_ENTRY(acc_two_batches_equal_one), TEST_ENTRY(acc_set_scores_multilabel),
           TEST_ENTRY(acc_classification_detail_json), TEST_ENTRY(metric_sets), TEST_ENTRY(bad_config),
-          TEST_ENTRY(bad_targets))
+          TEST_ENTRY(ranking_hand_computed), TEST_ENTRY(bad_targets))
