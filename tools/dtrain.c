@@ -133,7 +133,7 @@ static const flag_choice strategies[] = {
 /* ---- train ------------------------------------------------------------------- */
 typedef enum train_flag {
   TRAIN_MODEL, TRAIN_HIDDEN, TRAIN_DROPOUT, TRAIN_FACTORS, TRAIN_EMBEDDING_L2, TRAIN_SPARSE_EMBEDDINGS,
-  TRAIN_ZERO_INIT_RESIDUAL, TRAIN_DATA, TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_AUGMENT, TRAIN_DATA_WORKERS,
+  TRAIN_ZERO_INIT_RESIDUAL, TRAIN_LAYERS, TRAIN_HIDDEN_SIZE, TRAIN_HEADS, TRAIN_INTERMEDIATE_SIZE, TRAIN_DATA, TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_AUGMENT, TRAIN_DATA_WORKERS,
   TRAIN_CACHE_IMAGES, TRAIN_SKIP_BAD_IMAGES, TRAIN_LIMIT_TRAIN, TRAIN_LIMIT_TEST,
   TRAIN_EPOCHS, TRAIN_BATCH_SIZE,
   TRAIN_OPTIMIZER, TRAIN_LR, TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV, TRAIN_WEIGHT_DECAY, TRAIN_BETAS,
@@ -185,6 +185,14 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
     [TRAIN_ZERO_INIT_RESIDUAL] = {"--zero-init-residual", NULL, FLAG_BOOL, "off: BN weights 1", NULL,
                                   .help = "resnets: start each residual block's last BatchNorm weight at 0, as "
                                   "torchvision's zero_init_residual=True (each block starts as the identity)"},
+    [TRAIN_LAYERS] = {"--layers", "N", FLAG_POS_INT, "the preset's", "4",
+                      .help = "bert models: encoder layers (num_hidden_layers)"},
+    [TRAIN_HIDDEN_SIZE] = {"--hidden-size", "H", FLAG_POS_INT, "the preset's", "256",
+                           .help = "bert models: hidden size (a multiple of --heads)"},
+    [TRAIN_HEADS] = {"--heads", "A", FLAG_POS_INT, "the preset's", "4",
+                     .help = "bert models: attention heads (num_attention_heads)"},
+    [TRAIN_INTERMEDIATE_SIZE] = {"--intermediate-size", "I", FLAG_POS_INT, "4 x the hidden size", "1024",
+                                 .help = "bert models: feed-forward size (intermediate_size)"},
     [TRAIN_DATA] = {"--data", "SOURCE", FLAG_STR, "fashion-mnist", "fashion-mnist",
                     .help = "data source: fashion-mnist or mnist (IDX under DT_DATA_DIR), a directory of IDX files, a "
                             "MovieLens directory (ratings.csv or ratings.dat, with movies.csv/.dat), an image folder "
@@ -375,6 +383,18 @@ static int train_embedding_flags(const flag_args *p, dt_train_config *cfg) {
   return 0;
 }
 
+/* The bert models' sizes: --layers, --hidden-size, --heads, --intermediate-size. */
+static int train_bert_flags(const flag_args *p, dt_train_config *cfg) {
+  static const train_flag ids[] = {TRAIN_LAYERS, TRAIN_HIDDEN_SIZE, TRAIN_HEADS, TRAIN_INTERMEDIATE_SIZE};
+  const int id = first_given(p, ids, COUNT(ids));
+  if (id >= 0 && strncmp(cfg->model, "bert", 4) != 0)
+    return flags_usage_error(p->prog, "use it with --model bert or a bert preset (dtrain models)",
+                             "%s applies only to the bert models, not %s", train_flags[id].name, cfg->model);
+  for (size_t k = 0; k < COUNT(ids); k++)
+    if (p->v[ids[k]].given) cfg->bert_dims[k] = (int)p->v[ids[k]].i;
+  return 0;
+}
+
 /* Model and data: --model, --hidden, --dropout, --data, --normalize, the limits, --epochs, --batch-size. */
 static int train_model_flags(const flag_args *p, dt_train_config *cfg) {
   const flag_value *v = p->v;
@@ -396,6 +416,8 @@ static int train_model_flags(const flag_args *p, dt_train_config *cfg) {
     cfg->zero_init_residual = 1;
   }
   rc = train_embedding_flags(p, cfg);
+  if (rc) return rc;
+  rc = train_bert_flags(p, cfg);
   if (rc) return rc;
   if (v[TRAIN_DATA].given) cfg->data = v[TRAIN_DATA].raw;
   if (v[TRAIN_SPLIT].given) cfg->holdout = (dt_holdout)v[TRAIN_SPLIT].choice;

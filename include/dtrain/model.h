@@ -64,6 +64,23 @@ dt_status dt_model_add_embeddings(dt_model *m, const char *name, int n, const ch
  * on the factor rows. */
 dt_status dt_model_add_mf(dt_model *m, const char *name, int64_t users, int64_t items, int factors, float std,
                           float mean, float l2);
+/* Sequences (L, H) per sample (the text models). Linear applies to the last dimension as torch's does. */
+/* LayerNorm over the last dimension: tensors "weight" (ones) and "bias" (zeros), as torch.nn.LayerNorm. */
+dt_status dt_model_add_layernorm(dt_model *m, const char *name, float eps);
+/* Hugging Face's BertSelfAttention on (L, H): "query", "key", "value" Linear(H, H) (weight and bias each), `heads`
+ * heads, dropout p on the probabilities. The padding mask is row mask_row of the model's i32 input, which has
+ * input_rows rows of L per sample (the bert input: 3 rows, mask row 2); mask_row -1: every key counts. */
+dt_status dt_model_add_self_attention(dt_model *m, const char *name, int heads, float p, int input_rows,
+                                      int mask_row);
+/* The first position of a sequence: (L, H) -> (H) (BertPooler's hidden_states[:, 0]). */
+dt_status dt_model_add_first_token(dt_model *m, const char *name);
+/* BertEmbeddings' sum of word, position and token-type embeddings of the bert input (3, L) -> (L, hidden):
+ * "word_embeddings.weight" (vocab, hidden; a row table whose pad_id row starts and stays zero, as
+ * nn.Embedding(padding_idx)), "position_embeddings.weight" (max_pos, hidden), "token_type_embeddings.weight"
+ * (type_vocab, hidden), all N(0, std^2). */
+dt_status dt_model_add_bert_embeddings(dt_model *m, const char *name, int64_t vocab, int hidden, int64_t max_pos,
+                                       int64_t type_vocab, int pad_id, float std);
+
 /* Layers added between begin and end form a residual branch:
  * out = in + branch(in); the branch must keep the shape. Branches may nest.
  * With dt_model_residual_shortcut between them, the layers after it form a
@@ -150,6 +167,9 @@ typedef struct dt_zoo_config {
   float target_mean;        /* mf: the global bias's starting value (the training ratings' mean) */
   float l2;                 /* mf, ncf: L2 on the looked-up embedding rows (0: none) */
   int zero_init_residual;   /* resnets: each block's last BatchNorm starts with weight 0 (torchvision's flag) */
+  /* bert: encoder layers, hidden size, heads, feed-forward size (0: the preset's); the input (3, L) and the
+   * vocabulary size index_size[0] come from the data */
+  int layers, hidden_size, heads, intermediate_size;
 } dt_zoo_config;
 /* Builds the layers of a registered model (not yet dt_model_build-ed).
  * DT_NOT_FOUND naming the known models for an unknown name; DT_USAGE naming

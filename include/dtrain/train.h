@@ -40,6 +40,7 @@ typedef struct dt_train_config {
   int n_hidden;
   float dropout; /* < 0: the model's default */
   int factors;        /* mf, ncf: embedding width; 0: the model's default */
+  int bert_dims[4];   /* bert: layers, hidden size, heads, feed-forward size; 0: the preset's */
   float embedding_l2; /* mf, ncf: L2 on the looked-up embedding rows, weighted as the loss's mean; 0: off */
   int sparse_embeddings; /* update only the embedding rows a step touched (SparseAdam / sparse SGD) */
   int zero_init_residual; /* resnets: each block's last BN weight starts at 0 (torchvision's zero_init_residual) */

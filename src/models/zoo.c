@@ -42,6 +42,14 @@ static const struct zoo_entry {
      dt_zoo_build_resnet32},
     {"resnet56", "CIFAR ResNet-56 (as resnet20, 9 blocks a stage)", 1u << DT_TASK_CLASSIFICATION, 3, 0,
      dt_zoo_build_resnet56},
+    {"bert",
+     "Hugging Face's BertForSequenceClassification on token ids (text data): BERT-base sizes 12 layers, hidden 768, "
+     "12 heads, changed by --layers, --hidden-size, --heads, --intermediate-size",
+     ALL_TASKS, 2, 1, dt_zoo_build_bert},
+    {"bert-tiny", "bert with 2 layers, hidden 128, 2 heads (Turc et al. 2019)", ALL_TASKS, 2, 1, dt_zoo_build_bert_tiny},
+    {"bert-mini", "bert with 4 layers, hidden 256, 4 heads", ALL_TASKS, 2, 1, dt_zoo_build_bert_mini},
+    {"bert-small", "bert with 4 layers, hidden 512, 8 heads", ALL_TASKS, 2, 1, dt_zoo_build_bert_small},
+    {"bert-medium", "bert with 8 layers, hidden 512, 8 heads", ALL_TASKS, 2, 1, dt_zoo_build_bert_medium},
 };
 #define ZOO_SIZE (sizeof zoo / sizeof zoo[0])
 

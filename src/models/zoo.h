@@ -18,5 +18,10 @@ dt_status dt_zoo_build_resnet50(const dt_zoo_config *cfg, dt_model **out);
 dt_status dt_zoo_build_resnet20(const dt_zoo_config *cfg, dt_model **out);
 dt_status dt_zoo_build_resnet32(const dt_zoo_config *cfg, dt_model **out);
 dt_status dt_zoo_build_resnet56(const dt_zoo_config *cfg, dt_model **out);
+dt_status dt_zoo_build_bert(const dt_zoo_config *cfg, dt_model **out);
+dt_status dt_zoo_build_bert_tiny(const dt_zoo_config *cfg, dt_model **out);
+dt_status dt_zoo_build_bert_mini(const dt_zoo_config *cfg, dt_model **out);
+dt_status dt_zoo_build_bert_small(const dt_zoo_config *cfg, dt_model **out);
+dt_status dt_zoo_build_bert_medium(const dt_zoo_config *cfg, dt_model **out);
 
 #endif

@@ -9,7 +9,7 @@
 #include "dtrain/status.h"
 
 #define DT_LAYER_NAME_MAX 64
-#define DT_LAYER_MAX_TENSORS 5
+#define DT_LAYER_MAX_TENSORS 8
 #define DT_SAMPLE_MAX_DIMS (DT_MAX_DIMS - 1) /* the batch takes one dim */
 
 typedef struct dt_layer dt_layer;
@@ -44,6 +44,7 @@ typedef struct dt_layer_tensor {
   float init_value; /* DT_INIT_NORMAL: the std; DT_INIT_CONST: the value */
   int row_table;    /* a (rows, width) parameter read by row (an embedding): backward marks the rows it touches */
   int rows_id;      /* row tables: the index among the model's row tables (set by build); else -1 */
+  int64_t zero_row; /* >= 0: build leaves this row zero (an embedding's padding_idx); else -1 */
 } dt_layer_tensor;
 
 /* The rows of one row table whose gradient may be non-zero since the last
@@ -72,6 +73,7 @@ typedef struct dt_layer_io {
   void *ws;            /* this layer's workspace in the context (ws_bytes at max_batch) */
   void *partner_ws;    /* residual: the workspace of the partner layer (end -> begin or shortcut, shortcut -> begin) */
   const float *partner_in; /* residual: the partner's input (end: the skip or the branch output; shortcut: the block's input) */
+  const void *model_in; /* the model's input batch (attention reads its padding mask there) */
   int batch;
   int training;        /* mode of the forward (backward sees the forward's mode) */
   uint64_t seed;       /* the build seed */
@@ -154,6 +156,10 @@ extern const dt_layer_ops dt_residual_end_ops;
 extern const dt_layer_ops dt_residual_shortcut_ops;
 extern const dt_layer_ops dt_embeddings_ops;
 extern const dt_layer_ops dt_mf_ops;
+extern const dt_layer_ops dt_layernorm_ops;
+extern const dt_layer_ops dt_self_attention_ops;
+extern const dt_layer_ops dt_bert_embeddings_ops;
+extern const dt_layer_ops dt_first_token_ops;
 
 /* Index-reading layers (embeddings.c): the input is (n,) i32 indices; column
  * col of a batch lies in [0, rows) (DT_INVALID_ARGUMENT naming the sample and

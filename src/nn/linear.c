@@ -1,4 +1,4 @@
-/* Linear layer (torch.nn.Linear): out (B, O) = inp (B, I) @ W^T + b. */
+/* Linear layer (torch.nn.Linear): on the last dimension, out (B, ..., O) = inp (B, ..., I) @ W^T + b. */
 #include "core/impl.h"
 #include "nn/layer.h"
 #include "tensor/kernels.h"
@@ -10,32 +10,41 @@ typedef struct linear_priv {
 static dt_status linear_infer(dt_layer *l) {
   const linear_priv *p = l->priv;
   char s[96];
-  if (l->in_ndim != 1)
-    return dt_error(DT_SHAPE_MISMATCH, "%s: Linear expects a flat input (features,), got %s; add a flatten layer first",
+  /* Images must be flattened first: a Linear over their last axis (width) is legal in torch but never meant. */
+  if (l->in_ndim < 1 || l->in_ndim > 2)
+    return dt_error(DT_SHAPE_MISMATCH,
+                    "%s: Linear expects (features,) or a sequence (tokens, features), got %s; add a flatten layer first",
                     l->name, dt_shape_str(l->in_ndim, l->in_shape, s, sizeof s));
-  int64_t in = l->in_shape[0], out = p->out_features;
-  l->out_ndim = 1;
-  l->out_shape[0] = out;
+  const int last = l->in_ndim - 1;
+  int64_t in = l->in_shape[last], out = p->out_features;
+  l->out_ndim = l->in_ndim;
+  for (int d = 0; d < last; d++) l->out_shape[d] = l->in_shape[d];
+  l->out_shape[last] = out;
   int64_t wshape[2] = {out, in};
   DT_CHECK(dt_layer_declare(l, "weight", DT_PLACE_PARAM, DT_INIT_FAN_IN, (int)in, 2, wshape));
   if (p->bias) DT_CHECK(dt_layer_declare(l, "bias", DT_PLACE_PARAM, DT_INIT_FAN_IN, (int)in, 1, &out));
   return DT_OK;
 }
 
+/* Rows the product runs over: every sample's positions. */
+static int rows_of(const dt_layer *l, const dt_layer_io *io) {
+  return io->batch * (l->in_ndim == 2 ? (int)l->in_shape[0] : 1);
+}
+
 static dt_status linear_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
   const linear_priv *p = l->priv;
-  int I = (int)l->in_shape[0], O = p->out_features;
+  int I = (int)l->in_shape[l->in_ndim - 1], O = p->out_features;
   const float *w = io->params, *b = p->bias ? io->params + (size_t)O * I : NULL;
-  dt_linear_forward(out, in, w, b, io->batch, I, O);
+  dt_linear_forward(out, in, w, b, rows_of(l, io), I, O);
   return DT_OK;
 }
 
 static void linear_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
                             const float *dout, float *dinp) {
   const linear_priv *p = l->priv;
-  int I = (int)l->in_shape[0], O = p->out_features;
+  int I = (int)l->in_shape[l->in_ndim - 1], O = p->out_features;
   float *dw = io->grads, *db = p->bias ? io->grads + (size_t)O * I : NULL;
-  dt_linear_backward(dinp, dw, db, dout, in, io->params, io->batch, I, O);
+  dt_linear_backward(dinp, dw, db, dout, in, io->params, rows_of(l, io), I, O);
 }
 
 const dt_layer_ops dt_linear_ops = {

@@ -143,6 +143,7 @@ dt_status dt_layer_declare(dt_layer *l, const char *suffix, dt_tensor_place plac
   t->init = init;
   t->fan_in = fan_in;
   t->rows_id = -1;
+  t->zero_row = -1;
   t->ndim = ndim;
   for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
   t->numel = numel_of(ndim, shape);
@@ -353,6 +354,8 @@ static void init_params(dt_model *m) {
       float v = t->init == DT_INIT_ONES ? 1.0f : 0.0f;
       for (size_t i = 0; i < t->numel; i++) p[i] = v;
     }
+    if (t->zero_row >= 0 && t->ndim == 2 && t->zero_row < t->shape[0])
+      memset(p + (size_t)t->zero_row * (size_t)t->shape[1], 0, (size_t)t->shape[1] * sizeof(float));
   }
 }
 
@@ -603,6 +606,7 @@ static void fill_io(dt_model *m, dt_model_ctx *c, int i, dt_layer_io *io) {
     io->partner_ws = c->ws[l->partner];
     io->partner_in = c->act[l->partner];
   }
+  io->model_in = c->act[0];
   io->batch = c->batch;
   io->training = c->forward_training;
   io->seed = m->seed;

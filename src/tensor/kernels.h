@@ -121,6 +121,29 @@ void dt_dropout_forward(float *out, uint8_t *mask, const float *inp, size_t n, f
                         uint64_t stream);
 void dt_dropout_backward(float *dinp, const float *dout, const uint8_t *mask, size_t n, float p);
 
+/* ---- layer norm (over the last dimension) -------------------------------- */
+/* out (N, C) = (inp - mean) * rstd * w + b per row; mean, rstd (N) kept for backward. */
+void dt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                          int N, int C, float eps);
+/* dinp (N, C) =;  dw, db (C) += */
+void dt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *mean,
+                           const float *rstd, const float *w, int N, int C);
+
+/* ---- multi-head attention over packed (B, L, H) projections, A heads of H/A ---- */
+/* P (B, A, L, L) = softmax(Q_h K_h^T / sqrt(H/A)) over the keys with mask[b * mask_stride + j] != 0 (mask NULL:
+ * all keys). */
+void dt_attention_probs(float *P, const float *Q, const float *K, const int32_t *mask, size_t mask_stride, int B,
+                        int L, int H, int A);
+/* ctx (B, L, H): head h's columns = P_h (L, L) @ V_h (L, d) */
+void dt_attention_context(float *ctx, const float *P, const float *V, int B, int L, int H, int A);
+/* Floats of the backward's scratch: one (L, L) block per thread, at most `threads` used. */
+size_t dt_attention_scratch_floats(int L, int threads);
+/* dQ, dK, dV (B, L, H) = from dctx; P the softmax, Pd what multiplied V (dropout(P), or P with keep NULL);
+ * keep (B, A, L, L) the dropout mask of probability p. */
+void dt_attention_backward(float *dQ, float *dK, float *dV, float *scratch, int threads, const float *dctx,
+                           const float *Q, const float *K, const float *V, const float *P, const float *Pd,
+                           const uint8_t *keep, float p, int B, int L, int H, int A);
+
 /* ---- softmax family and loss ------------------------------------------- */
 /* rows of (B, C) */
 void dt_softmax_forward(float *out, const float *inp, int B, int C);

@@ -136,6 +136,9 @@ dt_status dt_train_config_check(const dt_train_config *c) {
   if (c->tensorboard && !*c->tensorboard) return dt_error(DT_INVALID_ARGUMENT, "tensorboard: empty directory name");
   if (c->trace && !*c->trace) return dt_error(DT_INVALID_ARGUMENT, "trace: empty file name");
   if (c->log_every < 1) return dt_error(DT_INVALID_ARGUMENT, "log every %d steps must be >= 1", c->log_every);
+  for (int k = 0; k < 4; k++)
+    if (c->bert_dims[k] < 0 || c->bert_dims[k] > 1 << 16)
+      return dt_error(DT_INVALID_ARGUMENT, "bert dimension %d = %d outside 0..65536 (0: the preset's)", k, c->bert_dims[k]);
   if (c->factors < 0) return dt_error(DT_INVALID_ARGUMENT, "factors = %d must be >= 1 (0: the model's default)", c->factors);
   if (bad_float(c->embedding_l2) || c->embedding_l2 < 0)
     return dt_error(DT_INVALID_ARGUMENT, "embedding l2 = %g must be finite and >= 0", (double)c->embedding_l2);
@@ -193,6 +196,8 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
   if (c->embedding_l2 > 0) RAW(",\"embedding_l2\":%g", (double)c->embedding_l2);
   if (c->sparse_embeddings) RAW(",\"sparse_embeddings\":true");
   if (c->zero_init_residual) RAW(",\"zero_init_residual\":true");
+  if (c->bert_dims[0] || c->bert_dims[1] || c->bert_dims[2] || c->bert_dims[3])
+    RAW(",\"bert_dims\":[%d,%d,%d,%d]", c->bert_dims[0], c->bert_dims[1], c->bert_dims[2], c->bert_dims[3]);
   STR("data", c->data);
   if (c->holdout == DT_HOLDOUT_LAST) RAW(",\"split\":\"leave-last-out\"");
   if (c->normalize.enabled)

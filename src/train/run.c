@@ -114,6 +114,11 @@ void dt_run_meta_fill(dt_run_meta *rm, const dt_run *r, const dt_epoch_metrics *
     snprintf(rm->factors, sizeof rm->factors, "%d", c->factors);
     rm->kv[rm->n++] = (dt_kv){"factors", rm->factors};
   }
+  if (c->bert_dims[0] || c->bert_dims[1] || c->bert_dims[2] || c->bert_dims[3]) {
+    snprintf(rm->bert_dims, sizeof rm->bert_dims, "%d,%d,%d,%d", c->bert_dims[0], c->bert_dims[1], c->bert_dims[2],
+             c->bert_dims[3]);
+    rm->kv[rm->n++] = (dt_kv){"bert_dims", rm->bert_dims};
+  }
   if (c->holdout == DT_HOLDOUT_LAST) rm->kv[rm->n++] = (dt_kv){"split", "leave-last-out"};
   /* the image transforms' preset, which eval applies to the test split, and the per-channel
    * Normalize it implied (the preset's, or --normalize's), for whoever loads the weights elsewhere */

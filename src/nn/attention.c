@@ -1,0 +1,140 @@
+/* SelfAttention: Hugging Face's BertSelfAttention. query/key/value Linear(H, H) on each position, A heads of
+ * H/A, softmax(QK^T / sqrt(H/A)) over the keys the padding mask keeps, dropout on the probabilities, times V.
+ * The mask is a row of the model's index input (the bert input (3, L): ids, token types, mask). */
+#include "core/impl.h"
+#include "nn/layer.h"
+#include "tensor/kernels.h"
+
+typedef struct attn_priv {
+  int heads;
+  float p;             /* dropout on the attention probabilities */
+  int input_rows;      /* rows of the model's i32 input per sample */
+  int mask_row;        /* the row holding the attention mask (1 keep, 0 padding); -1: no mask */
+  int scratch_threads; /* backward scratch blocks of every context's workspace (the fewest sized) */
+} attn_priv;
+
+enum { Q_W, Q_B, K_W, K_B, V_W, V_B };
+
+static dt_status attn_infer(dt_layer *l) {
+  const attn_priv *p = l->priv;
+  char s[96];
+  if (l->in_ndim != 2 || l->in_shape[1] % p->heads != 0)
+    return dt_error(DT_SHAPE_MISMATCH, "%s: SelfAttention expects (tokens, features) with features a multiple of %d "
+                    "heads, got %s", l->name, p->heads, dt_shape_str(l->in_ndim, l->in_shape, s, sizeof s));
+  l->out_ndim = 2;
+  l->out_shape[0] = l->in_shape[0];
+  l->out_shape[1] = l->in_shape[1];
+  const int64_t H = l->in_shape[1], w[2] = {H, H};
+  static const char *const names[] = {"query", "key", "value"};
+  char suffix[32];
+  for (int k = 0; k < 3; k++) {
+    snprintf(suffix, sizeof suffix, "%s.weight", names[k]);
+    DT_CHECK(dt_layer_declare(l, suffix, DT_PLACE_PARAM, DT_INIT_FAN_IN, (int)H, 2, w));
+    snprintf(suffix, sizeof suffix, "%s.bias", names[k]);
+    DT_CHECK(dt_layer_declare(l, suffix, DT_PLACE_PARAM, DT_INIT_FAN_IN, (int)H, 1, &H));
+  }
+  return DT_OK;
+}
+
+/* The workspace's parts at batch B: Q K V and their gradients (B, L, H) each, the probabilities P and what
+ * multiplied V, Pd (B, A, L, L) each, the dropout mask (bytes), and the backward's per-thread scratch. */
+typedef struct attn_ws {
+  float *q, *k, *v, *dq, *dk, *dv, *prob, *pd, *scratch;
+  uint8_t *keep;
+} attn_ws;
+
+static size_t seq_floats(const dt_layer *l, int B) { return (size_t)B * l->in_numel; }
+static size_t prob_floats(const dt_layer *l, int B) {
+  const size_t L = (size_t)l->in_shape[0];
+  return (size_t)B * (size_t)((const attn_priv *)l->priv)->heads * L * L;
+}
+
+/* Floats that hold n mask bytes, rounded up to 16 floats (the scratch after it stays 64-byte aligned). */
+static size_t keep_floats(size_t n) { return (n + 63) / 64 * 16; }
+
+static attn_ws ws_parts(const dt_layer *l, void *ws, int B) {
+  attn_ws w;
+  const size_t s = seq_floats(l, B), pr = prob_floats(l, B);
+  float *f = ws;
+  w.q = f, w.k = f + s, w.v = f + 2 * s, w.dq = f + 3 * s, w.dk = f + 4 * s, w.dv = f + 5 * s;
+  w.prob = f + 6 * s;
+  w.pd = w.prob + pr;
+  w.keep = (uint8_t *)(w.pd + pr);
+  w.scratch = w.pd + pr + keep_floats(pr); /* last: its size follows the thread count */
+  return w;
+}
+
+static size_t attn_ws_bytes(const dt_layer *l, int max_batch) {
+  attn_priv *p = l->priv;
+  const int t = dt_get_threads();
+  if (p->scratch_threads == 0 || t < p->scratch_threads) p->scratch_threads = t;
+  const size_t pr = prob_floats(l, max_batch);
+  return (6 * seq_floats(l, max_batch) + 2 * pr + keep_floats(pr) + dt_attention_scratch_floats((int)l->in_shape[0], t)) *
+         sizeof(float);
+}
+
+static int dropping(const dt_layer *l, const dt_layer_io *io) {
+  return io->training && ((const attn_priv *)l->priv)->p > 0.0f;
+}
+
+static const float *tensor(const dt_layer *l, const float *block, int k) { return block + l->t[k].off; }
+
+static dt_status attn_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
+  const attn_priv *p = l->priv;
+  const int B = io->batch, L = (int)l->in_shape[0], H = (int)l->in_shape[1], N = B * L;
+  attn_ws w = ws_parts(l, io->ws, io->batch);
+  dt_linear_forward(w.q, in, tensor(l, io->params, Q_W), tensor(l, io->params, Q_B), N, H, H);
+  dt_linear_forward(w.k, in, tensor(l, io->params, K_W), tensor(l, io->params, K_B), N, H, H);
+  dt_linear_forward(w.v, in, tensor(l, io->params, V_W), tensor(l, io->params, V_B), N, H, H);
+  const int32_t *mask = p->mask_row >= 0 ? (const int32_t *)io->model_in + (size_t)p->mask_row * L : NULL;
+  dt_attention_probs(w.prob, w.q, w.k, mask, (size_t)p->input_rows * L, B, L, H, p->heads);
+  const float *pd = w.prob;
+  if (dropping(l, io)) {
+    dt_dropout_forward(w.pd, w.keep, w.prob, prob_floats(l, B), p->p, io->seed, io->stream);
+    pd = w.pd;
+  }
+  dt_attention_context(out, pd, w.v, B, L, H, p->heads);
+  return DT_OK;
+}
+
+/* One projection's share: dinp (+)= dY W, dW += dY^T in, db += sum dY. */
+static void proj_backward(const dt_layer *l, const dt_layer_io *io, int wk, const float *dy, const float *in,
+                          float *dinp, int accumulate, int N, int H) {
+  if (dinp) dt_sgemm(0, 0, N, H, H, 1.0f, dy, H, tensor(l, io->params, wk), H, accumulate ? 1.0f : 0.0f, dinp, H);
+  dt_linear_backward(NULL, io->grads + l->t[wk].off, io->grads + l->t[wk + 1].off, dy, in, NULL, N, H, H);
+}
+
+static void attn_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
+                          const float *dout, float *dinp) {
+  const attn_priv *p = l->priv;
+  const int B = io->batch, L = (int)l->in_shape[0], H = (int)l->in_shape[1], N = B * L;
+  attn_ws w = ws_parts(l, io->ws, io->batch);
+  const int drop = dropping(l, io);
+  dt_attention_backward(w.dq, w.dk, w.dv, w.scratch, p->scratch_threads, dout, w.q, w.k, w.v, w.prob,
+                        drop ? w.pd : w.prob, drop ? w.keep : NULL, p->p, B, L, H, p->heads);
+  proj_backward(l, io, Q_W, w.dq, in, dinp, 0, N, H);
+  proj_backward(l, io, K_W, w.dk, in, dinp, 1, N, H);
+  proj_backward(l, io, V_W, w.dv, in, dinp, 1, N, H);
+}
+
+const dt_layer_ops dt_self_attention_ops = {.kind = "SelfAttention",
+                                            .infer = attn_infer,
+                                            .ws_bytes = attn_ws_bytes,
+                                            .forward = attn_forward,
+                                            .backward = attn_backward,
+                                            .backward_needs_train_forward = 0};
+
+dt_status dt_model_add_self_attention(dt_model *m, const char *name, int heads, float p, int input_rows,
+                                      int mask_row) {
+  if (heads < 1 || !(p >= 0.0f && p < 1.0f) || mask_row >= input_rows)
+    return dt_error(DT_INVALID_ARGUMENT, "%s: SelfAttention with %d heads, dropout %g, mask row %d of %d: expected "
+                    ">= 1 heads, dropout in [0, 1), a mask row inside the input", name ? name : "?", heads, (double)p,
+                    mask_row, input_rows);
+  attn_priv *a = NULL;
+  DT_CHECK(dt_layer_priv_new(sizeof *a, "SelfAttention", (void **)&a));
+  a->heads = heads;
+  a->p = p;
+  a->input_rows = input_rows;
+  a->mask_row = mask_row;
+  return dt_model_add_layer(m, &dt_self_attention_ops, name, a);
+}

@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Parity of dtrain's bert with a reference BertForSequenceClassification written here in PyTorch as Hugging
+Face's modeling_bert.py computes it (post-LayerNorm encoder, eps 1e-12, GELU (erf), the extended attention mask
+(1 - mask) * finfo.min added to the scores, pooler dense + tanh on [CLS], padding_idx 0), with the same module
+names, so dtrain's weights load with strict=True. On dtrain's initial weights and padded batch (dump_bert):
+training logits and cross-entropy loss, every parameter gradient (f32, rel <= 1e-4 of each tensor's largest
+magnitude), evaluation logits; and the initialisation's distribution (N(0, 0.02) weights and embeddings, zero
+biases, LayerNorm 1/0, a zero padding row). Exit 77 only when torch is missing (make deps installs it).
+"""
+import math
+import sys
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:  # optional dependency
+    print(f"skipped: {e}")
+    sys.exit(77)
+
+import parity_dump  # noqa: E402
+
+H, A, I_FF, LAYERS, VOCAB, CLASSES, MAXPOS = 32, 4, 48, 2, 60, 3, 512
+EPS = 1e-12
+
+
+class Embeddings(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(VOCAB, H, padding_idx=0)
+        self.position_embeddings = nn.Embedding(MAXPOS, H)
+        self.token_type_embeddings = nn.Embedding(2, H)
+        self.LayerNorm = nn.LayerNorm(H, eps=EPS)
+
+    def forward(self, ids, types):
+        pos = torch.arange(ids.shape[1]).unsqueeze(0)
+        e = self.word_embeddings(ids) + self.token_type_embeddings(types) + self.position_embeddings(pos)
+        return self.LayerNorm(e)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.query, self.key, self.value = nn.Linear(H, H), nn.Linear(H, H), nn.Linear(H, H)
+
+    def heads(self, x):
+        return x.view(x.shape[0], x.shape[1], A, H // A).permute(0, 2, 1, 3)
+
+    def forward(self, x, ext_mask):
+        q, k, v = self.heads(self.query(x)), self.heads(self.key(x)), self.heads(self.value(x))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(H // A) + ext_mask
+        ctx = F.softmax(scores, dim=-1) @ v
+        return ctx.permute(0, 2, 1, 3).reshape(x.shape)
+
+
+class DenseNorm(nn.Module):
+    """BertSelfOutput / BertOutput: LayerNorm(dense(x) + residual)."""
+
+    def __init__(self, n_in):
+        super().__init__()
+        self.dense = nn.Linear(n_in, H)
+        self.LayerNorm = nn.LayerNorm(H, eps=EPS)
+
+    def forward(self, x, residual):
+        return self.LayerNorm(self.dense(x) + residual)
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.self = SelfAttention()
+        self.output = DenseNorm(H)
+
+
+class Intermediate(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dense = nn.Linear(H, I_FF)
+
+
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attention = Attention()
+        self.intermediate = Intermediate()
+        self.output = DenseNorm(I_FF)
+
+    def forward(self, x, ext_mask):
+        a = self.attention.output(self.attention.self(x, ext_mask), x)
+        return self.output(F.gelu(self.intermediate.dense(a)), a)
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.ModuleList([Layer() for _ in range(LAYERS)])
+
+
+class Pooler(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dense = nn.Linear(H, H)
+
+
+class Bert(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embeddings, self.encoder, self.pooler = Embeddings(), Encoder(), Pooler()
+
+
+class BertForSequenceClassification(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bert = Bert()
+        self.classifier = nn.Linear(H, CLASSES)
+
+    def forward(self, x):
+        ids, types, mask = x[:, 0].long(), x[:, 1].long(), x[:, 2]
+        ext = (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
+        h = self.bert.embeddings(ids, types)
+        for layer in self.bert.encoder.layer:
+            h = layer(h, ext)
+        pooled = torch.tanh(self.bert.pooler.dense(h[:, 0]))
+        return self.classifier(pooled)
+
+
+failures = []
+
+
+def check(name, got, ref, tol, quiet=False, floor=1e-9):
+    """max |got - ref| <= tol * max |ref|; a tensor whose reference is below floor everywhere (the key bias's
+    gradient, zero in exact arithmetic: softmax ignores a shift of every score of a row) is compared absolutely."""
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    if got.shape != ref.shape:
+        failures.append(f"{name}: shape {got.shape} vs {ref.shape}")
+        print(f"FAIL {name}: shape {got.shape} vs {ref.shape}")
+        return 0.0
+    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+    err = float(np.max(np.abs(got - ref))) if got.size else 0.0
+    rel = err / scale if scale > floor else err
+    tol = tol if scale > floor else floor
+    if rel > tol:
+        failures.append(name)
+    if rel > tol or not quiet:
+        print(f"{'ok  ' if rel <= tol else 'FAIL'} {name:56s} rel err {rel:.3g} (scale {scale:.3g})")
+    return rel
+
+
+def init_distribution(t):
+    for k, v in t.items():
+        if not k.startswith("init/"):
+            continue
+        name = k[5:]
+        if "LayerNorm.weight" in name:
+            ok = np.all(v == 1)
+        elif name.endswith(".bias"):
+            ok = np.all(v == 0)
+        else:
+            w = v[1:] if "word_embeddings" in name else v
+            ok = abs(float(w.std()) / 0.02 - 1) < 6 / math.sqrt(w.size) + 0.02 and abs(float(w.mean())) < 6 * 0.02 / math.sqrt(w.size)
+            if "word_embeddings" in name:
+                ok = ok and np.all(v[0] == 0)
+        if not ok:
+            failures.append(f"init {name}")
+            print(f"FAIL init {name}")
+    print("ok   init: N(0, 0.02) weights and embeddings, padding row 0, biases 0, LayerNorm 1/0" if not failures else "")
+
+
+def main():
+    torch.set_num_threads(2)
+    t = parity_dump.run("dump_bert")
+    if t is None:
+        return 1
+    init_distribution(t)
+    m = BertForSequenceClassification()
+    want = {k[5:]: torch.from_numpy(v) for k, v in t.items() if k.startswith("init/")}
+    if list(want) != list(m.state_dict()):
+        failures.append("state_dict keys or order")
+        print("FAIL keys:", sorted(set(m.state_dict()) ^ set(want))[:6])
+    m.load_state_dict(want, strict=True)
+    x = torch.from_numpy(t["input"])
+    y = torch.from_numpy(t["labels"]).long()
+    logits = m(x)
+    loss = F.cross_entropy(logits, y)
+    loss.backward()
+    # f32 on both sides with other summation orders (OpenBLAS vs torch's GEMMs, per-head GEMMs, LayerNorm in
+    # double here): ~1e-6 per op, through 2 layers and LayerNorm's 1/std, well inside 1e-4 of each tensor's scale.
+    check("train/logits", t["train/logits"], logits.detach().numpy(), 1e-4)
+    check("train/loss", t["train/loss"][0], loss.item(), 1e-5)
+    worst, n = 0.0, 0
+    for k, v in m.named_parameters():
+        worst = max(worst, check("grad/" + k, t["grad/" + k], v.grad.numpy(), 1e-4, quiet=True))
+        n += 1
+    print(f"ok   grad: {n} parameter gradients, worst rel err {worst:.3g}")
+    if np.any(t["grad/bert.embeddings.word_embeddings.weight"][0] != 0):
+        failures.append("the padding row got a gradient")
+    with torch.no_grad():
+        check("eval/logits", t["eval/logits"], m(x).numpy(), 1e-4)
+    if failures:
+        print("FAILED:", ", ".join(failures[:20]))
+        return 1
+    print("bert parity: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
