@@ -1,9 +1,7 @@
 #!/usr/bin/env python3
-"""Parity of dtrain's bert with a reference BertForSequenceClassification written here in PyTorch as Hugging
-Face's modeling_bert.py computes it (post-LayerNorm encoder, eps 1e-12, GELU (erf), the extended attention mask
-(1 - mask) * finfo.min added to the scores, pooler dense + tanh on [CLS], padding_idx 0), with the same module
-names, so dtrain's weights load with strict=True. On dtrain's initial weights and padded batch (dump_bert):
-training logits and cross-entropy loss, every parameter gradient (f32, rel <= 1e-4 of each tensor's largest
+"""Parity of dtrain's bert with the reference BertForSequenceClassification of bert_reference.py (PyTorch, as
+Hugging Face's modeling_bert.py computes it, with its module names, so dtrain's weights load with strict=True). On dtrain's initial weights and padded batch
+(dump_bert): training logits and cross-entropy loss, every parameter gradient (f32, rel <= 1e-4 of each tensor's largest
 magnitude), evaluation logits; and the initialisation's distribution (N(0, 0.02) weights and embeddings, zero
 biases, LayerNorm 1/0, a zero padding row). Exit 77 only when torch is missing (make deps installs it).
 """
@@ -13,117 +11,13 @@ import sys
 try:
     import numpy as np
     import torch
-    import torch.nn as nn
     import torch.nn.functional as F
 except ImportError as e:  # optional dependency
     print(f"skipped: {e}")
     sys.exit(77)
 
+import bert_reference  # noqa: E402
 import parity_dump  # noqa: E402
-
-H, A, I_FF, LAYERS, VOCAB, CLASSES, MAXPOS = 32, 4, 48, 2, 60, 3, 512
-EPS = 1e-12
-
-
-class Embeddings(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.word_embeddings = nn.Embedding(VOCAB, H, padding_idx=0)
-        self.position_embeddings = nn.Embedding(MAXPOS, H)
-        self.token_type_embeddings = nn.Embedding(2, H)
-        self.LayerNorm = nn.LayerNorm(H, eps=EPS)
-
-    def forward(self, ids, types):
-        pos = torch.arange(ids.shape[1]).unsqueeze(0)
-        e = self.word_embeddings(ids) + self.token_type_embeddings(types) + self.position_embeddings(pos)
-        return self.LayerNorm(e)
-
-
-class SelfAttention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.query, self.key, self.value = nn.Linear(H, H), nn.Linear(H, H), nn.Linear(H, H)
-
-    def heads(self, x):
-        return x.view(x.shape[0], x.shape[1], A, H // A).permute(0, 2, 1, 3)
-
-    def forward(self, x, ext_mask):
-        q, k, v = self.heads(self.query(x)), self.heads(self.key(x)), self.heads(self.value(x))
-        scores = q @ k.transpose(-1, -2) / math.sqrt(H // A) + ext_mask
-        ctx = F.softmax(scores, dim=-1) @ v
-        return ctx.permute(0, 2, 1, 3).reshape(x.shape)
-
-
-class DenseNorm(nn.Module):
-    """BertSelfOutput / BertOutput: LayerNorm(dense(x) + residual)."""
-
-    def __init__(self, n_in):
-        super().__init__()
-        self.dense = nn.Linear(n_in, H)
-        self.LayerNorm = nn.LayerNorm(H, eps=EPS)
-
-    def forward(self, x, residual):
-        return self.LayerNorm(self.dense(x) + residual)
-
-
-class Attention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.self = SelfAttention()
-        self.output = DenseNorm(H)
-
-
-class Intermediate(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.dense = nn.Linear(H, I_FF)
-
-
-class Layer(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.attention = Attention()
-        self.intermediate = Intermediate()
-        self.output = DenseNorm(I_FF)
-
-    def forward(self, x, ext_mask):
-        a = self.attention.output(self.attention.self(x, ext_mask), x)
-        return self.output(F.gelu(self.intermediate.dense(a)), a)
-
-
-class Encoder(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layer = nn.ModuleList([Layer() for _ in range(LAYERS)])
-
-
-class Pooler(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.dense = nn.Linear(H, H)
-
-
-class Bert(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embeddings, self.encoder, self.pooler = Embeddings(), Encoder(), Pooler()
-
-
-class BertForSequenceClassification(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.bert = Bert()
-        self.classifier = nn.Linear(H, CLASSES)
-
-    def forward(self, x):
-        ids, types, mask = x[:, 0].long(), x[:, 1].long(), x[:, 2]
-        ext = (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
-        h = self.bert.embeddings(ids, types)
-        for layer in self.bert.encoder.layer:
-            h = layer(h, ext)
-        pooled = torch.tanh(self.bert.pooler.dense(h[:, 0]))
-        return self.classifier(pooled)
-
 
 failures = []
 
@@ -173,7 +67,7 @@ def main():
     if t is None:
         return 1
     init_distribution(t)
-    m = BertForSequenceClassification()
+    m = bert_reference.make(60, 32, 4, 48, 2, 3, dropout=0.0)
     want = {k[5:]: torch.from_numpy(v) for k, v in t.items() if k.startswith("init/")}
     if list(want) != list(m.state_dict()):
         failures.append("state_dict keys or order")
