@@ -65,6 +65,11 @@ dt_status dt_model_add_embeddings(dt_model *m, const char *name, int n, const ch
 dt_status dt_model_add_mf(dt_model *m, const char *name, int64_t users, int64_t items, int factors, float std,
                           float mean, float l2);
 /* Sequences (L, H) per sample (the text models). Linear applies to the last dimension as torch's does. */
+/* Packs sequences (call before adding layers, after dt_model_set_input_dtype(DT_I32)): the input is (rows, L)
+ * per sample and row mask_row its attention mask, 1s for the tokens then 0s for the padding. Every (L, X)
+ * activation then holds only the batch's tokens, back to back, so no layer computes on padding; a model's
+ * outputs and gradients are those of the padded computation with the padding masked out of attention. */
+dt_status dt_model_set_sequence_input(dt_model *m, int rows, int mask_row);
 /* LayerNorm over the last dimension: tensors "weight" (ones) and "bias" (zeros), as torch.nn.LayerNorm. */
 dt_status dt_model_add_layernorm(dt_model *m, const char *name, float eps);
 /* Hugging Face's BertSelfAttention on (L, H): "query", "key", "value" Linear(H, H) (weight and bias each), `heads`

@@ -76,6 +76,7 @@ static dt_status feed_forward_block(dt_model *m, const char *pre, const bert_dim
 
 static dt_status add_layers(dt_model *m, const dt_zoo_config *cfg, const bert_dims *d, float drop) {
   DT_CHECK(dt_model_set_input_dtype(m, DT_I32));
+  DT_CHECK(dt_model_set_sequence_input(m, 3, 2)); /* no layer computes on padding */
   DT_CHECK(dt_model_add_bert_embeddings(m, "bert.embeddings", cfg->index_size[0], d->hidden, MAX_POSITIONS, TYPE_VOCAB,
                                         PAD_ID, INIT_STD));
   DT_CHECK(dt_model_add_layernorm(m, "bert.embeddings.LayerNorm", LN_EPS));

@@ -27,14 +27,14 @@ static dt_status act_infer(dt_layer *l) {
 
 static dt_status act_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
   const act_priv *p = l->priv;
-  dt_act_forward(p->kind, out, in, l->in_numel * (size_t)io->batch);
+  dt_act_forward(p->kind, out, in, dt_layer_in_elems(l, io));
   return DT_OK;
 }
 
 static void act_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
                          const float *dout, float *dinp) {
   const act_priv *p = l->priv;
-  if (dinp) dt_act_backward(p->kind, dinp, dout, in, out, l->in_numel * (size_t)io->batch);
+  if (dinp) dt_act_backward(p->kind, dinp, dout, in, out, dt_layer_in_elems(l, io));
 }
 
 int dt_activation_is_relu(const dt_layer *l) {

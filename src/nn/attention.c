@@ -73,6 +73,21 @@ static size_t attn_ws_bytes(const dt_layer *l, int max_batch) {
          sizeof(float);
 }
 
+/* The batch's geometry: packed sequences, or L rows a sample with the mask row of the model's input. */
+static dt_attention_geom geom_of(const dt_layer *l, const dt_layer_io *io) {
+  const attn_priv *p = l->priv;
+  const int L = (int)l->in_shape[0];
+  dt_attention_geom g = {.B = io->batch, .L = L, .H = (int)l->in_shape[1], .A = p->heads};
+  if (io->seq) {
+    g.off = io->seq->off;
+    g.sq_off = io->seq->sq_off;
+  } else if (p->mask_row >= 0) {
+    g.mask = (const int32_t *)io->model_in + (size_t)p->mask_row * L;
+    g.mask_stride = (size_t)p->input_rows * L;
+  }
+  return g;
+}
+
 static int dropping(const dt_layer *l, const dt_layer_io *io) {
   return io->training && ((const attn_priv *)l->priv)->p > 0.0f;
 }
@@ -81,19 +96,19 @@ static const float *tensor(const dt_layer *l, const float *block, int k) { retur
 
 static dt_status attn_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
   const attn_priv *p = l->priv;
-  const int B = io->batch, L = (int)l->in_shape[0], H = (int)l->in_shape[1], N = B * L;
+  const int H = (int)l->in_shape[1], N = dt_layer_rows(l, io);
+  const dt_attention_geom g = geom_of(l, io);
   attn_ws w = ws_parts(l, io->ws, io->batch);
   dt_linear_forward(w.q, in, tensor(l, io->params, Q_W), tensor(l, io->params, Q_B), N, H, H);
   dt_linear_forward(w.k, in, tensor(l, io->params, K_W), tensor(l, io->params, K_B), N, H, H);
   dt_linear_forward(w.v, in, tensor(l, io->params, V_W), tensor(l, io->params, V_B), N, H, H);
-  const int32_t *mask = p->mask_row >= 0 ? (const int32_t *)io->model_in + (size_t)p->mask_row * L : NULL;
-  dt_attention_probs(w.prob, w.q, w.k, mask, (size_t)p->input_rows * L, B, L, H, p->heads);
+  dt_attention_probs(w.prob, w.q, w.k, &g);
   const float *pd = w.prob;
   if (dropping(l, io)) {
-    dt_dropout_forward(w.pd, w.keep, w.prob, prob_floats(l, B), p->p, io->seed, io->stream);
+    dt_dropout_forward(w.pd, w.keep, w.prob, dt_attention_prob_floats(&g), p->p, io->seed, io->stream);
     pd = w.pd;
   }
-  dt_attention_context(out, pd, w.v, B, L, H, p->heads);
+  dt_attention_context(out, pd, w.v, &g);
   return DT_OK;
 }
 
@@ -107,11 +122,12 @@ static void proj_backward(const dt_layer *l, const dt_layer_io *io, int wk, cons
 static void attn_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
                           const float *dout, float *dinp) {
   const attn_priv *p = l->priv;
-  const int B = io->batch, L = (int)l->in_shape[0], H = (int)l->in_shape[1], N = B * L;
+  const int H = (int)l->in_shape[1], N = dt_layer_rows(l, io);
+  const dt_attention_geom g = geom_of(l, io);
   attn_ws w = ws_parts(l, io->ws, io->batch);
   const int drop = dropping(l, io);
   dt_attention_backward(w.dq, w.dk, w.dv, w.scratch, p->scratch_threads, dout, w.q, w.k, w.v, w.prob,
-                        drop ? w.pd : w.prob, drop ? w.keep : NULL, p->p, B, L, H, p->heads);
+                        drop ? w.pd : w.prob, drop ? w.keep : NULL, p->p, &g);
   proj_backward(l, io, Q_W, w.dq, in, dinp, 0, N, H);
   proj_backward(l, io, K_W, w.dk, in, dinp, 1, N, H);
   proj_backward(l, io, V_W, w.dv, in, dinp, 1, N, H);

@@ -52,6 +52,12 @@ static dt_status check_inputs(const dt_layer *l, const int32_t *x, int B, int L)
   return DT_OK;
 }
 
+/* The output row of position t of sample b; -1 for padding that packed sequences leave out. */
+static int64_t out_row(const dt_layer_io *io, int b, int t, int L) {
+  if (!io->seq) return (int64_t)b * L + t;
+  return t < io->seq->off[b + 1] - io->seq->off[b] ? (int64_t)io->seq->off[b] + t : -1;
+}
+
 static dt_status bert_emb_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
   const bert_emb_priv *p = l->priv;
   const int B = io->batch, L = (int)l->in_shape[1], H = p->hidden;
@@ -62,9 +68,11 @@ static dt_status bert_emb_forward(const dt_layer *l, const dt_layer_io *io, cons
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * L; bt++) {
     const int b = bt / L, t = bt % L;
+    const int64_t r = out_row(io, b, t, L);
+    if (r < 0) continue;
     const int32_t *ids = x + (size_t)b * ROWS * L;
     const float *w = word + (size_t)ids[t] * H, *ps = pos + (size_t)t * H, *ty = type + (size_t)ids[L + t] * H;
-    float *o = out + (size_t)bt * H;
+    float *o = out + (size_t)r * H;
     for (int j = 0; j < H; j++) o[j] = w[j] + ps[j] + ty[j];
   }
   return DT_OK;
@@ -91,8 +99,10 @@ static void bert_emb_backward(const dt_layer *l, const dt_layer_io *io, const fl
     const int j0 = blk * COLS, j1 = j0 + COLS < H ? j0 + COLS : H;
     for (int bt = 0; bt < B * L; bt++) {
       const int b = bt / L, t = bt % L;
+      const int64_t r = out_row(io, b, t, L);
+      if (r < 0) continue;
       const int32_t *ids = x + (size_t)b * ROWS * L;
-      const float *g = dout + (size_t)bt * H;
+      const float *g = dout + (size_t)r * H;
       float *w = ids[t] != p->pad_id ? word + (size_t)ids[t] * H : NULL;
       float *ps = pos + (size_t)t * H, *ty = type + (size_t)ids[L + t] * H;
       for (int j = j0; j < j1; j++) {

@@ -23,7 +23,7 @@ static int active(const dt_layer *l, const dt_layer_io *io) {
 }
 
 static dt_status dropout_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
-  size_t n = l->in_numel * (size_t)io->batch;
+  size_t n = dt_layer_in_elems(l, io);
   if (!active(l, io)) {
     memcpy(out, in, n * sizeof(float));
     return DT_OK;
@@ -34,7 +34,7 @@ static dt_status dropout_forward(const dt_layer *l, const dt_layer_io *io, const
 
 static void dropout_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
                              const float *dout, float *dinp) {
-  size_t n = l->in_numel * (size_t)io->batch;
+  size_t n = dt_layer_in_elems(l, io);
   if (!dinp) return;
   if (!active(l, io)) {
     memcpy(dinp, dout, n * sizeof(float));

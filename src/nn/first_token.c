@@ -14,9 +14,14 @@ static dt_status first_infer(dt_layer *l) {
   return DT_OK;
 }
 
+/* Row of sample b's first position: packed sequences start at off[b]. */
+static size_t first_row(const dt_layer *l, const dt_layer_io *io, int b) {
+  return io->seq ? (size_t)io->seq->off[b] : (size_t)b * (size_t)l->in_shape[0];
+}
+
 static dt_status first_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
   const size_t H = l->out_numel;
-  for (int b = 0; b < io->batch; b++) memcpy(out + b * H, in + b * l->in_numel, H * sizeof(float));
+  for (int b = 0; b < io->batch; b++) memcpy(out + b * H, in + first_row(l, io, b) * H, H * sizeof(float));
   return DT_OK;
 }
 
@@ -24,8 +29,8 @@ static void first_backward(const dt_layer *l, const dt_layer_io *io, const float
                            const float *dout, float *dinp) {
   if (!dinp) return;
   const size_t H = l->out_numel;
-  memset(dinp, 0, (size_t)io->batch * l->in_numel * sizeof(float));
-  for (int b = 0; b < io->batch; b++) memcpy(dinp + b * l->in_numel, dout + b * H, H * sizeof(float));
+  memset(dinp, 0, dt_layer_in_elems(l, io) * sizeof(float));
+  for (int b = 0; b < io->batch; b++) memcpy(dinp + first_row(l, io, b) * H, dout + b * H, H * sizeof(float));
 }
 
 const dt_layer_ops dt_first_token_ops = {

@@ -63,6 +63,15 @@ static inline void dt_row_set_touch(dt_row_set *s, int32_t r) {
   s->list[s->n++] = r;
 }
 
+/* Packed sequences (dt_model_set_sequence_input): sample b's live positions (its attention mask's 1s, which
+ * come first) are rows [off[b], off[b+1]) of every (L, X) activation, one (tokens, X) matrix with no padding. */
+typedef struct dt_seq_layout {
+  int batch, L;
+  int64_t tokens;    /* off[batch] */
+  int32_t *off;      /* (batch + 1) */
+  int64_t *sq_off;   /* (batch + 1): sum over earlier samples of length^2 (the attention blocks' offsets) */
+} dt_seq_layout;
+
 /* Everything a layer's forward/backward may touch for one call. */
 typedef struct dt_layer_io {
   const float *params; /* this layer's block of the parameter arena */
@@ -74,6 +83,7 @@ typedef struct dt_layer_io {
   void *partner_ws;    /* residual: the workspace of the partner layer (end -> begin or shortcut, shortcut -> begin) */
   const float *partner_in; /* residual: the partner's input (end: the skip or the branch output; shortcut: the block's input) */
   const void *model_in; /* the model's input batch (attention reads its padding mask there) */
+  const dt_seq_layout *seq; /* packed sequences: the batch's layout; NULL otherwise */
   int batch;
   int training;        /* mode of the forward (backward sees the forward's mode) */
   uint64_t seed;       /* the build seed */
@@ -114,6 +124,27 @@ struct dt_layer {
   size_t n_params, n_buffers, n_counters; /* elements per arena */
   size_t param_off, buffer_off, counter_off; /* the layer's block in each arena (set by build) */
 };
+
+/* Fills s (off and sq_off: batch + 1 each) from the mask row of the i32 input x (rows x L per sample);
+ * DT_INVALID_ARGUMENT naming the sample when a mask is not 1s then 0s, or has no 1. (seq_layout.c) */
+dt_status dt_seq_layout_fill(dt_seq_layout *s, const int32_t *x, int batch, int rows, int L, int mask_row);
+
+/* Elements of a layer's input or output activation in this call: a per-sample (L, X) activation of packed
+ * sequences holds tokens * X; anything else batch * numel. */
+static inline size_t dt_layer_act_elems(int ndim, const int64_t *shape, size_t numel, const dt_layer_io *io) {
+  if (io->seq && ndim == 2) return (size_t)io->seq->tokens * (size_t)shape[1];
+  return (size_t)io->batch * numel;
+}
+static inline size_t dt_layer_in_elems(const dt_layer *l, const dt_layer_io *io) {
+  return dt_layer_act_elems(l->in_ndim, l->in_shape, l->in_numel, io);
+}
+static inline size_t dt_layer_out_elems(const dt_layer *l, const dt_layer_io *io) {
+  return dt_layer_act_elems(l->out_ndim, l->out_shape, l->out_numel, io);
+}
+/* Rows of a (.., X) activation: its elements / X. */
+static inline int dt_layer_rows(const dt_layer *l, const dt_layer_io *io) {
+  return (int)(dt_layer_in_elems(l, io) / (size_t)l->in_shape[l->in_ndim - 1]);
+}
 
 /* Declares a tensor "<layer name>.<suffix>" of the layer (state_dict order = call order). */
 dt_status dt_layer_declare(dt_layer *l, const char *suffix, dt_tensor_place place, dt_init_kind init, int fan_in,

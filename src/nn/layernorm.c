@@ -8,7 +8,7 @@ typedef struct layernorm_priv {
 } layernorm_priv;
 
 static int features(const dt_layer *l) { return (int)l->in_shape[l->in_ndim - 1]; }
-static int rows(const dt_layer *l, int batch) { return batch * (int)(l->in_numel / (size_t)features(l)); }
+static int rows_at(const dt_layer *l, int batch) { return batch * (int)(l->in_numel / (size_t)features(l)); }
 
 static dt_status layernorm_infer(dt_layer *l) {
   l->out_ndim = l->in_ndim;
@@ -20,11 +20,11 @@ static dt_status layernorm_infer(dt_layer *l) {
 
 /* Workspace: each row's mean and 1/std, for backward. */
 static size_t layernorm_ws_bytes(const dt_layer *l, int max_batch) {
-  return 2 * (size_t)rows(l, max_batch) * sizeof(float);
+  return 2 * (size_t)rows_at(l, max_batch) * sizeof(float);
 }
 
 static dt_status layernorm_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
-  const int C = features(l), N = rows(l, io->batch);
+  const int C = features(l), N = dt_layer_rows(l, io);
   float *mean = io->ws, *rstd = mean + N;
   dt_layernorm_forward(out, mean, rstd, in, io->params, io->params + C, N, C, ((const layernorm_priv *)l->priv)->eps);
   return DT_OK;
@@ -32,7 +32,7 @@ static dt_status layernorm_forward(const dt_layer *l, const dt_layer_io *io, con
 
 static void layernorm_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
                                const float *dout, float *dinp) {
-  const int C = features(l), N = rows(l, io->batch);
+  const int C = features(l), N = dt_layer_rows(l, io);
   const float *mean = io->ws, *rstd = mean + N;
   dt_layernorm_backward(dinp, io->grads, io->grads + C, dout, in, mean, rstd, io->params, N, C);
 }

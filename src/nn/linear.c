@@ -26,16 +26,11 @@ static dt_status linear_infer(dt_layer *l) {
   return DT_OK;
 }
 
-/* Rows the product runs over: every sample's positions. */
-static int rows_of(const dt_layer *l, const dt_layer_io *io) {
-  return io->batch * (l->in_ndim == 2 ? (int)l->in_shape[0] : 1);
-}
-
 static dt_status linear_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
   const linear_priv *p = l->priv;
   int I = (int)l->in_shape[l->in_ndim - 1], O = p->out_features;
   const float *w = io->params, *b = p->bias ? io->params + (size_t)O * I : NULL;
-  dt_linear_forward(out, in, w, b, rows_of(l, io), I, O);
+  dt_linear_forward(out, in, w, b, dt_layer_rows(l, io), I, O);
   return DT_OK;
 }
 
@@ -44,7 +39,7 @@ static void linear_backward(const dt_layer *l, const dt_layer_io *io, const floa
   const linear_priv *p = l->priv;
   int I = (int)l->in_shape[l->in_ndim - 1], O = p->out_features;
   float *dw = io->grads, *db = p->bias ? io->grads + (size_t)O * I : NULL;
-  dt_linear_backward(dinp, dw, db, dout, in, io->params, rows_of(l, io), I, O);
+  dt_linear_backward(dinp, dw, db, dout, in, io->params, dt_layer_rows(l, io), I, O);
 }
 
 const dt_layer_ops dt_linear_ops = {

@@ -36,6 +36,7 @@ struct dt_model {
   int n_open;
 
   int built, max_batch, training;
+  int seq_rows, seq_mask_row; /* packed sequences: rows of the i32 input per sample and its mask row; 0: off */
   uint64_t seed;
   float *params;    /* (n_params): the last layer's block first */
   size_t n_params;
@@ -70,6 +71,8 @@ struct dt_model_ctx {
   float loss_weight; /* > 0: each sample's weight in the loss (else 1/batch) */
   dt_row_set *rows;  /* (n_tables) rows touched since zero_grad */
   void *rows_block;
+  dt_seq_layout seq; /* packed sequences: the last forward's layout (off, sq_off: max_batch + 1 each) */
+  int has_seq;
 };
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -188,6 +191,17 @@ dt_status dt_model_set_input_dtype(dt_model *m, dt_dtype dtype) {
 }
 
 dt_dtype dt_model_input_dtype(const dt_model *m) { return m ? m->in_dtype : DT_F32; }
+
+dt_status dt_model_set_sequence_input(dt_model *m, int rows, int mask_row) {
+  if (!m) return dt_error(DT_INVALID_ARGUMENT, "dt_model_set_sequence_input: NULL model");
+  if (m->built) return dt_error(DT_INVALID_ARGUMENT, "dt_model_set_sequence_input: the model is built already");
+  if (m->in_dtype != DT_I32 || m->sample_ndim != 2 || m->sample_shape[0] != rows || mask_row < 0 || mask_row >= rows)
+    return dt_error(DT_INVALID_ARGUMENT, "dt_model_set_sequence_input: needs i32 samples of (%d, L) with the mask in "
+                    "row %d of them", rows, mask_row);
+  m->seq_rows = rows;
+  m->seq_mask_row = mask_row;
+  return DT_OK;
+}
 
 void dt_model_free(dt_model *m) {
   if (!m) return;
@@ -512,6 +526,12 @@ dt_status dt_model_ctx_new(dt_model *m, int max_batch, int update_buffers, dt_mo
   DT_CHECK_GOTO(dt_alloc_array(m->n_params ? m->n_params : 1, sizeof(float), "gradient arena", (void **)&c->grads),
                 st, fail);
   DT_CHECK_GOTO(rows_new(m, c), st, fail);
+  if (m->seq_rows) {
+    DT_CHECK_GOTO(dt_alloc_array((size_t)max_batch + 1, sizeof(int32_t), "sequence offsets", (void **)&c->seq.off),
+                  st, fail);
+    DT_CHECK_GOTO(dt_alloc_array((size_t)max_batch + 1, sizeof(int64_t), "sequence offsets", (void **)&c->seq.sq_off),
+                  st, fail);
+  }
   *out = c;
   return DT_OK;
 fail:
@@ -521,6 +541,8 @@ fail:
 
 void dt_model_ctx_free(dt_model_ctx *c) {
   if (!c) return;
+  dt_free(c->seq.off);
+  dt_free(c->seq.sq_off);
   dt_free(c->rows_block);
   dt_free(c->rows);
   dt_free(c->grads);
@@ -607,6 +629,7 @@ static void fill_io(dt_model *m, dt_model_ctx *c, int i, dt_layer_io *io) {
     io->partner_in = c->act[l->partner];
   }
   io->model_in = c->act[0];
+  io->seq = c->has_seq ? &c->seq : NULL;
   io->batch = c->batch;
   io->training = c->forward_training;
   io->seed = m->seed;
@@ -646,6 +669,9 @@ dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const void *x, int 
   c->batch = batch;
   c->forward_training = m->training;
   memcpy(c->act[0], x, (size_t)batch * m->sample_numel * dt_dtype_size(m->in_dtype));
+  c->has_seq = m->seq_rows > 0;
+  if (c->has_seq)
+    DT_CHECK(dt_seq_layout_fill(&c->seq, x, batch, m->seq_rows, (int)m->sample_shape[1], m->seq_mask_row));
   c->fused_forward = !c->no_fusion;
   const double trace_t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
   for (int i = 0; i < m->n_layers; i++) {

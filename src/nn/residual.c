@@ -20,14 +20,14 @@ static size_t begin_ws_bytes(const dt_layer *l, int max_batch) {
 }
 
 static dt_status begin_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
-  memcpy(out, in, l->in_numel * (size_t)io->batch * sizeof(float));
+  memcpy(out, in, dt_layer_in_elems(l, io) * sizeof(float));
   return DT_OK;
 }
 
 static void begin_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
                            const float *dout, float *dinp) {
   /* d in = d branch_in + d skip */
-  if (dinp) dt_add_forward(dinp, dout, io->ws, l->in_numel * (size_t)io->batch);
+  if (dinp) dt_add_forward(dinp, dout, io->ws, dt_layer_in_elems(l, io));
 }
 
 const dt_layer_ops dt_residual_begin_ops = {.kind = "Residual",
@@ -54,14 +54,14 @@ static size_t shortcut_ws_bytes(const dt_layer *l, int max_batch) {
 }
 
 static dt_status shortcut_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
-  memcpy(out, io->partner_in, l->out_numel * (size_t)io->batch * sizeof(float));
+  memcpy(out, io->partner_in, dt_layer_out_elems(l, io) * sizeof(float));
   return DT_OK;
 }
 
 static void shortcut_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
                               const float *dout, float *dinp) {
-  memcpy(io->partner_ws, dout, l->out_numel * (size_t)io->batch * sizeof(float));
-  if (dinp) memcpy(dinp, io->ws, l->in_numel * (size_t)io->batch * sizeof(float));
+  memcpy(io->partner_ws, dout, dt_layer_out_elems(l, io) * sizeof(float));
+  if (dinp) memcpy(dinp, io->ws, dt_layer_in_elems(l, io) * sizeof(float));
 }
 
 static const char *shortcut_label(const dt_layer *l) { return "Residual(skip)"; }
@@ -93,13 +93,13 @@ static dt_status end_infer(dt_layer *l) {
 }
 
 static dt_status end_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
-  dt_add_forward(out, in, io->partner_in, l->in_numel * (size_t)io->batch);
+  dt_add_forward(out, in, io->partner_in, dt_layer_in_elems(l, io));
   return DT_OK;
 }
 
 static void end_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
                          const float *dout, float *dinp) {
-  size_t n = l->in_numel * (size_t)io->batch;
+  size_t n = dt_layer_in_elems(l, io);
   memcpy(io->partner_ws, dout, n * sizeof(float));
   if (dinp) memcpy(dinp, dout, n * sizeof(float));
 }

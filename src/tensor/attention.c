@@ -1,6 +1,7 @@
 /* Multi-head scaled dot-product attention (Hugging Face's BertSelfAttention) over packed (B, L, H) projections:
- * head h of a sample is the column block [h*d, (h+1)*d) of its (L, H) rows, so every product is a strided GEMM
- * and no head is ever transposed or copied. One (sample, head) pair per task, each GEMM single-threaded. */
+ * head h of a sample is the column block [h*d, (h+1)*d) of its rows, so every product is a strided GEMM and no
+ * head is ever transposed or copied. Packed sequences: sample b is rows [off[b], off[b+1]) and its (n, n)
+ * blocks lie back to back; no padding is computed. One (sample, head) pair per task, each GEMM single-threaded. */
 #include <math.h>
 #include <string.h>
 
@@ -27,28 +28,56 @@ static void masked_softmax_row(float *p, const int32_t *keep, int L) {
   for (int j = 0; j < L; j++) p[j] *= inv;
 }
 
-void dt_attention_probs(float *P, const float *Q, const float *K, const int32_t *mask, size_t mask_stride, int B,
-                        int L, int H, int A) {
-  const int d = H / A;
-  const float scale = 1.0f / sqrtf((float)d);
-#pragma omp parallel for schedule(static)
-  for (int bh = 0; bh < B * A; bh++) {
-    const int b = bh / A, h = bh % A;
-    const size_t off = (size_t)b * L * H + (size_t)h * d;
-    float *p = P + (size_t)bh * L * L;
-    dt_sgemm(0, 1, L, L, d, scale, Q + off, H, K + off, H, 0.0f, p, L); /* Q_h K_h^T / sqrt(d) */
-    const int32_t *keep = mask ? mask + (size_t)b * mask_stride : NULL;
-    for (int i = 0; i < L; i++) masked_softmax_row(p + (size_t)i * L, keep, L);
+/* Sample b's rows, count and the start of its probability blocks (head h: + h * n * n). */
+static void sample_of(const dt_attention_geom *g, int b, size_t *row0, int *n, size_t *pbase) {
+  if (g->off) {
+    *row0 = (size_t)g->off[b];
+    *n = g->off[b + 1] - g->off[b];
+    *pbase = (size_t)g->A * (size_t)g->sq_off[b];
+  } else {
+    *row0 = (size_t)b * (size_t)g->L;
+    *n = g->L;
+    *pbase = (size_t)b * (size_t)g->A * (size_t)g->L * (size_t)g->L;
   }
 }
 
-void dt_attention_context(float *ctx, const float *P, const float *V, int B, int L, int H, int A) {
-  const int d = H / A;
-#pragma omp parallel for schedule(static)
-  for (int bh = 0; bh < B * A; bh++) {
-    const int b = bh / A, h = bh % A;
-    const size_t off = (size_t)b * L * H + (size_t)h * d;
-    dt_sgemm(0, 0, L, d, L, 1.0f, P + (size_t)bh * L * L, L, V + off, H, 0.0f, ctx + off, H); /* P_h V_h */
+size_t dt_attention_prob_floats(const dt_attention_geom *g) {
+  return (size_t)g->A * (g->off ? (size_t)g->sq_off[g->B] : (size_t)g->B * (size_t)g->L * (size_t)g->L);
+}
+
+/* The (sample, head) pair k of the loops below, its column offset in a row and its P block. */
+typedef struct pair {
+  size_t q0, p0; /* element offset of the head's first row; of its (n, n) block in P */
+  int n;
+} pair;
+
+static pair pair_of(const dt_attention_geom *g, int k) {
+  const int b = k / g->A, h = k % g->A, d = g->H / g->A;
+  size_t row0, pbase;
+  int n;
+  sample_of(g, b, &row0, &n, &pbase);
+  return (pair){.q0 = row0 * (size_t)g->H + (size_t)h * d, .p0 = pbase + (size_t)h * n * n, .n = n};
+}
+
+void dt_attention_probs(float *P, const float *Q, const float *K, const dt_attention_geom *g) {
+  const int d = g->H / g->A, H = g->H;
+  const float scale = 1.0f / sqrtf((float)d);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int k = 0; k < g->B * g->A; k++) {
+    const pair q = pair_of(g, k);
+    float *p = P + q.p0;
+    dt_sgemm(0, 1, q.n, q.n, d, scale, Q + q.q0, H, K + q.q0, H, 0.0f, p, q.n); /* Q_h K_h^T / sqrt(d) */
+    const int32_t *keep = g->mask && !g->off ? g->mask + (size_t)(k / g->A) * g->mask_stride : NULL;
+    for (int i = 0; i < q.n; i++) masked_softmax_row(p + (size_t)i * q.n, keep, q.n);
+  }
+}
+
+void dt_attention_context(float *ctx, const float *P, const float *V, const dt_attention_geom *g) {
+  const int d = g->H / g->A, H = g->H;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int k = 0; k < g->B * g->A; k++) {
+    const pair q = pair_of(g, k);
+    dt_sgemm(0, 0, q.n, d, q.n, 1.0f, P + q.p0, q.n, V + q.q0, H, 0.0f, ctx + q.q0, H); /* P_h V_h */
   }
 }
 
@@ -58,30 +87,30 @@ size_t dt_attention_scratch_floats(int L, int threads) { return (size_t)L * L * 
  * dS = P * (dP - rowsum(dP * P));  dQ_h = dS K_h / sqrt(d);  dK_h = dS^T Q_h / sqrt(d). */
 void dt_attention_backward(float *dQ, float *dK, float *dV, float *scratch, int threads, const float *dctx,
                            const float *Q, const float *K, const float *V, const float *P, const float *Pd,
-                           const uint8_t *keep, float p, int B, int L, int H, int A) {
-  const int d = H / A;
+                           const uint8_t *keep, float p, const dt_attention_geom *g) {
+  const int d = g->H / g->A, H = g->H;
   const float scale = 1.0f / sqrtf((float)d), inv_keep = 1.0f / (1.0f - p);
   int T = omp_get_max_threads();
   if (T > threads) T = threads > 0 ? threads : 1;
-#pragma omp parallel for num_threads(T) schedule(static)
-  for (int bh = 0; bh < B * A; bh++) {
-    const int b = bh / A, h = bh % A;
-    const size_t off = (size_t)b * L * H + (size_t)h * d, poff = (size_t)bh * L * L;
-    float *dp = scratch + (size_t)omp_get_thread_num() * L * L;
-    dt_sgemm(1, 0, L, d, L, 1.0f, Pd + poff, L, dctx + off, H, 0.0f, dV + off, H);
-    dt_sgemm(0, 1, L, L, d, 1.0f, dctx + off, H, V + off, H, 0.0f, dp, L);
-    for (int i = 0; i < L; i++) {
-      float *g = dp + (size_t)i * L;
-      const float *pr = P + poff + (size_t)i * L;
+#pragma omp parallel for num_threads(T) schedule(dynamic, 1)
+  for (int k = 0; k < g->B * g->A; k++) {
+    const pair q = pair_of(g, k);
+    const int n = q.n;
+    float *dp = scratch + (size_t)omp_get_thread_num() * g->L * g->L;
+    dt_sgemm(1, 0, n, d, n, 1.0f, Pd + q.p0, n, dctx + q.q0, H, 0.0f, dV + q.q0, H);
+    dt_sgemm(0, 1, n, n, d, 1.0f, dctx + q.q0, H, V + q.q0, H, 0.0f, dp, n);
+    for (int i = 0; i < n; i++) {
+      float *gr = dp + (size_t)i * n;
+      const float *pr = P + q.p0 + (size_t)i * n;
       if (keep) {
-        const uint8_t *k = keep + poff + (size_t)i * L;
-        for (int j = 0; j < L; j++) g[j] = k[j] ? g[j] * inv_keep : 0.0f;
+        const uint8_t *kp = keep + q.p0 + (size_t)i * n;
+        for (int j = 0; j < n; j++) gr[j] = kp[j] ? gr[j] * inv_keep : 0.0f;
       }
       float s = 0.0f;
-      for (int j = 0; j < L; j++) s += g[j] * pr[j];
-      for (int j = 0; j < L; j++) g[j] = pr[j] * (g[j] - s);
+      for (int j = 0; j < n; j++) s += gr[j] * pr[j];
+      for (int j = 0; j < n; j++) gr[j] = pr[j] * (gr[j] - s);
     }
-    dt_sgemm(0, 0, L, d, L, scale, dp, L, K + off, H, 0.0f, dQ + off, H);
-    dt_sgemm(1, 0, L, d, L, scale, dp, L, Q + off, H, 0.0f, dK + off, H);
+    dt_sgemm(0, 0, n, d, n, scale, dp, n, K + q.q0, H, 0.0f, dQ + q.q0, H);
+    dt_sgemm(1, 0, n, d, n, scale, dp, n, Q + q.q0, H, 0.0f, dK + q.q0, H);
   }
 }

@@ -129,20 +129,29 @@ void dt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
 void dt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *mean,
                            const float *rstd, const float *w, int N, int C);
 
-/* ---- multi-head attention over packed (B, L, H) projections, A heads of H/A ---- */
-/* P (B, A, L, L) = softmax(Q_h K_h^T / sqrt(H/A)) over the keys with mask[b * mask_stride + j] != 0 (mask NULL:
- * all keys). */
-void dt_attention_probs(float *P, const float *Q, const float *K, const int32_t *mask, size_t mask_stride, int B,
-                        int L, int H, int A);
-/* ctx (B, L, H): head h's columns = P_h (L, L) @ V_h (L, d) */
-void dt_attention_context(float *ctx, const float *P, const float *V, int B, int L, int H, int A);
+/* ---- multi-head attention, A heads of H/A ---------------------------------- */
+/* The batch's rows of H features: sample b is rows [b*L, (b+1)*L), or with packed sequences rows
+ * [off[b], off[b+1]) (no padding); P holds per sample and head an (n, n) block, samples back to back. */
+typedef struct dt_attention_geom {
+  int B, L, H, A;
+  const int32_t *off;      /* packed: (B + 1) row offsets; NULL: L rows a sample */
+  const int64_t *sq_off;   /* packed: (B + 1) prefix sums of n^2 */
+  const int32_t *mask;     /* unpacked: key j of sample b counts where mask[b * mask_stride + j] != 0; NULL: all */
+  size_t mask_stride;
+} dt_attention_geom;
+/* Floats of P for the batch: A * sum of n^2. */
+size_t dt_attention_prob_floats(const dt_attention_geom *g);
+/* P = softmax(Q_h K_h^T / sqrt(H/A)) over the keys that count (masked keys get 0). */
+void dt_attention_probs(float *P, const float *Q, const float *K, const dt_attention_geom *g);
+/* ctx: head h's columns = P_h (n, n) @ V_h (n, d) */
+void dt_attention_context(float *ctx, const float *P, const float *V, const dt_attention_geom *g);
 /* Floats of the backward's scratch: one (L, L) block per thread, at most `threads` used. */
 size_t dt_attention_scratch_floats(int L, int threads);
-/* dQ, dK, dV (B, L, H) = from dctx; P the softmax, Pd what multiplied V (dropout(P), or P with keep NULL);
- * keep (B, A, L, L) the dropout mask of probability p. */
+/* dQ, dK, dV = from dctx; P the softmax, Pd what multiplied V (dropout(P), or P with keep NULL); keep the
+ * dropout mask of probability p (P's layout). */
 void dt_attention_backward(float *dQ, float *dK, float *dV, float *scratch, int threads, const float *dctx,
                            const float *Q, const float *K, const float *V, const float *P, const float *Pd,
-                           const uint8_t *keep, float p, int B, int L, int H, int A);
+                           const uint8_t *keep, float p, const dt_attention_geom *g);
 
 /* ---- softmax family and loss ------------------------------------------- */
 /* rows of (B, C) */

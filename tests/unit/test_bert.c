@@ -89,7 +89,8 @@ TEST(encoder_layer_matches_finite_differences) {
   dt_model_free(m);
 }
 
-/* Sample 1 has 4 tokens of 8: whatever the padded positions hold, its logits stay the same. */
+/* Sample 1 has 4 tokens of 8: whatever the padded positions hold, its logits stay the same (packed sequences
+ * leave them out; test_bert_torch checks that this equals masking them in a padded computation). */
 TEST(padding_changes_nothing) {
   enum { L = 8, B = 2 };
   dt_model *m = NULL;
@@ -110,7 +111,10 @@ TEST(padding_changes_nothing) {
   for (int t = 4; t < L; t++) x[3 * L + t] = 40 + t, x[3 * L + L + t] = 1; /* other ids and types at the pads */
   ASSERT_OK(dt_model_forward(m, x, B, &y));
   for (int k = 0; k < 2; k++) ASSERT(fabsf(y[2 + k] - before[2 + k]) <= 1e-6f * (1 + fabsf(before[2 + k])));
-  x[3 * L + 2 * L + 5] = 1; /* unmasking one of them does change the logits */
+  x[3 * L + 2 * L + 5] = 1; /* a hole in the mask: padding must come last */
+  ASSERT_STATUS(dt_model_forward(m, x, B, &y), DT_INVALID_ARGUMENT);
+  ASSERT_MSG(strstr(dt_last_error(), "sample 1: attention mask value 1 at position 5"), dt_last_error());
+  x[3 * L + 2 * L + 4] = 1; /* one more token does change the logits */
   ASSERT_OK(dt_model_forward(m, x, B, &y));
   ASSERT(fabsf(y[2] - before[2]) + fabsf(y[3] - before[3]) > 1e-6f);
   dt_model_free(m);
