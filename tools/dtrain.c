@@ -845,11 +845,15 @@ static void print_model(const char *name, const char *doc, void *user) {
                                  .dropout = -1.0f, .n_index = 2, .index_size = ml_small};
   /* The ImageNet resnets need images of at least 32x32: counted at ImageNet's 3x224x224, 1000 classes */
   const dt_zoo_config imagenet = {.ndim = 3, .input_shape = {3, 224, 224}, .outputs = 1000, .dropout = -1.0f};
+  static const int64_t bert_vocab = 30522; /* bert-base-uncased's vocabulary */
+  const dt_zoo_config text = {.ndim = 2, .input_shape = {3, 128}, .outputs = 2, .dropout = -1.0f, .n_index = 1,
+                              .index_size = &bert_vocab};
   char params[32] = "?";
   size_t n = zoo_params(name, &images);
   if (n) snprintf(params, sizeof params, "%zu", n);
   else if ((n = zoo_params(name, &ratings))) snprintf(params, sizeof params, "%zu*", n);
   else if ((n = zoo_params(name, &imagenet))) snprintf(params, sizeof params, "%zu+", n);
+  else if ((n = zoo_params(name, &text))) snprintf(params, sizeof params, "%zu#", n);
   char tasks[96] = "?";
   (void)dt_model_zoo_tasks(name, tasks, sizeof tasks);
   printf("  %-14s %10s  %-42s %s\n", name, params, tasks, doc);
@@ -862,6 +866,7 @@ static int cmd_models(const flag_args *p) {
   dt_model_zoo_each(print_model, NULL);
   printf("  * for MovieLens ml-latest-small: 610 users, 9,724 movies, one rating\n");
   printf("  + for ImageNet's 3x224x224 images and 1000 classes (the model needs inputs larger than 28x28)\n");
+  printf("  # for bert-base-uncased's vocabulary of 30,522 tokens and 2 classes\n");
   return 0;
 }
 
