@@ -36,11 +36,15 @@ static dt_status attn_infer(dt_layer *l) {
   return DT_OK;
 }
 
-/* The workspace's parts at batch B: Q K V and their gradients (B, L, H) each, the probabilities P and what
- * multiplied V, Pd (B, A, L, L) each, the dropout mask (bytes), and the backward's per-thread scratch. */
+/* The workspace's parts at batch B: Q K V and their gradients (B, L, H) each, the probabilities P
+ * (B, A, L, L at most) and the per-thread scratch (last: its size follows the thread count), after a header
+ * holding the forward's dropout: its mask on P is drawn again in backward rather than kept, and backward's own
+ * io->stream is the next step's. */
+#define HEADER_FLOATS 16 /* 64 bytes: the forward's dt_attention_dropout */
+_Static_assert(sizeof(dt_attention_dropout) <= HEADER_FLOATS * sizeof(float), "the header holds the dropout");
 typedef struct attn_ws {
-  float *q, *k, *v, *dq, *dk, *dv, *prob, *pd, *scratch;
-  uint8_t *keep;
+  dt_attention_dropout *drop;
+  float *q, *k, *v, *dq, *dk, *dv, *prob, *scratch;
 } attn_ws;
 
 static size_t seq_floats(const dt_layer *l, int B) { return (size_t)B * l->in_numel; }
@@ -49,18 +53,14 @@ static size_t prob_floats(const dt_layer *l, int B) {
   return (size_t)B * (size_t)((const attn_priv *)l->priv)->heads * L * L;
 }
 
-/* Floats that hold n mask bytes, rounded up to 16 floats (the scratch after it stays 64-byte aligned). */
-static size_t keep_floats(size_t n) { return (n + 63) / 64 * 16; }
-
 static attn_ws ws_parts(const dt_layer *l, void *ws, int B) {
   attn_ws w;
-  const size_t s = seq_floats(l, B), pr = prob_floats(l, B);
-  float *f = ws;
+  const size_t s = seq_floats(l, B);
+  w.drop = ws;
+  float *f = (float *)ws + HEADER_FLOATS;
   w.q = f, w.k = f + s, w.v = f + 2 * s, w.dq = f + 3 * s, w.dk = f + 4 * s, w.dv = f + 5 * s;
   w.prob = f + 6 * s;
-  w.pd = w.prob + pr;
-  w.keep = (uint8_t *)(w.pd + pr);
-  w.scratch = w.pd + pr + keep_floats(pr); /* last: its size follows the thread count */
+  w.scratch = w.prob + prob_floats(l, B);
   return w;
 }
 
@@ -68,10 +68,11 @@ static size_t attn_ws_bytes(const dt_layer *l, int max_batch) {
   attn_priv *p = l->priv;
   const int t = dt_get_threads();
   if (p->scratch_threads == 0 || t < p->scratch_threads) p->scratch_threads = t;
-  const size_t pr = prob_floats(l, max_batch);
-  return (6 * seq_floats(l, max_batch) + 2 * pr + keep_floats(pr) + dt_attention_scratch_floats((int)l->in_shape[0], t)) *
-         sizeof(float);
+  return (HEADER_FLOATS + 6 * seq_floats(l, max_batch) + prob_floats(l, max_batch) +
+          dt_attention_scratch_floats((int)l->in_shape[0], t)) * sizeof(float);
 }
+
+static const float *tensor(const dt_layer *l, const float *block, int k) { return block + l->t[k].off; }
 
 /* The batch's geometry: packed sequences, or L rows a sample with the mask row of the model's input. */
 static dt_attention_geom geom_of(const dt_layer *l, const dt_layer_io *io) {
@@ -88,11 +89,12 @@ static dt_attention_geom geom_of(const dt_layer *l, const dt_layer_io *io) {
   return g;
 }
 
-static int dropping(const dt_layer *l, const dt_layer_io *io) {
-  return io->training && ((const attn_priv *)l->priv)->p > 0.0f;
+/* The dropout of a forward: the layer's p in training, none in evaluation; the stream is the call's. */
+static dt_attention_dropout dropout_of(const dt_layer *l, const dt_layer_io *io) {
+  const float p = ((const attn_priv *)l->priv)->p;
+  return (dt_attention_dropout){.p = io->training ? p : 0.0f, .seed = io->seed, .stream = io->stream};
 }
 
-static const float *tensor(const dt_layer *l, const float *block, int k) { return block + l->t[k].off; }
 
 static dt_status attn_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
   const attn_priv *p = l->priv;
@@ -102,13 +104,8 @@ static dt_status attn_forward(const dt_layer *l, const dt_layer_io *io, const fl
   dt_linear_forward(w.q, in, tensor(l, io->params, Q_W), tensor(l, io->params, Q_B), N, H, H);
   dt_linear_forward(w.k, in, tensor(l, io->params, K_W), tensor(l, io->params, K_B), N, H, H);
   dt_linear_forward(w.v, in, tensor(l, io->params, V_W), tensor(l, io->params, V_B), N, H, H);
-  dt_attention_probs(w.prob, w.q, w.k, &g);
-  const float *pd = w.prob;
-  if (dropping(l, io)) {
-    dt_dropout_forward(w.pd, w.keep, w.prob, dt_attention_prob_floats(&g), p->p, io->seed, io->stream);
-    pd = w.pd;
-  }
-  dt_attention_context(out, pd, w.v, &g);
+  *w.drop = dropout_of(l, io);
+  dt_attention_forward(out, w.prob, w.scratch, p->scratch_threads, w.q, w.k, w.v, w.drop, &g);
   return DT_OK;
 }
 
@@ -125,9 +122,7 @@ static void attn_backward(const dt_layer *l, const dt_layer_io *io, const float 
   const int H = (int)l->in_shape[1], N = dt_layer_rows(l, io);
   const dt_attention_geom g = geom_of(l, io);
   attn_ws w = ws_parts(l, io->ws, io->batch);
-  const int drop = dropping(l, io);
-  dt_attention_backward(w.dq, w.dk, w.dv, w.scratch, p->scratch_threads, dout, w.q, w.k, w.v, w.prob,
-                        drop ? w.pd : w.prob, drop ? w.keep : NULL, p->p, &g);
+  dt_attention_backward(w.dq, w.dk, w.dv, w.scratch, p->scratch_threads, dout, w.q, w.k, w.v, w.prob, w.drop, &g);
   proj_backward(l, io, Q_W, w.dq, in, dinp, 0, N, H);
   proj_backward(l, io, K_W, w.dk, in, dinp, 1, N, H);
   proj_backward(l, io, V_W, w.dv, in, dinp, 1, N, H);

@@ -59,53 +59,59 @@ static pair pair_of(const dt_attention_geom *g, int k) {
   return (pair){.q0 = row0 * (size_t)g->H + (size_t)h * d, .p0 = pbase + (size_t)h * n * n, .n = n};
 }
 
-void dt_attention_probs(float *P, const float *Q, const float *K, const dt_attention_geom *g) {
+static int threads_for(int threads) {
+  const int t = omp_get_max_threads();
+  return t < threads ? t : (threads > 0 ? threads : 1);
+}
+
+size_t dt_attention_scratch_floats(int L, int threads) {
+  return 2 * (size_t)L * L * (size_t)(threads > 0 ? threads : 1);
+}
+
+/* What multiplies V: the block itself, or its dropout in `into`. */
+static const float *dropped(const float *blk, size_t p0, size_t count, const dt_attention_dropout *drop, float *into) {
+  if (!drop || drop->p <= 0.0f) return blk;
+  dt_dropout_range(into, blk, p0, count, drop->p, drop->seed, drop->stream);
+  return into;
+}
+
+void dt_attention_forward(float *ctx, float *P, float *scratch, int threads, const float *Q, const float *K,
+                          const float *V, const dt_attention_dropout *drop, const dt_attention_geom *g) {
   const int d = g->H / g->A, H = g->H;
   const float scale = 1.0f / sqrtf((float)d);
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for num_threads(threads_for(threads)) schedule(dynamic, 1)
   for (int k = 0; k < g->B * g->A; k++) {
     const pair q = pair_of(g, k);
-    float *p = P + q.p0;
+    float *p = P + q.p0, *pd = scratch + 2 * (size_t)omp_get_thread_num() * g->L * g->L;
     dt_sgemm(0, 1, q.n, q.n, d, scale, Q + q.q0, H, K + q.q0, H, 0.0f, p, q.n); /* Q_h K_h^T / sqrt(d) */
     const int32_t *keep = g->mask && !g->off ? g->mask + (size_t)(k / g->A) * g->mask_stride : NULL;
     for (int i = 0; i < q.n; i++) masked_softmax_row(p + (size_t)i * q.n, keep, q.n);
+    const float *pv = dropped(p, q.p0, (size_t)q.n * q.n, drop, pd);
+    dt_sgemm(0, 0, q.n, d, q.n, 1.0f, pv, q.n, V + q.q0, H, 0.0f, ctx + q.q0, H); /* Pd_h V_h */
   }
 }
 
-void dt_attention_context(float *ctx, const float *P, const float *V, const dt_attention_geom *g) {
-  const int d = g->H / g->A, H = g->H;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int k = 0; k < g->B * g->A; k++) {
-    const pair q = pair_of(g, k);
-    dt_sgemm(0, 0, q.n, d, q.n, 1.0f, P + q.p0, q.n, V + q.q0, H, 0.0f, ctx + q.q0, H); /* P_h V_h */
-  }
-}
-
-size_t dt_attention_scratch_floats(int L, int threads) { return (size_t)L * L * (size_t)(threads > 0 ? threads : 1); }
-
-/* Per (sample, head), with G = dctx_h:  dV_h = Pd^T G;  dPd = G V_h^T;  dP = dPd * keep / (1 - p);
- * dS = P * (dP - rowsum(dP * P));  dQ_h = dS K_h / sqrt(d);  dK_h = dS^T Q_h / sqrt(d). */
+/* Per (sample, head), with G = dctx_h:  dV_h = Pd^T G;  dPd = G V_h^T;  dP = dPd / (1 - p) where kept (Pd != 0:
+ * where P itself is 0 the value does not matter, as dS below is P times it);  dS = P * (dP - rowsum(dP * P));
+ * dQ_h = dS K_h / sqrt(d);  dK_h = dS^T Q_h / sqrt(d). */
 void dt_attention_backward(float *dQ, float *dK, float *dV, float *scratch, int threads, const float *dctx,
-                           const float *Q, const float *K, const float *V, const float *P, const float *Pd,
-                           const uint8_t *keep, float p, const dt_attention_geom *g) {
-  const int d = g->H / g->A, H = g->H;
-  const float scale = 1.0f / sqrtf((float)d), inv_keep = 1.0f / (1.0f - p);
-  int T = omp_get_max_threads();
-  if (T > threads) T = threads > 0 ? threads : 1;
-#pragma omp parallel for num_threads(T) schedule(dynamic, 1)
+                           const float *Q, const float *K, const float *V, const float *P,
+                           const dt_attention_dropout *drop, const dt_attention_geom *g) {
+  const int d = g->H / g->A, H = g->H, dropping = drop && drop->p > 0.0f;
+  const float scale = 1.0f / sqrtf((float)d), inv_keep = dropping ? 1.0f / (1.0f - drop->p) : 1.0f;
+#pragma omp parallel for num_threads(threads_for(threads)) schedule(dynamic, 1)
   for (int k = 0; k < g->B * g->A; k++) {
     const pair q = pair_of(g, k);
     const int n = q.n;
-    float *dp = scratch + (size_t)omp_get_thread_num() * g->L * g->L;
-    dt_sgemm(1, 0, n, d, n, 1.0f, Pd + q.p0, n, dctx + q.q0, H, 0.0f, dV + q.q0, H);
+    float *dp = scratch + 2 * (size_t)omp_get_thread_num() * g->L * g->L, *pd = dp + (size_t)g->L * g->L;
+    const float *pv = dropped(P + q.p0, q.p0, (size_t)n * n, drop, pd);
+    dt_sgemm(1, 0, n, d, n, 1.0f, pv, n, dctx + q.q0, H, 0.0f, dV + q.q0, H);
     dt_sgemm(0, 1, n, n, d, 1.0f, dctx + q.q0, H, V + q.q0, H, 0.0f, dp, n);
     for (int i = 0; i < n; i++) {
       float *gr = dp + (size_t)i * n;
-      const float *pr = P + q.p0 + (size_t)i * n;
-      if (keep) {
-        const uint8_t *kp = keep + q.p0 + (size_t)i * n;
-        for (int j = 0; j < n; j++) gr[j] = kp[j] ? gr[j] * inv_keep : 0.0f;
-      }
+      const float *pr = P + q.p0 + (size_t)i * n, *kept = pv + (size_t)i * n;
+      if (dropping)
+        for (int j = 0; j < n; j++) gr[j] = kept[j] != 0.0f ? gr[j] * inv_keep : 0.0f;
       float s = 0.0f;
       for (int j = 0; j < n; j++) s += gr[j] * pr[j];
       for (int j = 0; j < n; j++) gr[j] = pr[j] * (gr[j] - s);

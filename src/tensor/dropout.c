@@ -32,6 +32,19 @@ void dt_dropout_forward(float *out, uint8_t *mask, const float *inp, size_t n, f
   }
 }
 
+void dt_dropout_range(float *out, const float *inp, size_t first, size_t n, float p, uint64_t seed, uint64_t stream) {
+  dt_rng r;
+  dt_rng_init(&r, seed, stream);
+  const uint32_t th = threshold_of(p);
+  const float scale = 1.0f / (1.0f - p);
+  uint32_t w[4];
+  for (size_t i = 0; i < n; i++) {
+    const size_t e = first + i;
+    if (i == 0 || e % 4 == 0) dt_philox4x32(r.key, (uint64_t)(e / 4), w);
+    out[i] = keep(w[e % 4], th) ? inp[i] * scale : 0.0f;
+  }
+}
+
 void dt_dropout_backward(float *dinp, const float *dout, const uint8_t *mask, size_t n, float p) {
   const float scale = 1.0f / (1.0f - p);
 #pragma omp parallel for simd if (n >= 65536) schedule(static)

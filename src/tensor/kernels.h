@@ -120,6 +120,9 @@ void dt_act_backward(dt_act_kind k, float *dinp, const float *dout, const float 
 void dt_dropout_forward(float *out, uint8_t *mask, const float *inp, size_t n, float p, uint64_t seed,
                         uint64_t stream);
 void dt_dropout_backward(float *dinp, const float *dout, const uint8_t *mask, size_t n, float p);
+/* out[i] = dropout of inp[i] as element first + i of a dt_dropout_forward with the same (p, seed, stream) would
+ * make it (no mask kept; single-threaded: for blocks of a larger array). */
+void dt_dropout_range(float *out, const float *inp, size_t first, size_t n, float p, uint64_t seed, uint64_t stream);
 
 /* ---- layer norm (over the last dimension) -------------------------------- */
 /* out (N, C) = (inp - mean) * rstd * w + b per row; mean, rstd (N) kept for backward. */
@@ -141,17 +144,21 @@ typedef struct dt_attention_geom {
 } dt_attention_geom;
 /* Floats of P for the batch: A * sum of n^2. */
 size_t dt_attention_prob_floats(const dt_attention_geom *g);
-/* P = softmax(Q_h K_h^T / sqrt(H/A)) over the keys that count (masked keys get 0). */
-void dt_attention_probs(float *P, const float *Q, const float *K, const dt_attention_geom *g);
-/* ctx: head h's columns = P_h (n, n) @ V_h (n, d) */
-void dt_attention_context(float *ctx, const float *P, const float *V, const dt_attention_geom *g);
-/* Floats of the backward's scratch: one (L, L) block per thread, at most `threads` used. */
+/* Dropout on the probabilities (p = 0: none); element i of P draws as a dt_dropout_forward over P would. */
+typedef struct dt_attention_dropout {
+  float p;
+  uint64_t seed, stream;
+} dt_attention_dropout;
+/* Floats of the scratch: two (L, L) blocks per thread, at most `threads` used. */
 size_t dt_attention_scratch_floats(int L, int threads);
-/* dQ, dK, dV = from dctx; P the softmax, Pd what multiplied V (dropout(P), or P with keep NULL); keep the
- * dropout mask of probability p (P's layout). */
+/* P = softmax(Q_h K_h^T / sqrt(H/A)) over the keys that count (masked keys get 0), kept for backward;
+ * ctx: head h's columns = dropout(P_h) (n, n) @ V_h (n, d). */
+void dt_attention_forward(float *ctx, float *P, float *scratch, int threads, const float *Q, const float *K,
+                          const float *V, const dt_attention_dropout *drop, const dt_attention_geom *g);
+/* dQ, dK, dV = from dctx, with the forward's P and dropout (its mask is drawn again, not stored). */
 void dt_attention_backward(float *dQ, float *dK, float *dV, float *scratch, int threads, const float *dctx,
-                           const float *Q, const float *K, const float *V, const float *P, const float *Pd,
-                           const uint8_t *keep, float p, const dt_attention_geom *g);
+                           const float *Q, const float *K, const float *V, const float *P,
+                           const dt_attention_dropout *drop, const dt_attention_geom *g);
 
 /* ---- softmax family and loss ------------------------------------------- */
 /* rows of (B, C) */

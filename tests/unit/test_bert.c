@@ -39,14 +39,14 @@ TEST(parameter_counts_equal_hugging_face) {
 enum { FD_B = 2, FD_L = 5, FD_H = 8, FD_CLASSES = 3 };
 static const int32_t fd_labels[FD_B] = {2, 0};
 
-/* An encoder layer on f32 input (L, H) (attention without a mask), then the pooler's path. */
-static dt_status fd_model(dt_model **out) {
+/* An encoder layer on f32 input (L, H) (attention without a mask), then the pooler's path; attention dropout p. */
+static dt_status fd_model(float p, dt_model **out) {
   dt_model *m = NULL;
   dt_status st = DT_OK;
   DT_CHECK(dt_model_new(2, (int64_t[]){FD_L, FD_H}, &m));
   DT_CHECK_GOTO(dt_model_add_layernorm(m, "ln0", 1e-12f), st, fail);
   DT_CHECK_GOTO(dt_model_begin_residual(m, "res1"), st, fail);
-  DT_CHECK_GOTO(dt_model_add_self_attention(m, "attn", 2, 0.0f, 0, -1), st, fail);
+  DT_CHECK_GOTO(dt_model_add_self_attention(m, "attn", 2, p, 0, -1), st, fail);
   DT_CHECK_GOTO(dt_model_add_linear(m, "out", FD_H, 1), st, fail);
   DT_CHECK_GOTO(dt_model_end_residual(m), st, fail);
   DT_CHECK_GOTO(dt_model_add_layernorm(m, "ln1", 1e-5f), st, fail);
@@ -63,17 +63,20 @@ fail:
   return st;
 }
 
+/* Every forward draws the same dropout masks (step 0), so the loss is a function of the parameters. */
 static dt_status fd_loss(dt_model *m, const float *x, float *loss, float *dlogits) {
   const float *y;
+  dt_model_set_training(m, 1);
+  dt_model_set_rng_step(m, 0);
   DT_CHECK(dt_model_forward(m, x, FD_B, &y));
   return dt_loss_cross_entropy(y, fd_labels, FD_B, FD_CLASSES, 0.0f, loss, dlogits);
 }
 
 /* Central differences at 8 entries of every tensor and of the input (test_model's tolerances). LayerNorm's
  * weights start at 1/0: they are moved off so their gradients are not a special case. */
-TEST(encoder_layer_matches_finite_differences) {
+static void fd_check(float drop, int *dt_test_failed_) {
   dt_model *m = NULL;
-  ASSERT_OK(fd_model(&m));
+  ASSERT_OK(fd_model(drop, &m));
   float *p = dt_model_params(m, NULL);
   dt_rng r;
   dt_rng_init(&r, 3, 4);
@@ -88,6 +91,10 @@ TEST(encoder_layer_matches_finite_differences) {
   if (gc.rel_l2 > 5e-3) FAIL_("relative L2 error %.3g over %d entries", gc.rel_l2, gc.checked);
   dt_model_free(m);
 }
+
+TEST(encoder_layer_matches_finite_differences) { fd_check(0.0f, dt_test_failed_); }
+/* The dropout mask on the probabilities is drawn again in backward, not stored: it must be the forward's. */
+TEST(attention_dropout_matches_finite_differences) { fd_check(0.3f, dt_test_failed_); }
 
 /* Sample 1 has 4 tokens of 8: whatever the padded positions hold, its logits stay the same (packed sequences
  * leave them out; test_bert_torch checks that this equals masking them in a padded computation). */
@@ -144,4 +151,5 @@ TEST(bad_shapes_and_ids_are_clear_errors) {
 }
 
 TEST_MAIN(TEST_ENTRY(parameter_counts_equal_hugging_face), TEST_ENTRY(encoder_layer_matches_finite_differences),
+          TEST_ENTRY(attention_dropout_matches_finite_differences),
           TEST_ENTRY(padding_changes_nothing), TEST_ENTRY(bad_shapes_and_ids_are_clear_errors))
