@@ -16,10 +16,14 @@
 /* x: `in` uniform [0, 1) values per sample; the target by task: regression `out`
  * uniform [0, 1) values (no relation to x, as in the tutorial); classification
  * the argmax and multilabel the signs of a fixed random linear teacher
- * W (out, in) applied to x - 0.5, so those can be learned. */
+ * W (out, in) applied to x - 0.5, so those can be learned.
+ * With tokens=V (text, for the bert models): x is the bert input (3, len): ids uniform in [1, V) for a length
+ * uniform in [max(2, len/4), len], then padding (id 0, mask 0), token types 0; the teacher W (out, V) scores
+ * the mean of its columns at the sample's ids. */
 typedef struct synthetic {
   int64_t n;
   int in, out;
+  int tokens, len; /* text: vocabulary and positions; tokens 0: f32 vectors */
   dt_task_kind task;
   uint64_t seed;
   float *teacher; /* (out, in), classification and multilabel */
@@ -39,21 +43,21 @@ static int parse_int(const char *s, long long lo, long long hi, long long *out) 
 }
 
 static dt_status bad(const char *spec, const char *part, const char *want) {
-  return dt_error(DT_USAGE, "--data %s: '%s' %s (spec: synthetic:N[,in=20,out=1,task=regression,seed=0])", spec, part,
-                  want);
+  return dt_error(DT_USAGE, "--data %s: '%s' %s (spec: synthetic:N[,in=20,out=1,task=regression,seed=0] or, text, "
+                  "synthetic:N,tokens=V[,len=128,...])", spec, part, want);
 }
 
 /* One "key=value" item of the spec into s. */
 static dt_status parse_item(const char *spec, char *item, synthetic *s, unsigned *seen) {
-  static const char *const keys[] = {"in", "out", "task", "seed"};
+  static const char *const keys[] = {"in", "out", "task", "seed", "tokens", "len"};
   char *eq = strchr(item, '=');
   if (!eq) return bad(spec, item, "is not KEY=VALUE");
   *eq = '\0';
   const char *val = eq + 1;
   int k = -1;
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < 6; i++)
     if (strcmp(item, keys[i]) == 0) k = i;
-  if (k < 0) return bad(spec, item, "is not a key (in, out, task, seed)");
+  if (k < 0) return bad(spec, item, "is not a key (in, out, task, seed, tokens, len)");
   if (*seen & (1u << k)) return bad(spec, item, "is given twice");
   *seen |= 1u << k;
   long long v;
@@ -61,6 +65,10 @@ static dt_status parse_item(const char *spec, char *item, synthetic *s, unsigned
     if (parse_int(val, 1, MAX_WIDTH, &v)) return bad(spec, val, k == 0 ? "is not an input width (in) in 1..1048576"
                                                                  : "is not an output width (out) in 1..1048576");
     *(k == 0 ? &s->in : &s->out) = (int)v;
+  } else if (k == 4 || k == 5) {
+    if (parse_int(val, k == 4 ? 2 : 2, k == 4 ? INT32_MAX : 512, &v))
+      return bad(spec, val, k == 4 ? "is not a vocabulary size (tokens) in 2..2^31-1" : "is not a length (len) in 2..512");
+    *(k == 4 ? &s->tokens : &s->len) = (int)v;
   } else if (k == 2) {
     if (strcmp(val, "regression") == 0) s->task = DT_TASK_REGRESSION;
     else if (strcmp(val, "classification") == 0) s->task = DT_TASK_CLASSIFICATION;
@@ -90,6 +98,9 @@ static dt_status parse_spec(const char *spec, synthetic *s) {
   if (strstr(spec, ",,") || spec[strlen(PREFIX)] == ',' || spec[strlen(spec) - 1] == ',')
     return bad(spec, ",", "leaves an empty item");
   if (s->task == DT_TASK_CLASSIFICATION && s->out < 2) return bad(spec, "out", "must be >= 2 classes for classification");
+  if ((seen & (1u << 5)) && !s->tokens) return bad(spec, "len", "needs tokens=V (text samples)");
+  if ((seen & (1u << 0)) && s->tokens) return bad(spec, "in", "is for vectors; text samples take len");
+  if (s->tokens && !s->len) s->len = 128;
   return DT_OK;
 }
 
@@ -107,18 +118,25 @@ static dt_status open_synthetic(const char *spec, dt_split split, const dt_data_
   synthetic *s = NULL;
   DT_CHECK(dt_alloc(sizeof *s, (void **)&s));
   *s = cfg;
+  const int width = s->tokens ? s->tokens : s->in; /* the teacher's columns */
   if (s->task != DT_TASK_REGRESSION) {
-    dt_status st = dt_alloc_array((size_t)s->out * (size_t)s->in, sizeof(float), "synthetic teacher", (void **)&s->teacher);
+    dt_status st = dt_alloc_array((size_t)s->out * (size_t)width, sizeof(float), "synthetic teacher", (void **)&s->teacher);
     if (st != DT_OK) {
       dt_free(s);
       return st;
     }
     dt_rng r;
     dt_rng_init(&r, s->seed, STREAM_TEACHER);
-    for (size_t i = 0; i < (size_t)s->out * (size_t)s->in; i++) s->teacher[i] = dt_rng_uniform_range(&r, -1.0f, 1.0f);
+    for (size_t i = 0; i < (size_t)s->out * (size_t)width; i++) s->teacher[i] = dt_rng_uniform_range(&r, -1.0f, 1.0f);
   }
-  const int64_t in_shape[1] = {s->in}, out_shape[1] = {s->out};
-  dt_data_add_field(info, "x", DT_F32, 1, in_shape);
+  const int64_t in_shape[1] = {s->in}, out_shape[1] = {s->out}, text_shape[2] = {3, s->len};
+  if (s->tokens) {
+    dt_data_add_field(info, "x", DT_I32, 2, text_shape);
+    info->n_index = 1;
+    info->index_size[0] = s->tokens;
+  } else {
+    dt_data_add_field(info, "x", DT_F32, 1, in_shape);
+  }
   if (s->task == DT_TASK_CLASSIFICATION)
     dt_data_add_field(info, "target", DT_I32, 0, NULL);
   else
@@ -131,15 +149,34 @@ static dt_status open_synthetic(const char *spec, dt_split split, const dt_data_
   return DT_OK;
 }
 
-/* The teacher's score of output k for x: W[k] . (x - 0.5). */
-static float teach(const synthetic *s, const float *x, int k) {
-  const float *w = s->teacher + (size_t)k * s->in;
+/* The teacher's score of output k for x: W[k] . (x - 0.5); text: the mean of W[k, id] over the tokens. */
+static float teach(const synthetic *s, const void *x, int k) {
+  if (s->tokens) {
+    const float *w = s->teacher + (size_t)k * s->tokens;
+    const int32_t *ids = x, *mask = ids + 2 * s->len;
+    float acc = 0;
+    int n = 0;
+    for (int t = 0; t < s->len && mask[t]; t++, n++) acc += w[ids[t]];
+    return acc / (float)n;
+  }
+  const float *w = s->teacher + (size_t)k * s->in, *v = x;
   float acc = 0;
-  for (int j = 0; j < s->in; j++) acc += w[j] * (x[j] - 0.5f);
+  for (int j = 0; j < s->in; j++) acc += w[j] * (v[j] - 0.5f);
   return acc;
 }
 
-static void target_of(const synthetic *s, dt_rng *r, const float *x, void *target, int i) {
+/* Sample i's text x (3, len): ids, types 0, mask. */
+static void text_of(const synthetic *s, dt_rng *r, int32_t *x) {
+  const int lo = s->len / 4 > 2 ? s->len / 4 : 2;
+  const int n = lo + (int)dt_rng_below(r, (uint64_t)(s->len - lo + 1));
+  for (int t = 0; t < s->len; t++) {
+    x[t] = t < n ? 1 + (int32_t)dt_rng_below(r, (uint64_t)s->tokens - 1) : 0;
+    x[s->len + t] = 0;
+    x[2 * s->len + t] = t < n;
+  }
+}
+
+static void target_of(const synthetic *s, dt_rng *r, const void *x, void *target, int i) {
   float *y = (float *)target + (size_t)i * s->out;
   if (s->task == DT_TASK_REGRESSION) {
     for (int k = 0; k < s->out; k++) y[k] = dt_rng_uniform(r);
@@ -161,8 +198,15 @@ static void fetch_synthetic(const void *state, const int64_t *idx, int n, void *
   for (int i = 0; i < n; i++) {
     dt_rng r;
     dt_rng_init(&r, s->seed, STREAM_SAMPLE + (uint64_t)idx[i]);
-    float *x = (float *)fields[0] + (size_t)i * s->in;
-    for (int j = 0; j < s->in; j++) x[j] = dt_rng_uniform(&r);
+    void *x;
+    if (s->tokens) {
+      x = (int32_t *)fields[0] + (size_t)i * 3 * (size_t)s->len;
+      text_of(s, &r, x);
+    } else {
+      float *v = (float *)fields[0] + (size_t)i * s->in;
+      for (int j = 0; j < s->in; j++) v[j] = dt_rng_uniform(&r);
+      x = v;
+    }
     target_of(s, &r, x, fields[1], i);
   }
 }
@@ -176,7 +220,8 @@ static void free_synthetic(void *state) {
 
 const dt_source_ops dt_source_synthetic = {
     .name = "synthetic",
-    .doc = "synthetic:N[,in=20,out=1,task=regression|classification|multilabel,seed=0]: generated samples, no test split",
+    .doc = "synthetic:N[,in=20,out=1,task=regression|classification|multilabel,seed=0]: generated samples, no test "
+           "split; with tokens=V[,len=128]: token sequences for the bert models",
     .claims = claims,
     .open = open_synthetic,
     .fetch = fetch_synthetic,

@@ -197,9 +197,49 @@ TEST(spec_errors_name_the_bad_part) {
   ASSERT_BAD_SPEC("synthetic:,10", "',' leaves an empty item");
   ASSERT_BAD_SPEC("synthetic:10,out=1,task=classification", "'out' must be >= 2 classes");
   ASSERT_BAD_SPEC("synthetic:10,task=classification", "'out' must be >= 2 classes"); /* out defaults to 1 */
+  ASSERT_BAD_SPEC("synthetic:10,tokens=1", "'1' is not a vocabulary size (tokens)");
+  ASSERT_BAD_SPEC("synthetic:10,tokens=9,len=513", "'513' is not a length (len)");
+  ASSERT_BAD_SPEC("synthetic:10,len=8", "'len' needs tokens=V");
+  ASSERT_BAD_SPEC("synthetic:10,tokens=9,in=4", "'in' is for vectors");
   /* every message shows the spec and its grammar */
   ASSERT_BAD_SPEC("synthetic:10,foo=1", "--data synthetic:10,foo=1:");
   ASSERT_BAD_SPEC("synthetic:10,foo=1", "synthetic:N[,in=20");
+}
+
+/* tokens=V: the bert input (3, len): ids in [1, V) then 0 padding, types 0, a mask of 1s then 0s, at least
+ * max(2, len/4) tokens; the classes are the teacher's argmax, so both appear; a pure function of (seed, i). */
+TEST(text_samples) {
+  enum { N = 64, LEN = 12, V = 50 };
+  dt_dataset *ds = load("synthetic:64,tokens=50,len=12,task=classification,out=2,seed=3");
+  ASSERT(ds);
+  const dt_data_info *in = dt_dataset_info(ds);
+  ASSERT_EQ(in->field[0].dtype, DT_I32);
+  ASSERT_EQ(in->field[0].ndim, 2);
+  ASSERT_EQ(in->field[0].shape[0], 3);
+  ASSERT_EQ(in->field[0].shape[1], LEN);
+  ASSERT_EQ(in->n_index, 1);
+  ASSERT_EQ(in->index_size[0], V);
+  int32_t x[N * 3 * LEN], y[N], x2[3 * LEN], y2;
+  int64_t idx[N];
+  for (int i = 0; i < N; i++) idx[i] = i;
+  fetch2(ds, idx, N, x, y);
+  int classes[2] = {0, 0};
+  for (int i = 0; i < N; i++) {
+    const int32_t *ids = x + i * 3 * LEN, *types = ids + LEN, *mask = types + LEN;
+    int n = 0;
+    while (n < LEN && mask[n] == 1) n++;
+    ASSERT(n >= 3);
+    for (int t = 0; t < LEN; t++) {
+      ASSERT(types[t] == 0 && (t < n ? ids[t] >= 1 && ids[t] < V : ids[t] == 0 && mask[t] == 0));
+    }
+    ASSERT(y[i] == 0 || y[i] == 1);
+    classes[y[i]]++;
+  }
+  ASSERT(classes[0] > 0 && classes[1] > 0);
+  const int64_t one = 37;
+  fetch2(ds, &one, 1, x2, &y2);
+  ASSERT(memcmp(x2, x + 37 * 3 * LEN, sizeof x2) == 0 && y2 == y[37]);
+  dt_dataset_free(ds);
 }
 
 TEST(test_split_is_not_found) {
@@ -213,11 +253,11 @@ TEST(test_split_is_not_found) {
 static void list_source(const char *name, const char *doc, void *user) {
   char *buf = user;
   size_t len = strlen(buf);
-  snprintf(buf + len, 512 - len, "%s|%s\n", name, doc);
+  snprintf(buf + len, 2048 - len, "%s|%s\n", name, doc);
 }
 
 TEST(sources_are_listed) {
-  char buf[512] = "";
+  char buf[2048] = "";
   dt_dataset_sources(list_source, buf);
   ASSERT_HAS(buf, "synthetic|synthetic:N[,in=20,out=1,task=regression|classification|multilabel,seed=0]");
   ASSERT_HAS(buf, "idx|");
@@ -442,6 +482,6 @@ TEST(loader_delivers_regression_targets) {
 }
 
 TEST_MAIN(TEST_ENTRY(spec_defaults_and_layout), TEST_ENTRY(spec_each_task), TEST_ENTRY(spec_errors_name_the_bad_part),
-          TEST_ENTRY(test_split_is_not_found), TEST_ENTRY(sources_are_listed),
+          TEST_ENTRY(text_samples), TEST_ENTRY(test_split_is_not_found), TEST_ENTRY(sources_are_listed),
           TEST_ENTRY(samples_are_pure_functions_of_seed_and_index), TEST_ENTRY(subset_maps_indices),
           TEST_ENTRY(split_is_a_deterministic_partition), TEST_ENTRY(loader_delivers_regression_targets))

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The bert models trained data-parallel on synthetic token sequences (synthetic:N,tokens=V,len=L: lengths vary,
+# so every batch packs a different number of tokens), a 2-layer bert (hidden 32, 2 heads), AdamW, 2 epochs:
+#  1. without dropout, ddp world 2 (--batch-size 8 per rank) gives world 1's weights (--batch-size 16), and
+#     dp --workers 2 gives one process's (single), within 1e-5;
+#  2. with dropout (attention probabilities included): a run resumed from a mid-epoch snapshot ends with the
+#     uninterrupted run's weights bit for bit (every dropout mask is drawn again from the restored streams),
+#     and its weights are not the dropout-free run's;
+#  3. dtrain eval of the saved weights (dims from the metadata) reports training's final test loss.
+# A few seconds in all (--threads 1).
+set -u
+b=${DT_BUILD_DIR:?DT_BUILD_DIR must name the build directory}
+SRC=${DT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+export DT_BUILD_DIR=$b
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+export DT_TIMEOUT=60
+export DT_NUM_THREADS=1
+DTRAIN=$b/dtrain
+DTRUN=$b/dtrun
+. "$SRC/tests/cli/common.sh" # fail, ok, section, max_diff, same_tensors, use_tmp
+for x in "$DTRAIN" "$DTRUN"; do [ -x "$x" ] || { echo "FAIL: $x is not built" >&2; exit 1; }; done
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK PMI_RANK SLURM_PROCID
+
+use_tmp
+DATA=synthetic:192,tokens=100,len=16,task=classification,out=3,seed=4
+run_ok() {
+  run "$@"
+  [ $rc -eq 0 ] || { fail "$1: exit $rc"; show "$1"; }
+}
+# train NAME WORLD|dp:N|single ARGS...: EPOCHS (default 2) epochs into $tmp/NAME
+train() {
+  local name=$1 how=$2
+  shift 2
+  local args=(train --model bert-tiny --layers 2 --hidden-size 32 --heads 2 --intermediate-size 48 --data "$DATA"
+    --val-fraction 0.25 --threads 1 --progress none --epochs "${EPOCHS:-2}" --optimizer adamw --lr 0.003
+    --out "$tmp/$name" "$@")
+  case $how in
+  single) run_ok "$name" 60 "$DTRAIN" "${args[@]}" ;;
+  dp:*) run_ok "$name" 60 "$DTRAIN" "${args[@]}" --strategy dp --workers "${how#dp:}" ;;
+  *) run_ok "$name" 60 "$DTRUN" --standalone --nproc-per-node "$how" -- "$DTRAIN" "${args[@]}" --strategy ddp ;;
+  esac
+}
+same_weights() {
+  [ -s "$tmp/$2/model.safetensors" ] && [ -s "$tmp/$3/model.safetensors" ] || { fail "$1: weights missing"; return; }
+  local d
+  d=$(max_diff "$tmp/$2/model.safetensors" "$tmp/$3/model.safetensors")
+  awk -v d="$d" 'BEGIN { exit !(d != "" && d <= 1e-5) }' && ok "$1 (max |diff| $d)" || fail "$1: weights differ by $d"
+}
+
+section "1 no dropout: ddp world 2 vs world 1, dp --workers 2 vs single"
+train w1 1 --dropout 0 --batch-size 16
+train w2 2 --dropout 0 --batch-size 8
+same_weights "bert: ddp world 2 = world 1" w1 w2
+train single single --dropout 0 --batch-size 16
+train dp2 dp:2 --dropout 0 --batch-size 16
+same_weights "bert: dp --workers 2 = single" single dp2
+
+section "2 dropout 0.1: resumed mid-epoch = uninterrupted, bit for bit"
+train whole single --dropout 0.1 --batch-size 16
+# 144 training samples in batches of 16: 9 steps an epoch; a snapshot every 4 steps, the first run stops after 1
+EPOCHS=1 train part single --dropout 0.1 --batch-size 16 --save-every-steps 4
+train part single --dropout 0.1 --batch-size 16 --save-every-steps 4 \
+  --resume "$tmp/part/snapshots/step-000000008.safetensors"
+same_tensors "$tmp/whole/model.safetensors" "$tmp/part/model.safetensors" >"$tmp/rs.diff" 2>&1 &&
+  ok "resumed at step 8 (mid-epoch 1) = uninterrupted" || fail "resumed run differs: $(head -n 2 "$tmp/rs.diff")"
+d=$(max_diff "$tmp/whole/model.safetensors" "$tmp/single/model.safetensors")
+awk -v d="$d" 'BEGIN { exit !(d != "" && d > 1e-4) }' && ok "dropout changes the weights (max |diff| $d)" ||
+  fail "dropout 0.1 and 0 give the same weights ($d): the check above cannot tell"
+
+section "3 eval of the weights reports training's final test loss"
+run_ok eval 60 "$DTRAIN" eval --weights "$tmp/whole/model.safetensors" --split test --threads 1
+want=$(/usr/bin/python3 -c 'import json,sys; print("%.4f" % json.load(open(sys.argv[1]))["test_loss"])' "$tmp/whole/summary.json" 2>/dev/null)
+got=$(grep -oE "loss [0-9.]+" "$tmp/eval.out" | head -1 | cut -d' ' -f2)
+[ -n "$want" ] && [ "$want" = "$got" ] && ok "eval loss $got = training's $want" || { fail "eval loss '$got', training's '$want'"; show eval; }
+
+section "done"
+[ "$failures" -eq 0 ] || { echo "$failures check(s) failed" >&2; exit 1; }
+echo "all checks passed"
