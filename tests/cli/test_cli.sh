@@ -91,7 +91,7 @@ usage "dtrain help: unknown command 'nope'" help nope
 [ $? -eq 2 ] || fail "dtrain without a command should exit 2"
 
 # ---- help: every flag of the parser, with defaults, and the DT_* tunables ------------
-train_flags="--model --hidden --dropout --factors --embedding-l2 --sparse-embeddings --zero-init-residual --data --split --normalize --augment --data-workers --cache-images --skip-bad-images --limit-train --limit-test --epochs --batch-size
+train_flags="--model --hidden --dropout --factors --embedding-l2 --sparse-embeddings --zero-init-residual --layers --hidden-size --heads --intermediate-size --data --split --normalize --augment --data-workers --cache-images --skip-bad-images --limit-train --limit-test --epochs --batch-size
 --optimizer --lr --momentum --dampening --nesterov --weight-decay --betas --eps --schedule --step-size --gamma
 --min-lr --warmup-epochs --warmup-steps --clip-grad-norm --label-smoothing --loss --pos-weight --val-fraction --val-data
 --threads --seed --out --progress --quiet
@@ -129,7 +129,9 @@ grep -qE '^  mlp +235146 ' "$tmp/models" || fail "dtrain models: mlp (784-256-12
 grep -q '^  fashioncnn ' "$tmp/models" || fail "dtrain models lacks fashioncnn"
 grep -qE '^  resnet18 +11689512\+ ' "$tmp/models" || fail "dtrain models: resnet18 at 3x224x224, 1000 classes, should have 11689512+ parameters: $(cat "$tmp/models")"
 grep -qE '^  resnet20 +[0-9]+ ' "$tmp/models" || fail "dtrain models: resnet20 should fit 1x28x28 inputs: $(cat "$tmp/models")"
+grep -qE '^  bert-mini +11171074# ' "$tmp/models" || fail "dtrain models: bert-mini at bert-base-uncased's vocabulary should have 11171074# parameters: $(cat "$tmp/models")"
 usage "--zero-init-residual applies only to the resnets, not mlp" train --model mlp --zero-init-residual
+usage "--heads applies only to the bert models, not mlp" train --model mlp --heads 4
 
 # ---- runtime errors: exit 1, one line "dtrain: <detail> (<hint>)" ----------------------
 expect_exit 1 "$tmp/no-such-data" train --model mlp --data "$tmp/no-such-data" --out "$tmp/o1" --quiet
