@@ -58,6 +58,19 @@ void dt_model_ctx_rows(const dt_model *m, const dt_model_ctx *c, int k, dt_rows 
 /* Marks rows (of table k) as touched in c: rows whose gradient another replica made non-zero. */
 void dt_model_ctx_rows_touch(const dt_model *m, dt_model_ctx *c, int k, const int32_t *rows, int64_t n);
 
+/* Mixed precision (torch.autocast): Linear, Conv2d and attention's products take inputs and weights rounded to
+ * bf16 or fp16, accumulate in f32 and round their outputs; everything else, the master weights and the optimizer
+ * stay f32. On a CPU without native bf16/fp16 arithmetic the rounding is emulated (slower than f32). */
+typedef enum dt_amp { DT_AMP_OFF, DT_AMP_BF16, DT_AMP_FP16 } dt_amp;
+/* Parses "off", "bf16", "fp16"; DT_INVALID_ARGUMENT naming the value otherwise. */
+dt_status dt_amp_parse(const char *s, dt_amp *out);
+/* The mode of c's next forwards and backwards; allocates c's rounded copy of the parameters and the layers'
+ * rounded operands (DT_OUT_OF_MEMORY). */
+dt_status dt_model_ctx_set_amp(dt_model *m, dt_model_ctx *c, dt_amp mode);
+/* The path mode takes on this CPU ("bf16 emulated (...)"), for the run banner; 1 when the CPU has native support. */
+const char *dt_amp_path_name(dt_amp mode);
+int dt_amp_cpu_native(dt_amp mode);
+
 /* Dropout masks of c derive from (seed, stream, layer, step). */
 void dt_model_ctx_set_rng_stream(dt_model_ctx *c, uint64_t stream);
 /* Training forwards run so far (the dropout step); set it to resume a run. */

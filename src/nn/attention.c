@@ -2,6 +2,7 @@
  * H/A, softmax(QK^T / sqrt(H/A)) over the keys the padding mask keeps, dropout on the probabilities, times V.
  * The mask is a row of the model's index input (the bert input (3, L): ids, token types, mask). */
 #include "core/impl.h"
+#include "nn/amp.h"
 #include "nn/layer.h"
 #include "tensor/kernels.h"
 
@@ -78,7 +79,7 @@ static const float *tensor(const dt_layer *l, const float *block, int k) { retur
 static dt_attention_geom geom_of(const dt_layer *l, const dt_layer_io *io) {
   const attn_priv *p = l->priv;
   const int L = (int)l->in_shape[0];
-  dt_attention_geom g = {.B = io->batch, .L = L, .H = (int)l->in_shape[1], .A = p->heads};
+  dt_attention_geom g = {.B = io->batch, .L = L, .H = (int)l->in_shape[1], .A = p->heads, .amp = io->amp};
   if (io->seq) {
     g.off = io->seq->off;
     g.sq_off = io->seq->sq_off;
@@ -99,20 +100,26 @@ static dt_attention_dropout dropout_of(const dt_layer *l, const dt_layer_io *io)
 static dt_status attn_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
   const attn_priv *p = l->priv;
   const int H = (int)l->in_shape[1], N = dt_layer_rows(l, io);
+  const size_t n = (size_t)N * H;
   const dt_attention_geom g = geom_of(l, io);
   attn_ws w = ws_parts(l, io->ws, io->batch);
-  dt_linear_forward(w.q, in, tensor(l, io->params, Q_W), tensor(l, io->params, Q_B), N, H, H);
-  dt_linear_forward(w.k, in, tensor(l, io->params, K_W), tensor(l, io->params, K_B), N, H, H);
-  dt_linear_forward(w.v, in, tensor(l, io->params, V_W), tensor(l, io->params, V_B), N, H, H);
+  const float *x = dt_amp_operand(io, 0, in, n), *pw = dt_amp_weights(io);
+  dt_linear_forward(w.q, x, tensor(l, pw, Q_W), tensor(l, pw, Q_B), N, H, H);
+  dt_linear_forward(w.k, x, tensor(l, pw, K_W), tensor(l, pw, K_B), N, H, H);
+  dt_linear_forward(w.v, x, tensor(l, pw, V_W), tensor(l, pw, V_B), N, H, H);
+  dt_amp_result(io, w.q, n);
+  dt_amp_result(io, w.k, n);
+  dt_amp_result(io, w.v, n);
   *w.drop = dropout_of(l, io);
   dt_attention_forward(out, w.prob, w.scratch, p->scratch_threads, w.q, w.k, w.v, w.drop, &g);
   return DT_OK;
 }
 
-/* One projection's share: dinp (+)= dY W, dW += dY^T in, db += sum dY. */
+/* One projection's share: dinp (+)= dY W, dW += dY^T in, db += sum dY (W and in as the forward read them). */
 static void proj_backward(const dt_layer *l, const dt_layer_io *io, int wk, const float *dy, const float *in,
                           float *dinp, int accumulate, int N, int H) {
-  if (dinp) dt_sgemm(0, 0, N, H, H, 1.0f, dy, H, tensor(l, io->params, wk), H, accumulate ? 1.0f : 0.0f, dinp, H);
+  const float *w = tensor(l, dt_amp_weights(io), wk);
+  if (dinp) dt_sgemm(0, 0, N, H, H, 1.0f, dy, H, w, H, accumulate ? 1.0f : 0.0f, dinp, H);
   dt_linear_backward(NULL, io->grads + l->t[wk].off, io->grads + l->t[wk + 1].off, dy, in, NULL, N, H, H);
 }
 
@@ -120,12 +127,19 @@ static void attn_backward(const dt_layer *l, const dt_layer_io *io, const float 
                           const float *dout, float *dinp) {
   const attn_priv *p = l->priv;
   const int H = (int)l->in_shape[1], N = dt_layer_rows(l, io);
+  const size_t n = (size_t)N * H;
   const dt_attention_geom g = geom_of(l, io);
   attn_ws w = ws_parts(l, io->ws, io->batch);
-  dt_attention_backward(w.dq, w.dk, w.dv, w.scratch, p->scratch_threads, dout, w.q, w.k, w.v, w.prob, w.drop, &g);
-  proj_backward(l, io, Q_W, w.dq, in, dinp, 0, N, H);
-  proj_backward(l, io, K_W, w.dk, in, dinp, 1, N, H);
-  proj_backward(l, io, V_W, w.dv, in, dinp, 1, N, H);
+  const float *dctx = dt_amp_operand(io, 1, dout, n);
+  dt_attention_backward(w.dq, w.dk, w.dv, w.scratch, p->scratch_threads, dctx, w.q, w.k, w.v, w.prob, w.drop, &g);
+  dt_amp_result(io, w.dq, n);
+  dt_amp_result(io, w.dk, n);
+  dt_amp_result(io, w.dv, n);
+  const float *x = dt_amp_operand(io, 0, in, n);
+  proj_backward(l, io, Q_W, w.dq, x, dinp, 0, N, H);
+  proj_backward(l, io, K_W, w.dk, x, dinp, 1, N, H);
+  proj_backward(l, io, V_W, w.dv, x, dinp, 1, N, H);
+  dt_amp_result(io, dinp, n);
 }
 
 const dt_layer_ops dt_self_attention_ops = {.kind = "SelfAttention",

@@ -1,5 +1,6 @@
 /* 2-D convolution layer (torch.nn.Conv2d, square kernel, zero padding) over im2col + GEMM kernels. */
 #include "core/impl.h"
+#include "nn/amp.h"
 #include "nn/layer.h"
 #include "tensor/kernels.h"
 
@@ -56,8 +57,9 @@ static dt_status conv2d_forward(const dt_layer *l, const dt_layer_io *io, const 
   const conv2d_priv *p = l->priv;
   dt_conv2d_geom g;
   DT_CHECK(conv_geom(l, io->batch, &g));
-  const float *w = io->params, *b = p->bias ? io->params + l->t[0].numel : NULL;
-  dt_conv2d_forward(&g, out, io->ws, in, w, b);
+  const float *w = dt_amp_weights(io), *b = p->bias ? w + l->t[0].numel : NULL;
+  dt_conv2d_forward(&g, out, io->ws, dt_amp_operand(io, 0, in, dt_layer_in_elems(l, io)), w, b);
+  dt_amp_result(io, out, dt_layer_out_elems(l, io));
   return DT_OK;
 }
 
@@ -67,7 +69,10 @@ static void conv2d_backward(const dt_layer *l, const dt_layer_io *io, const floa
   dt_conv2d_geom g;
   if (conv_geom(l, io->batch, &g) != DT_OK) return; /* validated by the forward */
   float *dw = io->grads, *db = p->bias ? io->grads + l->t[0].numel : NULL;
-  dt_conv2d_backward(&g, dinp, dw, db, io->ws, dout, in, io->params);
+  const float *gr = dt_amp_operand(io, 1, dout, dt_layer_out_elems(l, io));
+  dt_conv2d_backward(&g, dinp, dw, db, io->ws, gr, dt_amp_operand(io, 0, in, dt_layer_in_elems(l, io)),
+                     dt_amp_weights(io));
+  dt_amp_result(io, dinp, dt_layer_in_elems(l, io));
 }
 
 const dt_layer_ops dt_conv2d_ops = {.kind = "Conv2d",

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "dtrain/model.h"
+#include "dtrain/model_ctx.h"
 #include "dtrain/status.h"
 
 #define DT_LAYER_NAME_MAX 64
@@ -88,6 +89,9 @@ typedef struct dt_layer_io {
   int training;        /* mode of the forward (backward sees the forward's mode) */
   uint64_t seed;       /* the build seed */
   uint64_t stream;     /* dropout stream: mix(rng stream, layer index, step) */
+  dt_amp amp;          /* mixed precision: the autocast layers round their operands and results (nn/amp.h) */
+  const float *lowp_params; /* amp: this layer's block of the context's parameters rounded to the grid */
+  float *amp_scratch[2];    /* amp: the rounded copies of an input and an incoming gradient (the largest layer's) */
   float loss_weight;   /* each sample's weight in the loss being differentiated (1/batch for a mean) */
   dt_row_set *rows[DT_LAYER_MAX_TENSORS]; /* row tables: the touched rows of tensor k; else NULL */
 } dt_layer_io;

@@ -1,5 +1,6 @@
 /* Linear layer (torch.nn.Linear): on the last dimension, out (B, ..., O) = inp (B, ..., I) @ W^T + b. */
 #include "core/impl.h"
+#include "nn/amp.h"
 #include "nn/layer.h"
 #include "tensor/kernels.h"
 
@@ -29,8 +30,10 @@ static dt_status linear_infer(dt_layer *l) {
 static dt_status linear_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
   const linear_priv *p = l->priv;
   int I = (int)l->in_shape[l->in_ndim - 1], O = p->out_features;
-  const float *w = io->params, *b = p->bias ? io->params + (size_t)O * I : NULL;
-  dt_linear_forward(out, in, w, b, dt_layer_rows(l, io), I, O);
+  const float *w = dt_amp_weights(io), *b = p->bias ? w + (size_t)O * I : NULL; /* b: added before the rounding */
+  dt_linear_forward(out, dt_amp_operand(io, 0, in, dt_layer_in_elems(l, io)), w, b,
+                    dt_layer_rows(l, io), I, O);
+  dt_amp_result(io, out, dt_layer_out_elems(l, io));
   return DT_OK;
 }
 
@@ -39,7 +42,10 @@ static void linear_backward(const dt_layer *l, const dt_layer_io *io, const floa
   const linear_priv *p = l->priv;
   int I = (int)l->in_shape[l->in_ndim - 1], O = p->out_features;
   float *dw = io->grads, *db = p->bias ? io->grads + (size_t)O * I : NULL;
-  dt_linear_backward(dinp, dw, db, dout, in, io->params, dt_layer_rows(l, io), I, O);
+  const float *g = dt_amp_operand(io, 1, dout, dt_layer_out_elems(l, io));
+  dt_linear_backward(dinp, dw, db, g, dt_amp_operand(io, 0, in, dt_layer_in_elems(l, io)), dt_amp_weights(io),
+                     dt_layer_rows(l, io), I, O);
+  dt_amp_result(io, dinp, dt_layer_in_elems(l, io));
 }
 
 const dt_layer_ops dt_linear_ops = {

@@ -7,6 +7,7 @@
 #include "dtrain/trace.h"
 #include "nn/fusion.h"
 #include "nn/layer.h"
+#include "tensor/kernels.h"
 
 #define MAX_RESIDUAL_DEPTH 16
 
@@ -73,6 +74,10 @@ struct dt_model_ctx {
   void *rows_block;
   dt_seq_layout seq; /* packed sequences: the last forward's layout (off, sq_off: max_batch + 1 each) */
   int has_seq;
+  dt_amp amp;         /* mixed precision of the forwards and backwards (dt_model_ctx_set_amp) */
+  float *lowp_params; /* amp: the parameters rounded to the grid, refreshed by each forward (autocast's cast cache) */
+  float *amp_scratch; /* amp: two blocks of amp_floats, the layers' rounded operands */
+  size_t amp_floats;
 };
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -541,6 +546,8 @@ fail:
 
 void dt_model_ctx_free(dt_model_ctx *c) {
   if (!c) return;
+  dt_free(c->amp_scratch);
+  dt_free(c->lowp_params);
   dt_free(c->seq.off);
   dt_free(c->seq.sq_off);
   dt_free(c->rows_block);
@@ -634,9 +641,38 @@ static void fill_io(dt_model *m, dt_model_ctx *c, int i, dt_layer_io *io) {
   io->training = c->forward_training;
   io->seed = m->seed;
   io->stream = mix64(mix64(mix64(c->rng_stream) ^ (uint64_t)i) ^ c->step);
+  io->amp = c->amp;
+  if (c->amp != DT_AMP_OFF) {
+    io->lowp_params = c->lowp_params + l->param_off;
+    io->amp_scratch[0] = c->amp_scratch;
+    io->amp_scratch[1] = c->amp_scratch + c->amp_floats;
+  }
   io->loss_weight = c->loss_weight > 0 ? c->loss_weight : 1.0f / (float)c->batch;
   for (int k = 0; k < l->n_tensors; k++)
     if (l->t[k].rows_id >= 0) io->rows[k] = &c->rows[l->t[k].rows_id];
+}
+
+/* The amp buffers: the rounded parameters and two blocks the size of the largest activation at max_batch. */
+dt_status dt_model_ctx_set_amp(dt_model *m, dt_model_ctx *c, dt_amp mode) {
+  if (!m || !c) return dt_error(DT_INVALID_ARGUMENT, "dt_model_ctx_set_amp: NULL argument");
+  if (mode != DT_AMP_OFF && !c->lowp_params) {
+    size_t biggest = m->sample_numel;
+    for (int i = 0; i < m->n_layers; i++)
+      if (m->layers[i].out_numel > biggest) biggest = m->layers[i].out_numel;
+    const size_t floats = biggest * (size_t)c->max_batch;
+    float *params = NULL, *scratch = NULL;
+    DT_CHECK(dt_alloc_array(m->n_params ? m->n_params : 1, sizeof(float), "amp parameters", (void **)&params));
+    dt_status st = dt_alloc_array(2 * floats, sizeof(float), "amp operands", (void **)&scratch);
+    if (st != DT_OK) {
+      dt_free(params);
+      return st;
+    }
+    c->lowp_params = params;
+    c->amp_scratch = scratch;
+    c->amp_floats = floats;
+  }
+  c->amp = mode;
+  return DT_OK;
 }
 
 /* Runs layer i's forward, or that of the fused group f starting at layer i. */
@@ -673,6 +709,7 @@ dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const void *x, int 
   if (c->has_seq)
     DT_CHECK(dt_seq_layout_fill(&c->seq, x, batch, m->seq_rows, (int)m->sample_shape[1], m->seq_mask_row));
   c->fused_forward = !c->no_fusion;
+  if (c->amp != DT_AMP_OFF) dt_lowp_round_copy(c->amp, c->lowp_params, m->params, m->n_params);
   const double trace_t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
   for (int i = 0; i < m->n_layers; i++) {
     if (m->layers[i].ops->is_view) continue;

@@ -83,11 +83,18 @@ void dt_attention_forward(float *ctx, float *P, float *scratch, int threads, con
   for (int k = 0; k < g->B * g->A; k++) {
     const pair q = pair_of(g, k);
     float *p = P + q.p0, *pd = scratch + 2 * (size_t)omp_get_thread_num() * g->L * g->L;
+    const size_t nn = (size_t)q.n * q.n;
     dt_sgemm(0, 1, q.n, q.n, d, scale, Q + q.q0, H, K + q.q0, H, 0.0f, p, q.n); /* Q_h K_h^T / sqrt(d) */
+    dt_lowp_round(g->amp, p, nn);
     const int32_t *keep = g->mask && !g->off ? g->mask + (size_t)(k / g->A) * g->mask_stride : NULL;
-    for (int i = 0; i < q.n; i++) masked_softmax_row(p + (size_t)i * q.n, keep, q.n);
-    const float *pv = dropped(p, q.p0, (size_t)q.n * q.n, drop, pd);
+    for (int i = 0; i < q.n; i++) masked_softmax_row(p + (size_t)i * q.n, keep, q.n); /* f32, as autocast */
+    const float *pv = dropped(p, q.p0, nn, drop, pd);
+    if (g->amp != DT_AMP_OFF) { /* the product's operand: a rounded copy, P stays f32 for backward */
+      dt_lowp_round_copy(g->amp, pd, pv, nn);
+      pv = pd;
+    }
     dt_sgemm(0, 0, q.n, d, q.n, 1.0f, pv, q.n, V + q.q0, H, 0.0f, ctx + q.q0, H); /* Pd_h V_h */
+    for (int i = 0; i < q.n; i++) dt_lowp_round(g->amp, ctx + q.q0 + (size_t)i * H, (size_t)d);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/model_ctx.h"
 #include "dtrain/status.h"
 
 /* ---- GEMM / linear -------------------------------------------------------- */
@@ -141,6 +142,7 @@ typedef struct dt_attention_geom {
   const int64_t *sq_off;   /* packed: (B + 1) prefix sums of n^2 */
   const int32_t *mask;     /* unpacked: key j of sample b counts where mask[b * mask_stride + j] != 0; NULL: all */
   size_t mask_stride;
+  dt_amp amp; /* autocast: the scores, the probabilities multiplying V and the context rounded to the grid */
 } dt_attention_geom;
 /* Floats of P for the batch: A * sum of n^2. */
 size_t dt_attention_prob_floats(const dt_attention_geom *g);
@@ -192,6 +194,16 @@ void dt_embedding_gather(float *out, size_t out_stride, const float *table, int 
 /* dtable[idx[b * stride] * width + j] += dout[b * dout_stride + j] (rows repeat: summed in b order). */
 void dt_embedding_scatter_add(float *dtable, int width, const float *dout, size_t dout_stride, const int32_t *idx,
                               size_t stride, int B);
+
+/* ---- low-precision grids (lowp.c) ----------------------------------------- */
+/* x rounded to the nearest bf16 / fp16 value (ties to even), as an f32: inf and NaN stay, fp16 overflows to inf
+ * from 65520 and keeps subnormals down to 2^-24. */
+float dt_round_bf16(float x);
+float dt_round_fp16(float x);
+/* x (n) rounded in place to mode's grid (DT_AMP_OFF: untouched), through the path chosen for this CPU. */
+void dt_lowp_round(dt_amp mode, float *x, size_t n);
+/* dst (n) = src rounded to mode's grid (dst may be src). */
+void dt_lowp_round_copy(dt_amp mode, float *dst, const float *src, size_t n);
 
 /* ---- elementwise -------------------------------------------------------- */
 void dt_add_forward(float *out, const float *a, const float *b, size_t n); /* out = a + b */

@@ -1,0 +1,96 @@
+/* Low-precision grids for mixed precision: f32 buffers rounded in place to bf16 / fp16 (round to nearest even),
+ * and the run-time dispatch point that names the path a CPU takes. */
+#include <string.h>
+
+#include "core/impl.h"
+#include "tensor/kernels.h"
+
+static inline uint32_t f32_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+}
+static inline float bits_f32(uint32_t u) {
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/* Keeps the top 16 bits, rounding the lower 16 to even; inf stays inf (its low bits are 0), NaN stays a quiet NaN
+ * (rounding could carry a NaN's payload into the exponent and make it inf). */
+float dt_round_bf16(float x) {
+  uint32_t u = f32_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bits_f32((u | 0x00400000u) & 0xffff0000u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return bits_f32(u & 0xffff0000u);
+}
+
+/* fp16: 10 mantissa bits, normals from 2^-14, subnormals on the 2^-24 grid, largest finite 65504; from 65520 (the
+ * tie between 65504 and 2^16, whose even neighbour is 2^16) the value overflows to inf. */
+float dt_round_fp16(float x) {
+  const uint32_t u = f32_bits(x), sign = u & 0x80000000u, a = u & 0x7fffffffu;
+  if (a >= 0x7f800000u) return x;                      /* inf, NaN */
+  if (a >= 0x477ff000u) return bits_f32(sign | 0x7f800000u); /* >= 65520 */
+  if (a < 0x38800000u) {                               /* below 2^-14: adding 0.5 leaves 2^-24 as the last bit */
+    const float t = bits_f32(a) + 0.5f; /* exact IEEE arithmetic: no -ffast-math here */
+    return bits_f32(sign | f32_bits(t - 0.5f));
+  }
+  const uint32_t r = (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
+  return bits_f32(sign | r);
+}
+
+static void round_bf16_emulated(float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) x[i] = dt_round_bf16(x[i]);
+}
+static void round_fp16_emulated(float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) x[i] = dt_round_fp16(x[i]);
+}
+
+/* The dispatch point: what each mode runs on this CPU, chosen once from its features. Today every CPU takes the
+ * emulation (f32 GEMMs on values rounded to the grid); a native path (AVX512_BF16 / AMX / AVX512_FP16 GEMMs over
+ * packed 16-bit operands) would fill these rows when the CPU reports the feature. */
+typedef struct lowp_path {
+  void (*round)(float *x, size_t n);
+  const char *name;
+} lowp_path;
+
+static const lowp_path *path_of(dt_amp mode) {
+  static const lowp_path bf16 = {round_bf16_emulated, "bf16 emulated (f32 GEMMs on the bf16 grid)"};
+  static const lowp_path fp16 = {round_fp16_emulated, "fp16 emulated (f32 GEMMs on the fp16 grid)"};
+  return mode == DT_AMP_BF16 ? &bf16 : mode == DT_AMP_FP16 ? &fp16 : NULL;
+}
+
+void dt_lowp_round(dt_amp mode, float *x, size_t n) {
+  const lowp_path *p = path_of(mode);
+  if (p) p->round(x, n);
+}
+
+void dt_lowp_round_copy(dt_amp mode, float *dst, const float *src, size_t n) {
+  if (dst != src) memcpy(dst, src, n * sizeof *dst);
+  dt_lowp_round(mode, dst, n);
+}
+
+const char *dt_amp_path_name(dt_amp mode) {
+  const lowp_path *p = path_of(mode);
+  return p ? p->name : "f32";
+}
+
+int dt_amp_cpu_native(dt_amp mode) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  if (mode == DT_AMP_BF16) return __builtin_cpu_supports("avx512bf16");
+  if (mode == DT_AMP_FP16) return __builtin_cpu_supports("avx512fp16");
+#endif
+  (void)mode;
+  return 0;
+}
+
+dt_status dt_amp_parse(const char *s, dt_amp *out) {
+  static const char *const names[] = {"off", "bf16", "fp16"};
+  for (int i = 0; i < 3; i++)
+    if (s && strcmp(s, names[i]) == 0) {
+      *out = (dt_amp)i;
+      return DT_OK;
+    }
+  return dt_error(DT_INVALID_ARGUMENT, "--amp '%s': expected bf16, fp16 or off", s ? s : "(null)");
+}
