@@ -138,7 +138,7 @@ typedef enum train_flag {
   TRAIN_EPOCHS, TRAIN_BATCH_SIZE,
   TRAIN_OPTIMIZER, TRAIN_LR, TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV, TRAIN_WEIGHT_DECAY, TRAIN_BETAS,
   TRAIN_EPS, TRAIN_SCHEDULE, TRAIN_STEP_SIZE, TRAIN_GAMMA, TRAIN_MIN_LR, TRAIN_WARMUP_EPOCHS, TRAIN_WARMUP_STEPS,
-  TRAIN_CLIP_GRAD_NORM, TRAIN_LABEL_SMOOTHING, TRAIN_LOSS, TRAIN_POS_WEIGHT, TRAIN_VAL_FRACTION, TRAIN_VAL_DATA,
+  TRAIN_CLIP_GRAD_NORM, TRAIN_AMP, TRAIN_LABEL_SMOOTHING, TRAIN_LOSS, TRAIN_POS_WEIGHT, TRAIN_VAL_FRACTION, TRAIN_VAL_DATA,
   TRAIN_THREADS, TRAIN_SEED,
   TRAIN_OUT, TRAIN_PROGRESS, TRAIN_QUIET,
   TRAIN_STRATEGY, TRAIN_WORKERS, TRAIN_ACCUMULATE, TRAIN_BACKEND, TRAIN_MASTER, TRAIN_BUCKET_CAP_MB,
@@ -155,6 +155,7 @@ static const flag_choice schedules[] = {
     {"constant", DT_SCHED_CONSTANT}, {"step", DT_SCHED_STEP}, {"cosine", DT_SCHED_COSINE}, {NULL, 0}};
 static const flag_choice progress_modes[] = {{"auto", DT_PROGRESS_AUTO}, {"bar", DT_PROGRESS_BAR},
                                              {"plain", DT_PROGRESS_PLAIN}, {"none", DT_PROGRESS_NONE}, {NULL, 0}};
+static const flag_choice amp_modes[] = {{"off", DT_AMP_OFF}, {"bf16", DT_AMP_BF16}, {"fp16", DT_AMP_FP16}, {NULL, 0}};
 static const flag_choice on_off[] = {{"on", 1}, {"off", 0}, {NULL, 0}};
 static const flag_choice exchanges[] = {
     {"auto", DT_ROWS_AUTO}, {"dense", DT_ROWS_DENSE}, {"sparse", DT_ROWS_SPARSE}, {NULL, 0}};
@@ -250,6 +251,10 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                             .help = "linear warm-up over the first N optimizer steps instead"},
     [TRAIN_CLIP_GRAD_NORM] = {"--clip-grad-norm", "X", FLAG_POS_FLOAT, "off", "1.0",
                               .help = "clip the global gradient L2 norm to X"},
+    [TRAIN_AMP] = {"--amp", "MODE", FLAG_CHOICE, "off", "bf16",
+                   .help = "mixed precision as torch.autocast: Linear, Conv2d and attention products in bf16 or fp16 "
+                   "with f32 accumulation and f32 master weights; fp16 adds GradScaler's dynamic loss scaling",
+                   .choices = amp_modes},
     [TRAIN_LABEL_SMOOTHING] = {"--label-smoothing", "X", FLAG_UNIT_FLOAT, "0", "0.1",
                                .help = "classification: cross-entropy label smoothing in [0, 1)"},
     [TRAIN_LOSS] = {"--loss", "NAME", FLAG_CHOICE, "mse", "l1",
@@ -503,6 +508,7 @@ static int train_schedule_flags(const flag_args *p, dt_train_config *cfg) {
   if (v[TRAIN_WARMUP_EPOCHS].given) cfg->warmup_epochs = (int)v[TRAIN_WARMUP_EPOCHS].i;
   if (v[TRAIN_WARMUP_STEPS].given) cfg->warmup_steps = v[TRAIN_WARMUP_STEPS].i;
   if (v[TRAIN_CLIP_GRAD_NORM].given) cfg->clip_grad_norm = (float)v[TRAIN_CLIP_GRAD_NORM].f;
+  if (v[TRAIN_AMP].given) cfg->amp = (dt_amp)v[TRAIN_AMP].choice;
   if (v[TRAIN_LABEL_SMOOTHING].given) cfg->label_smoothing = (float)v[TRAIN_LABEL_SMOOTHING].f;
   if (v[TRAIN_THREADS].given) cfg->threads = (int)v[TRAIN_THREADS].i;
   if (v[TRAIN_SEED].given) cfg->seed = v[TRAIN_SEED].u;

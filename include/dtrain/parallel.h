@@ -10,6 +10,7 @@
 
 #include "dtrain/dist.h"
 #include "dtrain/model.h"
+#include "dtrain/model_ctx.h"
 #include "dtrain/status.h"
 #include "dtrain/task.h"
 
@@ -100,6 +101,10 @@ dt_status dt_dp_forward(dt_dp *d, const void *x, int batch, float *out);
 /* Worker count, and each worker's dropout step (training forwards it ran; see
  * dt_model_rng_step), for snapshots and resume. */
 int dt_dp_workers(const dt_dp *d);
+/* Mixed precision on every worker's context (dt_model_ctx_set_amp), and the loss scale each worker's gradient of
+ * the loss is multiplied by before its backward (fp16's loss scaler; 1 by default). */
+dt_status dt_dp_set_amp(dt_dp *d, dt_amp mode);
+void dt_dp_set_loss_scale(dt_dp *d, float scale);
 uint64_t dt_dp_rng_step(const dt_dp *d, int w);
 void dt_dp_set_rng_step(dt_dp *d, int w, uint64_t step);
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "dtrain/data.h"
+#include "dtrain/model_ctx.h"
 #include "dtrain/optim.h"
 #include "dtrain/parallel.h"
 #include "dtrain/status.h"
@@ -73,6 +74,7 @@ typedef struct dt_train_config {
   int64_t warmup_steps; /* ... or in optimizer steps (give at most one of the two) */
   /* regularisation */
   float clip_grad_norm;  /* > 0: clip the global gradient L2 norm; 0: off */
+  dt_amp amp;            /* mixed precision (autocast); fp16 adds a dynamic loss scaler (GradScaler) */
   float label_smoothing; /* classification: in [0, 1) */
   dt_regression_loss regression_loss; /* regression: MSE or L1 */
   float pos_weight[DT_TRAIN_MAX_POS_WEIGHT]; /* multilabel: BCE pos_weight per label (or one for all) */

@@ -45,6 +45,7 @@ struct dt_dp {
   int omp_threads;  /* OpenMP threads of each worker's own parallel regions */
   int blas_pinned;  /* 1: BLAS runs single-threaded while the workers run (see set_blas_for_workers) */
   size_t n_params;
+  float loss_scale; /* dlogits *= it before backward (an fp16 loss scaler's scale) */
   float *grads;     /* the model's gradient arena (n_params) */
   dp_worker *w;     /* (workers) */
   int started;      /* threads running */
@@ -96,8 +97,8 @@ static void run_train(dp_worker *wk) {
   dt_task_count(d->task, logits, y, wk->n, wk->sums);
   /* dlogits is the gradient of this slice's mean loss; scaled by n / batch the workers' gradients sum to
    * the gradient of the whole batch's mean loss. One worker holding the whole batch is left unscaled. */
-  if (wk->n != d->batch) {
-    const float scale = (float)wk->n / (float)d->batch;
+  if (wk->n != d->batch || d->loss_scale != 1.0f) {
+    const float scale = (float)wk->n / (float)d->batch * d->loss_scale;
     const size_t count = (size_t)wk->n * (size_t)d->classes;
     for (size_t i = 0; i < count; i++) wk->dlogits[i] *= scale;
   }
@@ -298,6 +299,7 @@ dt_status dt_dp_new(dt_model *m, int workers, int max_batch, dt_dp **out) {
   dt_status st = dt_alloc_array(1, sizeof *d, "dt_dp", (void **)&d);
   if (st != DT_OK) return st;
   d->m = m;
+  d->loss_scale = 1.0f;
   d->workers = workers;
   d->max_batch = max_batch;
   d->max_slice = (max_batch + workers - 1) / workers;
@@ -404,3 +406,10 @@ dt_status dt_dp_forward(dt_dp *d, const void *x, int batch, float *out) {
   set_blas_for_workers(d, 0);
   return first_error(d, "dt_dp_forward");
 }
+
+dt_status dt_dp_set_amp(dt_dp *d, dt_amp mode) {
+  for (int w = 0; w < d->workers; w++) DT_CHECK(dt_model_ctx_set_amp(d->m, d->w[w].ctx, mode));
+  return DT_OK;
+}
+
+void dt_dp_set_loss_scale(dt_dp *d, float scale) { d->loss_scale = scale; }

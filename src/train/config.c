@@ -100,6 +100,7 @@ dt_status dt_train_config_check(const dt_train_config *c) {
   if (c->warmup_epochs >= c->epochs && c->schedule == DT_SCHED_COSINE)
     return dt_error(DT_INVALID_ARGUMENT, "warm-up of %d epochs leaves no room for the cosine schedule over %d epochs",
                     c->warmup_epochs, c->epochs);
+  if ((unsigned)c->amp > DT_AMP_FP16) return dt_error(DT_INVALID_ARGUMENT, "unknown amp mode %d", (int)c->amp);
   if (bad_float(c->clip_grad_norm) || c->clip_grad_norm < 0)
     return dt_error(DT_INVALID_ARGUMENT, "clip grad norm = %g must be >= 0 (0: off)", (double)c->clip_grad_norm);
   if (bad_float(c->label_smoothing) || c->label_smoothing < 0 || c->label_smoothing >= 1)
@@ -225,6 +226,7 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
       (double)c->min_lr);
   RAW(",\"warmup_epochs\":%d,\"warmup_steps\":%lld", c->warmup_epochs, (long long)c->warmup_steps);
   RAW(",\"clip_grad_norm\":%g,\"label_smoothing\":%g", (double)c->clip_grad_norm, (double)c->label_smoothing);
+  if (c->amp != DT_AMP_OFF) STR("amp", c->amp == DT_AMP_BF16 ? "bf16" : "fp16");
   if (c->regression_loss == DT_LOSS_L1) RAW(",\"loss\":\"l1\"");
   if (c->n_pos_weight) {
     RAW(",\"pos_weight\":[");

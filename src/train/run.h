@@ -103,6 +103,7 @@ struct dt_run {
   int n_rows;
   float *dout;                     /* (batch, outputs) */
   dt_lr_schedule sched;
+  dt_scaler scaler;                /* --amp fp16: the dynamic loss scaler (snapshotted) */
   int64_t steps_per_epoch;
   /* strategy state */
   dt_group *group;
@@ -129,6 +130,14 @@ struct dt_run {
   struct run_window *window;       /* tensorboard */
   struct report_state *report;
 };
+
+/* Mixed precision (amp.c): open sets every context's mode after the strategy's wrap and names the path taken;
+ * loss_scale is what the loss gradient is multiplied by (the scaler's scale under fp16, else 1); unscale runs after
+ * the step's gradients are complete: it divides them by the scale, agrees on the found-inf flag across ranks,
+ * updates the scaler and sets *skip when the optimizer must not step. */
+dt_status dt_run_amp_open(dt_run *r);
+float dt_run_amp_loss_scale(const dt_run *r);
+dt_status dt_run_amp_unscale(dt_run *r, int *skip);
 
 /* HR@K and NDCG@K of the ranking protocol (r->ranking) over this rank's
  * queries (q = rank, rank + world, ...), through the strategy's forward, into

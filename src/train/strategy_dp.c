@@ -14,6 +14,7 @@ static dt_status dp_wrap(dt_run *r) {
 /* dp adds the whole batch's gradient; accumulation is scaled at the step's end. */
 static dt_status dp_batch(dt_run *r, const dt_batch *b, int last, float *loss, double *sums) {
   (void)last;
+  dt_dp_set_loss_scale(r->dp, dt_run_amp_loss_scale(r));
   return dt_dp_train_step(r->dp, r->task, b->x, b->target, b->size, loss, sums);
 }
 

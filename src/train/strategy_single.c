@@ -29,8 +29,9 @@ dt_status dt_strategy_model_batch(dt_run *r, const dt_batch *b, float *loss, dou
   DT_CHECK(dt_model_forward(r->model, b->x, b->size, &out));
   DT_CHECK(dt_task_loss(r->task, out, b->target, b->size, 1, loss, r->dout));
   dt_task_count(r->task, out, b->target, b->size, sums);
-  if (accumulate > 1) {
-    const float micro_scale = 1.0f / (float)accumulate;
+  const float loss_scale = dt_run_amp_loss_scale(r); /* fp16: GradScaler's scale(loss) */
+  if (accumulate > 1 || loss_scale != 1.0f) {
+    const float micro_scale = loss_scale / (float)accumulate;
     const size_t n = (size_t)b->size * (size_t)dt_task_config_of(r->task)->outputs;
     for (size_t i = 0; i < n; i++) r->dout[i] *= micro_scale;
   }

@@ -11,6 +11,7 @@
 #include "dtrain/model.h"
 #include "dtrain/model_ctx.h"
 #include "dtrain/parallel.h"
+#include "dtrain/scaler.h"
 #include "dtrain/snapshot.h"
 #include "dtrain/train.h"
 #include "io/io-impl.h"

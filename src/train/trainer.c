@@ -236,6 +236,7 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
   DT_CHECK(open_schedule(r));
   if (c->resume) DT_CHECK(dt_run_resume(r)); /* rank 0 loads before DDP broadcasts its model */
   DT_CHECK(r->strategy->wrap(r));
+  DT_CHECK(dt_run_amp_open(r));
   DT_CHECK(dt_run_resume_optim(r));
   r->history_cap = r->n_history; /* the rows a snapshot brought */
   r->at = (dt_snapshot_position){.world_size = r->world, .batch_size = c->batch_size, .accumulate = c->accumulate,
@@ -353,12 +354,14 @@ static dt_status train_epoch(dt_run *r, epoch_state *es, int64_t *step) {
     micro = 0;
     double to = dt_trace_now_us();
     DT_CHECK(r->strategy->finish_step(r));
-    if (c->clip_grad_norm > 0) {
+    int skip = 0; /* fp16: an inf/NaN gradient skips the update; the schedule still advances, as PyTorch's */
+    DT_CHECK(dt_run_amp_unscale(r, &skip));
+    if (c->clip_grad_norm > 0 && !skip) {
       float norm = 0;
       DT_CHECK(dt_clip_grad_norm(r->grads, r->n_params, c->clip_grad_norm, &norm));
     }
     es->lr = dt_lr_at(&r->sched, *step);
-    DT_CHECK(optimizer_step(r, es->lr));
+    if (!skip) DT_CHECK(optimizer_step(r, es->lr));
     if (dt_trace_enabled()) dt_trace_span("train", "finish step + optimizer", to, dt_trace_now_us(), NULL);
     ++*step;
     es->epoch_step++;
