@@ -671,9 +671,10 @@ static int train_run(dt_train_config *cfg) {
   FILE *out = cfg->progress;
   if (out) {
     fprintf(out,
-            "training %s on %s: %d epoch(s), batch %d, %s lr %g, %d thread(s) (OpenBLAS %s), strategy %s, out %s\n",
+            "training %s on %s: %d epoch(s), batch %d, %s lr %g, %d thread(s) (OpenBLAS %s), strategy %s, amp %s, out %s\n",
             cfg->model, cfg->data, cfg->epochs, cfg->batch_size, dt_optim_kind_name(cfg->optim.kind), (double)cfg->lr,
-            dt_get_threads(), dt_blas_corename(), dt_strategy_name(cfg->strategy), cfg->out_dir);
+            dt_get_threads(), dt_blas_corename(), dt_strategy_name(cfg->strategy), dt_amp_path_name(cfg->amp),
+            cfg->out_dir);
     fflush(out);
   }
   install_sigint();

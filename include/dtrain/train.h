@@ -162,6 +162,9 @@ typedef struct dt_train_result {
   double comm_hidden;        /* 1 - comm_seconds / comm_total_seconds (0 without communication) */
   dt_ddp_stats ddp;          /* rank 0's gradient exchange: bytes, row tables as rows or dense (zero without ddp) */
   int64_t skipped_images;    /* --skip-bad-images: files of the training and validation data left out */
+  dt_amp amp;                /* the run's mixed precision */
+  float loss_scale;          /* --amp fp16: the loss scaler's scale at the end ... */
+  int64_t amp_skipped_steps; /* ... and the steps it skipped for an inf/NaN gradient (the whole run's) */
 } dt_train_result;
 
 /* Runs training as configured. With out_dir set, creates it and writes

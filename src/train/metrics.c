@@ -171,6 +171,10 @@ dt_status dt_train_write_summary(const char *dir, const char *model, const dt_tr
                             d->bytes / (double)d->steps, (long long)d->rows_sparse, d->rows_sparse_bytes,
                             (long long)d->rows_dense, d->rows_dense_bytes);
   }
+  if (pos < sizeof text && r->amp != DT_AMP_OFF)
+    pos += (size_t)snprintf(text + pos, sizeof text - pos, ",\"amp\":\"%s\",\"loss_scale\":%.9g,\"skipped_steps\":%lld",
+                            r->amp == DT_AMP_BF16 ? "bf16" : "fp16", (double)r->loss_scale,
+                            (long long)r->amp_skipped_steps);
   if (pos < sizeof text && r->skipped_images > 0)
     pos += (size_t)snprintf(text + pos, sizeof text - pos, ",\"skipped_images\":%lld", (long long)r->skipped_images);
   if (pos >= sizeof text) return dt_error(DT_INTERNAL, "summary longer than %zu bytes", sizeof text);

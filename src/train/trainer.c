@@ -456,6 +456,9 @@ static dt_status run_epochs(dt_run *r, dt_train_result *out, double *train_time,
 static dt_status finish_result(dt_run *r, dt_train_result *out, double train_time, int64_t all_samples,
                                const double *local_metric, double cpu_u0, double cpu_s0, double **ranks) {
   out->steps = r->at.step;
+  out->amp = r->cfg->amp;
+  out->loss_scale = r->cfg->amp == DT_AMP_FP16 ? r->scaler.scale : 1.0f;
+  out->amp_skipped_steps = r->scaler.skipped;
   out->params = r->n_params;
   out->rank = r->rank;
   out->world_size = r->world;
