@@ -878,6 +878,16 @@ static int cmd_models(const flag_args *p) {
 }
 
 /* ---- inspect ------------------------------------------------------------------ */
+/* A snapshot of an --amp fp16 run: its loss scaler's state in words. */
+static void print_loss_scaler(const dt_safetensors *f) {
+  dt_named_tensor t;
+  if (dt_safetensors_find(f, "trainer.loss_scaler", &t) != DT_OK || t.tensor.dtype != DT_F64 ||
+      dt_tensor_numel(&t.tensor) != 3)
+    return;
+  const double *s = t.tensor.data;
+  printf("loss scaler (--amp fp16): scale %.9g, growth tracker %.0f, skipped steps %.0f\n", s[0], s[1], s[2]);
+}
+
 static int cmd_inspect(const flag_args *p) {
   const char *path = p->pos[0];
   dt_safetensors *f = NULL;
@@ -917,6 +927,7 @@ static int cmd_inspect(const flag_args *p) {
     putchar('\n');
   }
   printf("total: %lld elements\n", (long long)total);
+  print_loss_scaler(f);
   dt_safetensors_free(f);
   return 0;
 }

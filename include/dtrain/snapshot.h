@@ -23,6 +23,7 @@ extern "C" {
  *   trainer.rng_step                       i64 (n): dropout step of the model, or of each dp worker
  *   trainer.epoch_sums                     f64 (n): the unfinished epoch's metric state (samples, loss
  *                                          sum, the task's counters; older snapshots: loss sum, correct, samples)
+ *   trainer.loss_scaler                    f64 (3), --amp fp16 only: scale, growth tracker, skipped steps
  *   trainer.history                        f64 (epochs, DT_SNAPSHOT_HISTORY_COLS): the metrics rows so far
  * and metadata "dtrain.snapshot" = "1", "model", "epoch", "step", "world_size", "config" and
  * what model.safetensors records. Snapshots live in DIR/snapshots/step-<step, 9 digits>.safetensors. */
@@ -44,6 +45,9 @@ typedef struct dt_snapshot_position {
   int n_sums;
   int n_rng;
   uint64_t rng_step[DT_SNAPSHOT_MAX_RNG];
+  int has_scaler;          /* --amp fp16: the loss scaler's state below is saved and resumed */
+  float loss_scale;
+  int64_t growth_tracker, skipped_steps;
 } dt_snapshot_position;
 
 /* Path of the newest snapshot in dir/snapshots whose step is below `before`

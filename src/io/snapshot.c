@@ -79,7 +79,7 @@ dt_status dt_snapshot_save(const char *path, dt_model *m, dt_optim *o, const dt_
     dt_tensor_info info;
     n_params += is_param(m, i, &info);
   }
-  const int cap = n_model + n_params * n_states + 5;
+  const int cap = n_model + n_params * n_states + 6;
   dt_named_tensor *list = NULL;
   char *names = NULL; /* (n_params * n_states, SNAP_NAME_MAX) optimizer state names */
   double *hist = NULL;
@@ -136,6 +136,12 @@ dt_status dt_snapshot_save(const char *path, dt_model *m, dt_optim *o, const dt_
   double sums[DT_SNAPSHOT_MAX_SUMS];
   memcpy(sums, pos->epoch_sums, sizeof sums);
   DT_CHECK_GOTO(dt_tensor_view(&list[n++].tensor, sums, DT_F64, 1, &n_sums), st, out);
+  const int64_t len_scaler = 3;
+  double scaler[3] = {pos->loss_scale, (double)pos->growth_tracker, (double)pos->skipped_steps}; /* exact in f64 */
+  if (pos->has_scaler) {
+    list[n].name = "trainer.loss_scaler";
+    DT_CHECK_GOTO(dt_tensor_view(&list[n++].tensor, scaler, DT_F64, 1, &len_scaler), st, out);
+  }
   if (n_history > 0) {
     for (int r = 0; r < n_history; r++) row_pack(&history[r], hist + (size_t)r * DT_SNAPSHOT_HISTORY_COLS);
     list[n].name = "trainer.history";
@@ -282,6 +288,21 @@ dt_status dt_snapshot_load(const char *path, const char *model_name, dt_model *m
     const double v[4] = {sv[2], sv[0], sv[1], 0};
     memcpy(p.epoch_sums, v, sizeof v);
     p.n_sums = 4;
+  }
+
+  dt_named_tensor t_scaler;
+  if (dt_safetensors_find(f, "trainer.loss_scaler", &t_scaler) == DT_OK) {
+    DT_CHECK_GOTO(find_vector(f, path, "trainer.loss_scaler", DT_F64, 3, &t_scaler), st, out);
+    const double *s = t_scaler.tensor.data;
+    p.has_scaler = 1;
+    p.loss_scale = (float)s[0];
+    p.growth_tracker = (int64_t)s[1];
+    p.skipped_steps = (int64_t)s[2];
+    if (!(s[0] > 0 && s[0] <= 3.5e38) || s[1] < 0 || s[1] > INT32_MAX || s[2] < 0 || s[2] > (double)p.step) {
+      st = dt_error(DT_CORRUPT, "%s: trainer.loss_scaler (scale %g, growth tracker %g, skipped %g) is out of range",
+                    path, s[0], s[1], s[2]);
+      goto out;
+    }
   }
 
   int n_rows = 0;

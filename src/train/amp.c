@@ -1,10 +1,34 @@
 /* Mixed precision in the training loop: every context's autocast mode, the fp16 loss scaler's step, the banner. */
+#include <math.h>
+#include <stdint.h>
+
 #include "core/impl.h"
 #include "train/run.h"
 
+/* GradScaler's init_scale and growth_interval from their tunables. */
+static dt_status scaler_open(dt_scaler *s) {
+  long log2_scale, interval;
+  DT_CHECK(dt_tunable_int("DT_AMP_INIT_SCALE_LOG2", &log2_scale));
+  DT_CHECK(dt_tunable_int("DT_AMP_GROWTH_INTERVAL", &interval));
+  if (log2_scale < 0 || log2_scale > 127 || interval < 1 || interval > INT32_MAX)
+    return dt_error(DT_INVALID_ARGUMENT, "DT_AMP_INIT_SCALE_LOG2=%ld, DT_AMP_GROWTH_INTERVAL=%ld: expected 0 to 127 "
+                    "and >= 1", log2_scale, interval);
+  dt_scaler_init(s);
+  s->scale = ldexpf(1.0f, (int)log2_scale);
+  s->growth_interval = (int32_t)interval;
+  return DT_OK;
+}
+
 dt_status dt_run_amp_open(dt_run *r) {
   const dt_amp amp = r->cfg->amp;
-  if (!r->resume.active) dt_scaler_init(&r->scaler); /* a resumed run has the snapshot's scaler */
+  DT_CHECK(scaler_open(&r->scaler));
+  const dt_snapshot_position *p = &r->resume.pos;
+  if (r->resume.active && p->has_scaler && amp == DT_AMP_FP16) { /* resumes bit-exact: the scale is a float */
+    r->scaler.scale = p->loss_scale;
+    r->scaler.growth_tracker = (int32_t)p->growth_tracker;
+    r->scaler.skipped = p->skipped_steps;
+    DT_CHECK(dt_scaler_check(&r->scaler, r->resume.path));
+  }
   if (amp == DT_AMP_OFF) return DT_OK;
   if (r->dp)
     DT_CHECK(dt_dp_set_amp(r->dp, amp));

@@ -9,6 +9,10 @@
 dt_status dt_run_snapshot(dt_run *r) {
   dt_snapshot_position *pos = &r->at;
   r->strategy->rng_get(r, pos);
+  pos->has_scaler = r->cfg->amp == DT_AMP_FP16;
+  pos->loss_scale = r->scaler.scale;
+  pos->growth_tracker = r->scaler.growth_tracker;
+  pos->skipped_steps = r->scaler.skipped;
   if (r->rank != 0) return DT_OK;
   char path[4096], name[64], world[16], step[32];
   snprintf(name, sizeof name, "snapshots/step-%09lld.safetensors", (long long)pos->step);

@@ -65,7 +65,8 @@ static dt_status resume_load(dt_run *r, dt_resume_point *rp) {
  * the file, so hosts need no shared file system. `local` is rank 0's outcome. */
 static dt_status resume_share(dt_run *r, dt_status local, dt_resume_point *rp) {
   if (!r->group) return local;
-  enum { H_STATE, H_OPTIM_STEP, H_N_RNG, H_POS, H_RNG = H_POS + 8, H_N = H_RNG + DT_SNAPSHOT_MAX_RNG };
+  enum { H_STATE, H_OPTIM_STEP, H_N_RNG, H_SCALER, H_POS = H_SCALER + 4, H_RNG = H_POS + 8,
+         H_N = H_RNG + DT_SNAPSHOT_MAX_RNG };
   int64_t h[H_N];
   memset(h, 0, sizeof h);
   const dt_snapshot_position *p = &rp->pos;
@@ -77,6 +78,10 @@ static dt_status resume_share(dt_run *r, dt_status local, dt_resume_point *rp) {
                           p->steps_per_epoch, p->seed};
     memcpy(h + H_POS, v, sizeof v);
     for (int i = 0; i < p->n_rng; i++) h[H_RNG + i] = (int64_t)p->rng_step[i];
+    uint32_t bits;
+    memcpy(&bits, &p->loss_scale, sizeof bits);
+    const int64_t s[4] = {p->has_scaler, bits, p->growth_tracker, p->skipped_steps};
+    memcpy(h + H_SCALER, s, sizeof s);
   }
   DT_CHECK(dt_broadcast(r->group, h, H_N, DT_I64, 0, NULL));
   if (h[H_STATE] < 0)
@@ -94,6 +99,11 @@ static dt_status resume_share(dt_run *r, dt_status local, dt_resume_point *rp) {
   q.seed = h[H_POS + 7];
   q.n_rng = (int)h[H_N_RNG];
   for (int i = 0; i < q.n_rng && i < DT_SNAPSHOT_MAX_RNG; i++) q.rng_step[i] = (uint64_t)h[H_RNG + i];
+  q.has_scaler = (int)h[H_SCALER];
+  const uint32_t bits = (uint32_t)h[H_SCALER + 1];
+  memcpy(&q.loss_scale, &bits, sizeof bits);
+  q.growth_tracker = h[H_SCALER + 2];
+  q.skipped_steps = h[H_SCALER + 3];
   rp->pos = q; /* the unfinished epoch's sums stay on rank 0: they are summed over ranks at its end */
   rp->active = 1;
   dt_optim_set_step_count(r->optim, h[H_OPTIM_STEP]);
