@@ -1,8 +1,8 @@
 /* Parity helper: runs fashioncnn (dropout off) and writes weights, inputs, logits, loss and gradients for PyTorch.
  *
- *   dump_model grad <out_dir> [batch]
+ *   dump_model grad <out_dir> [batch] [bf16|fp16]
  *       random input (batch, 1, 28, 28) and labels; one training forward and
- *       backward, then one evaluation forward.
+ *       backward, then one evaluation forward (under --amp's autocast when a mode is given).
  *   dump_model avgpool <out_dir> [batch]
  *       the same with a small model of pooling layers instead of fashioncnn:
  *       conv (4, 3x3, pad 1), AvgPool2d(3, 2, 1), ReLU, AvgPool2d(2), flatten,
@@ -204,6 +204,11 @@ int main(int argc, char **argv) {
   else
     TRY("zoo", dt_model_zoo_new("fashioncnn", &cfg, &m));
   TRY("build", dt_model_build(m, batch, 1234));
+  if (!sgd && argc > 4) {
+    dt_amp amp;
+    TRY("amp", dt_amp_parse(argv[4], &amp));
+    TRY("amp", dt_model_ctx_set_amp(m, dt_model_default_ctx(m), amp));
+  }
   int rc = sgd ? run_sgd(&d, m, argv[3], argv[4], atoi(argv[5]), batch) : run_grad(&d, m, batch);
   dt_model_free(m);
   if (fclose(d.bin) != 0 || fclose(d.idx) != 0) rc = 1;
