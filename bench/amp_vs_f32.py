@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Mixed precision cost: dtrain f32 vs --amp bf16, and PyTorch CPU f32 vs torch.autocast bf16, side by side.
+
+  bench/amp_vs_f32.py [--build build] [--threads 2] [--reps 2]
+
+Models: fashioncnn on Fashion-MNIST (batch 64, 2048 samples) and a GEMM-bound mlp (784-1024-1024-10, batch 128,
+8192 samples), one epoch each, SGD lr 0.01, no evaluation. Every cell is the best of --reps runs (samples/s of the
+training epoch; peak RSS of the process). Prints the CPU model and its relevant flags first: on a CPU without
+AVX512_BF16 / AMX both dtrain's and torch's bf16 are emulations of some kind, and the table is their cost.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+TORCH_WORKER = r'''
+import resource, sys, time, gzip, numpy as np, torch, torch.nn as nn
+model, amp, n, batch, threads = sys.argv[1], sys.argv[2] == "bf16", int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+d = "/usr/share/datasets/fashion-mnist/"
+x = np.frombuffer(gzip.open(d + "train-images-idx3-ubyte.gz").read(), np.uint8, offset=16)[:n * 784]
+y = np.frombuffer(gzip.open(d + "train-labels-idx1-ubyte.gz").read(), np.uint8, offset=8)[:n]
+x = torch.from_numpy((x.astype(np.float32) / 255).reshape(n, 1, 28, 28))
+y = torch.from_numpy(y.astype(np.int64))
+if model == "fashioncnn":
+    m = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                      nn.Conv2d(32, 64, 3), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                      nn.Linear(2304, 600), nn.Dropout(0.25), nn.Linear(600, 120), nn.Linear(120, 10))
+else:
+    m = nn.Sequential(nn.Flatten(), nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                      nn.Linear(1024, 10))
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+t0 = time.perf_counter()
+for i in range(0, n, batch):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+        loss = nn.functional.cross_entropy(m(x[i:i + batch]).float(), y[i:i + batch])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+dt = time.perf_counter() - t0
+print(n / dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+'''
+
+MODELS = {"fashioncnn": (["--model", "fashioncnn"], 2048, 64),
+          "mlp 1024x2": (["--model", "mlp", "--hidden", "1024,1024"], 8192, 128)}
+
+
+def cpu_line():
+    model, flags = "?", set()
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name") and model == "?":
+            model = line.split(":", 1)[1].strip()
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+    want = ["avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16"]
+    return model, " ".join(f + ("+" if f in flags else "-") for f in want)
+
+
+def dtrain_run(build, args, n, batch, amp, threads, tmp):
+    out = os.path.join(tmp, "run")
+    cmd = [os.path.join(build, "dtrain"), "train", *args, "--data", "fashion-mnist", "--limit-train", str(n),
+           "--limit-test", "1", "--epochs", "1", "--batch-size", str(batch), "--lr", "0.01", "--threads", str(threads),
+           "--progress", "none", "--amp", amp, "--out", out, "--overwrite"]
+    subprocess.run(cmd, check=True, capture_output=True)
+    s = json.load(open(os.path.join(out, "summary.json")))
+    return s["train_samples_per_s"], s["peak_rss_bytes"]
+
+
+def torch_run(model, n, batch, amp, threads):
+    r = subprocess.run([sys.executable, "-c", TORCH_WORKER, "fashioncnn" if model == "fashioncnn" else "mlp", amp,
+                        str(n), str(batch), str(threads)], check=True, capture_output=True, text=True)
+    sps, rss = r.stdout.split()
+    return float(sps), int(rss)
+
+
+def best(f, reps):
+    runs = [f() for _ in range(reps)]
+    return max(r[0] for r in runs), min(r[1] for r in runs)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.environ.get("DT_BUILD_DIR", "build"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=2)
+    a = ap.parse_args()
+    model, flags = cpu_line()
+    print(f"CPU: {model}; {flags}; {a.threads} threads")
+    print(f"{'model':12s} {'dtrain f32':>11s} {'dtrain bf16':>12s} {'bf16/f32':>8s} {'torch f32':>10s} "
+          f"{'torch bf16':>11s} {'bf16/f32':>8s} {'dt/torch bf16':>13s}  peak RSS MiB (dt f32, dt bf16, torch f32, torch bf16)")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (args, n, batch) in MODELS.items():
+            d32 = best(lambda: dtrain_run(a.build, args, n, batch, "off", a.threads, tmp), a.reps)
+            d16 = best(lambda: dtrain_run(a.build, args, n, batch, "bf16", a.threads, tmp), a.reps)
+            t32 = best(lambda: torch_run(name, n, batch, "off", a.threads), a.reps)
+            t16 = best(lambda: torch_run(name, n, batch, "bf16", a.threads), a.reps)
+            mib = lambda b: b / 2**20
+            print(f"{name:12s} {d32[0]:11.0f} {d16[0]:12.0f} {d16[0] / d32[0]:8.2f} {t32[0]:10.0f} {t16[0]:11.0f} "
+                  f"{t16[0] / t32[0]:8.2f} {d16[0] / t16[0]:13.2f}  {mib(d32[1]):.0f}, {mib(d16[1]):.0f}, "
+                  f"{mib(t32[1]):.0f}, {mib(t16[1]):.0f}")
+
+
+main()
