@@ -285,10 +285,12 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                        "shm, tcp or mpi", .choices = backends},
     [TRAIN_MASTER] = {"--master", "HOST:PORT", FLAG_STR, "MASTER_ADDR:MASTER_PORT", "10.0.0.1:29500",
                       .help = "ddp: where rank 0 (or dtrun) serves the rendezvous store, e.g. under mpirun"},
-    [TRAIN_BUCKET_CAP_MB] = {"--bucket-cap-mb", "MB", FLAG_POS_FLOAT, "25", "25",
-                             .help = "ddp: gradient bucket size cap in MiB"},
-    [TRAIN_FIRST_BUCKET_MB] = {"--first-bucket-mb", "MB", FLAG_POS_FLOAT, "1", "1",
-                               .help = "ddp: size of the first bucket (the last layers) in MiB"},
+    [TRAIN_BUCKET_CAP_MB] = {"--bucket-cap-mb", "MB", FLAG_POS_FLOAT, "measured (25 for the first steps)", "25",
+                             .help = "ddp: gradient bucket size cap in MiB; giving it (or --first-bucket-mb) keeps "
+                             "PyTorch's fixed layout instead of the one measured after the first steps"},
+    [TRAIN_FIRST_BUCKET_MB] = {"--first-bucket-mb", "MB", FLAG_POS_FLOAT, "measured (1 for the first steps)", "1",
+                               .help = "ddp: size of the first bucket (the last layers) in MiB; fixes the layout as "
+                               "--bucket-cap-mb does"},
     [TRAIN_BROADCAST_BUFFERS] = {"--broadcast-buffers", "on|off", FLAG_CHOICE, "on", "off",
                                  .help = "ddp: broadcast batch-norm statistics from rank 0 before every forward, as "
                                  "PyTorch does", .choices = on_off},
@@ -526,6 +528,7 @@ static int train_strategy_flags(const flag_args *p, dt_train_config *cfg) {
   if (v[TRAIN_MASTER].given) cfg->master = v[TRAIN_MASTER].raw;
   if (v[TRAIN_BUCKET_CAP_MB].given) cfg->ddp.bucket_cap_mb = v[TRAIN_BUCKET_CAP_MB].f;
   if (v[TRAIN_FIRST_BUCKET_MB].given) cfg->ddp.first_bucket_mb = v[TRAIN_FIRST_BUCKET_MB].f;
+  if (v[TRAIN_BUCKET_CAP_MB].given || v[TRAIN_FIRST_BUCKET_MB].given) cfg->ddp.auto_buckets = 0;
   if (v[TRAIN_BROADCAST_BUFFERS].given) cfg->ddp.broadcast_buffers = v[TRAIN_BROADCAST_BUFFERS].choice;
   if (v[TRAIN_FIND_UNUSED_PARAMETERS].given) cfg->ddp.find_unused_parameters = 1;
   if (v[TRAIN_COMM_HOOK].given) cfg->ddp.comm_hook = v[TRAIN_COMM_HOOK].choice;

@@ -46,6 +46,8 @@ typedef struct dt_ddp_config {
   int find_unused_parameters; /* 1: parameters that got no gradient are reduced as zeros; 0: that is an error */
   dt_comm_hook comm_hook;     /* row tables are exchanged in f32 whatever the hook */
   dt_rows_exchange rows_exchange;
+  int auto_buckets;           /* 1: after the first steps, lay the buckets out from the measured backward timeline
+                                 and all-reduce cost (the caps above are the first steps' layout); 0: the caps' */
 } dt_ddp_config;
 void dt_ddp_config_default(dt_ddp_config *c);
 

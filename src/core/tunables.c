@@ -13,7 +13,7 @@ typedef struct tunable {
 } tunable;
 
 static const tunable tunables[] = {
-    {"DT_DEBUG", "warn", 0, "log level: error, warn, info or trace"},
+    {"DT_DEBUG", "warn", 0, "log level: error, warn, info or trace; or subsystems logged in full, e.g. ddp or ddp,store"},
     {"DT_NUM_THREADS", "0", 1, "compute threads per process when --threads is not given (0: OMP_NUM_THREADS if set, else all cores)"},
     {"DT_DATA_DIR", "/usr/share/datasets", 0, "where named datasets (fashion-mnist, mnist) are looked up"},
     {"DT_PREFETCH", "0", 1, "batches the data loader prepares ahead of training (0: as many as fit in 1 MiB, 2 to 64)"},

@@ -24,6 +24,7 @@ void dt_train_config_default(dt_train_config *cfg) {
   cfg->strategy = DT_STRATEGY_SINGLE;
   cfg->accumulate = 1;
   dt_ddp_config_default(&cfg->ddp);
+  cfg->ddp.auto_buckets = 1; /* --bucket-cap-mb or --first-bucket-mb choose PyTorch's fixed layout */
   cfg->backend = "auto";
   cfg->keep = 3;
   cfg->log_every = 10;
@@ -237,8 +238,9 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
   if (c->strategy == DT_STRATEGY_DDP) {
     static const char *const hooks[] = {"none", "bf16", "fp16"};
     STR("backend", c->backend ? c->backend : "auto");
-    RAW(",\"bucket_cap_mb\":%g,\"first_bucket_mb\":%g,\"broadcast_buffers\":%s,\"find_unused_parameters\":%s",
-        c->ddp.bucket_cap_mb, c->ddp.first_bucket_mb, c->ddp.broadcast_buffers ? "true" : "false",
+    RAW(",\"bucket_cap_mb\":%g,\"first_bucket_mb\":%g,\"buckets\":\"%s\",\"broadcast_buffers\":%s,"
+        "\"find_unused_parameters\":%s", c->ddp.bucket_cap_mb, c->ddp.first_bucket_mb,
+        c->ddp.auto_buckets ? "measured" : "fixed", c->ddp.broadcast_buffers ? "true" : "false",
         c->ddp.find_unused_parameters ? "true" : "false");
     STR("comm_hook", hooks[c->ddp.comm_hook]);
     if (c->ddp.rows_exchange != DT_ROWS_AUTO) STR("embedding_exchange", c->ddp.rows_exchange == DT_ROWS_SPARSE ? "sparse" : "dense");
