@@ -9,6 +9,7 @@
 #include "cmd_bench.h"
 #include "cmd_recommend.h"
 #include "cmd_scaling.h"
+#include "cmd_tokenize.h"
 #include "dtrain/dtrain.h"
 #include "flags.h"
 
@@ -1038,6 +1039,39 @@ static int cmd_bench_scaling(const flag_args *p) {
   return bench_scaling_run(&a);
 }
 
+/* ---- tokenize ---------------------------------------------------------------------- */
+typedef enum tok_flag { TOK_VOCAB, TOK_MAX_LEN, TOK_SPECIAL, TOK_NO_LOWER_CASE, TOK_NULL, TOK_COUNT } tok_flag;
+
+static const flag_spec tokenize_flags[TOK_COUNT] = {
+    [TOK_VOCAB] = {"--vocab", "FILE", FLAG_STR, "required", "bert-base-uncased-vocab.txt",
+                   .help = "the WordPiece vocabulary (vocab.txt: one token per line, id = line number)"},
+    [TOK_MAX_LEN] = {"--max-len", "N", FLAG_POS_INT, "no limit", "128",
+                     .help = "at most N ids a record (with --special: the whole [CLS] ... [SEP], truncated as BERT's "
+                             "inputs are)"},
+    [TOK_SPECIAL] = {"--special", NULL, FLAG_BOOL, "off: the text's ids only", NULL,
+                     .help = "print [CLS] ids [SEP], the model's input without its padding"},
+    [TOK_NO_LOWER_CASE] = {"--no-lower-case", NULL, FLAG_BOOL, "off: uncased", NULL,
+                           .help = "a cased vocabulary: no lower-casing, no accent stripping"},
+    [TOK_NULL] = {"--null", NULL, FLAG_BOOL, "off: one record a line", NULL,
+                  .help = "records end at NUL bytes (texts with line breaks, as find -print0 and xargs -0)"},
+};
+
+static int cmd_tokenize(const flag_args *p) {
+  const flag_value *v = p->v;
+  if (!v[TOK_VOCAB].given)
+    return flags_usage_error(p->prog, "e.g. --vocab ../shared/data/bert/bert-base-uncased-vocab.txt",
+                             "--vocab FILE is required");
+  tokenize_args a = {.vocab = v[TOK_VOCAB].raw, .lower = !v[TOK_NO_LOWER_CASE].given,
+                     .max_len = v[TOK_MAX_LEN].given ? (int)v[TOK_MAX_LEN].i : 0, .special = v[TOK_SPECIAL].given,
+                     .nul = v[TOK_NULL].given};
+  if (a.special && a.max_len && a.max_len < 3)
+    return flags_usage_error(p->prog, "e.g. --max-len 128", "--max-len %d leaves no room for [CLS] and [SEP]",
+                             a.max_len);
+  dt_status st = tokenize_stream(&a, stdin, stdout);
+  if (st != DT_OK) return runtime_error(st, "check --vocab and that the input is UTF-8 text");
+  return 0;
+}
+
 /* ---- version, help --------------------------------------------------------------- */
 static int cmd_version(const flag_args *p) {
   (void)p;
@@ -1124,6 +1158,14 @@ static const command commands[] = {
      "for ddp, the all-reduce time and the share of it hidden behind backward. Example:\n"
      "  dtrain bench scaling --model fashioncnn --max-workers 2",
      scaling_flags, SCALING_COUNT, 0, 0, cmd_bench_scaling},
+    {"tokenize", "BERT WordPiece ids of each line of stdin", "--vocab FILE [flags]",
+     "Reads text on stdin and prints, for every line (or NUL-separated record with --null), its\n"
+     "token ids, space-separated: Hugging Face's BertTokenizer (uncased unless --no-lower-case:\n"
+     "text cleanup, CJK split, lower-casing and accent stripping, punctuation split, greedy\n"
+     "longest-match WordPiece with ## continuations, [UNK] for words over 100 characters).\n"
+     "--special adds [CLS] and [SEP] as the models' inputs have them. Example:\n"
+     "  echo 'Hello, world!' | dtrain tokenize --vocab bert-base-uncased-vocab.txt --special",
+     tokenize_flags, TOK_COUNT, 0, 0, cmd_tokenize},
     {"version", "print the version", "", "Prints the dtrain version.", NULL, 0, 0, 0, cmd_version},
     {"help", "show help for dtrain or one command", "[COMMAND]", "Shows the commands, or every flag of one command.",
      NULL, 0, 0, 2, cmd_help},
