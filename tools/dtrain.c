@@ -152,7 +152,8 @@ static const flag_choice regression_losses[] = {{"mse", DT_LOSS_MSE}, {"l1", DT_
 static const flag_choice optimizers[] = {
     {"sgd", DT_OPTIM_SGD}, {"adam", DT_OPTIM_ADAM}, {"adamw", DT_OPTIM_ADAMW}, {NULL, 0}};
 static const flag_choice schedules[] = {
-    {"constant", DT_SCHED_CONSTANT}, {"step", DT_SCHED_STEP}, {"cosine", DT_SCHED_COSINE}, {NULL, 0}};
+    {"constant", DT_SCHED_CONSTANT}, {"step", DT_SCHED_STEP}, {"cosine", DT_SCHED_COSINE}, {"linear", DT_SCHED_LINEAR},
+    {NULL, 0}};
 static const flag_choice progress_modes[] = {{"auto", DT_PROGRESS_AUTO}, {"bar", DT_PROGRESS_BAR},
                                              {"plain", DT_PROGRESS_PLAIN}, {"none", DT_PROGRESS_NONE}, {NULL, 0}};
 static const flag_choice on_off[] = {{"on", 1}, {"off", 0}, {NULL, 0}};
@@ -230,14 +231,17 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
     [TRAIN_BETAS] = {"--betas", "B1,B2", FLAG_BETAS, "0.9,0.999", "0.9,0.999", .help = "Adam/AdamW moment decay rates"},
     [TRAIN_EPS] = {"--eps", "X", FLAG_POS_FLOAT, "1e-8", "1e-8", .help = "Adam/AdamW denominator epsilon"},
     [TRAIN_SCHEDULE] = {"--schedule", "NAME", FLAG_CHOICE, "constant", "cosine",
-                        .help = "learning-rate schedule: constant, step or cosine", .choices = schedules},
+                        .help = "learning-rate schedule: constant, step, cosine or linear (transformers' "
+                        "get_linear_schedule_with_warmup: to 0 at the last step, the warm-up from 0 and part of it)",
+                        .choices = schedules},
     [TRAIN_STEP_SIZE] = {"--step-size", "EPOCHS", FLAG_POS_INT, "1", "10",
                          .help = "step schedule: multiply the lr by --gamma every EPOCHS epochs"},
     [TRAIN_GAMMA] = {"--gamma", "X", FLAG_POS_FLOAT, "0.1", "0.1", .help = "step schedule: decay factor"},
     [TRAIN_MIN_LR] = {"--min-lr", "X", FLAG_NONNEG_FLOAT, "0", "0.0001",
                       .help = "cosine schedule: final learning rate (eta_min)"},
     [TRAIN_WARMUP_EPOCHS] = {"--warmup-epochs", "N", FLAG_NONNEG_INT, "0", "1",
-                             .help = "linear warm-up over the first N epochs, from lr/3 (torch LinearLR)"},
+                             .help = "linear warm-up over the first N epochs, from lr/3 (torch LinearLR); with --schedule "
+                             "linear from 0, as transformers"},
     [TRAIN_WARMUP_STEPS] = {"--warmup-steps", "N", FLAG_NONNEG_INT, "0", "500",
                             .help = "linear warm-up over the first N optimizer steps instead"},
     [TRAIN_CLIP_GRAD_NORM] = {"--clip-grad-norm", "X", FLAG_POS_FLOAT, "off", "1.0",

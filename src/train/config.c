@@ -84,7 +84,8 @@ dt_status dt_train_config_check(const dt_train_config *c) {
       return dt_error(DT_INVALID_ARGUMENT, "betas = (%g, %g) must be in [0, 1)", (double)o->beta1, (double)o->beta2);
     if (bad_float(o->eps) || o->eps <= 0) return dt_error(DT_INVALID_ARGUMENT, "eps = %g must be > 0", (double)o->eps);
   }
-  if (c->schedule != DT_SCHED_CONSTANT && c->schedule != DT_SCHED_STEP && c->schedule != DT_SCHED_COSINE)
+  if (c->schedule != DT_SCHED_CONSTANT && c->schedule != DT_SCHED_STEP && c->schedule != DT_SCHED_COSINE &&
+      c->schedule != DT_SCHED_LINEAR)
     return dt_error(DT_INVALID_ARGUMENT, "unknown schedule kind %d", (int)c->schedule);
   if (c->schedule == DT_SCHED_STEP && c->step_size_epochs < 1)
     return dt_error(DT_INVALID_ARGUMENT, "step size = %d epochs must be >= 1", c->step_size_epochs);
@@ -97,9 +98,9 @@ dt_status dt_train_config_check(const dt_train_config *c) {
     return dt_error(DT_INVALID_ARGUMENT, "warm-up length must be >= 0");
   if (c->warmup_epochs > 0 && c->warmup_steps > 0)
     return dt_error(DT_INVALID_ARGUMENT, "give warm-up in epochs or in steps, not both");
-  if (c->warmup_epochs >= c->epochs && c->schedule == DT_SCHED_COSINE)
-    return dt_error(DT_INVALID_ARGUMENT, "warm-up of %d epochs leaves no room for the cosine schedule over %d epochs",
-                    c->warmup_epochs, c->epochs);
+  if (c->warmup_epochs >= c->epochs && (c->schedule == DT_SCHED_COSINE || c->schedule == DT_SCHED_LINEAR))
+    return dt_error(DT_INVALID_ARGUMENT, "warm-up of %d epochs leaves no room for the %s schedule over %d epochs",
+                    c->warmup_epochs, dt_sched_kind_name(c->schedule), c->epochs);
   if (bad_float(c->clip_grad_norm) || c->clip_grad_norm < 0)
     return dt_error(DT_INVALID_ARGUMENT, "clip grad norm = %g must be >= 0 (0: off)", (double)c->clip_grad_norm);
   if (bad_float(c->label_smoothing) || c->label_smoothing < 0 || c->label_smoothing >= 1)
@@ -155,8 +156,8 @@ dt_status dt_train_config_check(const dt_train_config *c) {
 }
 
 static const char *sched_name(dt_sched_kind k) {
-  static const char *const names[] = {"constant", "step", "cosine"};
-  return (unsigned)k < 3 ? names[k] : "unknown";
+  static const char *const names[] = {"constant", "step", "cosine", "linear"};
+  return (unsigned)k < 4 ? names[k] : "unknown";
 }
 
 static const char *progress_name(dt_progress_mode m) {
