@@ -133,10 +133,10 @@ static const flag_choice strategies[] = {
 /* ---- train ------------------------------------------------------------------- */
 typedef enum train_flag {
   TRAIN_MODEL, TRAIN_HIDDEN, TRAIN_DROPOUT, TRAIN_FACTORS, TRAIN_EMBEDDING_L2, TRAIN_SPARSE_EMBEDDINGS,
-  TRAIN_ZERO_INIT_RESIDUAL, TRAIN_DATA, TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_AUGMENT, TRAIN_DATA_WORKERS,
+  TRAIN_ZERO_INIT_RESIDUAL, TRAIN_INIT_FROM, TRAIN_DATA, TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_AUGMENT, TRAIN_DATA_WORKERS,
   TRAIN_CACHE_IMAGES, TRAIN_SKIP_BAD_IMAGES, TRAIN_LIMIT_TRAIN, TRAIN_LIMIT_TEST,
   TRAIN_EPOCHS, TRAIN_BATCH_SIZE,
-  TRAIN_OPTIMIZER, TRAIN_LR, TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV, TRAIN_WEIGHT_DECAY, TRAIN_BETAS,
+  TRAIN_OPTIMIZER, TRAIN_LR, TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV, TRAIN_WEIGHT_DECAY, TRAIN_NO_DECAY, TRAIN_BETAS,
   TRAIN_EPS, TRAIN_SCHEDULE, TRAIN_STEP_SIZE, TRAIN_GAMMA, TRAIN_MIN_LR, TRAIN_WARMUP_EPOCHS, TRAIN_WARMUP_STEPS,
   TRAIN_CLIP_GRAD_NORM, TRAIN_LABEL_SMOOTHING, TRAIN_LOSS, TRAIN_POS_WEIGHT, TRAIN_VAL_FRACTION, TRAIN_VAL_DATA,
   TRAIN_THREADS, TRAIN_SEED,
@@ -186,6 +186,12 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
     [TRAIN_ZERO_INIT_RESIDUAL] = {"--zero-init-residual", NULL, FLAG_BOOL, "off: BN weights 1", NULL,
                                   .help = "resnets: start each residual block's last BatchNorm weight at 0, as "
                                   "torchvision's zero_init_residual=True (each block starts as the identity)"},
+    [TRAIN_INIT_FROM] = {"--init-from", "PATH", FLAG_STR, "off: the model's own initialisation", "bert-base/",
+                         .help = "fine-tune from pretrained weights, taken by name: a Hugging Face checkpoint directory "
+                         "(model.safetensors, config.json), or a safetensors file (transformers', PyTorch's, dtrain's "
+                         "weights or snapshot); f32, f16 or bf16. Tensors of the model missing from the file keep their "
+                         "initialisation and are listed, as are the file's tensors the model lacks; a tensor of another "
+                         "shape is an error. The optimizer starts fresh at step 0 (not with --resume)"},
     [TRAIN_DATA] = {"--data", "SOURCE", FLAG_STR, "fashion-mnist", "fashion-mnist",
                     .help = "data source: fashion-mnist or mnist (IDX under DT_DATA_DIR), a directory of IDX files, a "
                             "MovieLens directory (ratings.csv or ratings.dat, with movies.csv/.dat), an image folder "
@@ -228,6 +234,10 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                         .help = "Nesterov momentum (needs --momentum > 0 and no dampening)"},
     [TRAIN_WEIGHT_DECAY] = {"--weight-decay", "X", FLAG_NONNEG_FLOAT, "0; 0.01 for adamw", "0.0005",
                             .help = "L2 penalty (sgd, adam) or decoupled weight decay (adamw)"},
+    [TRAIN_NO_DECAY] = {"--no-decay", "P1,P2,...", FLAG_STR, "off: every parameter decays", "bias,LayerNorm.weight",
+                        .help = "parameters whose names contain any of these patterns take no weight decay (the "
+                        "BERT recipe's second parameter group); needs --weight-decay > 0 (adamw: the default 0.01). "
+                        "The groups' sizes are printed at start"},
     [TRAIN_BETAS] = {"--betas", "B1,B2", FLAG_BETAS, "0.9,0.999", "0.9,0.999", .help = "Adam/AdamW moment decay rates"},
     [TRAIN_EPS] = {"--eps", "X", FLAG_POS_FLOAT, "1e-8", "1e-8", .help = "Adam/AdamW denominator epsilon"},
     [TRAIN_SCHEDULE] = {"--schedule", "NAME", FLAG_CHOICE, "constant", "cosine",
@@ -401,6 +411,7 @@ static int train_model_flags(const flag_args *p, dt_train_config *cfg) {
   }
   rc = train_embedding_flags(p, cfg);
   if (rc) return rc;
+  if (v[TRAIN_INIT_FROM].given) cfg->init_from = v[TRAIN_INIT_FROM].raw;
   if (v[TRAIN_DATA].given) cfg->data = v[TRAIN_DATA].raw;
   if (v[TRAIN_SPLIT].given) cfg->holdout = (dt_holdout)v[TRAIN_SPLIT].choice;
   if (v[TRAIN_NORMALIZE].given) read_normalize(&v[TRAIN_NORMALIZE], &cfg->normalize);
@@ -461,6 +472,13 @@ static int train_optimizer_flags(const flag_args *p, dt_train_config *cfg) {
     cfg->optim.nesterov = 1;
   }
   if (v[TRAIN_WEIGHT_DECAY].given) cfg->optim.weight_decay = (float)v[TRAIN_WEIGHT_DECAY].f;
+  if (v[TRAIN_NO_DECAY].given) {
+    if (!(cfg->optim.weight_decay > 0))
+      return flags_usage_error(p->prog, "e.g. --weight-decay 0.01 --no-decay bias,LayerNorm.weight",
+                               "--no-decay exempts parameters from weight decay, but --optimizer %s has none: give "
+                               "--weight-decay", dt_optim_kind_name(kind));
+    cfg->no_decay = v[TRAIN_NO_DECAY].raw;
+  }
   if (v[TRAIN_BETAS].given) {
     cfg->optim.beta1 = (float)v[TRAIN_BETAS].pair[0];
     cfg->optim.beta2 = (float)v[TRAIN_BETAS].pair[1];
@@ -549,6 +567,10 @@ static int train_snapshot_flags(const flag_args *p, dt_train_config *cfg) {
                                "--resume auto looks for snapshots in --out DIR: give --out");
     cfg->resume = v[TRAIN_RESUME].raw;
   }
+  if (cfg->init_from && cfg->resume)
+    return flags_usage_error(p->prog, "give one of them", "--init-from starts a new run from pretrained weights (fresh "
+                             "optimizer, step 0); --resume continues a snapshot with its optimizer state and "
+                             "position: they conflict");
   if (v[TRAIN_OVERWRITE].given && cfg->resume)
     return flags_usage_error(p->prog, "give one of them", "--overwrite starts afresh, --resume continues: they conflict");
   if (v[TRAIN_ALLOW_DATA_CHANGE].given && !cfg->resume)

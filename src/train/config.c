@@ -129,6 +129,14 @@ dt_status dt_train_config_check(const dt_train_config *c) {
   if (!c->out_dir && c->resume && strcmp(c->resume, "auto") == 0)
     return dt_error(DT_INVALID_ARGUMENT, "resume auto looks in the output directory: give one");
   if (c->resume && !*c->resume) return dt_error(DT_INVALID_ARGUMENT, "resume: empty snapshot path");
+  if (c->init_from && !*c->init_from) return dt_error(DT_INVALID_ARGUMENT, "init from: empty path");
+  if (c->init_from && c->resume)
+    return dt_error(DT_INVALID_ARGUMENT, "init from starts a new run from pretrained weights (fresh optimizer, step 0); "
+                                         "resume continues a snapshot with its optimizer state: give one of them");
+  if (c->no_decay && !*c->no_decay) return dt_error(DT_INVALID_ARGUMENT, "no decay: empty pattern list");
+  if (c->no_decay && !(c->optim.weight_decay > 0))
+    return dt_error(DT_INVALID_ARGUMENT, "no decay names parameters without weight decay, but the weight decay is 0: "
+                                         "give one (e.g. 0.01)");
   if (c->overwrite && !c->out_dir) return dt_error(DT_INVALID_ARGUMENT, "overwrite: no output directory");
   if (c->overwrite && c->resume)
     return dt_error(DT_INVALID_ARGUMENT, "overwrite starts afresh, resume continues: give one of them");
@@ -194,6 +202,7 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
   if (c->embedding_l2 > 0) RAW(",\"embedding_l2\":%g", (double)c->embedding_l2);
   if (c->sparse_embeddings) RAW(",\"sparse_embeddings\":true");
   if (c->zero_init_residual) RAW(",\"zero_init_residual\":true");
+  if (c->init_from) STR("init_from", c->init_from);
   STR("data", c->data);
   if (c->holdout == DT_HOLDOUT_LAST) RAW(",\"split\":\"leave-last-out\"");
   if (c->normalize.enabled)
@@ -211,6 +220,7 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
       (unsigned long long)c->seed, c->threads);
   STR("optimizer", dt_optim_kind_name(c->optim.kind));
   RAW(",\"lr\":%g,\"weight_decay\":%g", (double)c->lr, (double)c->optim.weight_decay);
+  if (c->no_decay) STR("no_decay", c->no_decay);
   if (c->optim.kind == DT_OPTIM_SGD)
     RAW(",\"momentum\":%g,\"dampening\":%g,\"nesterov\":%s", (double)c->optim.momentum, (double)c->optim.dampening,
         c->optim.nesterov ? "true" : "false");

@@ -232,6 +232,8 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
   DT_CHECK(dt_run_rank_open(r));
   DT_CHECK(open_task(r));
   DT_CHECK(open_model(r));
+  if (c->init_from) DT_CHECK(dt_run_init_from(r)); /* before DDP broadcasts rank 0's model */
+  if (c->no_decay) DT_CHECK(dt_run_no_decay(r));
   DT_CHECK(r->strategy->make_loaders(r));
   DT_CHECK(open_schedule(r));
   if (c->resume) DT_CHECK(dt_run_resume(r)); /* rank 0 loads before DDP broadcasts its model */
