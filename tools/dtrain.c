@@ -915,21 +915,32 @@ static int cmd_inspect(const flag_args *p) {
 
 
 /* ---- export ------------------------------------------------------------------- */
-typedef enum export_flag { EXPORT_FORMAT, EXPORT_COUNT } export_flag;
+typedef enum export_flag { EXPORT_FORMAT, EXPORT_OVERWRITE, EXPORT_COUNT } export_flag;
+typedef enum export_format { EXPORT_SAFETENSORS, EXPORT_HF } export_format;
 
-static const flag_choice export_formats[] = {{"safetensors", 0}, {NULL, 0}};
+static const flag_choice export_formats[] = {{"safetensors", EXPORT_SAFETENSORS}, {"hf", EXPORT_HF}, {NULL, 0}};
 
 static const flag_spec export_flags[EXPORT_COUNT] = {
     [EXPORT_FORMAT] = {"--format", "NAME", FLAG_CHOICE, "safetensors", "safetensors",
-                       .help = "output format (safetensors: weights only)", .choices = export_formats},
+                       .help = "output format: safetensors (OUT is a file: the weights with dtrain's metadata) or hf "
+                       "(OUT is a directory: model.safetensors as transformers writes it, f32 with {\"format\": \"pt\"}, "
+                       "and config.json: the model's own HF config where it has one, else torch_dtype and the training's "
+                       "metadata under \"dtrain\")", .choices = export_formats},
+    [EXPORT_OVERWRITE] = {"--overwrite", NULL, FLAG_BOOL, "off: an OUT directory holding them is refused", NULL,
+                          .help = "--format hf: replace OUT/model.safetensors and OUT/config.json if they exist"},
 };
 
 static int cmd_export(const flag_args *p) {
   if (strcmp(p->pos[0], p->pos[1]) == 0)
     return flags_usage_error(p->prog, "write to another file", "the output %s is the input", p->pos[1]);
-  dt_status st = dt_snapshot_export(p->pos[0], p->pos[1]);
+  const int hf = p->v[EXPORT_FORMAT].given && p->v[EXPORT_FORMAT].choice == EXPORT_HF;
+  if (p->v[EXPORT_OVERWRITE].given && !hf)
+    return flags_usage_error(p->prog, "add --format hf", "--overwrite applies to --format hf (a file OUT is replaced)");
+  dt_status st = hf ? dt_hf_export(p->pos[0], p->pos[1], p->v[EXPORT_OVERWRITE].given)
+                    : dt_snapshot_export(p->pos[0], p->pos[1]);
+  if (st == DT_USAGE) return flags_usage_error(p->prog, "add --overwrite", "%s", dt_last_error());
   if (st != DT_OK) return runtime_error(st, "check the input file name and that the output directory is writable");
-  printf("exported the weights of %s to %s\n", p->pos[0], p->pos[1]);
+  printf("exported the weights of %s to %s%s\n", p->pos[0], p->pos[1], hf ? " (model.safetensors, config.json)" : "");
   return 0;
 }
 
@@ -1098,8 +1109,11 @@ static const command commands[] = {
     {"export", "write the weights of a snapshot (or weights file) alone, e.g. to share or evaluate", "SNAPSHOT OUT",
      "Reads a snapshot written by 'dtrain train --save-every' (or any weights file) and writes\n"
      "its model tensors only, under PyTorch state_dict names with the model's metadata, to OUT\n"
-     "(atomically). Optimizer and trainer state are left out. Example:\n"
-     "  dtrain export runs/exp1/snapshots/step-000001876.safetensors model.safetensors",
+     "(atomically). Optimizer and trainer state are left out. With --format hf, OUT is a Hugging\n"
+     "Face checkpoint directory (model.safetensors, config.json) that --init-from reads back.\n"
+     "Examples:\n"
+     "  dtrain export runs/exp1/snapshots/step-000001876.safetensors model.safetensors\n"
+     "  dtrain export runs/exp1/model.safetensors runs/exp1/hf --format hf",
      export_flags, EXPORT_COUNT, 2, 2, cmd_export},
     {"models", "list the model zoo with parameter counts", "", "Lists the registered models.", NULL, 0, 0, 0,
      cmd_models},

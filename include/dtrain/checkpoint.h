@@ -101,6 +101,18 @@ typedef struct dt_init_report {
  * failure; *rep is written on success only. */
 dt_status dt_model_init_from(dt_model *m, const char *path, dt_init_report *rep);
 
+/* Writes the model tensors of src (dtrain weights or a snapshot; optimizer and
+ * trainer state left out) in Hugging Face's layout: out_dir/model.safetensors
+ * (tensors by name, 16-bit floats widened to f32, __metadata__ {"format": "pt"}
+ * plus dtrain's crc32) and out_dir/config.json. The config holds the members
+ * the model's zoo row writes (transformers' "architectures", "model_type",
+ * sizes; dtrain's own models have none, so AutoConfig refuses them rightly),
+ * "torch_dtype": "float32", and the weights' metadata (model, hidden, outputs,
+ * task, data, ...) as strings under "dtrain". out_dir is created if missing;
+ * one already holding model.safetensors or config.json is DT_USAGE unless
+ * overwrite. Both files are written atomically. */
+dt_status dt_hf_export(const char *src, const char *out_dir, int overwrite);
+
 #ifdef __cplusplus
 }
 #endif
