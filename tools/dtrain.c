@@ -134,10 +134,11 @@ static const flag_choice strategies[] = {
 /* ---- train ------------------------------------------------------------------- */
 typedef enum train_flag {
   TRAIN_MODEL, TRAIN_HIDDEN, TRAIN_DROPOUT, TRAIN_FACTORS, TRAIN_EMBEDDING_L2, TRAIN_SPARSE_EMBEDDINGS,
-  TRAIN_ZERO_INIT_RESIDUAL, TRAIN_LAYERS, TRAIN_HIDDEN_SIZE, TRAIN_HEADS, TRAIN_INTERMEDIATE_SIZE, TRAIN_DATA, TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_AUGMENT, TRAIN_DATA_WORKERS,
+  TRAIN_ZERO_INIT_RESIDUAL, TRAIN_LAYERS, TRAIN_HIDDEN_SIZE, TRAIN_HEADS, TRAIN_INTERMEDIATE_SIZE, TRAIN_INIT_FROM,
+  TRAIN_DATA, TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_AUGMENT, TRAIN_DATA_WORKERS,
   TRAIN_CACHE_IMAGES, TRAIN_SKIP_BAD_IMAGES, TRAIN_LIMIT_TRAIN, TRAIN_LIMIT_TEST,
   TRAIN_EPOCHS, TRAIN_BATCH_SIZE,
-  TRAIN_OPTIMIZER, TRAIN_LR, TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV, TRAIN_WEIGHT_DECAY, TRAIN_BETAS,
+  TRAIN_OPTIMIZER, TRAIN_LR, TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV, TRAIN_WEIGHT_DECAY, TRAIN_NO_DECAY, TRAIN_BETAS,
   TRAIN_EPS, TRAIN_SCHEDULE, TRAIN_STEP_SIZE, TRAIN_GAMMA, TRAIN_MIN_LR, TRAIN_WARMUP_EPOCHS, TRAIN_WARMUP_STEPS,
   TRAIN_CLIP_GRAD_NORM, TRAIN_LABEL_SMOOTHING, TRAIN_LOSS, TRAIN_POS_WEIGHT, TRAIN_VAL_FRACTION, TRAIN_VAL_DATA,
   TRAIN_THREADS, TRAIN_SEED,
@@ -153,7 +154,8 @@ static const flag_choice regression_losses[] = {{"mse", DT_LOSS_MSE}, {"l1", DT_
 static const flag_choice optimizers[] = {
     {"sgd", DT_OPTIM_SGD}, {"adam", DT_OPTIM_ADAM}, {"adamw", DT_OPTIM_ADAMW}, {NULL, 0}};
 static const flag_choice schedules[] = {
-    {"constant", DT_SCHED_CONSTANT}, {"step", DT_SCHED_STEP}, {"cosine", DT_SCHED_COSINE}, {NULL, 0}};
+    {"constant", DT_SCHED_CONSTANT}, {"step", DT_SCHED_STEP}, {"cosine", DT_SCHED_COSINE}, {"linear", DT_SCHED_LINEAR},
+    {NULL, 0}};
 static const flag_choice progress_modes[] = {{"auto", DT_PROGRESS_AUTO}, {"bar", DT_PROGRESS_BAR},
                                              {"plain", DT_PROGRESS_PLAIN}, {"none", DT_PROGRESS_NONE}, {NULL, 0}};
 static const flag_choice on_off[] = {{"on", 1}, {"off", 0}, {NULL, 0}};
@@ -194,6 +196,12 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                      .help = "bert models: attention heads (num_attention_heads)"},
     [TRAIN_INTERMEDIATE_SIZE] = {"--intermediate-size", "I", FLAG_POS_INT, "4 x the hidden size", "1024",
                                  .help = "bert models: feed-forward size (intermediate_size)"},
+    [TRAIN_INIT_FROM] = {"--init-from", "PATH", FLAG_STR, "off: the model's own initialisation", "bert-base/",
+                         .help = "fine-tune from pretrained weights, taken by name: a Hugging Face checkpoint directory "
+                         "(model.safetensors, config.json), or a safetensors file (transformers', PyTorch's, dtrain's "
+                         "weights or snapshot); f32, f16 or bf16. Tensors of the model missing from the file keep their "
+                         "initialisation and are listed, as are the file's tensors the model lacks; a tensor of another "
+                         "shape is an error. The optimizer starts fresh at step 0 (not with --resume)"},
     [TRAIN_DATA] = {"--data", "SOURCE", FLAG_STR, "fashion-mnist", "fashion-mnist",
                     .help = "data source: fashion-mnist or mnist (IDX under DT_DATA_DIR), a directory of IDX files, a "
                             "MovieLens directory (ratings.csv or ratings.dat, with movies.csv/.dat), an image folder "
@@ -236,17 +244,24 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                         .help = "Nesterov momentum (needs --momentum > 0 and no dampening)"},
     [TRAIN_WEIGHT_DECAY] = {"--weight-decay", "X", FLAG_NONNEG_FLOAT, "0; 0.01 for adamw", "0.0005",
                             .help = "L2 penalty (sgd, adam) or decoupled weight decay (adamw)"},
+    [TRAIN_NO_DECAY] = {"--no-decay", "P1,P2,...", FLAG_STR, "off: every parameter decays", "bias,LayerNorm.weight",
+                        .help = "parameters whose names contain any of these patterns take no weight decay (the "
+                        "BERT recipe's second parameter group); needs --weight-decay > 0 (adamw: the default 0.01). "
+                        "The groups' sizes are printed at start"},
     [TRAIN_BETAS] = {"--betas", "B1,B2", FLAG_BETAS, "0.9,0.999", "0.9,0.999", .help = "Adam/AdamW moment decay rates"},
     [TRAIN_EPS] = {"--eps", "X", FLAG_POS_FLOAT, "1e-8", "1e-8", .help = "Adam/AdamW denominator epsilon"},
     [TRAIN_SCHEDULE] = {"--schedule", "NAME", FLAG_CHOICE, "constant", "cosine",
-                        .help = "learning-rate schedule: constant, step or cosine", .choices = schedules},
+                        .help = "learning-rate schedule: constant, step, cosine or linear (transformers' "
+                        "get_linear_schedule_with_warmup: to 0 at the last step, the warm-up from 0 and part of it)",
+                        .choices = schedules},
     [TRAIN_STEP_SIZE] = {"--step-size", "EPOCHS", FLAG_POS_INT, "1", "10",
                          .help = "step schedule: multiply the lr by --gamma every EPOCHS epochs"},
     [TRAIN_GAMMA] = {"--gamma", "X", FLAG_POS_FLOAT, "0.1", "0.1", .help = "step schedule: decay factor"},
     [TRAIN_MIN_LR] = {"--min-lr", "X", FLAG_NONNEG_FLOAT, "0", "0.0001",
                       .help = "cosine schedule: final learning rate (eta_min)"},
     [TRAIN_WARMUP_EPOCHS] = {"--warmup-epochs", "N", FLAG_NONNEG_INT, "0", "1",
-                             .help = "linear warm-up over the first N epochs, from lr/3 (torch LinearLR)"},
+                             .help = "linear warm-up over the first N epochs, from lr/3 (torch LinearLR); with --schedule "
+                             "linear from 0, as transformers"},
     [TRAIN_WARMUP_STEPS] = {"--warmup-steps", "N", FLAG_NONNEG_INT, "0", "500",
                             .help = "linear warm-up over the first N optimizer steps instead"},
     [TRAIN_CLIP_GRAD_NORM] = {"--clip-grad-norm", "X", FLAG_POS_FLOAT, "off", "1.0",
@@ -422,6 +437,7 @@ static int train_model_flags(const flag_args *p, dt_train_config *cfg) {
   if (rc) return rc;
   rc = train_bert_flags(p, cfg);
   if (rc) return rc;
+  if (v[TRAIN_INIT_FROM].given) cfg->init_from = v[TRAIN_INIT_FROM].raw;
   if (v[TRAIN_DATA].given) cfg->data = v[TRAIN_DATA].raw;
   if (v[TRAIN_SPLIT].given) cfg->holdout = (dt_holdout)v[TRAIN_SPLIT].choice;
   if (v[TRAIN_NORMALIZE].given) read_normalize(&v[TRAIN_NORMALIZE], &cfg->normalize);
@@ -482,6 +498,13 @@ static int train_optimizer_flags(const flag_args *p, dt_train_config *cfg) {
     cfg->optim.nesterov = 1;
   }
   if (v[TRAIN_WEIGHT_DECAY].given) cfg->optim.weight_decay = (float)v[TRAIN_WEIGHT_DECAY].f;
+  if (v[TRAIN_NO_DECAY].given) {
+    if (!(cfg->optim.weight_decay > 0))
+      return flags_usage_error(p->prog, "e.g. --weight-decay 0.01 --no-decay bias,LayerNorm.weight",
+                               "--no-decay exempts parameters from weight decay, but --optimizer %s has none: give "
+                               "--weight-decay", dt_optim_kind_name(kind));
+    cfg->no_decay = v[TRAIN_NO_DECAY].raw;
+  }
   if (v[TRAIN_BETAS].given) {
     cfg->optim.beta1 = (float)v[TRAIN_BETAS].pair[0];
     cfg->optim.beta2 = (float)v[TRAIN_BETAS].pair[1];
@@ -571,6 +594,10 @@ static int train_snapshot_flags(const flag_args *p, dt_train_config *cfg) {
                                "--resume auto looks for snapshots in --out DIR: give --out");
     cfg->resume = v[TRAIN_RESUME].raw;
   }
+  if (cfg->init_from && cfg->resume)
+    return flags_usage_error(p->prog, "give one of them", "--init-from starts a new run from pretrained weights (fresh "
+                             "optimizer, step 0); --resume continues a snapshot with its optimizer state and "
+                             "position: they conflict");
   if (v[TRAIN_OVERWRITE].given && cfg->resume)
     return flags_usage_error(p->prog, "give one of them", "--overwrite starts afresh, --resume continues: they conflict");
   if (v[TRAIN_ALLOW_DATA_CHANGE].given && !cfg->resume)
@@ -920,21 +947,32 @@ static int cmd_inspect(const flag_args *p) {
 
 
 /* ---- export ------------------------------------------------------------------- */
-typedef enum export_flag { EXPORT_FORMAT, EXPORT_COUNT } export_flag;
+typedef enum export_flag { EXPORT_FORMAT, EXPORT_OVERWRITE, EXPORT_COUNT } export_flag;
+typedef enum export_format { EXPORT_SAFETENSORS, EXPORT_HF } export_format;
 
-static const flag_choice export_formats[] = {{"safetensors", 0}, {NULL, 0}};
+static const flag_choice export_formats[] = {{"safetensors", EXPORT_SAFETENSORS}, {"hf", EXPORT_HF}, {NULL, 0}};
 
 static const flag_spec export_flags[EXPORT_COUNT] = {
     [EXPORT_FORMAT] = {"--format", "NAME", FLAG_CHOICE, "safetensors", "safetensors",
-                       .help = "output format (safetensors: weights only)", .choices = export_formats},
+                       .help = "output format: safetensors (OUT is a file: the weights with dtrain's metadata) or hf "
+                       "(OUT is a directory: model.safetensors as transformers writes it, f32 with {\"format\": \"pt\"}, "
+                       "and config.json: the model's own HF config where it has one, else torch_dtype and the training's "
+                       "metadata under \"dtrain\")", .choices = export_formats},
+    [EXPORT_OVERWRITE] = {"--overwrite", NULL, FLAG_BOOL, "off: an OUT directory holding them is refused", NULL,
+                          .help = "--format hf: replace OUT/model.safetensors and OUT/config.json if they exist"},
 };
 
 static int cmd_export(const flag_args *p) {
   if (strcmp(p->pos[0], p->pos[1]) == 0)
     return flags_usage_error(p->prog, "write to another file", "the output %s is the input", p->pos[1]);
-  dt_status st = dt_snapshot_export(p->pos[0], p->pos[1]);
+  const int hf = p->v[EXPORT_FORMAT].given && p->v[EXPORT_FORMAT].choice == EXPORT_HF;
+  if (p->v[EXPORT_OVERWRITE].given && !hf)
+    return flags_usage_error(p->prog, "add --format hf", "--overwrite applies to --format hf (a file OUT is replaced)");
+  dt_status st = hf ? dt_hf_export(p->pos[0], p->pos[1], p->v[EXPORT_OVERWRITE].given)
+                    : dt_snapshot_export(p->pos[0], p->pos[1]);
+  if (st == DT_USAGE) return flags_usage_error(p->prog, "add --overwrite", "%s", dt_last_error());
   if (st != DT_OK) return runtime_error(st, "check the input file name and that the output directory is writable");
-  printf("exported the weights of %s to %s\n", p->pos[0], p->pos[1]);
+  printf("exported the weights of %s to %s%s\n", p->pos[0], p->pos[1], hf ? " (model.safetensors, config.json)" : "");
   return 0;
 }
 
@@ -1136,8 +1174,11 @@ static const command commands[] = {
     {"export", "write the weights of a snapshot (or weights file) alone, e.g. to share or evaluate", "SNAPSHOT OUT",
      "Reads a snapshot written by 'dtrain train --save-every' (or any weights file) and writes\n"
      "its model tensors only, under PyTorch state_dict names with the model's metadata, to OUT\n"
-     "(atomically). Optimizer and trainer state are left out. Example:\n"
-     "  dtrain export runs/exp1/snapshots/step-000001876.safetensors model.safetensors",
+     "(atomically). Optimizer and trainer state are left out. With --format hf, OUT is a Hugging\n"
+     "Face checkpoint directory (model.safetensors, config.json) that --init-from reads back.\n"
+     "Examples:\n"
+     "  dtrain export runs/exp1/snapshots/step-000001876.safetensors model.safetensors\n"
+     "  dtrain export runs/exp1/model.safetensors runs/exp1/hf --format hf",
      export_flags, EXPORT_COUNT, 2, 2, cmd_export},
     {"models", "list the model zoo with parameter counts", "", "Lists the registered models.", NULL, 0, 0, 0,
      cmd_models},

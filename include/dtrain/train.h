@@ -44,6 +44,8 @@ typedef struct dt_train_config {
   float embedding_l2; /* mf, ncf: L2 on the looked-up embedding rows, weighted as the loss's mean; 0: off */
   int sparse_embeddings; /* update only the embedding rows a step touched (SparseAdam / sparse SGD) */
   int zero_init_residual; /* resnets: each block's last BN weight starts at 0 (torchvision's zero_init_residual) */
+  const char *init_from;  /* NULL: the model's initialisation; else pretrained weights by name (dt_model_init_from):
+                           * a Hugging Face checkpoint directory or a safetensors file; not with resume */
   /* data */
   const char *data;       /* data source spec (see dt_dataset_load): its train split is trained on */
   const char *val_data;   /* NULL: the source's test split, or --val-fraction; else a source evaluated on */
@@ -64,6 +66,8 @@ typedef struct dt_train_config {
   /* optimizer (kind and hyper-parameters, PyTorch semantics) */
   dt_optim_config optim;
   float lr; /* base learning rate (> 0) */
+  const char *no_decay; /* NULL: every parameter decays; else "bias,LayerNorm.weight": a parameter whose name
+                         * contains any of these comma-separated patterns takes weight decay 0 (needs weight_decay > 0) */
   /* schedule, in epochs where the CLI speaks of epochs; converted to steps */
   dt_sched_kind schedule;
   int step_size_epochs; /* step: decay every N epochs (>= 1) */

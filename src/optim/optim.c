@@ -89,6 +89,7 @@ fail:
 
 void dt_optim_free(dt_optim *o) {
   if (!o) return;
+  dt_free(o->pieces);
   for (int i = DT_OPTIM_MAX_STATES - 1; i >= 0; i--) dt_free(o->state[i]);
   dt_free(o);
 }
@@ -100,7 +101,9 @@ dt_status dt_optim_step(dt_optim *o, float *params, const float *grads, float lr
     return dt_error(DT_INVALID_ARGUMENT, "%s: invalid learning rate %g at step %lld: must be finite and >= 0",
                     dt_optim_kind_name(o->cfg.kind), (double)lr, (long long)o->steps + 1);
   o->steps++;
-  if (o->cfg.kind == DT_OPTIM_SGD)
+  if (o->pieces)
+    (o->cfg.kind == DT_OPTIM_SGD ? dt_sgd_update_pieces : dt_adam_update_pieces)(o, params, grads, lr);
+  else if (o->cfg.kind == DT_OPTIM_SGD)
     dt_sgd_update(o, params, grads, lr);
   else
     dt_adam_update(o, params, grads, lr);

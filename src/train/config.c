@@ -85,7 +85,8 @@ dt_status dt_train_config_check(const dt_train_config *c) {
       return dt_error(DT_INVALID_ARGUMENT, "betas = (%g, %g) must be in [0, 1)", (double)o->beta1, (double)o->beta2);
     if (bad_float(o->eps) || o->eps <= 0) return dt_error(DT_INVALID_ARGUMENT, "eps = %g must be > 0", (double)o->eps);
   }
-  if (c->schedule != DT_SCHED_CONSTANT && c->schedule != DT_SCHED_STEP && c->schedule != DT_SCHED_COSINE)
+  if (c->schedule != DT_SCHED_CONSTANT && c->schedule != DT_SCHED_STEP && c->schedule != DT_SCHED_COSINE &&
+      c->schedule != DT_SCHED_LINEAR)
     return dt_error(DT_INVALID_ARGUMENT, "unknown schedule kind %d", (int)c->schedule);
   if (c->schedule == DT_SCHED_STEP && c->step_size_epochs < 1)
     return dt_error(DT_INVALID_ARGUMENT, "step size = %d epochs must be >= 1", c->step_size_epochs);
@@ -98,9 +99,9 @@ dt_status dt_train_config_check(const dt_train_config *c) {
     return dt_error(DT_INVALID_ARGUMENT, "warm-up length must be >= 0");
   if (c->warmup_epochs > 0 && c->warmup_steps > 0)
     return dt_error(DT_INVALID_ARGUMENT, "give warm-up in epochs or in steps, not both");
-  if (c->warmup_epochs >= c->epochs && c->schedule == DT_SCHED_COSINE)
-    return dt_error(DT_INVALID_ARGUMENT, "warm-up of %d epochs leaves no room for the cosine schedule over %d epochs",
-                    c->warmup_epochs, c->epochs);
+  if (c->warmup_epochs >= c->epochs && (c->schedule == DT_SCHED_COSINE || c->schedule == DT_SCHED_LINEAR))
+    return dt_error(DT_INVALID_ARGUMENT, "warm-up of %d epochs leaves no room for the %s schedule over %d epochs",
+                    c->warmup_epochs, dt_sched_kind_name(c->schedule), c->epochs);
   if (bad_float(c->clip_grad_norm) || c->clip_grad_norm < 0)
     return dt_error(DT_INVALID_ARGUMENT, "clip grad norm = %g must be >= 0 (0: off)", (double)c->clip_grad_norm);
   if (bad_float(c->label_smoothing) || c->label_smoothing < 0 || c->label_smoothing >= 1)
@@ -129,6 +130,14 @@ dt_status dt_train_config_check(const dt_train_config *c) {
   if (!c->out_dir && c->resume && strcmp(c->resume, "auto") == 0)
     return dt_error(DT_INVALID_ARGUMENT, "resume auto looks in the output directory: give one");
   if (c->resume && !*c->resume) return dt_error(DT_INVALID_ARGUMENT, "resume: empty snapshot path");
+  if (c->init_from && !*c->init_from) return dt_error(DT_INVALID_ARGUMENT, "init from: empty path");
+  if (c->init_from && c->resume)
+    return dt_error(DT_INVALID_ARGUMENT, "init from starts a new run from pretrained weights (fresh optimizer, step 0); "
+                                         "resume continues a snapshot with its optimizer state: give one of them");
+  if (c->no_decay && !*c->no_decay) return dt_error(DT_INVALID_ARGUMENT, "no decay: empty pattern list");
+  if (c->no_decay && !(c->optim.weight_decay > 0))
+    return dt_error(DT_INVALID_ARGUMENT, "no decay names parameters without weight decay, but the weight decay is 0: "
+                                         "give one (e.g. 0.01)");
   if (c->overwrite && !c->out_dir) return dt_error(DT_INVALID_ARGUMENT, "overwrite: no output directory");
   if (c->overwrite && c->resume)
     return dt_error(DT_INVALID_ARGUMENT, "overwrite starts afresh, resume continues: give one of them");
@@ -159,8 +168,8 @@ dt_status dt_train_config_check(const dt_train_config *c) {
 }
 
 static const char *sched_name(dt_sched_kind k) {
-  static const char *const names[] = {"constant", "step", "cosine"};
-  return (unsigned)k < 3 ? names[k] : "unknown";
+  static const char *const names[] = {"constant", "step", "cosine", "linear"};
+  return (unsigned)k < 4 ? names[k] : "unknown";
 }
 
 static const char *progress_name(dt_progress_mode m) {
@@ -199,6 +208,7 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
   if (c->zero_init_residual) RAW(",\"zero_init_residual\":true");
   if (c->bert_dims[0] || c->bert_dims[1] || c->bert_dims[2] || c->bert_dims[3])
     RAW(",\"bert_dims\":[%d,%d,%d,%d]", c->bert_dims[0], c->bert_dims[1], c->bert_dims[2], c->bert_dims[3]);
+  if (c->init_from) STR("init_from", c->init_from);
   STR("data", c->data);
   if (c->holdout == DT_HOLDOUT_LAST) RAW(",\"split\":\"leave-last-out\"");
   if (c->normalize.enabled)
@@ -216,6 +226,7 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
       (unsigned long long)c->seed, c->threads);
   STR("optimizer", dt_optim_kind_name(c->optim.kind));
   RAW(",\"lr\":%g,\"weight_decay\":%g", (double)c->lr, (double)c->optim.weight_decay);
+  if (c->no_decay) STR("no_decay", c->no_decay);
   if (c->optim.kind == DT_OPTIM_SGD)
     RAW(",\"momentum\":%g,\"dampening\":%g,\"nesterov\":%s", (double)c->optim.momentum, (double)c->optim.dampening,
         c->optim.nesterov ? "true" : "false");

@@ -172,6 +172,12 @@ dt_status dt_run_outdir_clear(dt_run *r);
 /* Resume: the snapshot's stored configuration against this run's (resume_config.c): differences it can honour
  * are printed ("resume: lr 0.01 -> 0.05"), a changed data set is DT_USAGE unless --allow-data-change. */
 dt_status dt_run_resume_compare(dt_run *r, const char *snapshot, const char *stored);
+/* --init-from (init_from.c): every rank takes the pretrained weights by name (DDP's broadcast makes rank 0's
+ * the rule); rank 0 prints what was copied, what kept its initialisation and what the file had besides. */
+dt_status dt_run_init_from(dt_run *r);
+/* --no-decay (no_decay.c): the arena ranges of the parameters whose names match, as the optimizer's no-decay
+ * table; rank 0 prints both groups' tensors and parameters, and the patterns that matched nothing. */
+dt_status dt_run_no_decay(dt_run *r);
 /* Writes a snapshot of the run at r->at (rank 0) and prunes beyond --keep (snapshot hook). */
 dt_status dt_run_snapshot(dt_run *r);
 

@@ -209,7 +209,8 @@ static dt_status open_schedule(dt_run *r) {
   s->step_size = (int64_t)c->step_size_epochs * r->steps_per_epoch;
   if (s->step_size < 1) s->step_size = 1;
   s->gamma = c->gamma;
-  s->total_steps = r->steps_per_epoch * c->epochs - s->warmup_steps;
+  /* cosine's period follows the warm-up (SequentialLR); linear's num_training_steps includes it (transformers) */
+  s->total_steps = r->steps_per_epoch * c->epochs - (c->schedule == DT_SCHED_LINEAR ? 0 : s->warmup_steps);
   if (s->total_steps < 1) s->total_steps = 1;
   s->min_lr = c->min_lr;
   return dt_lr_schedule_check(s);
@@ -232,6 +233,8 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
   DT_CHECK(dt_run_rank_open(r));
   DT_CHECK(open_task(r));
   DT_CHECK(open_model(r));
+  if (c->init_from) DT_CHECK(dt_run_init_from(r)); /* before DDP broadcasts rank 0's model */
+  if (c->no_decay) DT_CHECK(dt_run_no_decay(r));
   DT_CHECK(r->strategy->make_loaders(r));
   DT_CHECK(open_schedule(r));
   if (c->resume) DT_CHECK(dt_run_resume(r)); /* rank 0 loads before DDP broadcasts its model */
