@@ -55,7 +55,7 @@ static dt_status read_model_type(const char *path, char *out, size_t len) {
 }
 
 /* The file tensor named `name`, or its legacy name (transformers reads LayerNorm.gamma/beta as weight/bias); -1. */
-static int find_tensor(const dt_safetensors *f, const char *name) {
+static int find_named(const dt_safetensors *f, const char *name) {
   dt_named_tensor t;
   const int n = dt_safetensors_count(f);
   for (int j = 0; j < n; j++)
@@ -69,6 +69,13 @@ static int find_tensor(const dt_safetensors *f, const char *name) {
     if (dt_safetensors_get(f, j, &t) == DT_OK && strncmp(t.name, name, stem) == 0 && strcmp(t.name + stem, legacy) == 0)
       return j;
   return -1;
+}
+
+/* find_named, and for a task model's "bert." tensors also the name without it: a base model's checkpoint
+ * (BertModel's, as bert-base-uncased) loads into the classifier as transformers' base_model_prefix does. */
+static int find_tensor(const dt_safetensors *f, const char *name) {
+  const int j = find_named(f, name);
+  return j >= 0 || strncmp(name, "bert.", 5) != 0 ? j : find_named(f, name + 5);
 }
 
 static int convertible(dt_dtype file, dt_dtype model) {

@@ -234,6 +234,40 @@ TEST(init_from_reads_legacy_layernorm_names) {
   dt_model_free(a);
 }
 
+/* A base model's checkpoint (BertModel's names: no "bert." prefix) loads into the classifier as transformers'
+ * base_model_prefix does; the classifier, which the file lacks, is listed missing. */
+TEST(init_from_takes_a_base_model_checkpoint) {
+  static const int64_t vocab = 30;
+  const dt_zoo_config cfg = {.ndim = 2, .input_shape = {3, 6}, .outputs = 2, .dropout = 0, .n_index = 1,
+                             .index_size = &vocab, .layers = 1, .hidden_size = 8, .heads = 2};
+  dt_model *a = NULL, *b = NULL;
+  ASSERT_OK(dt_model_zoo_new("bert-tiny", &cfg, &a));
+  ASSERT_OK(dt_model_build(a, 1, 1));
+  ASSERT_OK(dt_model_zoo_new("bert-tiny", &cfg, &b));
+  ASSERT_OK(dt_model_build(b, 1, 2));
+  dt_named_tensor t[64];
+  int n = 0;
+  for (int i = 0; i < dt_model_num_tensors(a) && n < 64; i++) {
+    dt_tensor_info info;
+    ASSERT_OK(dt_model_tensor_info(a, i, &info));
+    if (strncmp(info.name, "bert.", 5) != 0) continue;
+    t[n].name = info.name + 5;
+    ASSERT_OK(dt_tensor_view(&t[n++].tensor, dt_model_tensor_data(a, i), info.dtype, info.ndim, info.shape));
+  }
+  const char *file = tmp_path("base.safetensors");
+  ASSERT_OK(dt_safetensors_save(file, t, n, NULL, 0));
+  dt_init_report rep;
+  ASSERT_OK(dt_model_init_from(b, file, &rep));
+  ASSERT_EQ(rep.copied, n);
+  ASSERT_EQ(rep.unexpected, 0);
+  ASSERT_EQ(rep.missing, 2); /* classifier.weight, classifier.bias */
+  ASSERT(same_tensor(a, b, "bert.encoder.layer.0.attention.self.query.weight"));
+  ASSERT(!same_tensor(a, b, "classifier.weight"));
+  unlink(file);
+  dt_model_free(b);
+  dt_model_free(a);
+}
+
 TEST(init_from_refusals_name_the_file_and_tensor) {
   dt_model *a = NULL, *b = NULL;
   ASSERT_OK(small_model("bn", 1, &a));
@@ -334,7 +368,7 @@ int main(int argc, char **argv) {
       TEST_ENTRY(export_hf_then_init_from_gives_identical_bits),
       TEST_ENTRY(init_from_converts_and_lists_missing_and_unused),
       TEST_ENTRY(init_from_reads_legacy_layernorm_names),
-      TEST_ENTRY(init_from_refusals_name_the_file_and_tensor),
+      TEST_ENTRY(init_from_takes_a_base_model_checkpoint), TEST_ENTRY(init_from_refusals_name_the_file_and_tensor),
       TEST_ENTRY(export_hf_keeps_model_tensors_as_f32),
   };
   int rc = dt_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
