@@ -53,6 +53,7 @@ typedef struct dt_train_config {
   int data_workers;       /* loader threads making batches; 0: dt_loader_config's default */
   int cache_images;       /* image folders: decode every image once into memory */
   int skip_bad_images;    /* image folders: leave out files that do not decode (counted in the summary) */
+  dt_text_options text;   /* text data (.csv, .tsv): vocabulary, columns, max_len (see dt_text_options) */
   int64_t limit_train;    /* > 0: use only the first N training samples (shuffled among themselves) */
   int64_t limit_test;     /* > 0: evaluate on the first N test samples */
   /* loop */
@@ -189,6 +190,7 @@ typedef struct dt_eval_config {
   int normalize_set;
   dt_augment augment;     /* RGB images: used when augment_set; otherwise from metadata "augment" (or none) */
   int augment_set;
+  dt_text_options text;   /* text data: each one given overrides the file's metadata (vocab, text_column, ...) */
   int batch_size;         /* >= 1 */
   int threads;            /* 0: all cores */
   int64_t limit;          /* > 0: only the first N samples */

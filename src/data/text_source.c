@@ -261,8 +261,7 @@ static int meta(const void *state, const dt_kv **kv) {
 
 const dt_source_ops dt_source_text = {
     .name = "text",
-    .doc = "a .csv or .tsv file (or text:PATH) of texts and labels, tokenised for BERT (--vocab, --text-column, "
-           "--label-column(s))",
+    .doc = "a .csv or .tsv file (or text:PATH) of texts and labels, tokenised for BERT",
     .claims = claims,
     .open = open_text,
     .fetch = fetch_text,

@@ -213,13 +213,14 @@ TEST(test_split_is_not_found) {
 static void list_source(const char *name, const char *doc, void *user) {
   char *buf = user;
   size_t len = strlen(buf);
-  snprintf(buf + len, 512 - len, "%s|%s\n", name, doc);
+  snprintf(buf + len, 2048 - len, "%s|%s\n", name, doc);
 }
 
 TEST(sources_are_listed) {
-  char buf[512] = "";
+  char buf[2048] = "";
   dt_dataset_sources(list_source, buf);
   ASSERT_HAS(buf, "synthetic|synthetic:N[,in=20,out=1,task=regression|classification|multilabel,seed=0]");
+  ASSERT_HAS(buf, "text|a .csv or .tsv file");
   ASSERT_HAS(buf, "idx|");
 }
 
