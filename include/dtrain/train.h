@@ -160,6 +160,7 @@ typedef struct dt_train_result {
   double comm_hidden;        /* 1 - comm_seconds / comm_total_seconds (0 without communication) */
   dt_ddp_stats ddp;          /* rank 0's gradient exchange: bytes, row tables as rows or dense (zero without ddp) */
   int64_t skipped_images;    /* --skip-bad-images: files of the training and validation data left out */
+  int64_t skipped_rows;      /* --skip-bad-rows: malformed rows of the training and validation text left out */
 } dt_train_result;
 
 /* Runs training as configured. With out_dir set, creates it and writes

@@ -238,7 +238,9 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
   DT_CHECK(dt_train_config_json(c, r->config_json, sizeof r->config_json));
   DT_CHECK(dt_run_outdir_check(r)); /* before resume decides and before any file is written */
   DT_CHECK(open_data(r));
-  out->skipped_images = dt_dataset_info(r->train_src)->skipped + (r->val_src ? dt_dataset_info(r->val_src)->skipped : 0);
+  const int64_t skipped = dt_dataset_info(r->train_src)->skipped + (r->val_src ? dt_dataset_info(r->val_src)->skipped : 0);
+  if (strcmp(dt_dataset_info(r->train_src)->name, "text") == 0) out->skipped_rows = skipped; /* rows, not files */
+  else out->skipped_images = skipped;
   DT_CHECK(dt_run_cold_start(r));
   DT_CHECK(dt_run_rank_open(r));
   DT_CHECK(open_task(r));
