@@ -59,12 +59,19 @@ static void check_byte(parser *ps, int64_t k) {
   ps->p += n ? n : 1;
 }
 
+/* The first byte at or after p that the table stops at, or end. Locals, so the compiler keeps them in registers
+ * (stores through the buffer could alias the parser's fields). */
+static char *skip_plain(char *p, const char *end, const uint8_t *stop) {
+  while (p < end && !stop[(uint8_t)*p]) p++;
+  return p;
+}
+
 /* An unquoted run from p up to a delimiter, line break or the end; returns where it started. */
 static char *scan_unquoted(parser *ps, int64_t k, int lenient) {
   char *start = ps->p;
   char nm[96];
   for (;;) {
-    while (ps->p < ps->end && !ps->stop[(uint8_t)*ps->p]) ps->p++;
+    ps->p = skip_plain(ps->p, ps->end, ps->stop);
     if (ps->p == ps->end) break;
     const char c = *ps->p;
     if (c == ps->delim || c == '\n' || c == '\r') break;
@@ -85,7 +92,7 @@ static int64_t scan_quoted(parser *ps, int64_t k, int64_t first_line) {
   char nm[96];
   int closed = 0;
   while (!closed) {
-    while (ps->p < ps->end && !ps->stop_q[(uint8_t)*ps->p]) ps->p++;
+    ps->p = skip_plain(ps->p, ps->end, ps->stop_q);
     if (ps->p == ps->end) {
       flag(ps, "quoted %s (opened on line %lld) is not closed by the end of the file", field_name(ps, k, nm),
            (long long)first_line);
