@@ -179,7 +179,7 @@ static dt_status read_int_classes(reader *r, const char *col, int64_t fixed_k) {
     if (n == 0) bad_row(r, row, "class (column %s) is empty", col);
     else if (v < 0) bad_row(r, row, "class '%.*s' (column %s) is not an integer like most rows' classes", shown(n), s, col);
     else if (fixed_k && v >= fixed_k)
-      bad_row(r, row, "class %lld (column %s) is outside the %lld classes the weights know (0..%lld)", (long long)v,
+      bad_row(r, row, "class %lld (column %s) is outside training's %lld classes (0..%lld)", (long long)v,
               col, (long long)fixed_k, (long long)fixed_k - 1);
     else if (v >= DT_TEXT_MAX_CLASSES)
       return dt_error(DT_USAGE, "%s:%lld: class %lld (column %s): at most %d classes (is %s a label column?)", r->path,
@@ -250,7 +250,7 @@ done:
 }
 
 /* Named classes as given (the weights' classes, in index order): a name not among them is a bad row. */
-static dt_status named_given(reader *r, const char *col, char **given, int n_given) {
+static dt_status named_given(reader *r, const char *col, char **given, int n_given, const char *list) {
   const dt_csv *c = r->c;
   dt_text_labels *l = r->l;
   name_ref *ref = NULL;
@@ -266,8 +266,8 @@ static dt_status named_given(reader *r, const char *col, char **given, int n_giv
     const name_ref *hit = bsearch(&key, ref, (size_t)n_given, sizeof *ref, cmp_name);
     if (key.n == 0) bad_row(r, row, "class (column %s) is empty", col);
     else if (!hit)
-      bad_row(r, row, "class '%.*s' (column %s) is not one of the %d classes the weights know", shown(key.n), key.s,
-              col, n_given);
+      bad_row(r, row, "class '%.*s' (column %s) is not one of training's %d classes (%.60s)", shown(key.n), key.s,
+              col, n_given, list);
     else l->cls[row] = (int32_t)hit->at;
   }
   l->k = n_given;
@@ -292,7 +292,7 @@ static dt_status read_classes(reader *r, const char *col, const char *classes) {
     }
   const int as_int = n_given ? fixed_int > 0 : ints > named;
   dt_status st = as_int ? read_int_classes(r, col, fixed_int)
-                   : n_given ? named_given(r, col, given, n_given) : named_from_data(r, col);
+                   : n_given ? named_given(r, col, given, n_given, classes) : named_from_data(r, col);
   dt_text_list_free(given, n_given);
   return st;
 }

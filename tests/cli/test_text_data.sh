@@ -62,6 +62,18 @@ grep -qF "left out 1 malformed rows of 3; the first:" "$tmp/s.err" && grep -qF "
 grep -qF "model mlp reads f32 inputs" "$tmp/n.err" && ok "text:PATH with named classes opens" ||
   fail "text:PATH --label-column class: $(cat "$tmp/n.err")"
 
+section "--val-data: classes numbered as the training file numbers them"
+printf 'comment,class\ngood,pos\n' >"$tmp/v_ok.csv"     # only "pos": index 1 of training's neg,pos
+printf 'comment,class\ngood,pos\nbad,meh\n' >"$tmp/v_bad.csv"
+V2=(--data "$tmp/c.csv" --vocab "$V" --text-column comment --label-column class --model mlp --out "$tmp/never"
+  --progress none)
+"$DTRAIN" train "${V2[@]}" --val-data "$tmp/v_ok.csv" >"$tmp/v1.out" 2>"$tmp/v1.err" </dev/null
+grep -qF "model mlp reads f32 inputs" "$tmp/v1.err" && ok "--val-data with a subset of the classes opens" ||
+  fail "--val-data v_ok.csv: $(cat "$tmp/v1.err")"
+"$DTRAIN" train "${V2[@]}" --val-data "$tmp/v_bad.csv" >"$tmp/v2.out" 2>"$tmp/v2.err" </dev/null
+grep -qF "v_bad.csv:3: class 'meh' (column class) is not one of training's 2 classes (neg,pos)" "$tmp/v2.err" &&
+  ok "--val-data with a class training lacks: named" || fail "--val-data v_bad.csv: $(cat "$tmp/v2.err")"
+
 section "documentation"
 before=$failures
 for f in --vocab --text-column --text-pair-column --label-columns --label-column --max-len --no-lower-case \

@@ -183,7 +183,7 @@ TEST(integer_and_named_classes) {
   dt_dataset_free(ds);
   t.classes = "pos";
   ASSERT_STATUS(open_text(csv, &t, &ds), DT_CORRUPT);
-  ASSERT_MSG(strstr(dt_last_error(), "cls.csv:3: class 'neg' (column name) is not one of the 1 classes") != NULL,
+  ASSERT_MSG(strstr(dt_last_error(), "cls.csv:3: class 'neg' (column name) is not one of training's 1 classes (pos)") != NULL,
              dt_last_error());
   /* given integer classes fix K: a split without the last class keeps the weights' width */
   t.label_column = "class";
@@ -193,7 +193,7 @@ TEST(integer_and_named_classes) {
   dt_dataset_free(ds);
   t.classes = "0,1";
   ASSERT_STATUS(open_text(csv, &t, &ds), DT_CORRUPT);
-  ASSERT_MSG(strstr(dt_last_error(), "cls.csv:2: class 2 (column class) is outside the 2 classes") != NULL,
+  ASSERT_MSG(strstr(dt_last_error(), "cls.csv:2: class 2 (column class) is outside training's 2 classes (0..1)") != NULL,
              dt_last_error());
 }
 
