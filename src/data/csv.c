@@ -249,7 +249,10 @@ static dt_status parse_owned(const char *name, size_t len, const dt_csv_options 
       st = dt_error(DT_CORRUPT, "%s:%lld: %s", name, (long long)ps.rec_line, ps.what);
       goto done;
     }
-    if (!c->skipped++) snprintf(c->first_bad, sizeof c->first_bad, "%s:%lld: %s", name, (long long)ps.rec_line, ps.what);
+    if (!c->skipped++) {
+      snprintf(c->first_bad, sizeof c->first_bad, "%s:%lld: %s", name, (long long)ps.rec_line, ps.what);
+      c->first_bad_line = ps.rec_line;
+    }
   }
   st = DT_OK;
 done:

@@ -21,6 +21,7 @@ typedef struct dt_csv {
   int64_t *line;      /* (n_rows + 1): the line each record starts on, from 1 */
   int64_t skipped;    /* with skip_bad: malformed records left out */
   char first_bad[256]; /* with skip_bad: "file:line: what" of the first one left out ("" if none) */
+  int64_t first_bad_line;
   char delim;
 } dt_csv;
 

@@ -83,6 +83,7 @@ static void bad_row(reader *r, int64_t row, const char *fmt, ...) {
   if (l->bad[row]) return;
   l->bad[row] = 1;
   if (l->n_bad++) return;
+  l->first_bad_line = r->c->line[row];
   char what[200];
   va_list ap;
   va_start(ap, fmt);

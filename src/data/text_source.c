@@ -217,7 +217,7 @@ static dt_status open_text(const char *spec, dt_split split, const dt_data_optio
   if (c.skipped || l.n_bad)
     DT_LOG_WARN("data", "%s: --skip-bad-rows left out %lld malformed rows of %lld; the first: %s", path,
                 (long long)(c.skipped + l.n_bad), (long long)(c.n_rows + c.skipped),
-                c.skipped ? c.first_bad : l.first_bad);
+                c.skipped && (!l.n_bad || c.first_bad_line < l.first_bad_line) ? c.first_bad : l.first_bad);
   fill_meta(s, t);
   info->n_index = 1;
   info->index_size[0] = dt_wordpiece_vocab_size(wp);

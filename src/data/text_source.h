@@ -21,6 +21,7 @@ typedef struct dt_text_labels {
   uint8_t *bad;      /* (n_rows + 1) 1: a row whose labels are malformed (left out with skip_bad_rows) */
   int64_t n_bad;
   char first_bad[256]; /* "file:line: what" of the first bad row */
+  int64_t first_bad_line;
   char *classes;     /* classification: the class names in index order as one CSV record */
   char *columns;     /* the label column names as one CSV record */
 } dt_text_labels;
