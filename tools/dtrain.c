@@ -373,7 +373,7 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                       "afresh), or a file; prints what the new flags change"},
     [TRAIN_ALLOW_DATA_CHANGE] = {"--allow-data-change", NULL, FLAG_BOOL, "off", NULL,
                                  .help = "--resume on other data (--data, --val-data, --val-fraction, --limit-train, "
-                                 "--limit-test, --normalize, --augment differ from the snapshot's), refused otherwise"},
+                                 "--limit-test, --normalize, --augment, the text data flags differ from the snapshot's), refused otherwise"},
     [TRAIN_OVERWRITE] = {"--overwrite", NULL, FLAG_BOOL, "off", NULL,
                          .help = "--out DIR holds an earlier run's outputs: delete them (snapshots included) and start "
                          "afresh; without it such a DIR is refused"},
