@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "cmd_bench.h"
@@ -131,12 +132,61 @@ static const flag_choice backends[] = {{"auto", 0}, {"shm", 0}, {"tcp", 0}, {"mp
 static const flag_choice strategies[] = {
     {"single", DT_STRATEGY_SINGLE}, {"dp", DT_STRATEGY_DP}, {"ddp", DT_STRATEGY_DDP}, {NULL, 0}};
 
+/* ---- text data: the same rows in train and eval ---------------------------------- */
+/* Offsets of the text flags from the first (TRAIN_VOCAB, EVAL_VOCAB): both tables list them in this order. */
+typedef enum text_flag {
+  TEXT_VOCAB, TEXT_COLUMN, TEXT_PAIR_COLUMN, TEXT_LABEL_COLUMNS, TEXT_LABEL_COLUMN, TEXT_MAX_LEN, TEXT_NO_LOWER_CASE,
+  TEXT_SKIP_BAD_ROWS, TEXT_FLAG_COUNT
+} text_flag;
+#define VOCAB_EXAMPLE "../shared/data/bert/bert-base-uncased-vocab.txt"
+#define HELP_VOCAB "text data (.csv, .tsv): the WordPiece vocabulary, one token per line (BERT's vocab.txt)"
+#define HELP_TEXT_COLUMN "text data: the column holding the text"
+#define HELP_TEXT_PAIR_COLUMN "text data: a second text per row, read as BERT's sentence pair (token type 1)"
+#define HELP_LABEL_COLUMNS "text data: 0/1 labels (multilabel; one column: binary), each a number, 1 when >= 0.5"
+#define HELP_LABEL_COLUMN "text data: one column of classes, integers 0..K-1 or names (sorted, numbered from 0)"
+#define HELP_MAX_LEN "text data: token positions per row, [CLS] and [SEP] included (longer texts are cut)"
+#define HELP_NO_LOWER_CASE "text data: keep the case (cased vocabularies); by default text is lower-cased and " \
+  "accents stripped, as bert-base-uncased"
+#define HELP_SKIP_BAD_ROWS "text data: leave out malformed rows (counted, the first named) instead of stopping at one"
+
+/* 1 if spec names text data (as the text source claims it). */
+static int is_text_data(const char *spec) {
+  const size_t n = strlen(spec);
+  return strncmp(spec, "text:", 5) == 0 ||
+         (n > 4 && (strcasecmp(spec + n - 4, ".csv") == 0 || strcasecmp(spec + n - 4, ".tsv") == 0));
+}
+
+/* The text flags from v[first..first + TEXT_FLAG_COUNT) of table rows into t; data (NULL: not known yet) must be
+ * text data when one is given. */
+static int read_text_flags(const flag_args *p, const flag_spec *rows, int first, const char *data,
+                           dt_text_options *t) {
+  const flag_value *v = p->v + first;
+  if (v[TEXT_LABEL_COLUMNS].given && v[TEXT_LABEL_COLUMN].given)
+    return flags_usage_error(p->prog, "e.g. --label-column class, or --label-columns toxic,insult",
+                             "--label-column (one column of classes) and --label-columns (0/1 labels): give one");
+  for (int k = 0; k < TEXT_FLAG_COUNT && data && !is_text_data(data); k++)
+    if (v[k].given)
+      return flags_usage_error(p->prog, "e.g. --data comments.csv", "%s applies to text data (a .csv or .tsv file, "
+                               "or text:PATH), not %s", rows[first + k].name, data);
+  if (v[TEXT_VOCAB].given) t->vocab = v[TEXT_VOCAB].raw;
+  if (v[TEXT_COLUMN].given) t->text_column = v[TEXT_COLUMN].raw;
+  if (v[TEXT_PAIR_COLUMN].given) t->text_pair_column = v[TEXT_PAIR_COLUMN].raw;
+  if (v[TEXT_LABEL_COLUMNS].given) t->label_columns = v[TEXT_LABEL_COLUMNS].raw;
+  if (v[TEXT_LABEL_COLUMN].given) t->label_column = v[TEXT_LABEL_COLUMN].raw;
+  if (v[TEXT_MAX_LEN].given) t->max_len = (int)v[TEXT_MAX_LEN].i;
+  t->keep_case = v[TEXT_NO_LOWER_CASE].given;
+  t->skip_bad_rows = v[TEXT_SKIP_BAD_ROWS].given;
+  return 0;
+}
+
 /* ---- train ------------------------------------------------------------------- */
 typedef enum train_flag {
   TRAIN_MODEL, TRAIN_HIDDEN, TRAIN_DROPOUT, TRAIN_FACTORS, TRAIN_EMBEDDING_L2, TRAIN_SPARSE_EMBEDDINGS,
   TRAIN_ZERO_INIT_RESIDUAL, TRAIN_LAYERS, TRAIN_HIDDEN_SIZE, TRAIN_HEADS, TRAIN_INTERMEDIATE_SIZE, TRAIN_INIT_FROM,
   TRAIN_DATA, TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_AUGMENT, TRAIN_DATA_WORKERS,
-  TRAIN_CACHE_IMAGES, TRAIN_SKIP_BAD_IMAGES, TRAIN_LIMIT_TRAIN, TRAIN_LIMIT_TEST,
+  TRAIN_CACHE_IMAGES, TRAIN_SKIP_BAD_IMAGES, TRAIN_VOCAB, TRAIN_TEXT_COLUMN, TRAIN_TEXT_PAIR_COLUMN,
+  TRAIN_LABEL_COLUMNS, TRAIN_LABEL_COLUMN, TRAIN_MAX_LEN, TRAIN_NO_LOWER_CASE, TRAIN_SKIP_BAD_ROWS,
+  TRAIN_LIMIT_TRAIN, TRAIN_LIMIT_TEST,
   TRAIN_EPOCHS, TRAIN_BATCH_SIZE,
   TRAIN_OPTIMIZER, TRAIN_LR, TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV, TRAIN_WEIGHT_DECAY, TRAIN_NO_DECAY, TRAIN_BETAS,
   TRAIN_EPS, TRAIN_SCHEDULE, TRAIN_STEP_SIZE, TRAIN_GAMMA, TRAIN_MIN_LR, TRAIN_WARMUP_EPOCHS, TRAIN_WARMUP_STEPS,
@@ -149,6 +199,7 @@ typedef enum train_flag {
   TRAIN_ALLOW_DATA_CHANGE, TRAIN_OVERWRITE, TRAIN_TENSORBOARD, TRAIN_TENSORBOARD_ALL_RANKS, TRAIN_LOG_EVERY, TRAIN_TRACE,
   TRAIN_COUNT
 } train_flag;
+_Static_assert(TRAIN_SKIP_BAD_ROWS - TRAIN_VOCAB == TEXT_SKIP_BAD_ROWS, "train's text flags in text_flag order");
 
 static const flag_choice regression_losses[] = {{"mse", DT_LOSS_MSE}, {"l1", DT_LOSS_L1}, {NULL, 0}};
 static const flag_choice optimizers[] = {
@@ -206,7 +257,8 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                     .help = "data source: fashion-mnist or mnist (IDX under DT_DATA_DIR), a directory of IDX files, a "
                             "MovieLens directory (ratings.csv or ratings.dat, with movies.csv/.dat), an image folder "
                             "(DIR/<class>/*.jpg|png as torchvision's ImageFolder, or DIR with train/ and test/ or val/), "
-                            "a CIFAR-10/100 binary directory (data_batch_*.bin, test_batch.bin; train.bin, test.bin), or "
+                            "a CIFAR-10/100 binary directory (data_batch_*.bin, test_batch.bin; train.bin, test.bin), a .csv or "
+                            ".tsv file of texts and labels (or text:PATH; see --vocab and --label-column(s)), or "
                             "synthetic:N[,in=20,out=1,task=regression|classification|multilabel,seed=S] (generated)"},
     [TRAIN_SPLIT] = {"--split", "NAME", FLAG_CHOICE, "random", "leave-last-out",
                      .help = "ratings data: random (a --val-fraction, default 0.1, held out by --seed) or "
@@ -228,6 +280,17 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
     [TRAIN_SKIP_BAD_IMAGES] = {"--skip-bad-images", NULL, FLAG_BOOL, "off: such a file is an error", NULL,
                                .help = "image folders: decode every image at start and leave out those that fail "
                                "(counted; the count is in summary.json)"},
+    [TRAIN_VOCAB] = {"--vocab", "FILE", FLAG_STR, "none: text data needs one", VOCAB_EXAMPLE, .help = HELP_VOCAB},
+    [TRAIN_TEXT_COLUMN] = {"--text-column", "NAME", FLAG_STR, "text", "comment_text", .help = HELP_TEXT_COLUMN},
+    [TRAIN_TEXT_PAIR_COLUMN] = {"--text-pair-column", "NAME", FLAG_STR, "none", "hypothesis",
+                                .help = HELP_TEXT_PAIR_COLUMN},
+    [TRAIN_LABEL_COLUMNS] = {"--label-columns", "A,B,...", FLAG_STR, "none", "toxic,severe_toxic,insult",
+                             .help = HELP_LABEL_COLUMNS},
+    [TRAIN_LABEL_COLUMN] = {"--label-column", "NAME", FLAG_STR, "none", "class", .help = HELP_LABEL_COLUMN},
+    [TRAIN_MAX_LEN] = {"--max-len", "N", FLAG_INT_RANGE, "128", "128", .help = HELP_MAX_LEN, .lo = 3, .hi = 8192},
+    [TRAIN_NO_LOWER_CASE] = {"--no-lower-case", NULL, FLAG_BOOL, "off: lower-case", NULL, .help = HELP_NO_LOWER_CASE},
+    [TRAIN_SKIP_BAD_ROWS] = {"--skip-bad-rows", NULL, FLAG_BOOL, "off: such a row is an error", NULL,
+                             .help = HELP_SKIP_BAD_ROWS},
     [TRAIN_LIMIT_TRAIN] = {"--limit-train", "N", FLAG_POS_I64, "all", "2000",
                            .help = "train on the first N training samples only (shuffled among themselves each epoch)"},
     [TRAIN_LIMIT_TEST] = {"--limit-test", "N", FLAG_POS_I64, "all", "500",
@@ -336,7 +399,7 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                       "afresh), or a file; prints what the new flags change"},
     [TRAIN_ALLOW_DATA_CHANGE] = {"--allow-data-change", NULL, FLAG_BOOL, "off", NULL,
                                  .help = "--resume on other data (--data, --val-data, --val-fraction, --limit-train, "
-                                 "--limit-test, --normalize, --augment differ from the snapshot's), refused otherwise"},
+                                 "--limit-test, --normalize, --augment, the text data flags differ from the snapshot's), refused otherwise"},
     [TRAIN_OVERWRITE] = {"--overwrite", NULL, FLAG_BOOL, "off", NULL,
                          .help = "--out DIR holds an earlier run's outputs: delete them (snapshots included) and start "
                          "afresh; without it such a DIR is refused"},
@@ -445,6 +508,7 @@ static int train_model_flags(const flag_args *p, dt_train_config *cfg) {
   if (v[TRAIN_DATA_WORKERS].given) cfg->data_workers = (int)v[TRAIN_DATA_WORKERS].i;
   cfg->cache_images = v[TRAIN_CACHE_IMAGES].given;
   cfg->skip_bad_images = v[TRAIN_SKIP_BAD_IMAGES].given;
+  if ((rc = read_text_flags(p, train_flags, TRAIN_VOCAB, cfg->data, &cfg->text))) return rc;
   if (v[TRAIN_LIMIT_TRAIN].given) cfg->limit_train = v[TRAIN_LIMIT_TRAIN].i;
   if (v[TRAIN_LIMIT_TEST].given) cfg->limit_test = v[TRAIN_LIMIT_TEST].i;
   if (v[TRAIN_EPOCHS].given) cfg->epochs = (int)v[TRAIN_EPOCHS].i;
@@ -732,9 +796,11 @@ static int cmd_train(const flag_args *p) {
 
 /* ---- eval -------------------------------------------------------------------- */
 typedef enum eval_flag {
-  EVAL_WEIGHTS, EVAL_MODEL, EVAL_HIDDEN, EVAL_DATA, EVAL_SPLIT, EVAL_NORMALIZE, EVAL_AUGMENT, EVAL_BATCH_SIZE, EVAL_THREADS,
-  EVAL_LIMIT, EVAL_STRATEGY, EVAL_WORKERS, EVAL_COUNT
+  EVAL_WEIGHTS, EVAL_MODEL, EVAL_HIDDEN, EVAL_DATA, EVAL_SPLIT, EVAL_NORMALIZE, EVAL_AUGMENT, EVAL_VOCAB,
+  EVAL_TEXT_COLUMN, EVAL_TEXT_PAIR_COLUMN, EVAL_LABEL_COLUMNS, EVAL_LABEL_COLUMN, EVAL_MAX_LEN, EVAL_NO_LOWER_CASE,
+  EVAL_SKIP_BAD_ROWS, EVAL_BATCH_SIZE, EVAL_THREADS, EVAL_LIMIT, EVAL_STRATEGY, EVAL_WORKERS, EVAL_COUNT
 } eval_flag;
+_Static_assert(EVAL_SKIP_BAD_ROWS - EVAL_VOCAB == TEXT_SKIP_BAD_ROWS, "eval's text flags in text_flag order");
 
 static const flag_choice splits[] = {{"test", DT_SPLIT_TEST}, {"train", DT_SPLIT_TRAIN}, {NULL, 0}};
 static const flag_choice eval_strategies[] = {{"single", DT_STRATEGY_SINGLE}, {"dp", DT_STRATEGY_DP}, {NULL, 0}};
@@ -756,6 +822,21 @@ static const flag_spec eval_flags[EVAL_COUNT] = {
                       .help = "RGB images: the training's transform preset, whose test transforms (and mean and "
                               "std, unless --normalize) apply: cifar, imagenet or none",
                       .choices = augments},
+    [EVAL_VOCAB] = {"--vocab", "FILE", FLAG_STR, "from the file's metadata", VOCAB_EXAMPLE, .help = HELP_VOCAB},
+    [EVAL_TEXT_COLUMN] = {"--text-column", "NAME", FLAG_STR, "from the file's metadata", "comment_text",
+                          .help = HELP_TEXT_COLUMN},
+    [EVAL_TEXT_PAIR_COLUMN] = {"--text-pair-column", "NAME", FLAG_STR, "from the file's metadata", "hypothesis",
+                               .help = HELP_TEXT_PAIR_COLUMN},
+    [EVAL_LABEL_COLUMNS] = {"--label-columns", "A,B,...", FLAG_STR, "from the file's metadata",
+                            "toxic,severe_toxic,insult", .help = HELP_LABEL_COLUMNS},
+    [EVAL_LABEL_COLUMN] = {"--label-column", "NAME", FLAG_STR, "from the file's metadata", "class",
+                           .help = HELP_LABEL_COLUMN " (its classes numbered as in training)"},
+    [EVAL_MAX_LEN] = {"--max-len", "N", FLAG_INT_RANGE, "from the file's metadata", "128", .help = HELP_MAX_LEN,
+                      .lo = 3, .hi = 8192},
+    [EVAL_NO_LOWER_CASE] = {"--no-lower-case", NULL, FLAG_BOOL, "from the file's metadata", NULL,
+                            .help = HELP_NO_LOWER_CASE},
+    [EVAL_SKIP_BAD_ROWS] = {"--skip-bad-rows", NULL, FLAG_BOOL, "off: such a row is an error", NULL,
+                            .help = HELP_SKIP_BAD_ROWS},
     [EVAL_BATCH_SIZE] = {"--batch-size", "N", FLAG_POS_INT, "256", "256", .help = "samples per forward pass"},
     [EVAL_THREADS] = {"--threads", "N", FLAG_NONNEG_INT, "DT_NUM_THREADS, OMP_NUM_THREADS or all cores", "4",
                       .help = "compute threads"},
@@ -780,6 +861,7 @@ static int eval_flags_read(const flag_args *p, dt_eval_config *cfg) {
   cfg->normalize_set = v[EVAL_NORMALIZE].given;
   if (v[EVAL_AUGMENT].given) cfg->augment = (dt_augment)v[EVAL_AUGMENT].choice;
   cfg->augment_set = v[EVAL_AUGMENT].given;
+  if ((rc = read_text_flags(p, eval_flags, EVAL_VOCAB, cfg->data, &cfg->text))) return rc;
   if (v[EVAL_BATCH_SIZE].given) cfg->batch_size = (int)v[EVAL_BATCH_SIZE].i;
   if (v[EVAL_THREADS].given) cfg->threads = (int)v[EVAL_THREADS].i;
   if (v[EVAL_LIMIT].given) cfg->limit = v[EVAL_LIMIT].i;

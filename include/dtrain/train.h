@@ -56,6 +56,7 @@ typedef struct dt_train_config {
   int data_workers;       /* loader threads making batches; 0: dt_loader_config's default */
   int cache_images;       /* image folders: decode every image once into memory */
   int skip_bad_images;    /* image folders: leave out files that do not decode (counted in the summary) */
+  dt_text_options text;   /* text data (.csv, .tsv): vocabulary, columns, max_len (see dt_text_options) */
   int64_t limit_train;    /* > 0: use only the first N training samples (shuffled among themselves) */
   int64_t limit_test;     /* > 0: evaluate on the first N test samples */
   /* loop */
@@ -164,6 +165,7 @@ typedef struct dt_train_result {
   double comm_hidden;        /* 1 - comm_seconds / comm_total_seconds (0 without communication) */
   dt_ddp_stats ddp;          /* rank 0's gradient exchange: bytes, row tables as rows or dense (zero without ddp) */
   int64_t skipped_images;    /* --skip-bad-images: files of the training and validation data left out */
+  int64_t skipped_rows;      /* --skip-bad-rows: malformed rows of the training and validation text left out */
 } dt_train_result;
 
 /* Runs training as configured. With out_dir set, creates it and writes
@@ -194,6 +196,7 @@ typedef struct dt_eval_config {
   int normalize_set;
   dt_augment augment;     /* RGB images: used when augment_set; otherwise from metadata "augment" (or none) */
   int augment_set;
+  dt_text_options text;   /* text data: each one given overrides the file's metadata (vocab, text_column, ...) */
   int batch_size;         /* >= 1 */
   int threads;            /* 0: all cores */
   int64_t limit;          /* > 0: only the first N samples */

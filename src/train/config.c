@@ -219,6 +219,15 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
   if (c->data_workers) RAW(",\"data_workers\":%d", c->data_workers);
   if (c->cache_images) RAW(",\"cache_images\":true");
   if (c->skip_bad_images) RAW(",\"skip_bad_images\":true");
+  const dt_text_options *t = &c->text;
+  if (t->vocab) STR("vocab", t->vocab);
+  if (t->text_column) STR("text_column", t->text_column);
+  if (t->text_pair_column) STR("text_pair_column", t->text_pair_column);
+  if (t->label_columns) STR("label_columns", t->label_columns);
+  if (t->label_column) STR("label_column", t->label_column);
+  if (t->max_len) RAW(",\"max_len\":%d", t->max_len);
+  if (t->keep_case) RAW(",\"lower_case\":false");
+  if (t->skip_bad_rows) RAW(",\"skip_bad_rows\":true");
   if (c->val_data) STR("val_data", c->val_data);
   if (c->val_fraction > 0) RAW(",\"val_fraction\":%g", c->val_fraction);
   RAW(",\"limit_train\":%lld,\"limit_test\":%lld", (long long)c->limit_train, (long long)c->limit_test);

@@ -82,12 +82,22 @@ static dt_status same_ids(const dt_dataset *train, const dt_dataset *val, const 
   return DT_OK;
 }
 
+/* The value of the training source's meta key, or NULL. */
+static const char *meta_value(const dt_dataset *ds, const char *key) {
+  const dt_kv *kv = NULL;
+  const int n = dt_dataset_meta(ds, &kv);
+  for (int i = 0; i < n; i++)
+    if (strcmp(kv[i].key, key) == 0) return kv[i].value;
+  return NULL;
+}
+
 /* Training and validation data: the source's train split; validation from --val-data, a
  * --val-fraction of the training data, or the source's test split, if any (else none). */
 static dt_status open_data(dt_run *r) {
   const dt_train_config *c = r->cfg;
   const dt_data_options opt = {.norm = &c->normalize, .holdout = c->holdout, .seed = c->seed, .augment = c->augment,
-                               .skip_bad_images = c->skip_bad_images, .cache_images = c->cache_images};
+                               .skip_bad_images = c->skip_bad_images, .cache_images = c->cache_images,
+                               .text = c->text};
   DT_CHECK(dt_dataset_load_opts(c->data, DT_SPLIT_TRAIN, &opt, &r->train_src));
   r->train = r->train_src;
   const dt_data_info *ti = dt_dataset_info(r->train_src);
@@ -99,9 +109,11 @@ static dt_status open_data(dt_run *r) {
   } else if (c->val_data || ti->has_test) {
     const char *spec = c->val_data ? c->val_data : c->data;
     /* --val-data: that source's test split, or its only split when it has none */
-    const dt_data_options vopt = {.norm = &c->normalize, .holdout = c->val_data ? DT_HOLDOUT_DEFAULT : c->holdout,
-                                  .seed = c->seed, .augment = c->augment, .skip_bad_images = c->skip_bad_images,
-                                  .cache_images = c->cache_images};
+    dt_data_options vopt = {.norm = &c->normalize, .holdout = c->val_data ? DT_HOLDOUT_DEFAULT : c->holdout,
+                            .seed = c->seed, .augment = c->augment, .skip_bad_images = c->skip_bad_images,
+                            .cache_images = c->cache_images, .text = c->text};
+    /* text: validation rows name their classes as training numbered them */
+    vopt.text.classes = meta_value(r->train_src, "classes");
     dt_status st = dt_dataset_load_opts(spec, DT_SPLIT_TEST, &vopt, &r->val_src);
     if (st == DT_NOT_FOUND && c->val_data) st = dt_dataset_load_opts(spec, DT_SPLIT_TRAIN, &vopt, &r->val_src);
     if (st != DT_OK) return c->val_data ? dt_error_prefix(st, "--val-data %s", spec) : st;
@@ -228,7 +240,9 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
   DT_CHECK(dt_train_config_json(c, r->config_json, sizeof r->config_json));
   DT_CHECK(dt_run_outdir_check(r)); /* before resume decides and before any file is written */
   DT_CHECK(open_data(r));
-  out->skipped_images = dt_dataset_info(r->train_src)->skipped + (r->val_src ? dt_dataset_info(r->val_src)->skipped : 0);
+  const int64_t skipped = dt_dataset_info(r->train_src)->skipped + (r->val_src ? dt_dataset_info(r->val_src)->skipped : 0);
+  if (strcmp(dt_dataset_info(r->train_src)->name, "text") == 0) out->skipped_rows = skipped; /* rows, not files */
+  else out->skipped_images = skipped;
   DT_CHECK(dt_run_cold_start(r));
   DT_CHECK(dt_run_rank_open(r));
   DT_CHECK(open_task(r));
