@@ -1156,6 +1156,12 @@ static int cmd_bench_scaling(const flag_args *p) {
   a.limit_train = v[SCALING_LIMIT_TRAIN].i;
   a.batch_size = (int)v[SCALING_BATCH_SIZE].i;
   a.threads_per_worker = (int)v[SCALING_THREADS_PER_WORKER].i;
+  /* what follows "--" goes to every run's `dtrain train`; anything else unparsed is a stray argument */
+  if (p->rest < p->argc && (p->rest == 0 || strcmp(p->argv[p->rest - 1], "--") != 0))
+    return flags_usage_error(p->prog, "put flags for dtrain train after --", "unexpected argument '%s'",
+                             p->argv[p->rest]);
+  a.extra = p->argv + p->rest;
+  a.n_extra = p->argc - p->rest;
   return bench_scaling_run(&a);
 }
 
@@ -1274,13 +1280,17 @@ static const command commands[] = {
      "#wrong with --check; then '# Avg bus bandwidth'. Example:\n"
      "  dtrun --standalone --nproc-per-node 2 -- dtrain bench allreduce -b 8 -e 64M -f 2 --check",
      bench_flags, BENCH_COUNT, 0, 0, cmd_bench_allreduce},
-    {"bench scaling", "the same training with 1..N workers (ddp and dp): speedup and efficiency", "[flags]",
+    {"bench scaling", "the same training with 1..N workers (ddp and dp): speedup and efficiency",
+     "[flags] [-- TRAIN FLAGS]",
      "Trains the same job once with one worker (the baseline), then for 1..--max-workers workers\n"
      "as DDP processes under dtrun and as DataParallel threads, and prints for each: train and\n"
      "inference samples/s, speedup over one worker, scaling efficiency (speedup / workers) and,\n"
-     "for ddp, the all-reduce time and the share of it hidden behind backward. Example:\n"
-     "  dtrain bench scaling --model fashioncnn --max-workers 2",
-     scaling_flags, SCALING_COUNT, 0, 0, cmd_bench_scaling},
+     "for ddp, the all-reduce time and the share of it hidden behind backward. Flags after --\n"
+     "go to every run's 'dtrain train' (text data, a validation split, an optimizer). Examples:\n"
+     "  dtrain bench scaling --model fashioncnn --max-workers 2\n"
+     "  dtrain bench scaling --model bert-mini --data tweets.csv -- --vocab vocab.txt \\\n"
+     "      --text-column tweet --label-column class --max-len 64",
+     scaling_flags, SCALING_COUNT, 0, FLAGS_STOP, cmd_bench_scaling},
     {"tokenize", "BERT WordPiece ids of each line of stdin", "--vocab FILE [flags]",
      "Reads text on stdin and prints, for every line (or NUL-separated record with --null), its\n"
      "token ids, space-separated: Hugging Face's BertTokenizer (uncased unless --no-lower-case:\n"
