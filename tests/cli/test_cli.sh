@@ -44,6 +44,8 @@ usage "dtrain train: --lr: '-1' is not a positive number (e.g. --lr 0.01)" train
 usage "--lr: '1e999' is not a positive number" train --lr 1e999
 usage "dtrain train: --optimizer: 'foo' is not one of sgd/adam/adamw (e.g. --optimizer adam)" train --optimizer foo
 usage "--betas: '0.9' is not two numbers B1,B2 (e.g. --betas 0.9,0.999)" train --optimizer adam --betas 0.9
+usage "dtrain bench scaling: unexpected argument 'stray' (put flags for dtrain train after --)" bench scaling stray
+usage "dtrain tokenize: --vocab FILE is required" tokenize
 usage "--betas: '0.9,1.5': both betas must be in [0, 1)" train --optimizer adam --betas 0.9,1.5
 usage "--betas does not apply to --optimizer sgd" train --betas 0.9,0.999
 usage "--momentum does not apply to --optimizer adam" train --optimizer adam --momentum 0.9
