@@ -8,14 +8,18 @@
 
 static int category(int32_t c) { return (int)utf8proc_category(c); }
 
+/* ASCII takes the fast paths below (most text is); the Unicode tables decide the rest, alike. */
+
 /* transformers' _is_whitespace: space, \t, \n, \r, or category Zs. */
 static int is_space(int32_t c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || category(c) == UTF8PROC_CATEGORY_ZS;
+  if (c < 0x80) return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+  return category(c) == UTF8PROC_CATEGORY_ZS;
 }
 
 /* transformers' _is_control: category C* (Cc, Cf, Cn, Co, Cs), except \t \n \r. */
 static int is_control(int32_t c) {
   if (c == '\t' || c == '\n' || c == '\r') return 0;
+  if (c < 0x80) return c < 0x20 || c == 0x7F;
   const int k = category(c);
   return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CN ||
          k == UTF8PROC_CATEGORY_CO || k == UTF8PROC_CATEGORY_CS;
@@ -24,6 +28,7 @@ static int is_control(int32_t c) {
 /* transformers' _is_punctuation: every non-alphanumeric ASCII printable, or category P*. */
 static int is_punct(int32_t c) {
   if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126)) return 1;
+  if (c < 0x80) return 0;
   const int k = category(c);
   return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
 }
@@ -68,6 +73,10 @@ static int32_t lower_at(const int32_t *w, size_t n, size_t i) {
 static size_t lower_strip(const int32_t *w, size_t n, int32_t *out) {
   size_t m = 0;
   for (size_t i = 0; i < n; i++) {
+    if (w[i] < 0x80) { /* ASCII: its own NFD, never a mark */
+      out[m++] = w[i] >= 'A' && w[i] <= 'Z' ? w[i] + ('a' - 'A') : w[i];
+      continue;
+    }
     int32_t d[8];
     int bound = 0;
     const utf8proc_ssize_t k = utf8proc_decompose_char(lower_at(w, n, i), d, 8, UTF8PROC_DECOMPOSE, &bound);

@@ -9,6 +9,7 @@
 #include "text/text-impl.h"
 
 #define MAX_WORD_CHARS 100
+#define STACK_BYTES 256 /* texts up to this long work in a stack buffer (35 KB); longer ones in an unzeroed malloc */
 
 /* Where ids go: the first cap are written, n counts them all. */
 typedef struct sink {
@@ -96,9 +97,12 @@ static dt_status decode(const char *text, size_t len, int32_t *cp, size_t *n) {
 dt_status dt_wordpiece_encode(const dt_wordpiece *t, const char *text, size_t len, int32_t *ids, size_t cap,
                               size_t *n) {
   if (!t || (!text && len) || (!ids && cap) || !n) return dt_error(DT_INVALID_ARGUMENT, "dt_wordpiece_encode: NULL argument");
-  int32_t *cp = NULL;
+  int32_t stack[STACK_BYTES + DT_WP_SCRATCH(STACK_BYTES)], *cp = stack;
   size_t m = 0;
-  DT_CHECK(dt_alloc_array(len + DT_WP_SCRATCH(len), sizeof *cp, "tokenizer scratch", (void **)&cp));
+  if (len > STACK_BYTES) { /* scratch, fully written before it is read: no need to zero it as dt_alloc does */
+    cp = malloc((len + DT_WP_SCRATCH(len)) * sizeof *cp);
+    if (!cp) return dt_error(DT_OUT_OF_MEMORY, "tokenizer scratch for a text of %zu bytes", len);
+  }
   dt_status st = decode(text, len, cp, &m);
   sink s = {.t = t, .ids = ids, .cap = cap};
   for (size_t seg = 0, i = 0; st == DT_OK && i <= m; i++) {
@@ -111,7 +115,7 @@ dt_status dt_wordpiece_encode(const dt_wordpiece *t, const char *text, size_t le
     }
     seg = i + 1;
   }
-  dt_free(cp);
+  if (cp != stack) free(cp);
   *n = s.n;
   return st;
 }
