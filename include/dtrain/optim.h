@@ -41,6 +41,11 @@ void dt_optim_free(dt_optim *o);
  * overlap. Bit-compatible with torch.optim 1.13 on CPU (foreach off) when the
  * hyper-parameters are float values. */
 dt_status dt_optim_step(dt_optim *o, float *params, const float *grads, float lr);
+/* The same step taken in parts on several threads (DataParallel's workers, so no other thread pool runs
+ * beside them): dt_optim_begin_step once (checks lr, counts the step), then dt_optim_step_part for every k in
+ * [0, parts), each part on any one thread; together bit for bit dt_optim_step's update. */
+dt_status dt_optim_begin_step(dt_optim *o, float lr);
+void dt_optim_step_part(dt_optim *o, float *params, const float *grads, float lr, int k, int parts);
 /* Row-wise ("sparse") update: the parameters outside the row tables t[0..n)
  * (arena order, disjoint; dtrain/model_ctx.h) get dt_optim_step's update, and
  * each table only its touched rows, as PyTorch steps an nn.Embedding(sparse=True):

@@ -10,6 +10,7 @@
 
 #include "dtrain/dist.h"
 #include "dtrain/model.h"
+#include "dtrain/optim.h"
 #include "dtrain/status.h"
 #include "dtrain/task.h"
 
@@ -99,6 +100,9 @@ dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const void *x, const v
                            double *sums);
 /* Inference: logits (batch, classes) into out. */
 dt_status dt_dp_forward(dt_dp *d, const void *x, int batch, float *out);
+/* dt_optim_step(o, the model's parameters and gradients, lr), taken by the workers in parts: bit for bit the
+ * same update, without the calling thread's OpenMP pool spinning beside the workers afterwards. */
+dt_status dt_dp_optim_step(dt_dp *d, dt_optim *o, float lr);
 /* Worker count, and each worker's dropout step (training forwards it ran; see
  * dt_model_rng_step), for snapshots and resume. */
 int dt_dp_workers(const dt_dp *d);

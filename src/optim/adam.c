@@ -78,6 +78,14 @@ void dt_adam_update_span(dt_optim *o, float *params, const float *grads, float l
   }
 }
 
+void dt_adam_update_piece_run(dt_optim *o, float *params, const float *grads, float lr, int64_t a, int64_t b) {
+  const adam_coef c[2] = {step_coef(o, lr, 0.0f), step_coef(o, lr, o->cfg.weight_decay)}; /* by piece.decay */
+  for (int64_t i = a; i < b; i++) {
+    const dt_optim_piece pc = o->pieces[i];
+    adam_range(&c[pc.decay], params + pc.lo, grads + pc.lo, o->state[0] + pc.lo, o->state[1] + pc.lo, pc.n);
+  }
+}
+
 void dt_adam_update_pieces(dt_optim *o, float *params, const float *grads, float lr) {
   const adam_coef c[2] = {step_coef(o, lr, 0.0f), step_coef(o, lr, o->cfg.weight_decay)}; /* by piece.decay */
   const dt_optim_piece *pieces = o->pieces;

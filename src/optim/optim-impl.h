@@ -40,6 +40,9 @@ void dt_adam_update(dt_optim *o, float *params, const float *grads, float lr);
 /* The same over the work items of a no-decay table (o->pieces), in one parallel loop. */
 void dt_sgd_update_pieces(dt_optim *o, float *params, const float *grads, float lr);
 void dt_adam_update_pieces(dt_optim *o, float *params, const float *grads, float lr);
+/* The same over pieces [a, b) of the table, on the calling thread. */
+void dt_sgd_update_piece_run(dt_optim *o, float *params, const float *grads, float lr, int64_t a, int64_t b);
+void dt_adam_update_piece_run(dt_optim *o, float *params, const float *grads, float lr, int64_t a, int64_t b);
 /* The same over elements [lo, lo + n) of the arena only. */
 void dt_sgd_update_span(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n);
 void dt_adam_update_span(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n);

@@ -61,6 +61,15 @@ void dt_sgd_update_span(dt_optim *o, float *params, const float *grads, float lr
   }
 }
 
+void dt_sgd_update_piece_run(dt_optim *o, float *params, const float *grads, float lr, int64_t a, int64_t b) {
+  const sgd_coef c[2] = {step_coef(o, lr, 0.0f), step_coef(o, lr, o->cfg.weight_decay)}; /* by piece.decay */
+  float *buf = o->cfg.momentum != 0 ? o->state[0] : NULL;
+  for (int64_t i = a; i < b; i++) {
+    const dt_optim_piece pc = o->pieces[i];
+    sgd_range(&c[pc.decay], params + pc.lo, grads + pc.lo, buf ? buf + pc.lo : NULL, pc.n);
+  }
+}
+
 void dt_sgd_update_pieces(dt_optim *o, float *params, const float *grads, float lr) {
   const sgd_coef c[2] = {step_coef(o, lr, 0.0f), step_coef(o, lr, o->cfg.weight_decay)}; /* by piece.decay */
   float *buf = o->cfg.momentum != 0 ? o->state[0] : NULL;

@@ -21,6 +21,8 @@ typedef struct dt_strategy_ops {
   dt_status (*train_batch)(dt_run *r, const dt_batch *b, int last, float *loss, double *sums);
   /* Gradients of the whole step are in the arena, averaged over ranks. */
   dt_status (*finish_step)(dt_run *r);
+  /* The optimizer's dense update of the whole arena (dp: by its workers); NULL: dt_optim_step. */
+  dt_status (*optim_step)(dt_run *r, float lr);
   /* Before an evaluation pass (ddp: rank 0's batch-norm statistics to all); may be NULL. */
   dt_status (*eval_start)(dt_run *r);
   /* Evaluation forward: outputs (n, outputs) valid until the next call. */

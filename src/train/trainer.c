@@ -320,6 +320,7 @@ static dt_status skip_trained(dt_run *r, int64_t *seen) {
 
 /* The optimizer's update: with --sparse-embeddings, the row tables only at the rows this step touched. */
 static dt_status optimizer_step(dt_run *r, float lr) {
+  if (!r->n_rows && r->strategy->optim_step) return r->strategy->optim_step(r, lr);
   if (!r->n_rows) return dt_optim_step(r->optim, r->params, r->grads, lr);
   dt_model_ctx *c = dt_model_default_ctx(r->model);
   for (int k = 0; k < r->n_rows; k++) dt_model_ctx_rows(r->model, c, k, &r->rows[k]);

@@ -379,6 +379,45 @@ TEST(schedule_linear_as_transformers) {
   ASSERT(strstr(dt_last_error(), "num_training_steps") != NULL);
 }
 
+/* A step in parts (DataParallel's workers take one each) is dt_optim_step's update bit for bit: every kind, with
+ * and without a no-decay table, 1 to 5 parts, over 3 steps (the step count advances once a step). */
+TEST(step_in_parts_equals_one_step) {
+  const size_t n = 50021;
+  const dt_optim_range nd[2] = {{3, 5}, {8190, 9000}};
+  float *p[2] = {NULL, NULL}, *g = NULL;
+  for (int s = 0; s < 2; s++) ASSERT_OK(dt_alloc_array(n, sizeof(float), "p", (void **)&p[s]));
+  ASSERT_OK(dt_alloc_array(n, sizeof(float), "g", (void **)&g));
+  const dt_optim_kind kinds[3] = {DT_OPTIM_SGD, DT_OPTIM_ADAM, DT_OPTIM_ADAMW};
+  for (int k = 0; k < 3; k++)
+    for (int table = 0; table < 2; table++)
+      for (int parts = 1; parts <= 5; parts++) {
+        dt_optim_config c;
+        dt_optim_config_default(kinds[k], &c);
+        if (kinds[k] == DT_OPTIM_SGD) c = sgd(0.9f, 0, 0, 0);
+        c.weight_decay = 0.05f;
+        dt_optim *o[2] = {NULL, NULL};
+        for (int s = 0; s < 2; s++) {
+          ASSERT_OK(dt_optim_new(&c, n, &o[s]));
+          if (table) ASSERT_OK(dt_optim_set_no_decay(o[s], nd, 2));
+          for (size_t i = 0; i < n; i++) p[s][i] = 0.5f - (float)(i % 97) / 97.0f;
+        }
+        for (int step = 0; step < 3; step++) {
+          for (size_t i = 0; i < n; i++) g[i] = (float)((i * 31 + (size_t)step * 7) % 101) / 50.0f - 1.0f;
+          ASSERT_OK(dt_optim_step(o[0], p[0], g, 0.01f));
+          ASSERT_OK(dt_optim_begin_step(o[1], 0.01f));
+          for (int part = parts - 1; part >= 0; part--) dt_optim_step_part(o[1], p[1], g, 0.01f, part, parts);
+        }
+        if (memcmp(p[0], p[1], n * sizeof(float)) != 0)
+          FAIL_("kind %d, table %d, %d parts: the parts' update differs", k, table, parts);
+        ASSERT_EQ(dt_optim_step_count(o[1]), 3);
+        dt_optim_free(o[0]);
+        dt_optim_free(o[1]);
+      }
+  dt_free(p[0]);
+  dt_free(p[1]);
+  dt_free(g);
+}
+
 /* With a no-decay table every element gets the update of a one-element optimizer with the configured weight
  * decay, or with none inside the ranges: bit for bit, across pieces, chunk edges and threads. */
 TEST(no_decay_ranges_match_two_groups) {
@@ -498,7 +537,7 @@ TEST(clip_norm_is_thread_count_independent) {
   ASSERT_NEAR(n1, sqrt(ref), 1e-6);
 }
 
-TEST_MAIN(TEST_ENTRY(sgd_plain), TEST_ENTRY(sgd_weight_decay), TEST_ENTRY(sgd_momentum), TEST_ENTRY(sgd_dampening),
+TEST_MAIN(TEST_ENTRY(step_in_parts_equals_one_step), TEST_ENTRY(sgd_plain), TEST_ENTRY(sgd_weight_decay), TEST_ENTRY(sgd_momentum), TEST_ENTRY(sgd_dampening),
           TEST_ENTRY(sgd_nesterov), TEST_ENTRY(adam_three_steps), TEST_ENTRY(adam_l2_weight_decay),
           TEST_ENTRY(adamw_decoupled_weight_decay), TEST_ENTRY(parallel_path_matches_elementwise),
           TEST_ENTRY(resume_from_state_is_exact), TEST_ENTRY(invalid_configs_are_rejected),
