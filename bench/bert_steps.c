@@ -17,17 +17,10 @@
 #include "dtrain/trace.h"
 #include "nn/layer.h"
 
-enum { VOCAB = 30522, CLASSES = 2 };
+#define TOOL_NAME "bert_steps"
+#include "tool_try.h"
 
-static int fail(const char *what, dt_status s) {
-  fprintf(stderr, "bert_steps: %s: %s: %s\n", what, dt_status_name(s), dt_last_error());
-  return 1;
-}
-#define TRY(what, expr)                     \
-  do {                                      \
-    dt_status s_ = (expr);                  \
-    if (s_ != DT_OK) return fail(what, s_); \
-  } while (0)
+enum { VOCAB = 30522, CLASSES = 2 };
 
 static void make_batch(int32_t *x, int32_t *labels, int B, int L) {
   dt_rng r;

@@ -25,10 +25,6 @@ unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT OMPI_C
 
 use_tmp
 DATA=synthetic:192,tokens=100,len=16,task=classification,out=3,seed=4
-run_ok() {
-  run "$@"
-  [ $rc -eq 0 ] || { fail "$1: exit $rc"; show "$1"; }
-}
 # train NAME WORLD|dp:N|single ARGS...: EPOCHS (default 2) epochs into $tmp/NAME
 train() {
   local name=$1 how=$2
@@ -42,13 +38,6 @@ train() {
   *) run_ok "$name" 60 "$DTRUN" --standalone --nproc-per-node "$how" -- "$DTRAIN" "${args[@]}" --strategy ddp ;;
   esac
 }
-same_weights() {
-  [ -s "$tmp/$2/model.safetensors" ] && [ -s "$tmp/$3/model.safetensors" ] || { fail "$1: weights missing"; return; }
-  local d
-  d=$(max_diff "$tmp/$2/model.safetensors" "$tmp/$3/model.safetensors")
-  awk -v d="$d" 'BEGIN { exit !(d != "" && d <= 1e-5) }' && ok "$1 (max |diff| $d)" || fail "$1: weights differ by $d"
-}
-
 section "1 no dropout: ddp world 2 vs world 1, dp --workers 2 vs single"
 train w1 1 --dropout 0 --batch-size 16
 train w2 2 --dropout 0 --batch-size 8

@@ -15,17 +15,10 @@
 #include "dtrain/dtrain.h"
 #include "parity/dump_io.h"
 
-enum { BATCH = 3, L = 12, VOCAB = 60, CLASSES = 3 };
+#define TOOL_NAME "dump_bert"
+#include "tool_try.h"
 
-static int fail(const char *what, dt_status s) {
-  fprintf(stderr, "dump_bert: %s: %s: %s\n", what, dt_status_name(s), dt_last_error());
-  return 1;
-}
-#define TRY(what, expr)                     \
-  do {                                      \
-    dt_status s_ = (expr);                  \
-    if (s_ != DT_OK) return fail(what, s_); \
-  } while (0)
+enum { BATCH = 3, L = 12, VOCAB = 60, CLASSES = 3 };
 
 static void put_tensors(dt_model *m, const char *prefix, const float *base_or_null) {
   const float *g = base_or_null;
