@@ -2,7 +2,9 @@
  *
  *   dump_text csv FILE [skip]          every record's fields and first line (the CSV reader)
  *   dump_text source FILE VOCAB TEXT_COLUMN (--label-column NAME | --label-columns A,B) [skip]
- *                                      the text source: rows, task, outputs, skipped, classes, every target
+ *                                      the text source: rows, task, outputs, skipped, meta, every target, every
+ *                                      row's ids under the attention mask, and whether the rest is [PAD] with
+ *                                      token types 0 (one text per row)
  *
  * JSON on stdout; exit 1 with dtrain's error on stderr when the file is refused. */
 #include <stdio.h>
@@ -89,7 +91,21 @@ static int dump_source(int argc, char **argv) {
     for (int j = 0; j < per; j++) printf("%s%g", j ? "," : "", (double)y[j]);
     putchar(']');
   }
-  printf("]}\n");
+  printf("],\"ids\":[");
+  int layout_ok = 1; /* one text: types all 0; mask 1..1 0..0; [PAD] (0) where the mask is 0 */
+  for (int64_t i = 0; i < n; i++) {
+    void *fields[2] = {x, in->task == DT_TASK_CLASSIFICATION ? (void *)&cls : (void *)y};
+    dt_dataset_fetch(ds, &i, 1, fields);
+    const int32_t *ids = x, *types = x + L, *mask = x + 2 * L;
+    printf("%s[", i ? "," : "");
+    for (int64_t j = 0; j < L; j++) {
+      if (mask[j]) printf("%s%d", j ? "," : "", ids[j]);
+      layout_ok &= types[j] == 0 && (mask[j] == 1 || mask[j] == 0) && (j == 0 || mask[j] <= mask[j - 1]) &&
+                   (mask[j] || ids[j] == 0);
+    }
+    putchar(']');
+  }
+  printf("],\"layout_ok\":%s}\n", layout_ok ? "true" : "false");
   free(x);
   dt_dataset_free(ds);
   return 0;

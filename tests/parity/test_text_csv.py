@@ -4,7 +4,8 @@ Drives tests/parity/dump_text.c. The reader: every field and every record's firs
 (quotes, doubled quotes, delimiters and CR/LF/CRLF inside quoted fields, empty fields, non-ASCII text, CSV
 and TSV) and of the real files in ../shared/data/toxicity must equal what csv.reader returns. The source:
 row counts, classes and every target of the real files equal what Python computes from csv.DictReader
-(Jigsaw labels: value >= 0.5; Davidson: class 0/1/2). Files missing from ../shared/data are skipped with a
+(Jigsaw labels: value >= 0.5; Davidson: class 0/1/2), and every row's token ids are [CLS], the reference
+BertTokenizer's ids of its text (test_tokenizer.py's, cut to max_len - 2), [SEP], then [PAD]. Files missing from ../shared/data are skipped with a
 message; the generated checks always run.
 """
 import csv
@@ -94,6 +95,14 @@ def generated(tmp):
     check("wrong field counts are left out with skip", len(got["rows"]) == 3 and got["skipped"] == 2, str(got))
 
 
+def reference_ids(texts, vocab_path):
+    """[CLS] ids [SEP] of each text by test_tokenizer.py's reference BertTokenizer (uncased), max_len 128."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import test_tokenizer as ref
+    vocab = ref.load_vocab(vocab_path)
+    return [[101] + ref.reference(t, vocab, True)[:126] + [102] for t in texts]
+
+
 def real_files():
     vocab = os.path.join(DATA, "bert", "bert-base-uncased-vocab.txt")
     tox = os.path.join(DATA, "toxicity")
@@ -119,6 +128,11 @@ def real_files():
         check(f"{name}: every target", got["targets"] == want,
               next((f"row {i}: {a} vs {b}" for i, (a, b) in enumerate(zip(got["targets"], want)) if a != b), ""))
         check(f"{name}: vocabulary size 30522", got["vocab_size"] == 30522, str(got["vocab_size"]))
+        check(f"{name}: token types 0, mask then [PAD]", got["layout_ok"])
+        want_ids = reference_ids([r[text] for r in rows], vocab)
+        check(f"{name}: every row's token ids equal the reference BertTokenizer's", got["ids"] == want_ids,
+              next((f"row {i}: {a[:12]}... vs {b[:12]}..." for i, (a, b) in enumerate(zip(got["ids"], want_ids))
+                    if a != b), ""))
 
 
 def main():
