@@ -98,9 +98,10 @@ def generated(tmp):
 def reference_ids(texts, vocab_path):
     """[CLS] ids [SEP] of each text by test_tokenizer.py's reference BertTokenizer (uncased), max_len 128."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import test_tokenizer as ref
-    vocab = ref.load_vocab(vocab_path)
-    return [[101] + ref.reference(t, vocab, True)[:126] + [102] for t in texts]
+    import test_tokenizer
+    ref = test_tokenizer.Reference(vocab_path, True)
+    cls, sep = ref.vocab["[CLS]"], ref.vocab["[SEP]"]
+    return [[cls] + ref.ids(t)[:126] + [sep] for t in texts]
 
 
 def real_files():
