@@ -1,7 +1,9 @@
 /* BertTokenizer's basic tokenizer over code points, as transformers' BasicTokenizer (tokenize_chinese_chars,
  * strip_accents following do_lower_case): drop NUL, U+FFFD and control characters, map whitespace to spaces,
- * put spaces around CJK ideographs, split on whitespace, lower-case and strip accents (NFD, then no Mn marks),
- * split off every punctuation character. Unicode properties come from utf8proc. */
+ * put spaces around CJK ideographs, NFC, split on whitespace, lower-case and strip accents (NFD, then no Mn
+ * marks), split off every punctuation character. Unicode properties come from utf8proc. */
+#include <stdlib.h>
+
 #include <utf8proc.h>
 
 #include "text/text-impl.h"
@@ -99,6 +101,29 @@ static int punct_split(const int32_t *w, size_t n, int (*fn)(const int32_t *, si
   return 0;
 }
 
+/* NFC of c[0..*m) into a new array (free it), as transformers applies before the whitespace split; NULL when
+ * nothing changes it (no code point from U+0300 on: nothing composes below) or memory runs out (then the text
+ * goes on as it is). Only the cased tokenizer needs it: lower-casing decomposes again (NFD). */
+static int32_t *nfc(const int32_t *c, size_t *m) {
+  size_t i = 0;
+  while (i < *m && c[i] < 0x300) i++;
+  if (i == *m) return NULL;
+  uint8_t *utf8 = malloc(4 * *m + 1), *out = NULL;
+  int32_t *res = NULL;
+  if (!utf8) return NULL;
+  utf8proc_ssize_t len = 0;
+  for (size_t k = 0; k < *m; k++) len += utf8proc_encode_char(c[k], utf8 + len);
+  const utf8proc_ssize_t got = utf8proc_map(utf8, len, &out, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+  if (got >= 0 && (res = malloc(((size_t)got + 1) * sizeof *res)) != NULL) {
+    const utf8proc_ssize_t n = utf8proc_decompose(out, got, res, got + 1, 0); /* decode only: no option */
+    if (n >= 0) *m = (size_t)n;
+    else free(res), res = NULL;
+  }
+  free(out);
+  free(utf8);
+  return res;
+}
+
 int dt_wp_basic(const int32_t *cp, size_t n, int lower, int32_t *scratch,
                 int (*fn)(const int32_t *piece, size_t n, void *user), void *user) {
   int32_t *clean = scratch, *word = scratch + 3 * n + 8;
@@ -110,7 +135,10 @@ int dt_wp_basic(const int32_t *cp, size_t n, int lower, int32_t *scratch,
     else if (is_cjk(c)) clean[m++] = ' ', clean[m++] = c, clean[m++] = ' ';
     else clean[m++] = c;
   }
-  for (size_t i = 0; i < m;) {
+  int32_t *composed = lower ? NULL : nfc(clean, &m);
+  if (composed) clean = composed;
+  int rc = 0;
+  for (size_t i = 0; i < m && !rc;) {
     while (i < m && splits_words(clean[i])) i++;
     size_t j = i;
     while (j < m && !splits_words(clean[j])) j++;
@@ -121,9 +149,9 @@ int dt_wp_basic(const int32_t *cp, size_t n, int lower, int32_t *scratch,
       len = lower_strip(w, len, word);
       w = word;
     }
-    const int rc = punct_split(w, len, fn, user);
-    if (rc) return rc;
+    rc = punct_split(w, len, fn, user);
     i = j;
   }
-  return 0;
+  free(composed);
+  return rc;
 }
