@@ -14,8 +14,8 @@
 #include "dtrain/dtrain.h"
 #include "flags.h"
 
-/* Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 interrupted (128 + SIGINT). */
-enum { EXIT_RUNTIME = 1, EXIT_USAGE = FLAGS_EXIT_USAGE, EXIT_INTERRUPTED = 130 };
+/* Exit codes: 0 success, 1 runtime failure, 2 usage error, 128 + signal interrupted (130 SIGINT, 143 SIGTERM). */
+enum { EXIT_RUNTIME = 1, EXIT_USAGE = FLAGS_EXIT_USAGE, EXIT_INTERRUPTED = 128 };
 
 _Static_assert(FLAGS_MAX_LIST == DT_TRAIN_MAX_HIDDEN, "a --hidden list fills dt_train_config.hidden");
 
@@ -80,7 +80,7 @@ static void print_usage(const command *c, FILE *f) {
   fprintf(f, "\nenvironment:\n");
   dt_tunables_each(print_tunable, f);
   fprintf(f, "\nA flag takes its value as '--flag VALUE' or '--flag=VALUE'; giving a flag twice is an error.\n");
-  fprintf(f, "exit status: 0 success, 1 runtime failure, 2 usage error, 130 interrupted\n");
+  fprintf(f, "exit status: 0 success, 1 runtime failure, 2 usage error, 130/143 interrupted by SIGINT/SIGTERM\n");
 }
 
 /* Parses the command's flags and runs it; argv holds what follows the command's name. */
@@ -392,8 +392,8 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                                 .help = "write a snapshot every N optimizer steps"},
     [TRAIN_KEEP] = {"--keep", "K", FLAG_POS_INT, "3", "2", .help = "keep the newest K snapshots, delete older ones"},
     [TRAIN_SAVE_ON_INTERRUPT] = {"--save-on-interrupt", NULL, FLAG_BOOL, "off", NULL,
-                                 .help = "Ctrl-C (SIGINT) writes a snapshot where the run stopped, to resume from that "
-                                 "step"},
+                                 .help = "Ctrl-C (SIGINT) or SIGTERM writes a snapshot where the run stopped, to resume "
+                                 "from that step"},
     [TRAIN_RESUME] = {"--resume", "auto|PATH", FLAG_STR, "off", "auto",
                       .help = "continue from a snapshot: auto = the newest loadable one in --out DIR (none: start "
                       "afresh), or a file; prints what the new flags change"},
@@ -705,18 +705,23 @@ static int train_output_flags(const flag_args *p, int rank, dt_train_config *cfg
   return 0;
 }
 
-static void on_sigint(int sig) {
-  (void)sig;
-  dt_train_request_stop(); /* SA_RESETHAND: a second Ctrl-C ends the process at once */
+/* The first stop signal; SIGTERM counts as Ctrl-C because schedulers (Slurm's --signal, scancel, preemption)
+ * and launchers send it before they kill: the run stops at a step boundary and can save a snapshot. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+  if (!stop_signal) stop_signal = sig;
+  dt_train_request_stop(); /* SA_RESETHAND: a second one of the same signal ends the process at once */
 }
 
-static void install_sigint(void) {
+static void set_stop_handlers(void (*handler)(int)) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_sigint;
-  sa.sa_flags = SA_RESETHAND;
+  sa.sa_handler = handler;
+  sa.sa_flags = handler == SIG_DFL ? 0 : SA_RESETHAND;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
 }
 
 /* "test <metric>" lines, or why there are none. */
@@ -765,16 +770,18 @@ static int train_run(dt_train_config *cfg) {
             dt_get_threads(), dt_blas_corename(), dt_strategy_name(cfg->strategy), cfg->out_dir);
     fflush(out);
   }
-  install_sigint();
+  set_stop_handlers(on_stop_signal);
   dt_train_result res;
   dt_status st = dt_train_run(cfg, &res);
-  signal(SIGINT, SIG_DFL);
+  set_stop_handlers(SIG_DFL);
   if (st != DT_OK) return runtime_error(st, NULL);
   if (out) print_train_summary(cfg, &res, out);
   if (res.interrupted) {
-    fprintf(stderr, "dtrain: interrupted after %lld step(s); metrics and weights are in %s%s\n", (long long)res.steps,
-            cfg->out_dir, cfg->save_on_interrupt ? " (continue with --resume auto)" : "");
-    return EXIT_INTERRUPTED;
+    const int sig = stop_signal ? stop_signal : SIGINT;
+    fprintf(stderr, "dtrain: interrupted after %lld step(s) by %s; metrics and weights are in %s%s\n",
+            (long long)res.steps, sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg->out_dir,
+            cfg->save_on_interrupt ? " (continue with --resume auto)" : "");
+    return EXIT_INTERRUPTED + sig;
   }
   return 0;
 }
@@ -1214,7 +1221,7 @@ static void print_main_usage(FILE *f) {
   fprintf(f, "\n'dtrain help COMMAND' or 'dtrain COMMAND --help' lists the flags of a command.\n");
   fprintf(f, "\nenvironment:\n");
   dt_tunables_each(print_tunable, f);
-  fprintf(f, "\nexit status: 0 success, 1 runtime failure, 2 usage error, 130 interrupted\n");
+  fprintf(f, "\nexit status: 0 success, 1 runtime failure, 2 usage error, 130/143 interrupted by SIGINT/SIGTERM\n");
 }
 
 static int cmd_help(const flag_args *p) {
@@ -1239,9 +1246,9 @@ static const command commands[] = {
      "Writes DIR/metrics.csv and DIR/metrics.jsonl (one row per epoch, flushed at once),\n"
      "DIR/config.json, DIR/report.html (after every epoch), and at the end DIR/summary.json\n"
      "and DIR/model.safetensors; with --save-every, snapshots in DIR/snapshots that\n"
-     "--resume continues from bit for bit. Ctrl-C stops at the next step, still writes\n"
-     "metrics and weights (and a snapshot with --save-on-interrupt), and exits with 130; a\n"
-     "second Ctrl-C ends at once.",
+     "--resume continues from bit for bit. Ctrl-C (or SIGTERM) stops at the next step, still\n"
+     "writes metrics and weights (and a snapshot with --save-on-interrupt), and exits with 130\n"
+     "(143); a second one ends at once.",
      train_flags, TRAIN_COUNT, 0, 0, cmd_train},
     {"eval", "evaluate saved weights on a dataset split", "--weights FILE [flags]",
      "Loads weights written by 'dtrain train' and reports the loss and the metrics of the data's\n"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # dtrain CLI: usage errors (exit 2, one line), runtime errors (exit 1), help, a tiny real run, eval, inspect,
-# determinism and Ctrl-C (exit 130 with metrics and weights written).
+# determinism and Ctrl-C or SIGTERM (exit 130/143 with metrics, weights and a snapshot written).
 set -u
 # Passive OpenMP waiting: spinning workers crawl on a loaded shared machine.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
