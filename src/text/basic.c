@@ -46,29 +46,10 @@ static int is_cjk(int32_t c) {
  * (categories Zl, Zp), which transformers keeps as characters but str.split treats as whitespace. */
 static int splits_words(int32_t c) { return c == ' ' || c == 0x2028 || c == 0x2029; }
 
-static int is_cased(int32_t c) {
-  const int k = category(c);
-  return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT;
-}
-
-/* Unicode's Case_Ignorable, as far as it matters next to a capital sigma. */
-static int case_ignorable(int32_t c) {
-  const int k = category(c);
-  return c == '\'' || c == '.' || c == ':' || c == '^' || c == '`' || c == 0xB7 || c == 0x2019 ||
-         k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_ME || k == UTF8PROC_CATEGORY_CF ||
-         k == UTF8PROC_CATEGORY_LM || k == UTF8PROC_CATEGORY_SK;
-}
-
-/* Python's lower() of w[i]: utf8proc's simple mapping (U+0130 lowers to "i" + U+0307 in Python, which the accent
- * stripping removes again), and the final sigma rule: a capital sigma after a cased letter and before none
- * lowers to U+03C2. */
-static int32_t lower_at(const int32_t *w, size_t n, size_t i) {
-  if (w[i] != 0x3A3) return utf8proc_tolower(w[i]);
-  size_t p = i, q = i + 1;
-  while (p > 0 && case_ignorable(w[p - 1])) p--;
-  while (q < n && case_ignorable(w[q])) q++;
-  return p > 0 && is_cased(w[p - 1]) && !(q < n && is_cased(w[q])) ? 0x3C2 : 0x3C3;
-}
+/* Python's lower() of one character, as BertTokenizer.tokenize applies it (its regex lower-cases the text one
+ * character at a time, so a capital sigma never becomes the final U+03C2, as the fast tokenizers would make
+ * it): utf8proc's simple mapping; U+0130 lowers to "i" + U+0307 in Python, which accent stripping removes. */
+static int32_t lower_of(int32_t c) { return utf8proc_tolower(c); }
 
 /* w lower-cased, decomposed (NFD) and without Mn marks into out; returns its length. out: 4 per input, the most
  * a canonical decomposition produces. */
@@ -81,7 +62,7 @@ static size_t lower_strip(const int32_t *w, size_t n, int32_t *out) {
     }
     int32_t d[8];
     int bound = 0;
-    const utf8proc_ssize_t k = utf8proc_decompose_char(lower_at(w, n, i), d, 8, UTF8PROC_DECOMPOSE, &bound);
+    const utf8proc_ssize_t k = utf8proc_decompose_char(lower_of(w[i]), d, 8, UTF8PROC_DECOMPOSE, &bound);
     for (utf8proc_ssize_t j = 0; j < k && j < 8; j++)
       if (category(d[j]) != UTF8PROC_CATEGORY_MN) out[m++] = d[j];
   }

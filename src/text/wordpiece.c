@@ -64,13 +64,14 @@ static int wordpiece(const int32_t *w, size_t n, void *user) {
   return 0;
 }
 
-/* The special token (index into special_id) whose name starts at cp[i], or -1. */
-static int special_at(const dt_wordpiece *t, const int32_t *cp, size_t n, size_t i) {
+/* The special token (index into special_id) whose name starts at cp[i], or -1. Every one of them is split off,
+ * in the vocabulary or not (BertTokenizer's special tokens are; one the vocabulary lacks becomes [UNK]). */
+static int special_at(const int32_t *cp, size_t n, size_t i) {
   if (cp[i] != '[') return -1;
   for (int k = 0; k < DT_WP_SPECIALS; k++) {
     const char *name = dt_wp_special_names[k];
     const size_t len = strlen(name);
-    if (t->special_id[k] < 0 || i + len > n) continue;
+    if (i + len > n) continue;
     size_t j = 0;
     while (j < len && cp[i + j] == (unsigned char)name[j]) j++;
     if (j == len) return k;
@@ -106,11 +107,11 @@ dt_status dt_wordpiece_encode(const dt_wordpiece *t, const char *text, size_t le
   dt_status st = decode(text, len, cp, &m);
   sink s = {.t = t, .ids = ids, .cap = cap};
   for (size_t seg = 0, i = 0; st == DT_OK && i <= m; i++) {
-    const int k = i < m ? special_at(t, cp, m, i) : -1;
+    const int k = i < m ? special_at(cp, m, i) : -1;
     if (i < m && k < 0) continue;
     dt_wp_basic(cp + seg, i - seg, t->lower, cp + len, wordpiece, &s);
     if (k >= 0) {
-      emit(&s, t->special_id[k]);
+      emit(&s, t->special_id[k] >= 0 ? t->special_id[k] : t->sp.unk);
       i += strlen(dt_wp_special_names[k]) - 1;
     }
     seg = i + 1;

@@ -53,7 +53,7 @@ class Reference:
             for i, line in enumerate(f):
                 self.vocab[line.rstrip("\n")] = i
         self.lower = lower
-        self.specials = [s for s in SPECIALS if s in self.vocab]
+        self.specials = SPECIALS  # split off whether in the vocabulary or not
 
     def basic(self, text):
         out = []
@@ -108,10 +108,11 @@ class Reference:
         segs.append(text[seg:])
         out = []
         for s in segs:
-            if s in self.specials and s in self.vocab:
-                out.append(self.vocab[s])
+            if s in self.specials:
+                out.append(self.vocab.get(s, self.vocab["[UNK]"]))
                 continue
-            for w in self.basic(s.lower() if self.lower else s):
+            # BertTokenizer.tokenize lower-cases with re.sub(r"(special)|(.+?)", ...): one character at a time
+            for w in self.basic("".join(c.lower() for c in s) if self.lower else s):
                 out += self.wordpiece(w)
         return out
 
@@ -171,7 +172,7 @@ SMALL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "##lo", "hel", "
          ",", "!", ".", "'", "cafe", "café", "Hello", "HeLLo", "中", "σας", "##s", "a", "##a", "naive", "x", "##x",
          "é", "\u00c5"]
 HAND = ["Hello, world!", "HeLLo", "Héllo café naïve", "unaffable", "中文 中", "tab\there\nnew\r\nline",
-        "ctrl\x07char\u200bzw", "line\u2028para\u2029sep", "a" * 101, "x" * 100, "in[SEP]side [CLS]", "[sep] [Sep]",
+        "ctrl\x07char\u200bzw", "line\u2028para\u2029sep", "a" * 101, "x" * 100, "in[SEP]side [CLS]", "[sep] [Sep] [MASK]",
         "ΣΑΣ σας", "don't", "", "   ", "\u00a0nbsp\u3000ideo", "e\u0301", "ǅ ǈ İ", "caf\u00e9 cafe\u0301 \u212b"]
 
 

@@ -42,6 +42,11 @@ TEST(vocabulary_lookups) {
   ASSERT(ids[0] == 4 && ids[1] == 5 && ids[2] == 12 && ids[3] == 1);
   ASSERT_OK(dt_wordpiece_encode(t, "a b c d e", 9, ids, 2, &n)); /* the count past cap */
   ASSERT_EQ(n, 5);
+  /* special tokens are split off whole; one the vocabulary lacks ([MASK] here) is [UNK], as BertTokenizer's */
+  ASSERT_OK(dt_wordpiece_encode(t, "a[SEP]b [MASK] [mask]", 21, ids, 8, &n));
+  const int32_t sp[7] = {4, 3, 5, 1, 1, 1, 1}; /* a [SEP] b [UNK] then "[ mask ]": [UNK] [UNK] [UNK] */
+  ASSERT_EQ(n, 7);
+  for (int i = 0; i < 7; i++) ASSERT_EQ(ids[i], sp[i]);
   dt_wordpiece_free(t);
 }
 
