@@ -5,7 +5,9 @@
  *
  * Sample lengths are uniform in [SEQ_LEN/4, SEQ_LEN] (padding masked), vocabulary 30522, 2 classes, dropout 0.1.
  * A training step: forward, cross-entropy, zero_grad, backward, AdamW update. One warm-up step is not counted.
- * Prints "step_s" of every step and "seq_per_s" over all. Threads: DT_NUM_THREADS or all cores. */
+ * Prints "tokens" (the batch's, padding excluded), "gemm_flops" (a forward's multiply-adds x 2 in Linear layers
+ * and attention: projections and both batched products; a backward does twice as many), "step_s" of every step
+ * and "seq_per_s" over all. Threads: DT_NUM_THREADS or all cores. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,18 +15,12 @@
 #include "core/impl.h"
 #include "dtrain/dtrain.h"
 #include "dtrain/trace.h"
+#include "nn/layer.h"
+
+#define TOOL_NAME "bert_steps"
+#include "tool_try.h"
 
 enum { VOCAB = 30522, CLASSES = 2 };
-
-static int fail(const char *what, dt_status s) {
-  fprintf(stderr, "bert_steps: %s: %s: %s\n", what, dt_status_name(s), dt_last_error());
-  return 1;
-}
-#define TRY(what, expr)                     \
-  do {                                      \
-    dt_status s_ = (expr);                  \
-    if (s_ != DT_OK) return fail(what, s_); \
-  } while (0)
 
 static void make_batch(int32_t *x, int32_t *labels, int B, int L) {
   dt_rng r;
@@ -39,6 +35,29 @@ static void make_batch(int32_t *x, int32_t *labels, int B, int L) {
     }
     labels[b] = (int32_t)dt_rng_below(&r, CLASSES);
   }
+}
+
+/* Forward GEMM FLOPs: Linear weights and the attention projections per token, and QK^T, PV per head over
+ * each sample's n^2 pairs. */
+static double gemm_flops(const dt_model *m, const int32_t *x, int B, int L, int64_t *tokens) {
+  double sq = 0, weights = 0;
+  *tokens = 0;
+  for (int b = 0; b < B; b++) {
+    int n = 0;
+    while (n < L && x[(size_t)b * 3 * L + 2 * (size_t)L + (size_t)n]) n++;
+    *tokens += n;
+    sq += (double)n * n;
+  }
+  double attn = 0;
+  for (int i = 0; i < dt_model_num_layers(m); i++) {
+    const dt_layer *l = dt_model_layer(m, i);
+    if (strcmp(l->ops->kind, "Linear") == 0 && l->in_ndim == 2) weights += (double)l->t[0].numel;
+    if (strcmp(l->ops->kind, "SelfAttention") == 0) {
+      weights += 3.0 * (double)l->t[0].numel;
+      attn += 2.0 * (double)l->in_shape[1] * sq; /* QK^T and PV: H per pair each */
+    }
+  }
+  return 2.0 * ((double)*tokens * weights + attn);
 }
 
 static int write_trace(const char *path) {
@@ -66,6 +85,9 @@ int main(int argc, char **argv) {
   float *dlogits = malloc((size_t)B * CLASSES * sizeof(float));
   if (!x || !dlogits || B > 4096) return fprintf(stderr, "bert_steps: out of memory\n"), 1;
   make_batch(x, labels, B, L);
+  int64_t tokens;
+  const double flops = gemm_flops(m, x, B, L, &tokens);
+  printf("tokens %lld\ngemm_flops %.0f\n", (long long)tokens, flops);
   dt_optim_config oc;
   dt_optim_config_default(DT_OPTIM_ADAMW, &oc);
   size_t np;

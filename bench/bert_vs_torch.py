@@ -6,10 +6,15 @@ masked), dropout 0.1, AdamW, 2 classes, on the same cores (--threads, default 2)
 
 Figures: sequences/s of the median step over --steps steps after one warm-up (train: forward, loss, backward,
 AdamW; infer: forward in evaluation mode), and the ratio dtrain / PyTorch.
+With --profile, where dtrain's training step goes: seconds per step by layer kind (forward + backward, from the
+per-layer trace spans), and the GEMM throughput (Linear and SelfAttention FLOPs, a backward counted as twice the
+forward, over those layers' time) as a share of the cores' fp32 peak: cores x clock x 32 (AVX2: two 8-wide FMA
+pipes; AVX-512: x2), the clock being /proc/cpuinfo's current MHz, so the share is approximate.
 
     bench/bert_vs_torch.py [--build build] [--models bert-mini,bert-small] [--batch 32] [--len 128] [--steps 5]
+                           [--profile]
 """
-import argparse, os, statistics, subprocess, sys, time
+import argparse, collections, json, os, statistics, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -68,6 +73,43 @@ print(B / statistics.median(times))
     return float(out.split()[-1])
 
 
+def peak_gflops(threads):
+    mhz, avx512 = 0.0, False
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("cpu MHz") and not mhz:
+                mhz = float(line.split(":")[1])
+            if line.startswith("flags"):
+                avx512 = " avx512f " in line
+    return threads * mhz / 1000 * (64 if avx512 else 32)
+
+
+def profile(a, model):
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = os.path.join(tmp, "trace.json")
+        out = subprocess.run([os.path.join(a.build, "bench", "bert_steps"), model, str(a.batch), str(a.len),
+                              str(a.steps), "train", trace], check=True, capture_output=True, text=True,
+                             env=budget_env(a.threads)).stdout
+        events = json.load(open(trace))
+    vals = dict(l.split()[:2] for l in out.splitlines() if l.split() and l.split()[0] in ("tokens", "gemm_flops"))
+    step = statistics.median(float(l.split()[1]) for l in out.splitlines() if l.startswith("step_s"))
+    kinds = collections.defaultdict(float)
+    for e in events:
+        name = e.get("name", "")
+        if e.get("ph") == "X" and name.split(" ")[0] in ("forward", "backward") and "kind" in e.get("args", {}):
+            kinds[e["args"]["kind"]] += e["dur"] / 1e6 / a.steps
+    print(f"\n# {model}: a training step of {a.batch} x {a.len} ({vals['tokens']} tokens): {step:.3f} s")
+    print("| layer kind | s per step (fwd + bwd) | share |")
+    print("|---|---:|---:|")
+    for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]):
+        print(f"| {k} | {v:.4f} | {100 * v / step:.1f}% |")
+    gemm_s = kinds["Linear"] + kinds["SelfAttention"]
+    rate = 3 * float(vals["gemm_flops"]) / gemm_s / 1e9
+    peak = peak_gflops(a.threads)
+    print(f"# GEMM layers (Linear, SelfAttention): {rate:.1f} GFLOP/s, {100 * rate / peak:.0f}% of the fp32 peak "
+          f"{peak:.0f} GFLOP/s ({a.threads} cores)")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default=os.path.join(HERE, "..", "build"))
@@ -76,6 +118,7 @@ def main():
     p.add_argument("--len", type=int, default=128)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--profile", action="store_true")
     a = p.parse_args()
     print(f"# {cpu_line()}; load average before: {loadavg()}")
     print(f"# batch {a.batch}, length {a.len}, {a.threads} threads, median of {a.steps} steps")
@@ -86,6 +129,9 @@ def main():
             d, t = dtrain_rate(a, model, mode), torch_rate(a, model, mode)
             print(f"| {model} | {mode} | {d:.1f} | {t:.1f} | {d / t:.2f}x |", flush=True)
     print(f"# load average after: {loadavg()}")
+    if a.profile:
+        for model in a.models.split(","):
+            profile(a, model)
     return 0
 
 

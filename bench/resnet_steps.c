@@ -17,15 +17,8 @@
 #include "dtrain/trace.h"
 #include "nn/layer.h"
 
-static int fail(const char *what, dt_status s) {
-  fprintf(stderr, "resnet_steps: %s: %s: %s\n", what, dt_status_name(s), dt_last_error());
-  return 1;
-}
-#define TRY(what, expr)                     \
-  do {                                      \
-    dt_status s_ = (expr);                  \
-    if (s_ != DT_OK) return fail(what, s_); \
-  } while (0)
+#define TOOL_NAME "resnet_steps"
+#include "tool_try.h"
 
 /* Multiply-adds x 2 of each Conv2d and Linear for a batch. */
 static void print_flops(const dt_model *m, int batch) {

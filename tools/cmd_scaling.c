@@ -20,7 +20,7 @@
 
 #include "cmd_scaling.h"
 
-#define MAX_ARGS 48
+#define MAX_ARGS 96 /* the runs' own flags and the extra ones after -- */
 #define NUM_LEN 24
 
 /* An argv under construction; numbers are formatted into its own storage. */
@@ -212,6 +212,7 @@ static void build_cmd(const job *j, strategy s, int k, char *out_dir, size_t out
   arg(b, "--seed");
   arg(b, "0");
   arg(b, "--quiet");
+  for (int i = 0; i < j->a->n_extra; i++) arg(b, j->a->extra[i]);
   arg(b, "--out");
   arg(b, out_dir);
 }

@@ -14,6 +14,8 @@ typedef struct bench_scaling_args {
   int threads_per_worker; /* compute threads of each worker; 0: 1 */
   const char *dtrain;     /* the dtrain binary to run; NULL: this process's own (/proc/self/exe) */
   const char *dtrun;      /* the launcher; NULL: dtrun in the directory of dtrain */
+  char *const *extra;     /* more `dtrain train` flags for every run (text data: --vocab, --text-column, ...) */
+  int n_extra;
 } bench_scaling_args;
 
 /* Runs `dtrain train` once with --strategy single (the baseline: one worker),

@@ -4,16 +4,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "cmd_bench.h"
 #include "cmd_recommend.h"
 #include "cmd_scaling.h"
+#include "cmd_tokenize.h"
 #include "dtrain/dtrain.h"
 #include "flags.h"
 
-/* Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 interrupted (128 + SIGINT). */
-enum { EXIT_RUNTIME = 1, EXIT_USAGE = FLAGS_EXIT_USAGE, EXIT_INTERRUPTED = 130 };
+/* Exit codes: 0 success, 1 runtime failure, 2 usage error, 128 + signal interrupted (130 SIGINT, 143 SIGTERM). */
+enum { EXIT_RUNTIME = 1, EXIT_USAGE = FLAGS_EXIT_USAGE, EXIT_INTERRUPTED = 128 };
 
 _Static_assert(FLAGS_MAX_LIST == DT_TRAIN_MAX_HIDDEN, "a --hidden list fills dt_train_config.hidden");
 
@@ -78,7 +80,7 @@ static void print_usage(const command *c, FILE *f) {
   fprintf(f, "\nenvironment:\n");
   dt_tunables_each(print_tunable, f);
   fprintf(f, "\nA flag takes its value as '--flag VALUE' or '--flag=VALUE'; giving a flag twice is an error.\n");
-  fprintf(f, "exit status: 0 success, 1 runtime failure, 2 usage error, 130 interrupted\n");
+  fprintf(f, "exit status: 0 success, 1 runtime failure, 2 usage error, 130/143 interrupted by SIGINT/SIGTERM\n");
 }
 
 /* Parses the command's flags and runs it; argv holds what follows the command's name. */
@@ -130,13 +132,63 @@ static const flag_choice backends[] = {{"auto", 0}, {"shm", 0}, {"tcp", 0}, {"mp
 static const flag_choice strategies[] = {
     {"single", DT_STRATEGY_SINGLE}, {"dp", DT_STRATEGY_DP}, {"ddp", DT_STRATEGY_DDP}, {NULL, 0}};
 
+/* ---- text data: the same rows in train and eval ---------------------------------- */
+/* Offsets of the text flags from the first (TRAIN_VOCAB, EVAL_VOCAB): both tables list them in this order. */
+typedef enum text_flag {
+  TEXT_VOCAB, TEXT_COLUMN, TEXT_PAIR_COLUMN, TEXT_LABEL_COLUMNS, TEXT_LABEL_COLUMN, TEXT_MAX_LEN, TEXT_NO_LOWER_CASE,
+  TEXT_SKIP_BAD_ROWS, TEXT_FLAG_COUNT
+} text_flag;
+#define VOCAB_EXAMPLE "../shared/data/bert/bert-base-uncased-vocab.txt"
+#define HELP_VOCAB "text data (.csv, .tsv): the WordPiece vocabulary, one token per line (BERT's vocab.txt)"
+#define HELP_TEXT_COLUMN "text data: the column holding the text"
+#define HELP_TEXT_PAIR_COLUMN "text data: a second text per row, read as BERT's sentence pair (token type 1)"
+#define HELP_LABEL_COLUMNS "text data: 0/1 labels (multilabel; one column: binary), each a number, 1 when >= 0.5"
+#define HELP_LABEL_COLUMN "text data: one column of classes, integers 0..K-1 or names (sorted, numbered from 0)"
+#define HELP_MAX_LEN "text data: token positions per row, [CLS] and [SEP] included (longer texts are cut)"
+#define HELP_NO_LOWER_CASE "text data: keep the case (cased vocabularies); by default text is lower-cased and " \
+  "accents stripped, as bert-base-uncased"
+#define HELP_SKIP_BAD_ROWS "text data: leave out malformed rows (counted, the first named) instead of stopping at one"
+
+/* 1 if spec names text data (as the text source claims it). */
+static int is_text_data(const char *spec) {
+  const size_t n = strlen(spec);
+  return strncmp(spec, "text:", 5) == 0 ||
+         (n > 4 && (strcasecmp(spec + n - 4, ".csv") == 0 || strcasecmp(spec + n - 4, ".tsv") == 0));
+}
+
+/* The text flags from v[first..first + TEXT_FLAG_COUNT) of table rows into t; data (NULL: not known yet) must be
+ * text data when one is given. */
+static int read_text_flags(const flag_args *p, const flag_spec *rows, int first, const char *data,
+                           dt_text_options *t) {
+  const flag_value *v = p->v + first;
+  if (v[TEXT_LABEL_COLUMNS].given && v[TEXT_LABEL_COLUMN].given)
+    return flags_usage_error(p->prog, "e.g. --label-column class, or --label-columns toxic,insult",
+                             "--label-column (one column of classes) and --label-columns (0/1 labels): give one");
+  for (int k = 0; k < TEXT_FLAG_COUNT && data && !is_text_data(data); k++)
+    if (v[k].given)
+      return flags_usage_error(p->prog, "e.g. --data comments.csv", "%s applies to text data (a .csv or .tsv file, "
+                               "or text:PATH), not %s", rows[first + k].name, data);
+  if (v[TEXT_VOCAB].given) t->vocab = v[TEXT_VOCAB].raw;
+  if (v[TEXT_COLUMN].given) t->text_column = v[TEXT_COLUMN].raw;
+  if (v[TEXT_PAIR_COLUMN].given) t->text_pair_column = v[TEXT_PAIR_COLUMN].raw;
+  if (v[TEXT_LABEL_COLUMNS].given) t->label_columns = v[TEXT_LABEL_COLUMNS].raw;
+  if (v[TEXT_LABEL_COLUMN].given) t->label_column = v[TEXT_LABEL_COLUMN].raw;
+  if (v[TEXT_MAX_LEN].given) t->max_len = (int)v[TEXT_MAX_LEN].i;
+  t->keep_case = v[TEXT_NO_LOWER_CASE].given;
+  t->skip_bad_rows = v[TEXT_SKIP_BAD_ROWS].given;
+  return 0;
+}
+
 /* ---- train ------------------------------------------------------------------- */
 typedef enum train_flag {
   TRAIN_MODEL, TRAIN_HIDDEN, TRAIN_DROPOUT, TRAIN_FACTORS, TRAIN_EMBEDDING_L2, TRAIN_SPARSE_EMBEDDINGS,
-  TRAIN_ZERO_INIT_RESIDUAL, TRAIN_LAYERS, TRAIN_HIDDEN_SIZE, TRAIN_HEADS, TRAIN_INTERMEDIATE_SIZE, TRAIN_DATA, TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_AUGMENT, TRAIN_DATA_WORKERS,
-  TRAIN_CACHE_IMAGES, TRAIN_SKIP_BAD_IMAGES, TRAIN_LIMIT_TRAIN, TRAIN_LIMIT_TEST,
+  TRAIN_ZERO_INIT_RESIDUAL, TRAIN_LAYERS, TRAIN_HIDDEN_SIZE, TRAIN_HEADS, TRAIN_INTERMEDIATE_SIZE, TRAIN_INIT_FROM,
+  TRAIN_DATA, TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_AUGMENT, TRAIN_DATA_WORKERS,
+  TRAIN_CACHE_IMAGES, TRAIN_SKIP_BAD_IMAGES, TRAIN_VOCAB, TRAIN_TEXT_COLUMN, TRAIN_TEXT_PAIR_COLUMN,
+  TRAIN_LABEL_COLUMNS, TRAIN_LABEL_COLUMN, TRAIN_MAX_LEN, TRAIN_NO_LOWER_CASE, TRAIN_SKIP_BAD_ROWS,
+  TRAIN_LIMIT_TRAIN, TRAIN_LIMIT_TEST,
   TRAIN_EPOCHS, TRAIN_BATCH_SIZE,
-  TRAIN_OPTIMIZER, TRAIN_LR, TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV, TRAIN_WEIGHT_DECAY, TRAIN_BETAS,
+  TRAIN_OPTIMIZER, TRAIN_LR, TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV, TRAIN_WEIGHT_DECAY, TRAIN_NO_DECAY, TRAIN_BETAS,
   TRAIN_EPS, TRAIN_SCHEDULE, TRAIN_STEP_SIZE, TRAIN_GAMMA, TRAIN_MIN_LR, TRAIN_WARMUP_EPOCHS, TRAIN_WARMUP_STEPS,
   TRAIN_CLIP_GRAD_NORM, TRAIN_AMP, TRAIN_LABEL_SMOOTHING, TRAIN_LOSS, TRAIN_POS_WEIGHT, TRAIN_VAL_FRACTION, TRAIN_VAL_DATA,
   TRAIN_THREADS, TRAIN_SEED,
@@ -147,12 +199,14 @@ typedef enum train_flag {
   TRAIN_ALLOW_DATA_CHANGE, TRAIN_OVERWRITE, TRAIN_TENSORBOARD, TRAIN_TENSORBOARD_ALL_RANKS, TRAIN_LOG_EVERY, TRAIN_TRACE,
   TRAIN_COUNT
 } train_flag;
+_Static_assert(TRAIN_SKIP_BAD_ROWS - TRAIN_VOCAB == TEXT_SKIP_BAD_ROWS, "train's text flags in text_flag order");
 
 static const flag_choice regression_losses[] = {{"mse", DT_LOSS_MSE}, {"l1", DT_LOSS_L1}, {NULL, 0}};
 static const flag_choice optimizers[] = {
     {"sgd", DT_OPTIM_SGD}, {"adam", DT_OPTIM_ADAM}, {"adamw", DT_OPTIM_ADAMW}, {NULL, 0}};
 static const flag_choice schedules[] = {
-    {"constant", DT_SCHED_CONSTANT}, {"step", DT_SCHED_STEP}, {"cosine", DT_SCHED_COSINE}, {NULL, 0}};
+    {"constant", DT_SCHED_CONSTANT}, {"step", DT_SCHED_STEP}, {"cosine", DT_SCHED_COSINE}, {"linear", DT_SCHED_LINEAR},
+    {NULL, 0}};
 static const flag_choice progress_modes[] = {{"auto", DT_PROGRESS_AUTO}, {"bar", DT_PROGRESS_BAR},
                                              {"plain", DT_PROGRESS_PLAIN}, {"none", DT_PROGRESS_NONE}, {NULL, 0}};
 static const flag_choice amp_modes[] = {{"off", DT_AMP_OFF}, {"bf16", DT_AMP_BF16}, {"fp16", DT_AMP_FP16}, {NULL, 0}};
@@ -194,11 +248,18 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                      .help = "bert models: attention heads (num_attention_heads)"},
     [TRAIN_INTERMEDIATE_SIZE] = {"--intermediate-size", "I", FLAG_POS_INT, "4 x the hidden size", "1024",
                                  .help = "bert models: feed-forward size (intermediate_size)"},
+    [TRAIN_INIT_FROM] = {"--init-from", "PATH", FLAG_STR, "off: the model's own initialisation", "bert-base/",
+                         .help = "fine-tune from pretrained weights, taken by name: a Hugging Face checkpoint directory "
+                         "(model.safetensors, config.json), or a safetensors file (transformers', PyTorch's, dtrain's "
+                         "weights or snapshot); f32, f16 or bf16. Tensors of the model missing from the file keep their "
+                         "initialisation and are listed, as are the file's tensors the model lacks; a tensor of another "
+                         "shape is an error. The optimizer starts fresh at step 0 (not with --resume)"},
     [TRAIN_DATA] = {"--data", "SOURCE", FLAG_STR, "fashion-mnist", "fashion-mnist",
                     .help = "data source: fashion-mnist or mnist (IDX under DT_DATA_DIR), a directory of IDX files, a "
                             "MovieLens directory (ratings.csv or ratings.dat, with movies.csv/.dat), an image folder "
                             "(DIR/<class>/*.jpg|png as torchvision's ImageFolder, or DIR with train/ and test/ or val/), "
-                            "a CIFAR-10/100 binary directory (data_batch_*.bin, test_batch.bin; train.bin, test.bin), or "
+                            "a CIFAR-10/100 binary directory (data_batch_*.bin, test_batch.bin; train.bin, test.bin), a .csv or "
+                            ".tsv file of texts and labels (or text:PATH; see --vocab and --label-column(s)), or "
                             "synthetic:N[,in=20,out=1,task=regression|classification|multilabel,seed=S] (generated)"},
     [TRAIN_SPLIT] = {"--split", "NAME", FLAG_CHOICE, "random", "leave-last-out",
                      .help = "ratings data: random (a --val-fraction, default 0.1, held out by --seed) or "
@@ -220,6 +281,17 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
     [TRAIN_SKIP_BAD_IMAGES] = {"--skip-bad-images", NULL, FLAG_BOOL, "off: such a file is an error", NULL,
                                .help = "image folders: decode every image at start and leave out those that fail "
                                "(counted; the count is in summary.json)"},
+    [TRAIN_VOCAB] = {"--vocab", "FILE", FLAG_STR, "none: text data needs one", VOCAB_EXAMPLE, .help = HELP_VOCAB},
+    [TRAIN_TEXT_COLUMN] = {"--text-column", "NAME", FLAG_STR, "text", "comment_text", .help = HELP_TEXT_COLUMN},
+    [TRAIN_TEXT_PAIR_COLUMN] = {"--text-pair-column", "NAME", FLAG_STR, "none", "hypothesis",
+                                .help = HELP_TEXT_PAIR_COLUMN},
+    [TRAIN_LABEL_COLUMNS] = {"--label-columns", "A,B,...", FLAG_STR, "none", "toxic,severe_toxic,insult",
+                             .help = HELP_LABEL_COLUMNS},
+    [TRAIN_LABEL_COLUMN] = {"--label-column", "NAME", FLAG_STR, "none", "class", .help = HELP_LABEL_COLUMN},
+    [TRAIN_MAX_LEN] = {"--max-len", "N", FLAG_INT_RANGE, "128", "128", .help = HELP_MAX_LEN, .lo = 3, .hi = 8192},
+    [TRAIN_NO_LOWER_CASE] = {"--no-lower-case", NULL, FLAG_BOOL, "off: lower-case", NULL, .help = HELP_NO_LOWER_CASE},
+    [TRAIN_SKIP_BAD_ROWS] = {"--skip-bad-rows", NULL, FLAG_BOOL, "off: such a row is an error", NULL,
+                             .help = HELP_SKIP_BAD_ROWS},
     [TRAIN_LIMIT_TRAIN] = {"--limit-train", "N", FLAG_POS_I64, "all", "2000",
                            .help = "train on the first N training samples only (shuffled among themselves each epoch)"},
     [TRAIN_LIMIT_TEST] = {"--limit-test", "N", FLAG_POS_I64, "all", "500",
@@ -236,17 +308,24 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                         .help = "Nesterov momentum (needs --momentum > 0 and no dampening)"},
     [TRAIN_WEIGHT_DECAY] = {"--weight-decay", "X", FLAG_NONNEG_FLOAT, "0; 0.01 for adamw", "0.0005",
                             .help = "L2 penalty (sgd, adam) or decoupled weight decay (adamw)"},
+    [TRAIN_NO_DECAY] = {"--no-decay", "P1,P2,...", FLAG_STR, "off: every parameter decays", "bias,LayerNorm.weight",
+                        .help = "parameters whose names contain any of these patterns take no weight decay (the "
+                        "BERT recipe's second parameter group); needs --weight-decay > 0 (adamw: the default 0.01). "
+                        "The groups' sizes are printed at start"},
     [TRAIN_BETAS] = {"--betas", "B1,B2", FLAG_BETAS, "0.9,0.999", "0.9,0.999", .help = "Adam/AdamW moment decay rates"},
     [TRAIN_EPS] = {"--eps", "X", FLAG_POS_FLOAT, "1e-8", "1e-8", .help = "Adam/AdamW denominator epsilon"},
     [TRAIN_SCHEDULE] = {"--schedule", "NAME", FLAG_CHOICE, "constant", "cosine",
-                        .help = "learning-rate schedule: constant, step or cosine", .choices = schedules},
+                        .help = "learning-rate schedule: constant, step, cosine or linear (transformers' "
+                        "get_linear_schedule_with_warmup: to 0 at the last step, the warm-up from 0 and part of it)",
+                        .choices = schedules},
     [TRAIN_STEP_SIZE] = {"--step-size", "EPOCHS", FLAG_POS_INT, "1", "10",
                          .help = "step schedule: multiply the lr by --gamma every EPOCHS epochs"},
     [TRAIN_GAMMA] = {"--gamma", "X", FLAG_POS_FLOAT, "0.1", "0.1", .help = "step schedule: decay factor"},
     [TRAIN_MIN_LR] = {"--min-lr", "X", FLAG_NONNEG_FLOAT, "0", "0.0001",
                       .help = "cosine schedule: final learning rate (eta_min)"},
     [TRAIN_WARMUP_EPOCHS] = {"--warmup-epochs", "N", FLAG_NONNEG_INT, "0", "1",
-                             .help = "linear warm-up over the first N epochs, from lr/3 (torch LinearLR)"},
+                             .help = "linear warm-up over the first N epochs, from lr/3 (torch LinearLR); with --schedule "
+                             "linear from 0, as transformers"},
     [TRAIN_WARMUP_STEPS] = {"--warmup-steps", "N", FLAG_NONNEG_INT, "0", "500",
                             .help = "linear warm-up over the first N optimizer steps instead"},
     [TRAIN_CLIP_GRAD_NORM] = {"--clip-grad-norm", "X", FLAG_POS_FLOAT, "off", "1.0",
@@ -290,10 +369,12 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                        "shm, tcp or mpi", .choices = backends},
     [TRAIN_MASTER] = {"--master", "HOST:PORT", FLAG_STR, "MASTER_ADDR:MASTER_PORT", "10.0.0.1:29500",
                       .help = "ddp: where rank 0 (or dtrun) serves the rendezvous store, e.g. under mpirun"},
-    [TRAIN_BUCKET_CAP_MB] = {"--bucket-cap-mb", "MB", FLAG_POS_FLOAT, "25", "25",
-                             .help = "ddp: gradient bucket size cap in MiB"},
-    [TRAIN_FIRST_BUCKET_MB] = {"--first-bucket-mb", "MB", FLAG_POS_FLOAT, "1", "1",
-                               .help = "ddp: size of the first bucket (the last layers) in MiB"},
+    [TRAIN_BUCKET_CAP_MB] = {"--bucket-cap-mb", "MB", FLAG_POS_FLOAT, "measured (25 for the first steps)", "25",
+                             .help = "ddp: gradient bucket size cap in MiB; giving it (or --first-bucket-mb) keeps "
+                             "PyTorch's fixed layout instead of the one measured after the first steps"},
+    [TRAIN_FIRST_BUCKET_MB] = {"--first-bucket-mb", "MB", FLAG_POS_FLOAT, "measured (1 for the first steps)", "1",
+                               .help = "ddp: size of the first bucket (the last layers) in MiB; fixes the layout as "
+                               "--bucket-cap-mb does"},
     [TRAIN_BROADCAST_BUFFERS] = {"--broadcast-buffers", "on|off", FLAG_CHOICE, "on", "off",
                                  .help = "ddp: broadcast batch-norm statistics from rank 0 before every forward, as "
                                  "PyTorch does", .choices = on_off},
@@ -316,14 +397,14 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                                 .help = "write a snapshot every N optimizer steps"},
     [TRAIN_KEEP] = {"--keep", "K", FLAG_POS_INT, "3", "2", .help = "keep the newest K snapshots, delete older ones"},
     [TRAIN_SAVE_ON_INTERRUPT] = {"--save-on-interrupt", NULL, FLAG_BOOL, "off", NULL,
-                                 .help = "Ctrl-C (SIGINT) writes a snapshot where the run stopped, to resume from that "
-                                 "step"},
+                                 .help = "Ctrl-C (SIGINT) or SIGTERM writes a snapshot where the run stopped, to resume "
+                                 "from that step"},
     [TRAIN_RESUME] = {"--resume", "auto|PATH", FLAG_STR, "off", "auto",
                       .help = "continue from a snapshot: auto = the newest loadable one in --out DIR (none: start "
                       "afresh), or a file; prints what the new flags change"},
     [TRAIN_ALLOW_DATA_CHANGE] = {"--allow-data-change", NULL, FLAG_BOOL, "off", NULL,
                                  .help = "--resume on other data (--data, --val-data, --val-fraction, --limit-train, "
-                                 "--limit-test, --normalize, --augment differ from the snapshot's), refused otherwise"},
+                                 "--limit-test, --normalize, --augment, the text data flags differ from the snapshot's), refused otherwise"},
     [TRAIN_OVERWRITE] = {"--overwrite", NULL, FLAG_BOOL, "off", NULL,
                          .help = "--out DIR holds an earlier run's outputs: delete them (snapshots included) and start "
                          "afresh; without it such a DIR is refused"},
@@ -424,6 +505,7 @@ static int train_model_flags(const flag_args *p, dt_train_config *cfg) {
   if (rc) return rc;
   rc = train_bert_flags(p, cfg);
   if (rc) return rc;
+  if (v[TRAIN_INIT_FROM].given) cfg->init_from = v[TRAIN_INIT_FROM].raw;
   if (v[TRAIN_DATA].given) cfg->data = v[TRAIN_DATA].raw;
   if (v[TRAIN_SPLIT].given) cfg->holdout = (dt_holdout)v[TRAIN_SPLIT].choice;
   if (v[TRAIN_NORMALIZE].given) read_normalize(&v[TRAIN_NORMALIZE], &cfg->normalize);
@@ -431,6 +513,7 @@ static int train_model_flags(const flag_args *p, dt_train_config *cfg) {
   if (v[TRAIN_DATA_WORKERS].given) cfg->data_workers = (int)v[TRAIN_DATA_WORKERS].i;
   cfg->cache_images = v[TRAIN_CACHE_IMAGES].given;
   cfg->skip_bad_images = v[TRAIN_SKIP_BAD_IMAGES].given;
+  if ((rc = read_text_flags(p, train_flags, TRAIN_VOCAB, cfg->data, &cfg->text))) return rc;
   if (v[TRAIN_LIMIT_TRAIN].given) cfg->limit_train = v[TRAIN_LIMIT_TRAIN].i;
   if (v[TRAIN_LIMIT_TEST].given) cfg->limit_test = v[TRAIN_LIMIT_TEST].i;
   if (v[TRAIN_EPOCHS].given) cfg->epochs = (int)v[TRAIN_EPOCHS].i;
@@ -484,6 +567,13 @@ static int train_optimizer_flags(const flag_args *p, dt_train_config *cfg) {
     cfg->optim.nesterov = 1;
   }
   if (v[TRAIN_WEIGHT_DECAY].given) cfg->optim.weight_decay = (float)v[TRAIN_WEIGHT_DECAY].f;
+  if (v[TRAIN_NO_DECAY].given) {
+    if (!(cfg->optim.weight_decay > 0))
+      return flags_usage_error(p->prog, "e.g. --weight-decay 0.01 --no-decay bias,LayerNorm.weight",
+                               "--no-decay exempts parameters from weight decay, but --optimizer %s has none: give "
+                               "--weight-decay", dt_optim_kind_name(kind));
+    cfg->no_decay = v[TRAIN_NO_DECAY].raw;
+  }
   if (v[TRAIN_BETAS].given) {
     cfg->optim.beta1 = (float)v[TRAIN_BETAS].pair[0];
     cfg->optim.beta2 = (float)v[TRAIN_BETAS].pair[1];
@@ -532,6 +622,7 @@ static int train_strategy_flags(const flag_args *p, dt_train_config *cfg) {
   if (v[TRAIN_MASTER].given) cfg->master = v[TRAIN_MASTER].raw;
   if (v[TRAIN_BUCKET_CAP_MB].given) cfg->ddp.bucket_cap_mb = v[TRAIN_BUCKET_CAP_MB].f;
   if (v[TRAIN_FIRST_BUCKET_MB].given) cfg->ddp.first_bucket_mb = v[TRAIN_FIRST_BUCKET_MB].f;
+  if (v[TRAIN_BUCKET_CAP_MB].given || v[TRAIN_FIRST_BUCKET_MB].given) cfg->ddp.auto_buckets = 0;
   if (v[TRAIN_BROADCAST_BUFFERS].given) cfg->ddp.broadcast_buffers = v[TRAIN_BROADCAST_BUFFERS].choice;
   if (v[TRAIN_FIND_UNUSED_PARAMETERS].given) cfg->ddp.find_unused_parameters = 1;
   if (v[TRAIN_COMM_HOOK].given) cfg->ddp.comm_hook = v[TRAIN_COMM_HOOK].choice;
@@ -573,6 +664,10 @@ static int train_snapshot_flags(const flag_args *p, dt_train_config *cfg) {
                                "--resume auto looks for snapshots in --out DIR: give --out");
     cfg->resume = v[TRAIN_RESUME].raw;
   }
+  if (cfg->init_from && cfg->resume)
+    return flags_usage_error(p->prog, "give one of them", "--init-from starts a new run from pretrained weights (fresh "
+                             "optimizer, step 0); --resume continues a snapshot with its optimizer state and "
+                             "position: they conflict");
   if (v[TRAIN_OVERWRITE].given && cfg->resume)
     return flags_usage_error(p->prog, "give one of them", "--overwrite starts afresh, --resume continues: they conflict");
   if (v[TRAIN_ALLOW_DATA_CHANGE].given && !cfg->resume)
@@ -616,18 +711,23 @@ static int train_output_flags(const flag_args *p, int rank, dt_train_config *cfg
   return 0;
 }
 
-static void on_sigint(int sig) {
-  (void)sig;
-  dt_train_request_stop(); /* SA_RESETHAND: a second Ctrl-C ends the process at once */
+/* The first stop signal; SIGTERM counts as Ctrl-C because schedulers (Slurm's --signal, scancel, preemption)
+ * and launchers send it before they kill: the run stops at a step boundary and can save a snapshot. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+  if (!stop_signal) stop_signal = sig;
+  dt_train_request_stop(); /* SA_RESETHAND: a second one of the same signal ends the process at once */
 }
 
-static void install_sigint(void) {
+static void set_stop_handlers(void (*handler)(int)) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_sigint;
-  sa.sa_flags = SA_RESETHAND;
+  sa.sa_handler = handler;
+  sa.sa_flags = handler == SIG_DFL ? 0 : SA_RESETHAND;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
 }
 
 /* "test <metric>" lines, or why there are none. */
@@ -677,16 +777,18 @@ static int train_run(dt_train_config *cfg) {
             cfg->out_dir);
     fflush(out);
   }
-  install_sigint();
+  set_stop_handlers(on_stop_signal);
   dt_train_result res;
   dt_status st = dt_train_run(cfg, &res);
-  signal(SIGINT, SIG_DFL);
+  set_stop_handlers(SIG_DFL);
   if (st != DT_OK) return runtime_error(st, NULL);
   if (out) print_train_summary(cfg, &res, out);
   if (res.interrupted) {
-    fprintf(stderr, "dtrain: interrupted after %lld step(s); metrics and weights are in %s%s\n", (long long)res.steps,
-            cfg->out_dir, cfg->save_on_interrupt ? " (continue with --resume auto)" : "");
-    return EXIT_INTERRUPTED;
+    const int sig = stop_signal ? stop_signal : SIGINT;
+    fprintf(stderr, "dtrain: interrupted after %lld step(s) by %s; metrics and weights are in %s%s\n",
+            (long long)res.steps, sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg->out_dir,
+            cfg->save_on_interrupt ? " (continue with --resume auto)" : "");
+    return EXIT_INTERRUPTED + sig;
   }
   return 0;
 }
@@ -708,9 +810,11 @@ static int cmd_train(const flag_args *p) {
 
 /* ---- eval -------------------------------------------------------------------- */
 typedef enum eval_flag {
-  EVAL_WEIGHTS, EVAL_MODEL, EVAL_HIDDEN, EVAL_DATA, EVAL_SPLIT, EVAL_NORMALIZE, EVAL_AUGMENT, EVAL_BATCH_SIZE, EVAL_THREADS,
-  EVAL_LIMIT, EVAL_STRATEGY, EVAL_WORKERS, EVAL_COUNT
+  EVAL_WEIGHTS, EVAL_MODEL, EVAL_HIDDEN, EVAL_DATA, EVAL_SPLIT, EVAL_NORMALIZE, EVAL_AUGMENT, EVAL_VOCAB,
+  EVAL_TEXT_COLUMN, EVAL_TEXT_PAIR_COLUMN, EVAL_LABEL_COLUMNS, EVAL_LABEL_COLUMN, EVAL_MAX_LEN, EVAL_NO_LOWER_CASE,
+  EVAL_SKIP_BAD_ROWS, EVAL_BATCH_SIZE, EVAL_THREADS, EVAL_LIMIT, EVAL_STRATEGY, EVAL_WORKERS, EVAL_COUNT
 } eval_flag;
+_Static_assert(EVAL_SKIP_BAD_ROWS - EVAL_VOCAB == TEXT_SKIP_BAD_ROWS, "eval's text flags in text_flag order");
 
 static const flag_choice splits[] = {{"test", DT_SPLIT_TEST}, {"train", DT_SPLIT_TRAIN}, {NULL, 0}};
 static const flag_choice eval_strategies[] = {{"single", DT_STRATEGY_SINGLE}, {"dp", DT_STRATEGY_DP}, {NULL, 0}};
@@ -732,6 +836,21 @@ static const flag_spec eval_flags[EVAL_COUNT] = {
                       .help = "RGB images: the training's transform preset, whose test transforms (and mean and "
                               "std, unless --normalize) apply: cifar, imagenet or none",
                       .choices = augments},
+    [EVAL_VOCAB] = {"--vocab", "FILE", FLAG_STR, "from the file's metadata", VOCAB_EXAMPLE, .help = HELP_VOCAB},
+    [EVAL_TEXT_COLUMN] = {"--text-column", "NAME", FLAG_STR, "from the file's metadata", "comment_text",
+                          .help = HELP_TEXT_COLUMN},
+    [EVAL_TEXT_PAIR_COLUMN] = {"--text-pair-column", "NAME", FLAG_STR, "from the file's metadata", "hypothesis",
+                               .help = HELP_TEXT_PAIR_COLUMN},
+    [EVAL_LABEL_COLUMNS] = {"--label-columns", "A,B,...", FLAG_STR, "from the file's metadata",
+                            "toxic,severe_toxic,insult", .help = HELP_LABEL_COLUMNS},
+    [EVAL_LABEL_COLUMN] = {"--label-column", "NAME", FLAG_STR, "from the file's metadata", "class",
+                           .help = HELP_LABEL_COLUMN " (its classes numbered as in training)"},
+    [EVAL_MAX_LEN] = {"--max-len", "N", FLAG_INT_RANGE, "from the file's metadata", "128", .help = HELP_MAX_LEN,
+                      .lo = 3, .hi = 8192},
+    [EVAL_NO_LOWER_CASE] = {"--no-lower-case", NULL, FLAG_BOOL, "from the file's metadata", NULL,
+                            .help = HELP_NO_LOWER_CASE},
+    [EVAL_SKIP_BAD_ROWS] = {"--skip-bad-rows", NULL, FLAG_BOOL, "off: such a row is an error", NULL,
+                            .help = HELP_SKIP_BAD_ROWS},
     [EVAL_BATCH_SIZE] = {"--batch-size", "N", FLAG_POS_INT, "256", "256", .help = "samples per forward pass"},
     [EVAL_THREADS] = {"--threads", "N", FLAG_NONNEG_INT, "DT_NUM_THREADS, OMP_NUM_THREADS or all cores", "4",
                       .help = "compute threads"},
@@ -756,6 +875,7 @@ static int eval_flags_read(const flag_args *p, dt_eval_config *cfg) {
   cfg->normalize_set = v[EVAL_NORMALIZE].given;
   if (v[EVAL_AUGMENT].given) cfg->augment = (dt_augment)v[EVAL_AUGMENT].choice;
   cfg->augment_set = v[EVAL_AUGMENT].given;
+  if ((rc = read_text_flags(p, eval_flags, EVAL_VOCAB, cfg->data, &cfg->text))) return rc;
   if (v[EVAL_BATCH_SIZE].given) cfg->batch_size = (int)v[EVAL_BATCH_SIZE].i;
   if (v[EVAL_THREADS].given) cfg->threads = (int)v[EVAL_THREADS].i;
   if (v[EVAL_LIMIT].given) cfg->limit = v[EVAL_LIMIT].i;
@@ -934,21 +1054,32 @@ static int cmd_inspect(const flag_args *p) {
 
 
 /* ---- export ------------------------------------------------------------------- */
-typedef enum export_flag { EXPORT_FORMAT, EXPORT_COUNT } export_flag;
+typedef enum export_flag { EXPORT_FORMAT, EXPORT_OVERWRITE, EXPORT_COUNT } export_flag;
+typedef enum export_format { EXPORT_SAFETENSORS, EXPORT_HF } export_format;
 
-static const flag_choice export_formats[] = {{"safetensors", 0}, {NULL, 0}};
+static const flag_choice export_formats[] = {{"safetensors", EXPORT_SAFETENSORS}, {"hf", EXPORT_HF}, {NULL, 0}};
 
 static const flag_spec export_flags[EXPORT_COUNT] = {
     [EXPORT_FORMAT] = {"--format", "NAME", FLAG_CHOICE, "safetensors", "safetensors",
-                       .help = "output format (safetensors: weights only)", .choices = export_formats},
+                       .help = "output format: safetensors (OUT is a file: the weights with dtrain's metadata) or hf "
+                       "(OUT is a directory: model.safetensors as transformers writes it, f32 with {\"format\": \"pt\"}, "
+                       "and config.json: the model's own HF config where it has one, else torch_dtype and the training's "
+                       "metadata under \"dtrain\")", .choices = export_formats},
+    [EXPORT_OVERWRITE] = {"--overwrite", NULL, FLAG_BOOL, "off: an OUT directory holding them is refused", NULL,
+                          .help = "--format hf: replace OUT/model.safetensors and OUT/config.json if they exist"},
 };
 
 static int cmd_export(const flag_args *p) {
   if (strcmp(p->pos[0], p->pos[1]) == 0)
     return flags_usage_error(p->prog, "write to another file", "the output %s is the input", p->pos[1]);
-  dt_status st = dt_snapshot_export(p->pos[0], p->pos[1]);
+  const int hf = p->v[EXPORT_FORMAT].given && p->v[EXPORT_FORMAT].choice == EXPORT_HF;
+  if (p->v[EXPORT_OVERWRITE].given && !hf)
+    return flags_usage_error(p->prog, "add --format hf", "--overwrite applies to --format hf (a file OUT is replaced)");
+  dt_status st = hf ? dt_hf_export(p->pos[0], p->pos[1], p->v[EXPORT_OVERWRITE].given)
+                    : dt_snapshot_export(p->pos[0], p->pos[1]);
+  if (st == DT_USAGE) return flags_usage_error(p->prog, "add --overwrite", "%s", dt_last_error());
   if (st != DT_OK) return runtime_error(st, "check the input file name and that the output directory is writable");
-  printf("exported the weights of %s to %s\n", p->pos[0], p->pos[1]);
+  printf("exported the weights of %s to %s%s\n", p->pos[0], p->pos[1], hf ? " (model.safetensors, config.json)" : "");
   return 0;
 }
 
@@ -1050,7 +1181,46 @@ static int cmd_bench_scaling(const flag_args *p) {
   a.limit_train = v[SCALING_LIMIT_TRAIN].i;
   a.batch_size = (int)v[SCALING_BATCH_SIZE].i;
   a.threads_per_worker = (int)v[SCALING_THREADS_PER_WORKER].i;
+  /* what follows "--" goes to every run's `dtrain train`; anything else unparsed is a stray argument */
+  if (p->rest < p->argc && (p->rest == 0 || strcmp(p->argv[p->rest - 1], "--") != 0))
+    return flags_usage_error(p->prog, "put flags for dtrain train after --", "unexpected argument '%s'",
+                             p->argv[p->rest]);
+  a.extra = p->argv + p->rest;
+  a.n_extra = p->argc - p->rest;
   return bench_scaling_run(&a);
+}
+
+/* ---- tokenize ---------------------------------------------------------------------- */
+typedef enum tok_flag { TOK_VOCAB, TOK_MAX_LEN, TOK_SPECIAL, TOK_NO_LOWER_CASE, TOK_NULL, TOK_COUNT } tok_flag;
+
+static const flag_spec tokenize_flags[TOK_COUNT] = {
+    [TOK_VOCAB] = {"--vocab", "FILE", FLAG_STR, "required", "bert-base-uncased-vocab.txt",
+                   .help = "the WordPiece vocabulary (vocab.txt: one token per line, id = line number)"},
+    [TOK_MAX_LEN] = {"--max-len", "N", FLAG_POS_INT, "no limit", "128",
+                     .help = "at most N ids a record (with --special: the whole [CLS] ... [SEP], truncated as BERT's "
+                             "inputs are)"},
+    [TOK_SPECIAL] = {"--special", NULL, FLAG_BOOL, "off: the text's ids only", NULL,
+                     .help = "print [CLS] ids [SEP], the model's input without its padding"},
+    [TOK_NO_LOWER_CASE] = {"--no-lower-case", NULL, FLAG_BOOL, "off: uncased", NULL,
+                           .help = "a cased vocabulary: no lower-casing, no accent stripping"},
+    [TOK_NULL] = {"--null", NULL, FLAG_BOOL, "off: one record a line", NULL,
+                  .help = "records end at NUL bytes (texts with line breaks, as find -print0 and xargs -0)"},
+};
+
+static int cmd_tokenize(const flag_args *p) {
+  const flag_value *v = p->v;
+  if (!v[TOK_VOCAB].given)
+    return flags_usage_error(p->prog, "e.g. --vocab ../shared/data/bert/bert-base-uncased-vocab.txt",
+                             "--vocab FILE is required");
+  tokenize_args a = {.vocab = v[TOK_VOCAB].raw, .lower = !v[TOK_NO_LOWER_CASE].given,
+                     .max_len = v[TOK_MAX_LEN].given ? (int)v[TOK_MAX_LEN].i : 0, .special = v[TOK_SPECIAL].given,
+                     .nul = v[TOK_NULL].given};
+  if (a.special && a.max_len && a.max_len < 3)
+    return flags_usage_error(p->prog, "e.g. --max-len 128", "--max-len %d leaves no room for [CLS] and [SEP]",
+                             a.max_len);
+  dt_status st = tokenize_stream(&a, stdin, stdout);
+  if (st != DT_OK) return runtime_error(st, "check --vocab and that the input is UTF-8 text");
+  return 0;
 }
 
 /* ---- version, help --------------------------------------------------------------- */
@@ -1069,7 +1239,7 @@ static void print_main_usage(FILE *f) {
   fprintf(f, "\n'dtrain help COMMAND' or 'dtrain COMMAND --help' lists the flags of a command.\n");
   fprintf(f, "\nenvironment:\n");
   dt_tunables_each(print_tunable, f);
-  fprintf(f, "\nexit status: 0 success, 1 runtime failure, 2 usage error, 130 interrupted\n");
+  fprintf(f, "\nexit status: 0 success, 1 runtime failure, 2 usage error, 130/143 interrupted by SIGINT/SIGTERM\n");
 }
 
 static int cmd_help(const flag_args *p) {
@@ -1094,9 +1264,9 @@ static const command commands[] = {
      "Writes DIR/metrics.csv and DIR/metrics.jsonl (one row per epoch, flushed at once),\n"
      "DIR/config.json, DIR/report.html (after every epoch), and at the end DIR/summary.json\n"
      "and DIR/model.safetensors; with --save-every, snapshots in DIR/snapshots that\n"
-     "--resume continues from bit for bit. Ctrl-C stops at the next step, still writes\n"
-     "metrics and weights (and a snapshot with --save-on-interrupt), and exits with 130; a\n"
-     "second Ctrl-C ends at once.",
+     "--resume continues from bit for bit. Ctrl-C (or SIGTERM) stops at the next step, still\n"
+     "writes metrics and weights (and a snapshot with --save-on-interrupt), and exits with 130\n"
+     "(143); a second one ends at once.",
      train_flags, TRAIN_COUNT, 0, 0, cmd_train},
     {"eval", "evaluate saved weights on a dataset split", "--weights FILE [flags]",
      "Loads weights written by 'dtrain train' and reports the loss and the metrics of the data's\n"
@@ -1117,8 +1287,11 @@ static const command commands[] = {
     {"export", "write the weights of a snapshot (or weights file) alone, e.g. to share or evaluate", "SNAPSHOT OUT",
      "Reads a snapshot written by 'dtrain train --save-every' (or any weights file) and writes\n"
      "its model tensors only, under PyTorch state_dict names with the model's metadata, to OUT\n"
-     "(atomically). Optimizer and trainer state are left out. Example:\n"
-     "  dtrain export runs/exp1/snapshots/step-000001876.safetensors model.safetensors",
+     "(atomically). Optimizer and trainer state are left out. With --format hf, OUT is a Hugging\n"
+     "Face checkpoint directory (model.safetensors, config.json) that --init-from reads back.\n"
+     "Examples:\n"
+     "  dtrain export runs/exp1/snapshots/step-000001876.safetensors model.safetensors\n"
+     "  dtrain export runs/exp1/model.safetensors runs/exp1/hf --format hf",
      export_flags, EXPORT_COUNT, 2, 2, cmd_export},
     {"models", "list the model zoo with parameter counts", "", "Lists the registered models.", NULL, 0, 0, 0,
      cmd_models},
@@ -1132,13 +1305,25 @@ static const command commands[] = {
      "#wrong with --check; then '# Avg bus bandwidth'. Example:\n"
      "  dtrun --standalone --nproc-per-node 2 -- dtrain bench allreduce -b 8 -e 64M -f 2 --check",
      bench_flags, BENCH_COUNT, 0, 0, cmd_bench_allreduce},
-    {"bench scaling", "the same training with 1..N workers (ddp and dp): speedup and efficiency", "[flags]",
+    {"bench scaling", "the same training with 1..N workers (ddp and dp): speedup and efficiency",
+     "[flags] [-- TRAIN FLAGS]",
      "Trains the same job once with one worker (the baseline), then for 1..--max-workers workers\n"
      "as DDP processes under dtrun and as DataParallel threads, and prints for each: train and\n"
      "inference samples/s, speedup over one worker, scaling efficiency (speedup / workers) and,\n"
-     "for ddp, the all-reduce time and the share of it hidden behind backward. Example:\n"
-     "  dtrain bench scaling --model fashioncnn --max-workers 2",
-     scaling_flags, SCALING_COUNT, 0, 0, cmd_bench_scaling},
+     "for ddp, the all-reduce time and the share of it hidden behind backward. Flags after --\n"
+     "go to every run's 'dtrain train' (text data, a validation split, an optimizer). Examples:\n"
+     "  dtrain bench scaling --model fashioncnn --max-workers 2\n"
+     "  dtrain bench scaling --model bert-mini --data tweets.csv -- --vocab vocab.txt \\\n"
+     "      --text-column tweet --label-column class --max-len 64",
+     scaling_flags, SCALING_COUNT, 0, FLAGS_STOP, cmd_bench_scaling},
+    {"tokenize", "BERT WordPiece ids of each line of stdin", "--vocab FILE [flags]",
+     "Reads text on stdin and prints, for every line (or NUL-separated record with --null), its\n"
+     "token ids, space-separated: Hugging Face's BertTokenizer (uncased unless --no-lower-case:\n"
+     "text cleanup, CJK split, lower-casing and accent stripping, punctuation split, greedy\n"
+     "longest-match WordPiece with ## continuations, [UNK] for words over 100 characters).\n"
+     "--special adds [CLS] and [SEP] as the models' inputs have them. Example:\n"
+     "  echo 'Hello, world!' | dtrain tokenize --vocab bert-base-uncased-vocab.txt --special",
+     tokenize_flags, TOK_COUNT, 0, 0, cmd_tokenize},
     {"version", "print the version", "", "Prints the dtrain version.", NULL, 0, 0, 0, cmd_version},
     {"help", "show help for dtrain or one command", "[COMMAND]", "Shows the commands, or every flag of one command.",
      NULL, 0, 0, 2, cmd_help},

@@ -279,6 +279,8 @@ int flags_parse(const flag_set *set, int argc, char **argv, flag_args *out) {
     }
   }
   out->rest = i;
+  out->argc = argc;
+  out->argv = argv;
   return 0;
 }
 

@@ -84,6 +84,8 @@ typedef struct flag_args {
   const char *pos[FLAGS_MAX_POS];
   int n_pos;
   int rest;                      /* index in argv of the first argument not parsed (FLAGS_STOP: the program) */
+  int argc;                      /* what flags_parse read */
+  char **argv;
 } flag_args;
 
 /* Parses argv (without the program and command words) against set into out.

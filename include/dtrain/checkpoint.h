@@ -71,6 +71,48 @@ dt_status dt_model_save(dt_model *m, const char *path, const dt_kv *meta, int n_
  * model lacks is DT_NOT_FOUND. The model is unchanged on failure. */
 dt_status dt_model_load(dt_model *m, const char *path);
 
+/* What dt_model_init_from did, for the caller to print (transformers' "Some
+ * weights ... were newly initialized" and "were not used"). Name lists are
+ * "a, b, c" of the first few, ending in ", ..." when there were more. */
+typedef struct dt_init_report {
+  char path[4096];          /* the file read: PATH, or PATH/model.safetensors */
+  char model_type[64];      /* PATH/config.json's "model_type" ("" when none) */
+  int copied;               /* model tensors taken from the file */
+  int converted;            /* of those, f16 or bf16 in the file, converted to f32 */
+  int missing;              /* model tensors not in the file: they keep their initialisation */
+  int unexpected;           /* file tensors the model lacks (not used) */
+  int state_skipped;        /* a dtrain snapshot's optimizer./trainer. tensors (never loaded) */
+  char missing_names[512];
+  char unexpected_names[512];
+} dt_init_report;
+
+/* Initialises a built model from pretrained weights (fine-tuning), by name:
+ * path is a Hugging Face checkpoint directory (model.safetensors, optionally
+ * config.json) or a safetensors file (Hugging Face's, PyTorch's or dtrain's
+ * weights or snapshot). Every model tensor present in the file with the same
+ * shape is copied (f32; f16 and bf16 are converted; a legacy LayerNorm
+ * "gamma"/"beta" stands for "weight"/"bias" as transformers renames them);
+ * the others keep their initialisation and are counted in *rep, as are the
+ * file's tensors the model lacks. A tensor of the model's name with another
+ * shape or an unconvertible dtype is DT_SHAPE_MISMATCH naming the file, the
+ * tensor and both shapes; a file that matches no model tensor at all is
+ * DT_NOT_FOUND (weights of another model); a damaged file is DT_CORRUPT (the
+ * header is checked as by dt_safetensors_load). The model is unchanged on
+ * failure; *rep is written on success only. */
+dt_status dt_model_init_from(dt_model *m, const char *path, dt_init_report *rep);
+
+/* Writes the model tensors of src (dtrain weights or a snapshot; optimizer and
+ * trainer state left out) in Hugging Face's layout: out_dir/model.safetensors
+ * (tensors by name, 16-bit floats widened to f32, __metadata__ {"format": "pt"}
+ * plus dtrain's crc32) and out_dir/config.json. The config holds the members
+ * the model's zoo row writes (transformers' "architectures", "model_type",
+ * sizes; dtrain's own models have none, so AutoConfig refuses them rightly),
+ * "torch_dtype": "float32", and the weights' metadata (model, hidden, outputs,
+ * task, data, ...) as strings under "dtrain". out_dir is created if missing;
+ * one already holding model.safetensors or config.json is DT_USAGE unless
+ * overwrite. Both files are written atomically. */
+dt_status dt_hf_export(const char *src, const char *out_dir, int overwrite);
+
 #ifdef __cplusplus
 }
 #endif

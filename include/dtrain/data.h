@@ -81,7 +81,7 @@ typedef struct dt_data_info {
   int64_t index_size[DT_MAX_FIELDS];
   char name[64];     /* "idx", "synthetic", "movielens", ... */
   int decodes;       /* fetch decodes or augments images (CPU work per sample: the loader's auto worker count) */
-  int64_t skipped;   /* image sources with skip_bad_images: unreadable files left out */
+  int64_t skipped;   /* image sources with skip_bad_images: unreadable files left out; text with skip_bad_rows: rows */
 } dt_data_info;
 /* The index of the field called name, or -1. */
 int dt_data_field(const dt_data_info *info, const char *name);
@@ -106,6 +106,20 @@ typedef enum dt_holdout {
  * Resize(256) + CenterCrop(224). A preset normalises with its data set's mean and std unless norm is enabled. */
 typedef enum dt_augment { DT_AUGMENT_NONE, DT_AUGMENT_CIFAR, DT_AUGMENT_IMAGENET } dt_augment;
 const char *dt_augment_name(dt_augment a);
+/* The text source (rows of a CSV/TSV file tokenised for BERT; see docs/architecture.md): which columns hold
+ * the text and the labels, and how to tokenise. Strings are borrowed. Give label_columns or label_column. */
+typedef struct dt_text_options {
+  const char *vocab;            /* WordPiece vocab.txt (required) */
+  const char *text_column;      /* NULL: the column named "text" */
+  const char *text_pair_column; /* NULL: one text per row; else BERT's sentence pair (token types 0 and 1) */
+  const char *label_columns;    /* "a,b,c": multilabel, each a number, label = value >= 0.5 (one column: binary) */
+  const char *label_column;     /* one column of classes: integers 0..K-1, or names (sorted, name -> index) */
+  const char *classes;          /* label_column's classes in index order as one CSV record; NULL: from the data */
+  int max_len;                  /* token positions per row, [CLS] and [SEP] included; 0: 128 */
+  int keep_case;                /* 0: lower-case and strip accents (uncased BERT); 1: keep (cased vocabularies) */
+  int skip_bad_rows;            /* leave out malformed rows (counted in info.skipped) instead of failing */
+} dt_text_options;
+#define DT_TEXT_MAX_LEN_DEFAULT 128
 typedef struct dt_data_options {
   const dt_normalize *norm; /* image sources (may be NULL) */
   dt_holdout holdout;
@@ -113,6 +127,7 @@ typedef struct dt_data_options {
   dt_augment augment;       /* RGB image sources */
   int skip_bad_images;      /* image folders: leave out files that do not decode (counted in info.skipped) */
   int cache_images;         /* image folders: decode every image once into memory (uint8 HWC) at open */
+  dt_text_options text;     /* the text source */
 } dt_data_options;
 /* dt_dataset_load with options (NULL: defaults). A source that cannot hold out
  * as asked is DT_USAGE naming it. */

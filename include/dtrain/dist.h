@@ -102,7 +102,7 @@ typedef struct dt_dist_env {
   int node_rank;            /* GROUP_RANK under dtrun/torchrun; -1 if unknown */
   char master_addr[256];
   int master_port;
-  char run_id[128];         /* DT_RUN_ID, TORCHELASTIC_RUN_ID, or "default" */
+  char run_id[128];         /* DT_RUN_ID, TORCHELASTIC_RUN_ID, slurm-<job>.<step> (srun), or "default" */
   int restart_count;        /* DT_RESTART_COUNT / TORCHELASTIC_RESTART_COUNT, else 0 */
   int store_served;         /* 1: the launcher serves the store (DT_STORE_SERVED=1) */
   char job_secret[DT_SECRET_MAX_CHARS + 1]; /* DT_JOB_SECRET, "" if none: never print it */

@@ -41,6 +41,11 @@ void dt_optim_free(dt_optim *o);
  * overlap. Bit-compatible with torch.optim 1.13 on CPU (foreach off) when the
  * hyper-parameters are float values. */
 dt_status dt_optim_step(dt_optim *o, float *params, const float *grads, float lr);
+/* The same step taken in parts on several threads (DataParallel's workers, so no other thread pool runs
+ * beside them): dt_optim_begin_step once (checks lr, counts the step), then dt_optim_step_part for every k in
+ * [0, parts), each part on any one thread; together bit for bit dt_optim_step's update. */
+dt_status dt_optim_begin_step(dt_optim *o, float lr);
+void dt_optim_step_part(dt_optim *o, float *params, const float *grads, float lr, int k, int parts);
 /* Row-wise ("sparse") update: the parameters outside the row tables t[0..n)
  * (arena order, disjoint; dtrain/model_ctx.h) get dt_optim_step's update, and
  * each table only its touched rows, as PyTorch steps an nn.Embedding(sparse=True):
@@ -53,6 +58,20 @@ struct dt_rows;
 dt_status dt_optim_step_rows(dt_optim *o, float *params, const float *grads, float lr, const struct dt_rows *t, int n);
 /* DT_INVALID_ARGUMENT unless cfg allows row-wise updates (see dt_optim_step_rows). */
 dt_status dt_optim_rows_check(const dt_optim_config *cfg);
+/* Parameter groups without weight decay (transformers' "no_decay" group: biases,
+ * LayerNorm weights): the arena ranges [lo, lo + n) listed take weight decay 0,
+ * every other element the configured weight_decay, as torch.optim given two
+ * param groups. Ranges in any order, disjoint, inside the arena, else
+ * DT_INVALID_ARGUMENT naming the range; n = 0 removes the table. The table is
+ * built once into work items of one decay each (arena order), so a step costs
+ * no per-tensor branching. Row-wise steps refuse a table (they allow no weight
+ * decay anyway). */
+typedef struct dt_optim_range {
+  size_t lo, n; /* elements of the parameter arena */
+} dt_optim_range;
+dt_status dt_optim_set_no_decay(dt_optim *o, const dt_optim_range *r, int n);
+/* Elements set to take no weight decay by dt_optim_set_no_decay (0 without a table). */
+size_t dt_optim_no_decay_count(const dt_optim *o);
 /* Steps taken so far (Adam's bias correction uses it). */
 int64_t dt_optim_step_count(const dt_optim *o);
 /* The state buffers, for checkpoints: i in 0..n-1, each `count` floats, named
@@ -63,27 +82,32 @@ float *dt_optim_state(dt_optim *o, int i, const char **name);
 void dt_optim_set_step_count(dt_optim *o, int64_t steps);
 
 /* ---- learning-rate schedules (per optimizer step) ------------------------- */
-typedef enum dt_sched_kind { DT_SCHED_CONSTANT, DT_SCHED_STEP, DT_SCHED_COSINE } dt_sched_kind;
+typedef enum dt_sched_kind { DT_SCHED_CONSTANT, DT_SCHED_STEP, DT_SCHED_COSINE, DT_SCHED_LINEAR } dt_sched_kind;
 typedef struct dt_lr_schedule {
   dt_sched_kind kind;
   float base_lr;
-  int64_t warmup_steps;  /* linear warm-up from warmup_start * base_lr (torch LinearLR) */
-  float warmup_start;    /* factor at step 0, default 1/3 as LinearLR */
+  int64_t warmup_steps;  /* linear warm-up from warmup_start * base_lr (torch LinearLR); linear: from 0 */
+  float warmup_start;    /* factor at step 0, default 1/3 as LinearLR; unused by linear */
   int64_t step_size;     /* step: multiply by gamma every step_size steps (StepLR) */
   float gamma;
-  int64_t total_steps;   /* cosine: period T_max of CosineAnnealingLR, after warm-up */
+  int64_t total_steps;   /* cosine: period T_max of CosineAnnealingLR, after warm-up;
+                          * linear: num_training_steps, warm-up included */
   float min_lr;          /* cosine: eta_min */
 } dt_lr_schedule;
 /* The learning rate for optimizer step `step` (0-based). Warm-up runs for the
  * first warmup_steps steps, then the main schedule starts at its own step 0
- * (torch SequentialLR of LinearLR and the main scheduler). */
+ * (torch SequentialLR of LinearLR and the main scheduler). `linear` is
+ * transformers' get_linear_schedule_with_warmup instead: base_lr * step / warmup
+ * during warm-up (0 at step 0), then base_lr * max(0, (total - step) /
+ * max(1, total - warmup)), the warm-up counted in total_steps. */
 float dt_lr_at(const dt_lr_schedule *s, int64_t step);
 /* Checks a schedule: DT_INVALID_ARGUMENT naming the bad field. The main
  * schedule's fields are checked only for its kind (step: step_size >= 1,
- * gamma > 0; cosine: total_steps >= 1, 0 <= min_lr <= base_lr); warmup_start
- * must be in (0, 1] when warmup_steps > 0, as LinearLR's start_factor. */
+ * gamma > 0; cosine: total_steps >= 1, 0 <= min_lr <= base_lr; linear:
+ * total_steps >= 1); warmup_start must be in (0, 1] when warmup_steps > 0,
+ * as LinearLR's start_factor (not for linear, whose warm-up starts at 0). */
 dt_status dt_lr_schedule_check(const dt_lr_schedule *s);
-/* "constant", "step", "cosine" */
+/* "constant", "step", "cosine", "linear" */
 dt_status dt_sched_kind_parse(const char *s, dt_sched_kind *out);
 const char *dt_sched_kind_name(dt_sched_kind k);
 

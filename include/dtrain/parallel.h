@@ -11,6 +11,7 @@
 #include "dtrain/dist.h"
 #include "dtrain/model.h"
 #include "dtrain/model_ctx.h"
+#include "dtrain/optim.h"
 #include "dtrain/status.h"
 #include "dtrain/task.h"
 
@@ -47,6 +48,8 @@ typedef struct dt_ddp_config {
   int find_unused_parameters; /* 1: parameters that got no gradient are reduced as zeros; 0: that is an error */
   dt_comm_hook comm_hook;     /* row tables are exchanged in f32 whatever the hook */
   dt_rows_exchange rows_exchange;
+  int auto_buckets;           /* 1: after the first steps, lay the buckets out from the measured backward timeline
+                                 and all-reduce cost (the caps above are the first steps' layout); 0: the caps' */
 } dt_ddp_config;
 void dt_ddp_config_default(dt_ddp_config *c);
 
@@ -98,6 +101,9 @@ dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const void *x, const v
                            double *sums);
 /* Inference: logits (batch, classes) into out. */
 dt_status dt_dp_forward(dt_dp *d, const void *x, int batch, float *out);
+/* dt_optim_step(o, the model's parameters and gradients, lr), taken by the workers in parts: bit for bit the
+ * same update, without the calling thread's OpenMP pool spinning beside the workers afterwards. */
+dt_status dt_dp_optim_step(dt_dp *d, dt_optim *o, float lr);
 /* Worker count, and each worker's dropout step (training forwards it ran; see
  * dt_model_rng_step), for snapshots and resume. */
 int dt_dp_workers(const dt_dp *d);

@@ -45,6 +45,8 @@ typedef struct dt_train_config {
   float embedding_l2; /* mf, ncf: L2 on the looked-up embedding rows, weighted as the loss's mean; 0: off */
   int sparse_embeddings; /* update only the embedding rows a step touched (SparseAdam / sparse SGD) */
   int zero_init_residual; /* resnets: each block's last BN weight starts at 0 (torchvision's zero_init_residual) */
+  const char *init_from;  /* NULL: the model's initialisation; else pretrained weights by name (dt_model_init_from):
+                           * a Hugging Face checkpoint directory or a safetensors file; not with resume */
   /* data */
   const char *data;       /* data source spec (see dt_dataset_load): its train split is trained on */
   const char *val_data;   /* NULL: the source's test split, or --val-fraction; else a source evaluated on */
@@ -55,6 +57,7 @@ typedef struct dt_train_config {
   int data_workers;       /* loader threads making batches; 0: dt_loader_config's default */
   int cache_images;       /* image folders: decode every image once into memory */
   int skip_bad_images;    /* image folders: leave out files that do not decode (counted in the summary) */
+  dt_text_options text;   /* text data (.csv, .tsv): vocabulary, columns, max_len (see dt_text_options) */
   int64_t limit_train;    /* > 0: use only the first N training samples (shuffled among themselves) */
   int64_t limit_test;     /* > 0: evaluate on the first N test samples */
   /* loop */
@@ -65,6 +68,8 @@ typedef struct dt_train_config {
   /* optimizer (kind and hyper-parameters, PyTorch semantics) */
   dt_optim_config optim;
   float lr; /* base learning rate (> 0) */
+  const char *no_decay; /* NULL: every parameter decays; else "bias,LayerNorm.weight": a parameter whose name
+                         * contains any of these comma-separated patterns takes weight decay 0 (needs weight_decay > 0) */
   /* schedule, in epochs where the CLI speaks of epochs; converted to steps */
   dt_sched_kind schedule;
   int step_size_epochs; /* step: decay every N epochs (>= 1) */
@@ -162,6 +167,7 @@ typedef struct dt_train_result {
   double comm_hidden;        /* 1 - comm_seconds / comm_total_seconds (0 without communication) */
   dt_ddp_stats ddp;          /* rank 0's gradient exchange: bytes, row tables as rows or dense (zero without ddp) */
   int64_t skipped_images;    /* --skip-bad-images: files of the training and validation data left out */
+  int64_t skipped_rows;      /* --skip-bad-rows: malformed rows of the training and validation text left out */
   dt_amp amp;                /* the run's mixed precision */
   float loss_scale;          /* --amp fp16: the loss scaler's scale at the end ... */
   int64_t amp_skipped_steps; /* ... and the steps it skipped for an inf/NaN gradient (the whole run's) */
@@ -195,6 +201,7 @@ typedef struct dt_eval_config {
   int normalize_set;
   dt_augment augment;     /* RGB images: used when augment_set; otherwise from metadata "augment" (or none) */
   int augment_set;
+  dt_text_options text;   /* text data: each one given overrides the file's metadata (vocab, text_column, ...) */
   int batch_size;         /* >= 1 */
   int threads;            /* 0: all cores */
   int64_t limit;          /* > 0: only the first N samples */

@@ -42,17 +42,20 @@ dt_status dt_error_prefix(dt_status s, const char *fmt, ...) DT_PRINTF(2, 3);
     if ((st) != DT_OK) goto label;     \
   } while (0)
 
-/* ---- logging: DT_DEBUG=error|warn|info|trace; subsystem names the area ---- */
+/* ---- logging: DT_DEBUG=error|warn|info|trace, or subsystems shown in full ("ddp,store"); subsystem names the
+ * area ---- */
 void dt_log_(dt_log_level level, const char *subsys, const char *fmt, ...) DT_PRINTF(3, 4);
+/* 1 when a message of this level and subsystem is shown. */
+int dt_log_on(dt_log_level level, const char *subsys);
 #define DT_LOG_ERROR(sub, ...) dt_log_(DT_LOG_LEVEL_ERROR, sub, __VA_ARGS__)
 #define DT_LOG_WARN(sub, ...) dt_log_(DT_LOG_LEVEL_WARN, sub, __VA_ARGS__)
 #define DT_LOG_INFO(sub, ...)                                                     \
   do {                                                                            \
-    if (dt_log_get_level() >= DT_LOG_LEVEL_INFO) dt_log_(DT_LOG_LEVEL_INFO, sub, __VA_ARGS__); \
+    if (dt_log_on(DT_LOG_LEVEL_INFO, sub)) dt_log_(DT_LOG_LEVEL_INFO, sub, __VA_ARGS__); \
   } while (0)
 #define DT_LOG_TRACE(sub, ...)                                                    \
   do {                                                                            \
-    if (dt_log_get_level() >= DT_LOG_LEVEL_TRACE) dt_log_(DT_LOG_LEVEL_TRACE, sub, __VA_ARGS__); \
+    if (dt_log_on(DT_LOG_LEVEL_TRACE, sub)) dt_log_(DT_LOG_LEVEL_TRACE, sub, __VA_ARGS__); \
   } while (0)
 
 /* ---- checked allocation ---------------------------------------------------- */

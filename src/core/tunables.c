@@ -13,13 +13,13 @@ typedef struct tunable {
 } tunable;
 
 static const tunable tunables[] = {
-    {"DT_DEBUG", "warn", 0, "log level: error, warn, info or trace"},
+    {"DT_DEBUG", "warn", 0, "log level: error, warn, info or trace; or subsystems logged in full, e.g. ddp or ddp,store"},
     {"DT_NUM_THREADS", "0", 1, "compute threads per process when --threads is not given (0: OMP_NUM_THREADS if set, else all cores)"},
     {"DT_DATA_DIR", "/usr/share/datasets", 0, "where named datasets (fashion-mnist, mnist) are looked up"},
     {"DT_PREFETCH", "0", 1, "batches the data loader prepares ahead of training (0: as many as fit in 1 MiB, 2 to 64)"},
     {"DT_IMAGE_CACHE_MB", "0", 1, "the most memory --cache-images may use for decoded images, per process (0: half the machine's memory)"},
     {"DT_TIMEOUT", "300", 1, "seconds a rendezvous or collective may wait for the other ranks before it fails"},
-    {"DT_RUN_ID", "default", 0, "job identity: store clients with another run id are refused"},
+    {"DT_RUN_ID", "default", 0, "job identity: store clients with another run id are refused (under srun: slurm-<job>.<step>)"},
     {"DT_JOB_SECRET", "", 0, "the job secret every store client and tcp peer proves (dtrun sets it; never printed)"},
     {"DT_HOST_ID", "", 0, "overrides this host's identity (ranks with the same id share memory; default: hostname + network namespace)"},
     {"DT_TRACE_MAX_EVENTS", "2000000", 1, "events a trace keeps per process (about 150 bytes each); later ones are counted as dropped"},

@@ -8,8 +8,8 @@
 #include "data/source.h"
 
 /* In claiming order: the IDX source last, since it takes any name or directory. */
-static const dt_source_ops *const sources[] = {&dt_source_synthetic, &dt_source_movielens, &dt_source_cifar,
-                                               &dt_source_imagefolder, &dt_source_idx};
+static const dt_source_ops *const sources[] = {&dt_source_synthetic, &dt_source_text, &dt_source_movielens,
+                                               &dt_source_cifar, &dt_source_imagefolder, &dt_source_idx};
 #define N_SOURCES (sizeof sources / sizeof sources[0])
 
 struct dt_dataset {

@@ -25,8 +25,8 @@ typedef struct dt_source_ops {
   dt_status (*ranking)(const void *state, dt_ranking *out);
 } dt_source_ops;
 
-extern const dt_source_ops dt_source_synthetic, dt_source_movielens, dt_source_cifar, dt_source_imagefolder,
-    dt_source_idx;
+extern const dt_source_ops dt_source_synthetic, dt_source_text, dt_source_movielens, dt_source_cifar,
+    dt_source_imagefolder, dt_source_idx;
 
 /* Appends a field to info; returns its index. */
 int dt_data_add_field(dt_data_info *info, const char *name, dt_dtype dtype, int ndim, const int64_t *shape);

@@ -72,7 +72,9 @@ static dt_status resolve(const char *host, int port, int passive, struct sockadd
   hints.ai_socktype = SOCK_STREAM;
   int rc = getaddrinfo(host, NULL, &hints, &res);
   if (rc != 0 || !res)
-    return dt_error(DT_IO, "cannot resolve host '%s': %s", host, rc ? gai_strerror(rc) : "no address");
+    return dt_error(DT_NOT_FOUND, "cannot resolve host '%s': %s: give a name or address every rank resolves "
+                    "(MASTER_ADDR or --master; under srun the first node of SLURM_JOB_NODELIST is taken)",
+                    host, rc ? gai_strerror(rc) : "no address");
   sa->sin_addr = ((const struct sockaddr_in *)res->ai_addr)->sin_addr;
   freeaddrinfo(res);
   return DT_OK;

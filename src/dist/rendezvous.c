@@ -261,10 +261,20 @@ static dt_status from_tcp(const char *init_method, int rank, int world_size, dt_
 
 /* ---- job identity ------------------------------------------------------------------ */
 
+/* Under srun with no DT_RUN_ID: "slurm-<job>.<step>", so two jobs sharing a node never share names (shm). */
+static const char *slurm_run_id(dt_dist_env *e, char *buf, size_t cap) {
+  const char *job = env_get("SLURM_JOB_ID"), *step = env_get("SLURM_STEP_ID");
+  if (strcmp(e->source, "slurm") != 0 || !job) return NULL;
+  snprintf(buf, cap, "slurm-%.40s.%.20s", job, step ? step : "0");
+  return buf;
+}
+
 static dt_status job_identity(dt_dist_env *e) {
+  char slurm_id[80];
   const char *name = "DT_RUN_ID";
   const char *id = env_get(name);
   if (!id) id = env_get(name = "TORCHELASTIC_RUN_ID");
+  if (!id) id = slurm_run_id(e, slurm_id, sizeof slurm_id);
   if (!id) id = "default";
   size_t n = strlen(id);
   if (n < 1 || n >= sizeof e->run_id)

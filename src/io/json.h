@@ -71,4 +71,33 @@ void dt_buf_printf(dt_buf *b, const char *fmt, ...)
 void dt_buf_json_string(dt_buf *b, const char *s);
 void dt_buf_free(dt_buf *b);
 
+/* A JSON object written member by member (json_object.c), as configs are:
+ * two-space indent, one member a line, members in the order added. Keys and
+ * strings are escaped; a repeated key, a key or string that is not UTF-8, or a
+ * non-finite number makes the object fail (DT_INVALID_ARGUMENT naming it), and
+ * every later call is a no-op; dt_json_obj_finish returns that first failure.
+ * A nested object is one written with its own dt_json_obj and added by
+ * dt_json_obj_raw. Start from {0}; free with dt_json_obj_free. */
+#define DT_JSON_OBJ_MAX_KEYS 256
+typedef struct dt_json_obj {
+  dt_buf buf;                        /* "{\n  \"a\": 1,\n ..." so far */
+  size_t key_at[DT_JSON_OBJ_MAX_KEYS]; /* where each key's literal starts in buf */
+  int n;
+  int depth;                         /* 0: a file's object; 1: nested one level (indent 4), ... */
+} dt_json_obj;
+void dt_json_obj_str(dt_json_obj *o, const char *key, const char *value);
+void dt_json_obj_int(dt_json_obj *o, const char *key, int64_t value);
+void dt_json_obj_num(dt_json_obj *o, const char *key, double value);
+void dt_json_obj_bool(dt_json_obj *o, const char *key, int value);
+/* An array of strings (transformers' "architectures"). */
+void dt_json_obj_strs(dt_json_obj *o, const char *key, const char *const *values, int n);
+/* A value already written as JSON (a finished nested object). */
+void dt_json_obj_raw(dt_json_obj *o, const char *key, const char *json);
+/* 1 if the object has a member named key. */
+int dt_json_obj_has(const dt_json_obj *o, const char *key);
+/* Closes the object ("}" and, at depth 0, a newline) and returns it in *text
+ * (owned by o until dt_json_obj_free), or the first failure. */
+dt_status dt_json_obj_finish(dt_json_obj *o, const char **text);
+void dt_json_obj_free(dt_json_obj *o);
+
 #endif

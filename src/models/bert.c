@@ -2,9 +2,13 @@
  * (bert.embeddings.*, bert.encoder.layer.N.*, bert.pooler.dense.*, classifier.*) and initialised as its
  * _init_weights (Linear and embeddings N(0, 0.02), biases 0, LayerNorm 1/0, the padding row 0). */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/impl.h"
 #include "models/zoo.h"
+#include "dtrain/checkpoint.h"
+#include "io/json.h"
 #include "nn/layer.h"
 
 #define INIT_STD 0.02f
@@ -124,8 +128,68 @@ static dt_status build(const dt_zoo_config *cfg, bert_dims preset, dt_model **ou
 }
 
 /* The presets of Turc et al. 2019 (google-research/bert's small models) and BERT-base. */
-dt_status dt_zoo_build_bert(const dt_zoo_config *cfg, dt_model **out) { return build(cfg, (bert_dims){12, 768, 12, 0}, out); }
-dt_status dt_zoo_build_bert_tiny(const dt_zoo_config *cfg, dt_model **out) { return build(cfg, (bert_dims){2, 128, 2, 0}, out); }
-dt_status dt_zoo_build_bert_mini(const dt_zoo_config *cfg, dt_model **out) { return build(cfg, (bert_dims){4, 256, 4, 0}, out); }
-dt_status dt_zoo_build_bert_small(const dt_zoo_config *cfg, dt_model **out) { return build(cfg, (bert_dims){4, 512, 8, 0}, out); }
-dt_status dt_zoo_build_bert_medium(const dt_zoo_config *cfg, dt_model **out) { return build(cfg, (bert_dims){8, 512, 8, 0}, out); }
+static const struct {
+  const char *name;
+  bert_dims dims;
+} presets[] = {{"bert", {12, 768, 12, 0}},   {"bert-tiny", {2, 128, 2, 0}},   {"bert-mini", {4, 256, 4, 0}},
+               {"bert-small", {4, 512, 8, 0}}, {"bert-medium", {8, 512, 8, 0}}};
+
+dt_status dt_zoo_build_bert(const dt_zoo_config *cfg, dt_model **out) { return build(cfg, presets[0].dims, out); }
+dt_status dt_zoo_build_bert_tiny(const dt_zoo_config *cfg, dt_model **out) { return build(cfg, presets[1].dims, out); }
+dt_status dt_zoo_build_bert_mini(const dt_zoo_config *cfg, dt_model **out) { return build(cfg, presets[2].dims, out); }
+dt_status dt_zoo_build_bert_small(const dt_zoo_config *cfg, dt_model **out) { return build(cfg, presets[3].dims, out); }
+dt_status dt_zoo_build_bert_medium(const dt_zoo_config *cfg, dt_model **out) { return build(cfg, presets[4].dims, out); }
+
+/* The dimensions weights were trained with: the preset of their "model", changed by their "bert_dims". */
+static dt_status dims_of_weights(const dt_safetensors *f, bert_dims *d) {
+  const char *model = dt_safetensors_meta(f, "model"), *bd = dt_safetensors_meta(f, "bert_dims");
+  int found = 0;
+  for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+    if (model && strcmp(model, presets[i].name) == 0) *d = presets[i].dims, found = 1;
+  if (!found) return dt_error(DT_CORRUPT, "the weights' model \"%s\" is not a bert model", model ? model : "");
+  int v[4] = {0, 0, 0, 0};
+  if (bd && *bd && sscanf(bd, "%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3]) != 4)
+    return dt_error(DT_CORRUPT, "metadata bert_dims=\"%.40s\" is not 4 sizes", bd);
+  if (v[0] > 0) d->layers = v[0];
+  if (v[1] > 0) d->hidden = v[1];
+  if (v[2] > 0) d->heads = v[2];
+  d->intermediate = v[3] > 0 ? v[3] : 4 * d->hidden;
+  return DT_OK;
+}
+
+/* transformers' problem_type of the weights' task. */
+static const char *problem_type(const char *task) {
+  if (task && strcmp(task, "multilabel") == 0) return "multi_label_classification";
+  if (task && strcmp(task, "regression") == 0) return "regression";
+  return "single_label_classification";
+}
+
+dt_status dt_bert_hf_config(const dt_safetensors *f, dt_json_obj *cfg) {
+  bert_dims d = presets[0].dims;
+  DT_CHECK(dims_of_weights(f, &d));
+  dt_named_tensor words, cls;
+  DT_CHECK(dt_safetensors_find(f, "bert.embeddings.word_embeddings.weight", &words));
+  DT_CHECK(dt_safetensors_find(f, "classifier.weight", &cls));
+  const char *drop = dt_safetensors_meta(f, "dropout");
+  const double p = drop && *drop ? atof(drop) : 0.1; /* as the config writes it, not DEFAULT_DROPOUT's float */
+  static const char *const arch[] = {"BertForSequenceClassification"};
+  dt_json_obj_strs(cfg, "architectures", arch, 1);
+  dt_json_obj_str(cfg, "model_type", "bert");
+  dt_json_obj_int(cfg, "vocab_size", words.tensor.shape[0]);
+  dt_json_obj_int(cfg, "hidden_size", d.hidden);
+  dt_json_obj_int(cfg, "num_hidden_layers", d.layers);
+  dt_json_obj_int(cfg, "num_attention_heads", d.heads);
+  dt_json_obj_int(cfg, "intermediate_size", d.intermediate);
+  dt_json_obj_str(cfg, "hidden_act", "gelu");
+  dt_json_obj_num(cfg, "hidden_dropout_prob", p);
+  dt_json_obj_num(cfg, "attention_probs_dropout_prob", p);
+  dt_json_obj_int(cfg, "max_position_embeddings", MAX_POSITIONS);
+  dt_json_obj_int(cfg, "type_vocab_size", TYPE_VOCAB);
+  dt_json_obj_num(cfg, "initializer_range", 0.02); /* INIT_STD and LN_EPS as decimals, not their floats */
+  dt_json_obj_num(cfg, "layer_norm_eps", 1e-12);
+  dt_json_obj_int(cfg, "pad_token_id", PAD_ID);
+  dt_json_obj_str(cfg, "position_embedding_type", "absolute");
+  dt_json_obj_int(cfg, "num_labels", cls.tensor.shape[0]);
+  dt_json_obj_str(cfg, "problem_type", problem_type(dt_safetensors_meta(f, "task")));
+  return DT_OK;
+}

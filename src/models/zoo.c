@@ -13,43 +13,48 @@ static const struct zoo_entry {
   int input_ndim;  /* rank of the input sample it needs; 0: any */
   int index_cols;  /* > 0: reads index inputs of this many columns (user, item); 0: f32 inputs */
   dt_zoo_build_fn build;
+  dt_zoo_hf_config_fn hf_config; /* config.json of an HF export; NULL: the generic one */
 } zoo[] = {
     {"linear", "Linear(in, out) on the flattened input: the PyTorch DDP tutorial's model", ALL_TASKS, 0, 0,
-     dt_zoo_build_linear},
+     dt_zoo_build_linear, NULL},
     {"mlp", "flatten, then Linear+ReLU per hidden width (default 256,128), then Linear to the outputs",
-     ALL_TASKS, 0, 0, dt_zoo_build_mlp},
+     ALL_TASKS, 0, 0, dt_zoo_build_mlp, NULL},
     {"fashioncnn",
      "2x (Conv2d 3x3 + BatchNorm2d + ReLU + MaxPool2d), Linear 600, Dropout 0.25, Linear 120, Linear classes "
      "(on (C, H, W) images)",
-     1u << DT_TASK_CLASSIFICATION, 3, 0, dt_zoo_build_fashioncnn},
+     1u << DT_TASK_CLASSIFICATION, 3, 0, dt_zoo_build_fashioncnn, NULL},
     {"mf",
      "biased matrix factorisation of (user, item): mean + user bias + item bias + <user, item> factors (--factors, "
      "default 64)",
-     1u << DT_TASK_REGRESSION, 1, 2, dt_zoo_build_mf},
+     1u << DT_TASK_REGRESSION, 1, 2, dt_zoo_build_mf, NULL},
     {"ncf",
      "neural collaborative filtering: user and item embeddings (--factors, default 32) side by side, Linear+ReLU per "
      "hidden width (default 64,32), Linear to the outputs",
-     ALL_TASKS, 1, 2, dt_zoo_build_ncf},
+     ALL_TASKS, 1, 2, dt_zoo_build_ncf, NULL},
     {"resnet18", "torchvision's ResNet-18 (BasicBlock 2,2,2,2; 7x7/2 stem, max pool; images >= 32x32)",
-     1u << DT_TASK_CLASSIFICATION, 3, 0, dt_zoo_build_resnet18},
+     1u << DT_TASK_CLASSIFICATION, 3, 0, dt_zoo_build_resnet18, NULL},
     {"resnet34", "torchvision's ResNet-34 (BasicBlock 3,4,6,3; images >= 32x32)", 1u << DT_TASK_CLASSIFICATION, 3, 0,
-     dt_zoo_build_resnet34},
+     dt_zoo_build_resnet34, NULL},
     {"resnet50", "torchvision's ResNet-50 (Bottleneck 3,4,6,3, stride on the 3x3 as v1.5; images >= 32x32)",
-     1u << DT_TASK_CLASSIFICATION, 3, 0, dt_zoo_build_resnet50},
+     1u << DT_TASK_CLASSIFICATION, 3, 0, dt_zoo_build_resnet50, NULL},
     {"resnet20", "CIFAR ResNet-20 (He et al. 2016: 3x3 stem, 3 stages 16/32/64 of 3 BasicBlocks, 1x1 projections)",
-     1u << DT_TASK_CLASSIFICATION, 3, 0, dt_zoo_build_resnet20},
+     1u << DT_TASK_CLASSIFICATION, 3, 0, dt_zoo_build_resnet20, NULL},
     {"resnet32", "CIFAR ResNet-32 (as resnet20, 5 blocks a stage)", 1u << DT_TASK_CLASSIFICATION, 3, 0,
-     dt_zoo_build_resnet32},
+     dt_zoo_build_resnet32, NULL},
     {"resnet56", "CIFAR ResNet-56 (as resnet20, 9 blocks a stage)", 1u << DT_TASK_CLASSIFICATION, 3, 0,
-     dt_zoo_build_resnet56},
+     dt_zoo_build_resnet56, NULL},
     {"bert",
      "Hugging Face's BertForSequenceClassification on token ids (text data): BERT-base sizes 12 layers, hidden 768, "
      "12 heads, changed by --layers, --hidden-size, --heads, --intermediate-size",
-     ALL_TASKS, 2, 1, dt_zoo_build_bert},
-    {"bert-tiny", "bert with 2 layers, hidden 128, 2 heads (Turc et al. 2019)", ALL_TASKS, 2, 1, dt_zoo_build_bert_tiny},
-    {"bert-mini", "bert with 4 layers, hidden 256, 4 heads", ALL_TASKS, 2, 1, dt_zoo_build_bert_mini},
-    {"bert-small", "bert with 4 layers, hidden 512, 8 heads", ALL_TASKS, 2, 1, dt_zoo_build_bert_small},
-    {"bert-medium", "bert with 8 layers, hidden 512, 8 heads", ALL_TASKS, 2, 1, dt_zoo_build_bert_medium},
+     ALL_TASKS, 2, 1, dt_zoo_build_bert, dt_bert_hf_config},
+    {"bert-tiny", "bert with 2 layers, hidden 128, 2 heads (Turc et al. 2019)", ALL_TASKS, 2, 1, dt_zoo_build_bert_tiny,
+     dt_bert_hf_config},
+    {"bert-mini", "bert with 4 layers, hidden 256, 4 heads", ALL_TASKS, 2, 1, dt_zoo_build_bert_mini,
+     dt_bert_hf_config},
+    {"bert-small", "bert with 4 layers, hidden 512, 8 heads", ALL_TASKS, 2, 1, dt_zoo_build_bert_small,
+     dt_bert_hf_config},
+    {"bert-medium", "bert with 8 layers, hidden 512, 8 heads", ALL_TASKS, 2, 1, dt_zoo_build_bert_medium,
+     dt_bert_hf_config},
 };
 #define ZOO_SIZE (sizeof zoo / sizeof zoo[0])
 
@@ -117,4 +122,9 @@ dt_status dt_model_zoo_tasks(const char *name, char *buf, size_t len) {
 void dt_model_zoo_each(void (*fn)(const char *name, const char *doc, void *user), void *user) {
   if (!fn) return;
   for (size_t i = 0; i < ZOO_SIZE; i++) fn(zoo[i].name, zoo[i].doc, user);
+}
+
+dt_zoo_hf_config_fn dt_zoo_hf_config(const char *name) {
+  const struct zoo_entry *e = name ? find(name) : NULL;
+  return e ? e->hf_config : NULL;
 }

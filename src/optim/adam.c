@@ -46,13 +46,14 @@ void dt_adam_update(dt_optim *o, float *params, const float *grads, float lr) {
   dt_adam_update_span(o, params, grads, lr, 0, o->count);
 }
 
-void dt_adam_update_span(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t count) {
+/* This step's scalars for weight decay wd (the configured one, or 0 for the no-decay group). */
+static adam_coef step_coef(const dt_optim *o, float lr, float wd) {
   const double beta1 = o->cfg.beta1, beta2 = o->cfg.beta2, step = (double)o->steps;
   const double bc1 = 1.0 - pow(beta1, step), bc2 = 1.0 - pow(beta2, step);
   const int adamw = o->cfg.kind == DT_OPTIM_ADAMW;
-  const adam_coef c = {
-      .decay = adamw ? (float)(1.0 - (double)lr * (double)o->cfg.weight_decay) : 1.0f,
-      .wd = adamw ? 0.0f : o->cfg.weight_decay,
+  return (adam_coef){
+      .decay = adamw ? (float)(1.0 - (double)lr * (double)wd) : 1.0f,
+      .wd = adamw ? 0.0f : wd,
       .b1 = o->cfg.beta1,
       .one_b1 = (float)(1.0 - beta1),
       .b2 = o->cfg.beta2,
@@ -61,6 +62,10 @@ void dt_adam_update_span(dt_optim *o, float *params, const float *grads, float l
       .eps = o->cfg.eps,
       .neg_step_size = (float)(-((double)lr / bc1)),
   };
+}
+
+void dt_adam_update_span(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t count) {
+  const adam_coef c = step_coef(o, lr, o->cfg.weight_decay);
   params += lo;
   grads += lo;
   float *exp_avg = o->state[0] + lo, *exp_avg_sq = o->state[1] + lo;
@@ -70,5 +75,24 @@ void dt_adam_update_span(dt_optim *o, float *params, const float *grads, float l
     const size_t at = (size_t)ch * ADAM_CHUNK;
     const size_t n = count - at < ADAM_CHUNK ? count - at : ADAM_CHUNK;
     adam_range(&c, params + at, grads + at, exp_avg + at, exp_avg_sq + at, n);
+  }
+}
+
+void dt_adam_update_piece_run(dt_optim *o, float *params, const float *grads, float lr, int64_t a, int64_t b) {
+  const adam_coef c[2] = {step_coef(o, lr, 0.0f), step_coef(o, lr, o->cfg.weight_decay)}; /* by piece.decay */
+  for (int64_t i = a; i < b; i++) {
+    const dt_optim_piece pc = o->pieces[i];
+    adam_range(&c[pc.decay], params + pc.lo, grads + pc.lo, o->state[0] + pc.lo, o->state[1] + pc.lo, pc.n);
+  }
+}
+
+void dt_adam_update_pieces(dt_optim *o, float *params, const float *grads, float lr) {
+  const adam_coef c[2] = {step_coef(o, lr, 0.0f), step_coef(o, lr, o->cfg.weight_decay)}; /* by piece.decay */
+  const dt_optim_piece *pieces = o->pieces;
+  float *exp_avg = o->state[0], *exp_avg_sq = o->state[1];
+#pragma omp parallel for schedule(static) if (o->count >= DT_OPTIM_PAR_MIN)
+  for (int64_t i = 0; i < o->n_pieces; i++) {
+    const dt_optim_piece pc = pieces[i];
+    adam_range(&c[pc.decay], params + pc.lo, grads + pc.lo, exp_avg + pc.lo, exp_avg_sq + pc.lo, pc.n);
   }
 }

@@ -13,6 +13,14 @@
 
 #define DT_OPTIM_MAX_STATES 2
 
+/* A work item of a step with a no-decay table: elements [lo, lo + n) of the
+ * arena, at most DT_OPTIM_PIECE of them, all with or all without weight decay. */
+#define DT_OPTIM_PIECE 8192
+typedef struct dt_optim_piece {
+  size_t lo, n;
+  int decay; /* 1: the configured weight_decay; 0: none */
+} dt_optim_piece;
+
 struct dt_optim {
   dt_optim_config cfg;
   size_t count;              /* floats in the parameter arena */
@@ -20,12 +28,21 @@ struct dt_optim {
   int num_states;
   float *state[DT_OPTIM_MAX_STATES]; /* each (count), parallel to params */
   const char *state_name[DT_OPTIM_MAX_STATES];
+  dt_optim_piece *pieces; /* (n_pieces) tiling [0, count) in order; NULL: every element decays */
+  int64_t n_pieces;
+  size_t no_decay;        /* elements without weight decay */
 };
 
 /* One update at learning rate lr; o->steps is already the 1-based number of
  * this update. params and grads are o->count floats each. */
 void dt_sgd_update(dt_optim *o, float *params, const float *grads, float lr);
 void dt_adam_update(dt_optim *o, float *params, const float *grads, float lr);
+/* The same over the work items of a no-decay table (o->pieces), in one parallel loop. */
+void dt_sgd_update_pieces(dt_optim *o, float *params, const float *grads, float lr);
+void dt_adam_update_pieces(dt_optim *o, float *params, const float *grads, float lr);
+/* The same over pieces [a, b) of the table, on the calling thread. */
+void dt_sgd_update_piece_run(dt_optim *o, float *params, const float *grads, float lr, int64_t a, int64_t b);
+void dt_adam_update_piece_run(dt_optim *o, float *params, const float *grads, float lr, int64_t a, int64_t b);
 /* The same over elements [lo, lo + n) of the arena only. */
 void dt_sgd_update_span(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n);
 void dt_adam_update_span(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n);

@@ -89,18 +89,43 @@ fail:
 
 void dt_optim_free(dt_optim *o) {
   if (!o) return;
+  dt_free(o->pieces);
   for (int i = DT_OPTIM_MAX_STATES - 1; i >= 0; i--) dt_free(o->state[i]);
   dt_free(o);
+}
+
+dt_status dt_optim_begin_step(dt_optim *o, float lr) {
+  if (!o) return dt_error(DT_INVALID_ARGUMENT, "dt_optim_begin_step: NULL argument");
+  if (!isfinite(lr) || lr < 0)
+    return dt_error(DT_INVALID_ARGUMENT, "%s: invalid learning rate %g at step %lld: must be finite and >= 0",
+                    dt_optim_kind_name(o->cfg.kind), (double)lr, (long long)o->steps + 1);
+  o->steps++;
+  return DT_OK;
+}
+
+/* Part k of parts: a contiguous run of the no-decay table's pieces, or of 8192-element chunks without one, so
+ * every element gets exactly dt_optim_step's update. */
+void dt_optim_step_part(dt_optim *o, float *params, const float *grads, float lr, int k, int parts) {
+  if (!o || parts < 1 || k < 0 || k >= parts) return;
+  if (o->pieces) {
+    const int64_t a = o->n_pieces * k / parts, b = o->n_pieces * (k + 1) / parts;
+    (o->cfg.kind == DT_OPTIM_SGD ? dt_sgd_update_piece_run : dt_adam_update_piece_run)(o, params, grads, lr, a, b);
+    return;
+  }
+  const size_t chunks = (o->count + DT_OPTIM_PIECE - 1) / DT_OPTIM_PIECE;
+  const size_t lo = chunks * (size_t)k / (size_t)parts * DT_OPTIM_PIECE;
+  size_t hi = chunks * (size_t)(k + 1) / (size_t)parts * DT_OPTIM_PIECE;
+  if (hi > o->count) hi = o->count;
+  if (lo < hi) (o->cfg.kind == DT_OPTIM_SGD ? dt_sgd_update_span : dt_adam_update_span)(o, params, grads, lr, lo, hi - lo);
 }
 
 dt_status dt_optim_step(dt_optim *o, float *params, const float *grads, float lr) {
   if (!o || (o->count > 0 && (!params || !grads)))
     return dt_error(DT_INVALID_ARGUMENT, "dt_optim_step: NULL argument");
-  if (!isfinite(lr) || lr < 0)
-    return dt_error(DT_INVALID_ARGUMENT, "%s: invalid learning rate %g at step %lld: must be finite and >= 0",
-                    dt_optim_kind_name(o->cfg.kind), (double)lr, (long long)o->steps + 1);
-  o->steps++;
-  if (o->cfg.kind == DT_OPTIM_SGD)
+  DT_CHECK(dt_optim_begin_step(o, lr));
+  if (o->pieces)
+    (o->cfg.kind == DT_OPTIM_SGD ? dt_sgd_update_pieces : dt_adam_update_pieces)(o, params, grads, lr);
+  else if (o->cfg.kind == DT_OPTIM_SGD)
     dt_sgd_update(o, params, grads, lr);
   else
     dt_adam_update(o, params, grads, lr);

@@ -58,6 +58,9 @@ dt_status dt_optim_step_rows(dt_optim *o, float *params, const float *grads, flo
   if (!o || (n > 0 && !t)) return dt_error(DT_INVALID_ARGUMENT, "dt_optim_step_rows: NULL argument");
   if (n == 0) return dt_optim_step(o, params, grads, lr);
   DT_CHECK(dt_optim_rows_check(&o->cfg));
+  if (o->pieces)
+    return dt_error(DT_INVALID_ARGUMENT, "%s: row-wise steps take no weight decay, so no no-decay group either",
+                    dt_optim_kind_name(o->cfg.kind));
   if (!isfinite(lr) || lr < 0)
     return dt_error(DT_INVALID_ARGUMENT, "%s: invalid learning rate %g at step %lld: must be finite and >= 0",
                     dt_optim_kind_name(o->cfg.kind), (double)lr, (long long)o->steps + 1);

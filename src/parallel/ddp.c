@@ -62,7 +62,16 @@ struct dt_ddp {
   int hooked; /* our callback is the model's gradient-ready hook */
 
   dt_ddp_stats stats;
+
+  /* auto layout: this step's ready times (from its first gradient-ready event), sums over the measured steps */
+  double step_t0, *t_ready, *ready_sum;
+  double comm_sum, bytes_sum, launches_sum;
+  int measured, planned;
 };
+
+/* Synchronised steps measured before the layout is planned; the first step (allocations, cold caches) is not. */
+#define LAYOUT_SKIP_STEPS 1
+#define LAYOUT_MEASURE_STEPS 2
 
 void dt_ddp_config_default(dt_ddp_config *c) {
   if (!c) return;
@@ -283,35 +292,67 @@ static dt_status collect_tensors(dt_ddp *d) {
   return DT_OK;
 }
 
-/* Whole tensors in arena order: the first bucket up to first_bucket_mb, later
- * ones up to bucket_cap_mb; a tensor larger than the cap is a bucket alone. A
- * pure function of the model and the config, so identical on every rank. */
+static void free_bucket_rows(dt_ddp *d) {
+  for (int i = 0; i < d->n_buckets; i++)
+    if (d->buckets[i].rows) {
+      dt_free(d->buckets[i].rows->payload);
+      dt_free(d->buckets[i].rows->dense);
+      dt_free(d->buckets[i].rows);
+      d->buckets[i].rows = NULL;
+    }
+}
+
+/* Buckets from their first tensors (first[0] = 0, increasing), replacing any layout before; the buckets array
+ * holds n_tensors entries, the most there can be. A row table must be a bucket by itself. */
+static dt_status set_layout(dt_ddp *d, const int *first, int nb) {
+  free_bucket_rows(d);
+  memset(d->buckets, 0, (size_t)d->n_tensors * sizeof *d->buckets);
+  d->n_buckets = 0;
+  for (int k = 0; k < nb; k++) {
+    ddp_bucket *b = &d->buckets[k];
+    const int end = k + 1 < nb ? first[k + 1] : d->n_tensors;
+    b->off = d->tensors[first[k]].off;
+    b->first = first[k];
+    for (int i = first[k]; i < end; i++) {
+      d->tensors[i].bucket = k;
+      b->count += d->tensors[i].numel;
+      b->n++;
+    }
+    if (d->stage) b->stage = d->stage + b->off;
+    d->n_buckets = k + 1; /* so far: dt_ddp_free releases them if a later one fails */
+    const int table = d->tensors[first[k]].table;
+    if (table < 0) continue;
+    if (b->n != 1) return dt_error(DT_INTERNAL, "dt_ddp: a row table shares bucket %d", k);
+    /* a row table: a bucket of its own, exchanged as rows when that is smaller */
+    DT_CHECK(dt_alloc_array(1, sizeof *b->rows, "DDP row exchange", (void **)&b->rows));
+    b->rows->table = table;
+  }
+  d->stats.buckets = d->n_buckets;
+  return DT_OK;
+}
+
+/* PyTorch's layout: whole tensors in arena order, the first bucket up to first_bucket_mb, later ones up to
+ * bucket_cap_mb; a tensor larger than the cap is a bucket alone. A pure function of the model and the config,
+ * so identical on every rank. */
 static dt_status lay_buckets(dt_ddp *d) {
   const double mib = 1024.0 * 1024.0;
   if (!d->n_tensors) return DT_OK;
   DT_CHECK(dt_alloc_array((size_t)d->n_tensors, sizeof(ddp_bucket), "DDP buckets", (void **)&d->buckets));
-  int nb = 0;
-  for (int i = 0; i < d->n_tensors;) {
-    const double cap = (nb == 0 ? d->cfg.first_bucket_mb : d->cfg.bucket_cap_mb) * mib;
-    ddp_bucket *b = &d->buckets[nb];
-    b->off = d->tensors[i].off;
-    b->first = i;
-    const int table = d->tensors[i].table;
-    do {
-      d->tensors[i].bucket = nb;
-      b->count += d->tensors[i].numel;
-      b->n++;
-      i++;
-    } while (i < d->n_tensors && table < 0 && d->tensors[i].table < 0 &&
-             (double)(b->count + d->tensors[i].numel) * sizeof(float) <= cap);
-    if (table >= 0) { /* a row table: a bucket of its own, exchanged as rows when that is smaller */
-      DT_CHECK(dt_alloc_array(1, sizeof *b->rows, "DDP row exchange", (void **)&b->rows));
-      b->rows->table = table;
+  int *first = NULL, nb = 0;
+  DT_CHECK(dt_alloc_array((size_t)d->n_tensors, sizeof *first, "DDP buckets", (void **)&first));
+  double count = 0;
+  for (int i = 0; i < d->n_tensors; i++) {
+    const double cap = (nb <= 1 ? d->cfg.first_bucket_mb : d->cfg.bucket_cap_mb) * mib;
+    const int alone = d->tensors[i].table >= 0 || (i > 0 && d->tensors[i - 1].table >= 0);
+    if (nb == 0 || alone || (count + (double)d->tensors[i].numel) * sizeof(float) > cap) {
+      first[nb++] = i;
+      count = 0;
     }
-    d->n_buckets = ++nb; /* so far: dt_ddp_free releases them if a later one fails */
+    count += (double)d->tensors[i].numel;
   }
-  d->n_buckets = nb;
-  return DT_OK;
+  dt_status st = set_layout(d, first, nb);
+  dt_free(first);
+  return st;
 }
 
 /* ---- overlap: gradient-ready events (on the thread running backward) ------------------ */
@@ -378,9 +419,11 @@ static void poll_done(dt_ddp *d) {
 static void on_grad_ready(void *user, size_t offset, size_t count) {
   dt_ddp *d = user;
   if (!d->sync || !count) return;
+  const double now = dt_time_now();
   if (d->fresh) {
     d->fresh = 0;
     d->n_events = d->done_at_last_event = 0;
+    d->step_t0 = now;
   }
   if (d->n_events < d->n_tensors) {
     d->event_s[d->n_events] = dt_time_now();
@@ -412,6 +455,7 @@ static void on_grad_ready(void *user, size_t offset, size_t count) {
       continue;
     }
     d->ready[i] = 1;
+    d->t_ready[i] = now - d->step_t0;
     d->buckets[t->bucket].ready += t->numel;
   }
   while (d->next_launch < d->n_buckets && d->buckets[d->next_launch].ready == d->buckets[d->next_launch].count)
@@ -452,9 +496,12 @@ dt_status dt_ddp_new(dt_model *m, dt_group *g, const dt_ddp_config *cfg, dt_ddp 
   DT_CHECK_GOTO(broadcast_state(d, 1), st, fail);
   DT_CHECK_GOTO(collect_tensors(d), st, fail);
   DT_CHECK_GOTO(lay_buckets(d), st, fail);
-  const size_t nb = d->n_buckets ? (size_t)d->n_buckets : 1, nt = d->n_tensors ? (size_t)d->n_tensors : 1;
-  DT_CHECK_GOTO(dt_alloc_array(nb, sizeof(double), "DDP trace", (void **)&d->launch_s), st, fail);
-  DT_CHECK_GOTO(dt_alloc_array(nb, sizeof(double), "DDP trace", (void **)&d->done_s), st, fail);
+  /* as many buckets as tensors at most (a measured layout may have more buckets than the first) */
+  const size_t nt = d->n_tensors ? (size_t)d->n_tensors : 1;
+  DT_CHECK_GOTO(dt_alloc_array(nt, sizeof(double), "DDP trace", (void **)&d->launch_s), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array(nt, sizeof(double), "DDP trace", (void **)&d->done_s), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array(nt, sizeof(double), "DDP layout", (void **)&d->t_ready), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array(nt, sizeof(double), "DDP layout", (void **)&d->ready_sum), st, fail);
   DT_CHECK_GOTO(dt_alloc_array(nt, sizeof(double), "DDP trace", (void **)&d->event_s), st, fail);
   DT_CHECK_GOTO(dt_alloc_array(nt, sizeof(size_t), "DDP trace", (void **)&d->event_off), st, fail);
   if (c.comm_hook != DT_COMM_HOOK_NONE && n_params) {
@@ -464,8 +511,9 @@ dt_status dt_ddp_new(dt_model *m, dt_group *g, const dt_ddp_config *cfg, dt_ddp 
   d->stats.buckets = d->n_buckets;
   dt_model_on_grad_ready(m, on_grad_ready, d);
   d->hooked = 1;
-  DT_LOG_INFO("ddp", "rank %d: %zu parameters in %d buckets (first %.3g MiB, cap %.3g MiB), hook %d", d->rank, n_params,
-              d->n_buckets, c.first_bucket_mb, c.bucket_cap_mb, (int)c.comm_hook);
+  DT_LOG_INFO("ddp", "rank %d: %zu parameters in %d buckets (first %.3g MiB, cap %.3g MiB%s), hook %d", d->rank,
+              n_params, d->n_buckets, c.first_bucket_mb, c.bucket_cap_mb,
+              c.auto_buckets ? "; measured layout after the first steps" : "", (int)c.comm_hook);
   *out = d;
   return DT_OK;
 fail:
@@ -522,13 +570,10 @@ void dt_ddp_free(dt_ddp *d) {
   dt_free(d->done_s);
   dt_free(d->launch_s);
   dt_free(d->stage);
-  for (int i = 0; i < d->n_buckets; i++)
-    if (d->buckets[i].rows) {
-      dt_free(d->buckets[i].rows->payload);
-      dt_free(d->buckets[i].rows->dense);
-      dt_free(d->buckets[i].rows);
-    }
+  if (d->buckets) free_bucket_rows(d);
   dt_free(d->buckets);
+  dt_free(d->t_ready);
+  dt_free(d->ready_sum);
   dt_free(d->ready);
   dt_free(d->tensors);
   dt_free(d);
@@ -566,6 +611,114 @@ static void unused_names(const dt_ddp *d, char *buf, size_t len, int *count) {
     at += (size_t)snprintf(buf + at, len - at, "%s'%s'", at ? ", " : "", t.name);
   }
   *count = n;
+}
+
+/* ---- the measured layout ------------------------------------------------------------------ */
+
+/* Adds this step's ready times and communication to the sums, after the skipped first steps. */
+static void measure_step(dt_ddp *d) {
+  if (d->stats.steps <= LAYOUT_SKIP_STEPS) return;
+  for (int i = 0; i < d->n_tensors; i++) d->ready_sum[i] += d->t_ready[i];
+  d->comm_sum += d->step_comm;
+  for (int i = 0; i < d->n_buckets; i++) d->bytes_sum += d->buckets[i].bytes;
+  d->launches_sum += d->n_buckets;
+  d->measured++;
+}
+
+/* Seconds of one blocking all-reduce of n floats of buf: the median of reps. */
+static dt_status time_allreduce(dt_ddp *d, float *buf, size_t n, int reps, double *out) {
+  double t[8];
+  for (int r = 0; r < reps && r < 8; r++) {
+    const double t0 = dt_time_now();
+    DT_CHECK(dt_allreduce(d->g, buf, buf, n, DT_F32, DT_SUM, NULL));
+    t[r] = dt_time_now() - t0;
+  }
+  for (int i = 1; i < reps; i++) /* insertion sort of a handful */
+    for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+      const double x = t[j];
+      t[j] = t[j - 1], t[j - 1] = x;
+    }
+  *out = t[reps / 2];
+  return DT_OK;
+}
+
+/* The cost of an all-reduce, alpha + bytes * per_byte: alpha from 1-float all-reduces, per_byte from one of up
+ * to 4 MiB, both between steps; per_byte no less than what the measured steps' all-reduces took while backward
+ * ran beside them (the comm thread's own time, less alpha per launch). A collective: every rank calls it. */
+static dt_status measure_cost(dt_ddp *d, double *alpha, double *per_byte) {
+  const size_t n = d->n_params < ((size_t)1 << 20) ? (d->n_params ? d->n_params : 1) : (size_t)1 << 20;
+  float *buf = NULL;
+  DT_CHECK(dt_alloc_array(n, sizeof *buf, "DDP layout probe", (void **)&buf));
+  double big = 0;
+  dt_status st = time_allreduce(d, buf, 1, 7, alpha);
+  if (st == DT_OK) st = time_allreduce(d, buf, n, 3, &big);
+  dt_free(buf);
+  DT_CHECK(st);
+  *per_byte = big > *alpha ? (big - *alpha) / ((double)n * sizeof(float)) : 0.0;
+  if (d->bytes_sum > 0) {
+    const double seen = (d->comm_sum - *alpha * d->launches_sum) / d->bytes_sum;
+    if (seen > *per_byte) *per_byte = seen;
+  }
+  return DT_OK;
+}
+
+/* "0.96+3.1+..." MiB sizes of the buckets, for the log and the trace. */
+static void layout_text(const dt_ddp *d, char *buf, size_t len) {
+  size_t at = 0;
+  buf[0] = 0;
+  for (int i = 0; i < d->n_buckets && at + 16 < len; i++)
+    at += (size_t)snprintf(buf + at, len - at, "%s%.3g", i ? "+" : "", d->buckets[i].count * 4.0 / (1024 * 1024));
+}
+
+/* Rank 0 plans the layout from its measurements (the mean ready times of the measured steps) and every rank
+ * takes it: a broadcast at the same step on every rank, so the buckets stay identical across ranks. */
+static dt_status replan(dt_ddp *d) {
+  d->planned = 1;
+  double alpha = 0, per_byte = 0, finish = 0;
+  DT_CHECK(measure_cost(d, &alpha, &per_byte));
+  const size_t nt = (size_t)d->n_tensors;
+  int64_t *msg = NULL;
+  dt_ddp_plan_tensor *t = NULL;
+  int *first = NULL;
+  dt_status st = dt_alloc_array(nt + 1, sizeof *msg, "DDP layout", (void **)&msg);
+  if (st == DT_OK) st = dt_alloc_array(nt, sizeof *t, "DDP layout", (void **)&t);
+  if (st == DT_OK) st = dt_alloc_array(nt, sizeof *first, "DDP layout", (void **)&first);
+  msg[0] = 0; /* rank 0 sends 0 buckets when it could not plan: every rank fails alike */
+  if (st == DT_OK && d->rank == 0) {
+    const double bytes_per = d->cfg.comm_hook == DT_COMM_HOOK_NONE ? 4.0 : 2.0;
+    for (size_t i = 0; i < nt; i++)
+      t[i] = (dt_ddp_plan_tensor){.bytes = (double)d->tensors[i].numel * bytes_per,
+                                  .ready_s = d->ready_sum[i] / d->measured, .alone = d->tensors[i].table >= 0};
+    const int nb = dt_ddp_plan_buckets(t, (int)nt, alpha, per_byte, first, &finish);
+    msg[0] = nb > 0 ? nb : 0;
+    for (int k = 0; k < nb; k++) msg[k + 1] = first[k];
+  }
+  if (msg) { /* every rank that got this far takes part */
+    const dt_status bst = dt_broadcast(d->g, msg, nt + 1, DT_I64, 0, NULL);
+    if (st == DT_OK) st = bst;
+  }
+  int ok = st == DT_OK && msg[0] >= 1 && msg[0] <= (int64_t)nt && msg[1] == 0;
+  for (int64_t k = 2; ok && k <= msg[0]; k++) ok = msg[k] > msg[k - 1] && msg[k] < (int64_t)nt;
+  if (st == DT_OK && !ok)
+    st = dt_error(DT_INTERNAL, "rank 0 sent no valid layout (%lld buckets for %zu tensors)", (long long)msg[0], nt);
+  if (st == DT_OK) {
+    for (int64_t k = 0; k < msg[0]; k++) first[k] = (int)msg[k + 1];
+    st = set_layout(d, first, (int)msg[0]);
+  }
+  if (st == DT_OK) {
+    char sizes[512], args[640];
+    layout_text(d, sizes, sizeof sizes);
+    DT_LOG_INFO("ddp", "rank %d: measured layout: %d buckets of %s MiB (all-reduce %.0f us + %.3g ns/byte%s)",
+                d->rank, d->n_buckets, sizes, alpha * 1e6, per_byte * 1e9,
+                d->rank == 0 ? "" : "; rank 0's plan");
+    snprintf(args, sizeof args, "\"buckets\":%d,\"mib\":\"%s\",\"alpha_us\":%.1f,\"ns_per_byte\":%.4g", d->n_buckets,
+             sizes, alpha * 1e6, per_byte * 1e9);
+    if (dt_trace_enabled()) dt_trace_instant("ddp", "bucket layout", dt_trace_now_us(), args);
+  }
+  dt_free(first);
+  dt_free(t);
+  dt_free(msg);
+  return st == DT_OK ? DT_OK : dt_error_prefix(st, "dt_ddp: choosing the measured bucket layout");
 }
 
 dt_status dt_ddp_finish(dt_ddp *d) {
@@ -621,7 +774,9 @@ dt_status dt_ddp_finish(dt_ddp *d) {
   d->stats.comm_s += comm;
   d->stats.wait_s += t1 - t0;
   if (st == DT_OK) d->stats.steps++;
+  if (st == DT_OK && d->cfg.auto_buckets && !d->planned) measure_step(d);
   reset_step(d);
+  if (st == DT_OK && d->cfg.auto_buckets && !d->planned && d->measured == LAYOUT_MEASURE_STEPS) st = replan(d);
   return st;
 }
 

@@ -21,7 +21,7 @@ void openblas_set_num_threads(int n);
 /* Task counters a worker keeps per slice (dt_task_num_sums). */
 #define DP_MAX_SUMS 8
 
-typedef enum dp_job { DP_JOB_NONE = 0, DP_JOB_TRAIN, DP_JOB_FORWARD, DP_JOB_REDUCE } dp_job;
+typedef enum dp_job { DP_JOB_NONE = 0, DP_JOB_TRAIN, DP_JOB_FORWARD, DP_JOB_REDUCE, DP_JOB_OPTIM } dp_job;
 
 typedef struct dp_worker {
   struct dt_dp *d;
@@ -65,6 +65,8 @@ struct dt_dp {
   const dt_task *task;
   float *out;
   int batch;
+  dt_optim *optim; /* DP_JOB_OPTIM: the step each worker takes part of, at learning rate lr */
+  float lr;
 };
 
 /* Slice w of a batch: contiguous, sizes differ by at most one, the larger ones first (7 over 3: 3, 2, 2).
@@ -209,6 +211,8 @@ static void *worker_main(void *arg) {
     wk->err[0] = '\0';
     if (job == DP_JOB_REDUCE)
       run_reduce(wk);
+    else if (job == DP_JOB_OPTIM)
+      dt_optim_step_part(d->optim, dt_model_params(d->m, NULL), d->grads, d->lr, wk->index, d->workers);
     else if (wk->n > 0)
       (job == DP_JOB_TRAIN ? run_train : run_forward)(wk);
 
@@ -391,6 +395,20 @@ dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const void *x, const v
     for (int k = 0; sums && k < n_sums; k++) sums[k] += d->w[w].sums[k];
   }
   if (loss) *loss = (float)(loss_sum / batch);
+  return DT_OK;
+}
+
+/* The workers take the step, each a part of the arena: while they computed, the calling thread ran no OpenMP
+ * region of its own, so no pool of its threads spins beside them (an optimizer step on the calling thread
+ * would leave OpenMP's workers spinning into the next step's forward, and the DP workers would share the cores
+ * with them; OMP_WAIT_POLICY=passive was the remedy the user had to know). */
+dt_status dt_dp_optim_step(dt_dp *d, dt_optim *o, float lr) {
+  if (!d || !o) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_optim_step: NULL argument");
+  DT_CHECK(dt_optim_begin_step(o, lr));
+  d->optim = o;
+  d->lr = lr;
+  dispatch(d, DP_JOB_OPTIM);
+  d->optim = NULL;
   return DT_OK;
 }
 

@@ -23,6 +23,18 @@ typedef struct dt_ddp_trace {
 } dt_ddp_trace;
 void dt_ddp_get_trace(const dt_ddp *d, dt_ddp_trace *t);
 
+/* One tensor of the arena for the bucket plan (ddp_layout.c), in arena order. */
+typedef struct dt_ddp_plan_tensor {
+  double bytes;   /* its payload */
+  double ready_s; /* when its gradient becomes ready, from the step's first gradient-ready event */
+  int alone;      /* 1: a bucket by itself (a row table) */
+} dt_ddp_plan_tensor;
+/* Bucket boundaries over the n tensors that let the step's all-reduces finish earliest when each bucket
+ * costs alpha_s + bytes * per_byte_s and launches once ready, in order: first[k] = bucket k's first tensor;
+ * returns the bucket count (-1: out of memory); *finish_s (may be NULL): the modelled finish. */
+int dt_ddp_plan_buckets(const dt_ddp_plan_tensor *t, int n, double alpha_s, double per_byte_s, int *first,
+                        double *finish_s);
+
 /* DDP's exchange of one row table's gradient (ddp_rows.c): each step either
  * the dense all-reduce (averaged) or an all-gather of every rank's touched
  * rows, summed into the rows and averaged; afterwards the context's touched

@@ -30,8 +30,10 @@ static dt_status mark(const dt_dataset *ds, unsigned char *const *seen) {
 dt_status dt_run_cold_start(dt_run *r) {
   const dt_data_info *in = dt_dataset_info(r->train);
   const int cols = in->n_index;
-  /* index columns side by side (users, items); token sequences have no cold start to speak of */
-  if (!r->val || !cols || !r->lead || !r->cfg->progress || cols > 2 || in->field[in->input].ndim != 1) return DT_OK;
+  if (!r->val || !cols || !r->lead || !r->cfg->progress || cols > 2) return DT_OK;
+  /* one index per column (users, items); token ids (text: x of (3, max_len)) are no ids of users */
+  const dt_field *x = &in->field[in->input];
+  if (x->ndim != 1 || x->shape[0] != cols) return DT_OK;
   unsigned char *seen[2] = {NULL, NULL}, *val_seen[2] = {NULL, NULL};
   dt_status st = DT_OK;
   for (int c = 0; c < cols && st == DT_OK; c++) {

@@ -24,6 +24,7 @@ void dt_train_config_default(dt_train_config *cfg) {
   cfg->strategy = DT_STRATEGY_SINGLE;
   cfg->accumulate = 1;
   dt_ddp_config_default(&cfg->ddp);
+  cfg->ddp.auto_buckets = 1; /* --bucket-cap-mb or --first-bucket-mb choose PyTorch's fixed layout */
   cfg->backend = "auto";
   cfg->keep = 3;
   cfg->log_every = 10;
@@ -84,7 +85,8 @@ dt_status dt_train_config_check(const dt_train_config *c) {
       return dt_error(DT_INVALID_ARGUMENT, "betas = (%g, %g) must be in [0, 1)", (double)o->beta1, (double)o->beta2);
     if (bad_float(o->eps) || o->eps <= 0) return dt_error(DT_INVALID_ARGUMENT, "eps = %g must be > 0", (double)o->eps);
   }
-  if (c->schedule != DT_SCHED_CONSTANT && c->schedule != DT_SCHED_STEP && c->schedule != DT_SCHED_COSINE)
+  if (c->schedule != DT_SCHED_CONSTANT && c->schedule != DT_SCHED_STEP && c->schedule != DT_SCHED_COSINE &&
+      c->schedule != DT_SCHED_LINEAR)
     return dt_error(DT_INVALID_ARGUMENT, "unknown schedule kind %d", (int)c->schedule);
   if (c->schedule == DT_SCHED_STEP && c->step_size_epochs < 1)
     return dt_error(DT_INVALID_ARGUMENT, "step size = %d epochs must be >= 1", c->step_size_epochs);
@@ -97,9 +99,9 @@ dt_status dt_train_config_check(const dt_train_config *c) {
     return dt_error(DT_INVALID_ARGUMENT, "warm-up length must be >= 0");
   if (c->warmup_epochs > 0 && c->warmup_steps > 0)
     return dt_error(DT_INVALID_ARGUMENT, "give warm-up in epochs or in steps, not both");
-  if (c->warmup_epochs >= c->epochs && c->schedule == DT_SCHED_COSINE)
-    return dt_error(DT_INVALID_ARGUMENT, "warm-up of %d epochs leaves no room for the cosine schedule over %d epochs",
-                    c->warmup_epochs, c->epochs);
+  if (c->warmup_epochs >= c->epochs && (c->schedule == DT_SCHED_COSINE || c->schedule == DT_SCHED_LINEAR))
+    return dt_error(DT_INVALID_ARGUMENT, "warm-up of %d epochs leaves no room for the %s schedule over %d epochs",
+                    c->warmup_epochs, dt_sched_kind_name(c->schedule), c->epochs);
   if ((unsigned)c->amp > DT_AMP_FP16) return dt_error(DT_INVALID_ARGUMENT, "unknown amp mode %d", (int)c->amp);
   if (bad_float(c->clip_grad_norm) || c->clip_grad_norm < 0)
     return dt_error(DT_INVALID_ARGUMENT, "clip grad norm = %g must be >= 0 (0: off)", (double)c->clip_grad_norm);
@@ -129,6 +131,14 @@ dt_status dt_train_config_check(const dt_train_config *c) {
   if (!c->out_dir && c->resume && strcmp(c->resume, "auto") == 0)
     return dt_error(DT_INVALID_ARGUMENT, "resume auto looks in the output directory: give one");
   if (c->resume && !*c->resume) return dt_error(DT_INVALID_ARGUMENT, "resume: empty snapshot path");
+  if (c->init_from && !*c->init_from) return dt_error(DT_INVALID_ARGUMENT, "init from: empty path");
+  if (c->init_from && c->resume)
+    return dt_error(DT_INVALID_ARGUMENT, "init from starts a new run from pretrained weights (fresh optimizer, step 0); "
+                                         "resume continues a snapshot with its optimizer state: give one of them");
+  if (c->no_decay && !*c->no_decay) return dt_error(DT_INVALID_ARGUMENT, "no decay: empty pattern list");
+  if (c->no_decay && !(c->optim.weight_decay > 0))
+    return dt_error(DT_INVALID_ARGUMENT, "no decay names parameters without weight decay, but the weight decay is 0: "
+                                         "give one (e.g. 0.01)");
   if (c->overwrite && !c->out_dir) return dt_error(DT_INVALID_ARGUMENT, "overwrite: no output directory");
   if (c->overwrite && c->resume)
     return dt_error(DT_INVALID_ARGUMENT, "overwrite starts afresh, resume continues: give one of them");
@@ -159,8 +169,8 @@ dt_status dt_train_config_check(const dt_train_config *c) {
 }
 
 static const char *sched_name(dt_sched_kind k) {
-  static const char *const names[] = {"constant", "step", "cosine"};
-  return (unsigned)k < 3 ? names[k] : "unknown";
+  static const char *const names[] = {"constant", "step", "cosine", "linear"};
+  return (unsigned)k < 4 ? names[k] : "unknown";
 }
 
 static const char *progress_name(dt_progress_mode m) {
@@ -199,6 +209,7 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
   if (c->zero_init_residual) RAW(",\"zero_init_residual\":true");
   if (c->bert_dims[0] || c->bert_dims[1] || c->bert_dims[2] || c->bert_dims[3])
     RAW(",\"bert_dims\":[%d,%d,%d,%d]", c->bert_dims[0], c->bert_dims[1], c->bert_dims[2], c->bert_dims[3]);
+  if (c->init_from) STR("init_from", c->init_from);
   STR("data", c->data);
   if (c->holdout == DT_HOLDOUT_LAST) RAW(",\"split\":\"leave-last-out\"");
   if (c->normalize.enabled)
@@ -209,6 +220,15 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
   if (c->data_workers) RAW(",\"data_workers\":%d", c->data_workers);
   if (c->cache_images) RAW(",\"cache_images\":true");
   if (c->skip_bad_images) RAW(",\"skip_bad_images\":true");
+  const dt_text_options *t = &c->text;
+  if (t->vocab) STR("vocab", t->vocab);
+  if (t->text_column) STR("text_column", t->text_column);
+  if (t->text_pair_column) STR("text_pair_column", t->text_pair_column);
+  if (t->label_columns) STR("label_columns", t->label_columns);
+  if (t->label_column) STR("label_column", t->label_column);
+  if (t->max_len) RAW(",\"max_len\":%d", t->max_len);
+  if (t->keep_case) RAW(",\"lower_case\":false");
+  if (t->skip_bad_rows) RAW(",\"skip_bad_rows\":true");
   if (c->val_data) STR("val_data", c->val_data);
   if (c->val_fraction > 0) RAW(",\"val_fraction\":%g", c->val_fraction);
   RAW(",\"limit_train\":%lld,\"limit_test\":%lld", (long long)c->limit_train, (long long)c->limit_test);
@@ -216,6 +236,7 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
       (unsigned long long)c->seed, c->threads);
   STR("optimizer", dt_optim_kind_name(c->optim.kind));
   RAW(",\"lr\":%g,\"weight_decay\":%g", (double)c->lr, (double)c->optim.weight_decay);
+  if (c->no_decay) STR("no_decay", c->no_decay);
   if (c->optim.kind == DT_OPTIM_SGD)
     RAW(",\"momentum\":%g,\"dampening\":%g,\"nesterov\":%s", (double)c->optim.momentum, (double)c->optim.dampening,
         c->optim.nesterov ? "true" : "false");
@@ -239,8 +260,9 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
   if (c->strategy == DT_STRATEGY_DDP) {
     static const char *const hooks[] = {"none", "bf16", "fp16"};
     STR("backend", c->backend ? c->backend : "auto");
-    RAW(",\"bucket_cap_mb\":%g,\"first_bucket_mb\":%g,\"broadcast_buffers\":%s,\"find_unused_parameters\":%s",
-        c->ddp.bucket_cap_mb, c->ddp.first_bucket_mb, c->ddp.broadcast_buffers ? "true" : "false",
+    RAW(",\"bucket_cap_mb\":%g,\"first_bucket_mb\":%g,\"buckets\":\"%s\",\"broadcast_buffers\":%s,"
+        "\"find_unused_parameters\":%s", c->ddp.bucket_cap_mb, c->ddp.first_bucket_mb,
+        c->ddp.auto_buckets ? "measured" : "fixed", c->ddp.broadcast_buffers ? "true" : "false",
         c->ddp.find_unused_parameters ? "true" : "false");
     STR("comm_hook", hooks[c->ddp.comm_hook]);
     if (c->ddp.rows_exchange != DT_ROWS_AUTO) STR("embedding_exchange", c->ddp.rows_exchange == DT_ROWS_SPARSE ? "sparse" : "dense");

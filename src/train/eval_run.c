@@ -33,6 +33,7 @@ typedef struct eval_plan {
   double val_fraction;       /* "val_fraction": the random split's held-out part (0: not recorded) */
   uint64_t seed;             /* "seed": the random split's permutation, leave-last-out's sampled negatives */
   int has_seed;              /* the file records it (a split is rebuilt only then) */
+  dt_text_options text;      /* text data: the caller's, else training's as the file's metadata records them */
 } eval_plan;
 
 /* "32,16" -> widths; 0 on success. */
@@ -171,9 +172,38 @@ static dt_status plan_split(const char *path, const dt_safetensors *f, eval_plan
   return DT_OK;
 }
 
+/* The metadata value of key where the caller gave none (an empty value is none). */
+static const char *meta_or(const char *given, const dt_safetensors *f, const char *key) {
+  const char *m = given ? NULL : dt_safetensors_meta(f, key);
+  return given ? given : m && *m ? m : NULL;
+}
+
+/* Text data: the rows read as in training (its vocabulary, columns, class numbering, max_len and case), each
+ * from the file's metadata unless the caller gives it. */
+static dt_status plan_text(const dt_eval_config *cfg, const dt_safetensors *f, eval_plan *p) {
+  const dt_text_options *c = &cfg->text;
+  dt_text_options *t = &p->text;
+  *t = *c;
+  t->vocab = meta_or(c->vocab, f, "vocab");
+  t->text_column = meta_or(c->text_column, f, "text_column");
+  t->text_pair_column = meta_or(c->text_pair_column, f, "text_pair_column");
+  if (!c->label_columns && !c->label_column) {
+    t->label_columns = meta_or(NULL, f, "label_columns");
+    t->label_column = meta_or(NULL, f, "label_column");
+  }
+  if (t->label_column) t->classes = meta_or(c->classes, f, "classes");
+  const char *ml = c->max_len ? NULL : meta_or(NULL, f, "max_len"), *lc = meta_or(NULL, f, "lower_case");
+  char *end = NULL;
+  if (ml && ((t->max_len = (int)strtol(ml, &end, 10)) < 1 || *end))
+    return dt_error(DT_CORRUPT, "%s: metadata max_len=\"%.40s\" is not a positive count", cfg->weights, ml);
+  if (!c->keep_case && lc) t->keep_case = strcmp(lc, "0") == 0;
+  return DT_OK;
+}
+
 static dt_status read_plan(const dt_eval_config *cfg, const dt_safetensors *f, eval_plan *p) {
   DT_CHECK(plan_model(cfg, f, p));
   DT_CHECK(plan_data(cfg, f, p));
+  DT_CHECK(plan_text(cfg, f, p));
   DT_CHECK(plan_task(cfg->weights, f, p));
   return plan_split(cfg->weights, f, p);
 }
@@ -227,7 +257,8 @@ static dt_status forward(void *user, const void *x, int n, const float **out) {
  * "val_fraction", else the source's default): --split test is that part and --split train the rest.
  * Leave-last-out ("split") is the source's own test split, its negatives drawn by the same seed. */
 static dt_status open_data(const dt_eval_config *cfg, const eval_plan *p, eval_state *s) {
-  const dt_data_options opt = {.norm = &p->norm, .holdout = p->holdout, .seed = p->seed, .augment = p->augment};
+  const dt_data_options opt = {.norm = &p->norm, .holdout = p->holdout, .seed = p->seed, .augment = p->augment,
+                               .text = p->text};
   dt_status st = dt_dataset_load_opts(p->data, cfg->split, &opt, &s->source);
   char no_test[512] = "";
   if (st == DT_NOT_FOUND && cfg->split == DT_SPLIT_TEST && p->holdout == DT_HOLDOUT_DEFAULT) {
@@ -265,6 +296,8 @@ static dt_status check_ids(const dt_eval_config *cfg, const eval_plan *p, const 
   const dt_kv *kv = NULL;
   const int n = dt_dataset_meta(s->ds, &kv);
   for (int i = 0; i < n; i++) {
+    const size_t klen = strlen(kv[i].key);
+    if (klen < 4 || strcmp(kv[i].key + klen - 4, "_ids") != 0) continue; /* text: its keys were options (plan_text) */
     const char *mine = dt_safetensors_meta(s->file, kv[i].key);
     if (!mine) {
       DT_LOG_WARN("eval", "%s has no \"%s\" metadata: its rows are taken to be those of %s", cfg->weights,

@@ -177,6 +177,8 @@ dt_status dt_train_write_summary(const char *dir, const char *model, const dt_tr
                             (long long)r->amp_skipped_steps);
   if (pos < sizeof text && r->skipped_images > 0)
     pos += (size_t)snprintf(text + pos, sizeof text - pos, ",\"skipped_images\":%lld", (long long)r->skipped_images);
+  if (pos < sizeof text && r->skipped_rows > 0)
+    pos += (size_t)snprintf(text + pos, sizeof text - pos, ",\"skipped_rows\":%lld", (long long)r->skipped_rows);
   if (pos >= sizeof text) return dt_error(DT_INTERNAL, "summary longer than %zu bytes", sizeof text);
   /* The detail (a confusion matrix of many classes) can be large: it is streamed after the fixed part. */
   dt_atomic_file a;

@@ -21,6 +21,8 @@ typedef struct dt_strategy_ops {
   dt_status (*train_batch)(dt_run *r, const dt_batch *b, int last, float *loss, double *sums);
   /* Gradients of the whole step are in the arena, averaged over ranks. */
   dt_status (*finish_step)(dt_run *r);
+  /* The optimizer's dense update of the whole arena (dp: by its workers); NULL: dt_optim_step. */
+  dt_status (*optim_step)(dt_run *r, float lr);
   /* Before an evaluation pass (ddp: rank 0's batch-norm statistics to all); may be NULL. */
   dt_status (*eval_start)(dt_run *r);
   /* Evaluation forward: outputs (n, outputs) valid until the next call. */
@@ -181,6 +183,12 @@ dt_status dt_run_outdir_clear(dt_run *r);
 /* Resume: the snapshot's stored configuration against this run's (resume_config.c): differences it can honour
  * are printed ("resume: lr 0.01 -> 0.05"), a changed data set is DT_USAGE unless --allow-data-change. */
 dt_status dt_run_resume_compare(dt_run *r, const char *snapshot, const char *stored);
+/* --init-from (init_from.c): every rank takes the pretrained weights by name (DDP's broadcast makes rank 0's
+ * the rule); rank 0 prints what was copied, what kept its initialisation and what the file had besides. */
+dt_status dt_run_init_from(dt_run *r);
+/* --no-decay (no_decay.c): the arena ranges of the parameters whose names match, as the optimizer's no-decay
+ * table; rank 0 prints both groups' tensors and parameters, and the patterns that matched nothing. */
+dt_status dt_run_no_decay(dt_run *r);
 /* Writes a snapshot of the run at r->at (rank 0) and prunes beyond --keep (snapshot hook). */
 dt_status dt_run_snapshot(dt_run *r);
 

@@ -27,6 +27,8 @@ static dt_status dp_finish(dt_run *r) {
   return DT_OK;
 }
 
+static dt_status dp_optim_step(dt_run *r, float lr) { return dt_dp_optim_step(r->dp, r->optim, lr); }
+
 static dt_status dp_forward(dt_run *r, const void *x, int n, const float **out) {
   DT_CHECK(dt_dp_forward(r->dp, x, n, r->eval_buf));
   *out = r->eval_buf;
@@ -56,6 +58,7 @@ const dt_strategy_ops dt_strategy_dp_ops = {
     .wrap = dp_wrap,
     .train_batch = dp_batch,
     .finish_step = dp_finish,
+    .optim_step = dp_optim_step,
     .eval_start = NULL,
     .forward = dp_forward,
     .all_sum = dt_strategy_local_sum,

@@ -82,12 +82,22 @@ static dt_status same_ids(const dt_dataset *train, const dt_dataset *val, const 
   return DT_OK;
 }
 
+/* The value of the training source's meta key, or NULL. */
+static const char *meta_value(const dt_dataset *ds, const char *key) {
+  const dt_kv *kv = NULL;
+  const int n = dt_dataset_meta(ds, &kv);
+  for (int i = 0; i < n; i++)
+    if (strcmp(kv[i].key, key) == 0) return kv[i].value;
+  return NULL;
+}
+
 /* Training and validation data: the source's train split; validation from --val-data, a
  * --val-fraction of the training data, or the source's test split, if any (else none). */
 static dt_status open_data(dt_run *r) {
   const dt_train_config *c = r->cfg;
   const dt_data_options opt = {.norm = &c->normalize, .holdout = c->holdout, .seed = c->seed, .augment = c->augment,
-                               .skip_bad_images = c->skip_bad_images, .cache_images = c->cache_images};
+                               .skip_bad_images = c->skip_bad_images, .cache_images = c->cache_images,
+                               .text = c->text};
   DT_CHECK(dt_dataset_load_opts(c->data, DT_SPLIT_TRAIN, &opt, &r->train_src));
   r->train = r->train_src;
   const dt_data_info *ti = dt_dataset_info(r->train_src);
@@ -99,9 +109,11 @@ static dt_status open_data(dt_run *r) {
   } else if (c->val_data || ti->has_test) {
     const char *spec = c->val_data ? c->val_data : c->data;
     /* --val-data: that source's test split, or its only split when it has none */
-    const dt_data_options vopt = {.norm = &c->normalize, .holdout = c->val_data ? DT_HOLDOUT_DEFAULT : c->holdout,
-                                  .seed = c->seed, .augment = c->augment, .skip_bad_images = c->skip_bad_images,
-                                  .cache_images = c->cache_images};
+    dt_data_options vopt = {.norm = &c->normalize, .holdout = c->val_data ? DT_HOLDOUT_DEFAULT : c->holdout,
+                            .seed = c->seed, .augment = c->augment, .skip_bad_images = c->skip_bad_images,
+                            .cache_images = c->cache_images, .text = c->text};
+    /* text: validation rows name their classes as training numbered them */
+    vopt.text.classes = meta_value(r->train_src, "classes");
     dt_status st = dt_dataset_load_opts(spec, DT_SPLIT_TEST, &vopt, &r->val_src);
     if (st == DT_NOT_FOUND && c->val_data) st = dt_dataset_load_opts(spec, DT_SPLIT_TRAIN, &vopt, &r->val_src);
     if (st != DT_OK) return c->val_data ? dt_error_prefix(st, "--val-data %s", spec) : st;
@@ -209,7 +221,8 @@ static dt_status open_schedule(dt_run *r) {
   s->step_size = (int64_t)c->step_size_epochs * r->steps_per_epoch;
   if (s->step_size < 1) s->step_size = 1;
   s->gamma = c->gamma;
-  s->total_steps = r->steps_per_epoch * c->epochs - s->warmup_steps;
+  /* cosine's period follows the warm-up (SequentialLR); linear's num_training_steps includes it (transformers) */
+  s->total_steps = r->steps_per_epoch * c->epochs - (c->schedule == DT_SCHED_LINEAR ? 0 : s->warmup_steps);
   if (s->total_steps < 1) s->total_steps = 1;
   s->min_lr = c->min_lr;
   return dt_lr_schedule_check(s);
@@ -227,11 +240,15 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
   DT_CHECK(dt_train_config_json(c, r->config_json, sizeof r->config_json));
   DT_CHECK(dt_run_outdir_check(r)); /* before resume decides and before any file is written */
   DT_CHECK(open_data(r));
-  out->skipped_images = dt_dataset_info(r->train_src)->skipped + (r->val_src ? dt_dataset_info(r->val_src)->skipped : 0);
+  const int64_t skipped = dt_dataset_info(r->train_src)->skipped + (r->val_src ? dt_dataset_info(r->val_src)->skipped : 0);
+  if (strcmp(dt_dataset_info(r->train_src)->name, "text") == 0) out->skipped_rows = skipped; /* rows, not files */
+  else out->skipped_images = skipped;
   DT_CHECK(dt_run_cold_start(r));
   DT_CHECK(dt_run_rank_open(r));
   DT_CHECK(open_task(r));
   DT_CHECK(open_model(r));
+  if (c->init_from) DT_CHECK(dt_run_init_from(r)); /* before DDP broadcasts rank 0's model */
+  if (c->no_decay) DT_CHECK(dt_run_no_decay(r));
   DT_CHECK(r->strategy->make_loaders(r));
   DT_CHECK(open_schedule(r));
   if (c->resume) DT_CHECK(dt_run_resume(r)); /* rank 0 loads before DDP broadcasts its model */
@@ -304,6 +321,7 @@ static dt_status skip_trained(dt_run *r, int64_t *seen) {
 
 /* The optimizer's update: with --sparse-embeddings, the row tables only at the rows this step touched. */
 static dt_status optimizer_step(dt_run *r, float lr) {
+  if (!r->n_rows && r->strategy->optim_step) return r->strategy->optim_step(r, lr);
   if (!r->n_rows) return dt_optim_step(r->optim, r->params, r->grads, lr);
   dt_model_ctx *c = dt_model_default_ctx(r->model);
   for (int k = 0; k < r->n_rows; k++) dt_model_ctx_rows(r->model, c, k, &r->rows[k]);

@@ -47,3 +47,15 @@ cleanup_tmp() {
   for f in "$tmp"/*/pid.*; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
   [ -n "${KEEP_TMP:-}" ] && echo "kept $tmp" >&2 || rm -rf "$tmp"
 }
+# same_weights WHAT A B: the weights of runs $tmp/A and $tmp/B agree within 1e-5 (max |diff|): ok or fail.
+same_weights() {
+  [ -s "$tmp/$2/model.safetensors" ] && [ -s "$tmp/$3/model.safetensors" ] || { fail "$1: weights missing"; return; }
+  local d
+  d=$(max_diff "$tmp/$2/model.safetensors" "$tmp/$3/model.safetensors")
+  awk -v d="$d" 'BEGIN { exit !(d != "" && d <= 1e-5) }' && ok "$1 (max |diff| $d)" || fail "$1: weights differ by $d"
+}
+# run_ok NAME SECONDS CMD...: run that must succeed (fail and show its output otherwise).
+run_ok() {
+  run "$@"
+  [ $rc -eq 0 ] || { fail "$1: exit $rc"; show "$1"; }
+}

@@ -6,7 +6,9 @@
 #  2. with dropout (attention probabilities included): a run resumed from a mid-epoch snapshot ends with the
 #     uninterrupted run's weights bit for bit (every dropout mask is drawn again from the restored streams),
 #     and its weights are not the dropout-free run's;
-#  3. dtrain eval of the saved weights (dims from the metadata) reports training's final test loss.
+#  3. dtrain eval of the saved weights (dims from the metadata) reports training's final test loss;
+#  4. export --format hf writes BertConfig's fields (sizes from the weights and the preset, num_labels, problem_type),
+#     and --init-from that directory starts a run from exactly those weights (lr 1e-30 leaves their bits).
 # A few seconds in all (--threads 1).
 set -u
 b=${DT_BUILD_DIR:?DT_BUILD_DIR must name the build directory}
@@ -23,16 +25,12 @@ unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT OMPI_C
 
 use_tmp
 DATA=synthetic:192,tokens=100,len=16,task=classification,out=3,seed=4
-run_ok() {
-  run "$@"
-  [ $rc -eq 0 ] || { fail "$1: exit $rc"; show "$1"; }
-}
 # train NAME WORLD|dp:N|single ARGS...: EPOCHS (default 2) epochs into $tmp/NAME
 train() {
   local name=$1 how=$2
   shift 2
   local args=(train --model bert-tiny --layers 2 --hidden-size 32 --heads 2 --intermediate-size 48 --data "$DATA"
-    --val-fraction 0.25 --threads 1 --progress none --epochs "${EPOCHS:-2}" --optimizer adamw --lr 0.003
+    --val-fraction 0.25 --threads 1 --progress none --epochs "${EPOCHS:-2}" --optimizer adamw --lr "${LR:-0.003}"
     --out "$tmp/$name" "$@")
   case $how in
   single) run_ok "$name" 60 "$DTRAIN" "${args[@]}" ;;
@@ -40,13 +38,6 @@ train() {
   *) run_ok "$name" 60 "$DTRUN" --standalone --nproc-per-node "$how" -- "$DTRAIN" "${args[@]}" --strategy ddp ;;
   esac
 }
-same_weights() {
-  [ -s "$tmp/$2/model.safetensors" ] && [ -s "$tmp/$3/model.safetensors" ] || { fail "$1: weights missing"; return; }
-  local d
-  d=$(max_diff "$tmp/$2/model.safetensors" "$tmp/$3/model.safetensors")
-  awk -v d="$d" 'BEGIN { exit !(d != "" && d <= 1e-5) }' && ok "$1 (max |diff| $d)" || fail "$1: weights differ by $d"
-}
-
 section "1 no dropout: ddp world 2 vs world 1, dp --workers 2 vs single"
 train w1 1 --dropout 0 --batch-size 16
 train w2 2 --dropout 0 --batch-size 8
@@ -72,6 +63,24 @@ run_ok eval 60 "$DTRAIN" eval --weights "$tmp/whole/model.safetensors" --split t
 want=$(/usr/bin/python3 -c 'import json,sys; print("%.4f" % json.load(open(sys.argv[1]))["test_loss"])' "$tmp/whole/summary.json" 2>/dev/null)
 got=$(grep -oE "loss [0-9.]+" "$tmp/eval.out" | head -1 | cut -d' ' -f2)
 [ -n "$want" ] && [ "$want" = "$got" ] && ok "eval loss $got = training's $want" || { fail "eval loss '$got', training's '$want'"; show eval; }
+
+section "4 export --format hf, then --init-from it"
+run_ok export 60 "$DTRAIN" export "$tmp/whole/model.safetensors" "$tmp/hf" --format hf
+/usr/bin/python3 - "$tmp/hf/config.json" >"$tmp/cfg.out" 2>&1 <<'PY' && ok "config.json: $(cat "$tmp/cfg.out")" || fail "config.json: $(cat "$tmp/cfg.out")"
+import json, sys
+c = json.load(open(sys.argv[1]))
+want = {"architectures": ["BertForSequenceClassification"], "model_type": "bert", "vocab_size": 100, "hidden_size": 32,
+        "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 48, "num_labels": 3,
+        "problem_type": "single_label_classification", "hidden_act": "gelu", "layer_norm_eps": 1e-12,
+        "max_position_embeddings": 512, "type_vocab_size": 2, "pad_token_id": 0, "hidden_dropout_prob": 0.1}
+bad = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v}
+print("BertConfig fields as trained" if not bad else "differs (got, want): %s" % bad)
+sys.exit(1 if bad else 0)
+PY
+EPOCHS=1 LR=1e-30 train init single --dropout 0 --batch-size 16 --init-from "$tmp/hf"
+d=$(max_diff "$tmp/hf/model.safetensors" "$tmp/init/model.safetensors")
+[ "$d" = "0" ] || awk -v d="$d" 'BEGIN { exit !(d == 0) }' && ok "--init-from the export: the run starts from its weights (max |diff| $d)" ||
+  fail "--init-from the export: weights differ by $d"
 
 section "done"
 [ "$failures" -eq 0 ] || { echo "$failures check(s) failed" >&2; exit 1; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # dtrain CLI: usage errors (exit 2, one line), runtime errors (exit 1), help, a tiny real run, eval, inspect,
-# determinism and Ctrl-C (exit 130 with metrics and weights written).
+# determinism and Ctrl-C or SIGTERM (exit 130/143 with metrics, weights and a snapshot written).
 set -u
 # Passive OpenMP waiting: spinning workers crawl on a loaded shared machine.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
@@ -44,6 +44,8 @@ usage "dtrain train: --lr: '-1' is not a positive number (e.g. --lr 0.01)" train
 usage "--lr: '1e999' is not a positive number" train --lr 1e999
 usage "dtrain train: --optimizer: 'foo' is not one of sgd/adam/adamw (e.g. --optimizer adam)" train --optimizer foo
 usage "--betas: '0.9' is not two numbers B1,B2 (e.g. --betas 0.9,0.999)" train --optimizer adam --betas 0.9
+usage "dtrain bench scaling: unexpected argument 'stray' (put flags for dtrain train after --)" bench scaling stray
+usage "dtrain tokenize: --vocab FILE is required" tokenize
 usage "--betas: '0.9,1.5': both betas must be in [0, 1)" train --optimizer adam --betas 0.9,1.5
 usage "--betas does not apply to --optimizer sgd" train --betas 0.9,0.999
 usage "--momentum does not apply to --optimizer adam" train --optimizer adam --momentum 0.9
@@ -91,14 +93,14 @@ usage "dtrain help: unknown command 'nope'" help nope
 [ $? -eq 2 ] || fail "dtrain without a command should exit 2"
 
 # ---- help: every flag of the parser, with defaults, and the DT_* tunables ------------
-train_flags="--model --hidden --dropout --factors --embedding-l2 --sparse-embeddings --zero-init-residual --layers --hidden-size --heads --intermediate-size --data --split --normalize --augment --data-workers --cache-images --skip-bad-images --limit-train --limit-test --epochs --batch-size
---optimizer --lr --momentum --dampening --nesterov --weight-decay --betas --eps --schedule --step-size --gamma
+train_flags="--model --hidden --dropout --factors --embedding-l2 --sparse-embeddings --zero-init-residual --layers --hidden-size --heads --intermediate-size --init-from --data --split --normalize --augment --data-workers --cache-images --skip-bad-images --vocab --text-column --text-pair-column --label-columns --label-column --max-len --no-lower-case --skip-bad-rows --limit-train --limit-test --epochs --batch-size
+--optimizer --lr --momentum --dampening --nesterov --weight-decay --no-decay --betas --eps --schedule --step-size --gamma
 --min-lr --warmup-epochs --warmup-steps --clip-grad-norm --label-smoothing --loss --pos-weight --val-fraction --val-data
 --threads --seed --out --progress --quiet
 --strategy --workers --accumulate --backend --master --bucket-cap-mb --first-bucket-mb --broadcast-buffers
 --find-unused-parameters --comm-hook --embedding-exchange --timeout --save-every --save-every-steps --keep --save-on-interrupt --resume
 --allow-data-change --overwrite --tensorboard --tensorboard-all-ranks --log-every --trace"
-eval_flags="--weights --model --hidden --data --split --normalize --augment --batch-size --threads --limit --strategy --workers"
+eval_flags="--weights --model --hidden --data --split --normalize --augment --vocab --text-column --text-pair-column --label-columns --label-column --max-len --no-lower-case --skip-bad-rows --batch-size --threads --limit --strategy --workers"
 recommend_flags="--weights --user --top --data --json --threads"
 check_help() { # command, expected flags
   local cmd=$1 want=$2

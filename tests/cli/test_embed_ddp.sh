@@ -22,11 +22,6 @@ for x in "$DTRAIN" "$DTRUN"; do [ -x "$x" ] || { echo "FAIL: $x is not built" >&
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK PMI_RANK SLURM_PROCID
 
 use_tmp
-# run_ok NAME SECONDS CMD...: run (common.sh) that must succeed.
-run_ok() {
-  run "$@"
-  [ $rc -eq 0 ] || { fail "$1: exit $rc"; show "$1"; }
-}
 # train NAME WORLD|dp:N|single ARGS...: dtrain train into $tmp/NAME (world W: dtrun with W ranks, strategy ddp).
 train() {
   local name=$1 how=$2
@@ -39,14 +34,6 @@ train() {
   *) run_ok "$name" 60 "$DTRUN" --standalone --nproc-per-node "$how" -- "$DTRAIN" "${args[@]}" --strategy ddp ;;
   esac
 }
-# same_weights WHAT A B: the weights of runs A and B within 1e-5.
-same_weights() {
-  [ -s "$tmp/$2/model.safetensors" ] && [ -s "$tmp/$3/model.safetensors" ] || { fail "$1: weights missing"; return; }
-  local d
-  d=$(max_diff "$tmp/$2/model.safetensors" "$tmp/$3/model.safetensors")
-  awk -v d="$d" 'BEGIN { exit !(d != "" && d <= 1e-5) }' && ok "$1 (max |diff| $d)" || fail "$1: weights differ by $d"
-}
-
 # A tiny ratings.csv: sparse original ids (users 1..40, movies 1, 11, ..., 591), ratings 0.5..5.
 mkdir -p "$tmp/ml"
 /usr/bin/python3 - "$tmp/ml/ratings.csv" <<'EOF'

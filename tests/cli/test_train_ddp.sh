@@ -100,7 +100,16 @@ table_rows() {
 # ---- 1 + 3: two ranks (progress, table, outputs) and exact evaluation -------------------------
 section "1/3 ddp on 2 ranks"
 base_args=(--strategy ddp --epochs 2 --limit-train 3000 --limit-test 1001 --lr 0.05)
-dtr ddp2 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train "${base_args[@]}" --out "$tmp/ddp2" --progress plain
+DT_DEBUG=ddp dtr ddp2 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train "${base_args[@]}" --out "$tmp/ddp2" \
+  --progress plain
+# the measured bucket layout: chosen once by rank 0 after the first steps, the same on both ranks (DT_DEBUG=ddp)
+l0=$(grep -oE '^\[rank 0\]: dtrain INFO \[ddp\] rank 0: measured layout: .* MiB' "$tmp/ddp2.err" | sed 's/.*layout: //')
+l1=$(grep -oE '^\[rank 1\]: dtrain INFO \[ddp\] rank 1: measured layout: .* MiB' "$tmp/ddp2.err" | sed 's/.*layout: //')
+if [ -n "$l0" ] && [ "$l0" = "$l1" ] && [ "$(grep -c 'measured layout: ' "$tmp/ddp2.err")" -eq 2 ]; then
+  ok "ddp 2 ranks: one measured bucket layout, the same on both ranks ($l0)"
+else
+  fail "ddp 2 ranks: measured layouts '$l0' and '$l1'; $(grep -c 'measured layout: ' "$tmp/ddp2.err") layout lines"
+fi
 if [ "$rc" -ne 0 ]; then
   fail "ddp 2 ranks: exit $rc"
   show ddp2

@@ -3,8 +3,10 @@
  * test_bert_torch.py: the built weights, the input, the training logits and loss, every gradient, and the
  * evaluation logits.
  *
- *   dump_bert OUT_PREFIX
+ *   dump_bert OUT_PREFIX [CHECKPOINT]
  *
+ * With CHECKPOINT (a Hugging Face directory or safetensors file), the same model is built, takes the
+ * checkpoint's weights with --init-from's loader, and dumps only input and hf/logits (evaluation mode).
  * Keys: init/<state_dict name>, input (3, 3, L: ids, token types, mask), labels, train/logits, train/loss,
  * grad/<parameter>, eval/logits. */
 #include <stdlib.h>
@@ -13,17 +15,10 @@
 #include "dtrain/dtrain.h"
 #include "parity/dump_io.h"
 
-enum { BATCH = 3, L = 12, VOCAB = 60, CLASSES = 3 };
+#define TOOL_NAME "dump_bert"
+#include "tool_try.h"
 
-static int fail(const char *what, dt_status s) {
-  fprintf(stderr, "dump_bert: %s: %s: %s\n", what, dt_status_name(s), dt_last_error());
-  return 1;
-}
-#define TRY(what, expr)                     \
-  do {                                      \
-    dt_status s_ = (expr);                  \
-    if (s_ != DT_OK) return fail(what, s_); \
-  } while (0)
+enum { BATCH = 3, L = 12, VOCAB = 60, CLASSES = 3 };
 
 static void put_tensors(dt_model *m, const char *prefix, const float *base_or_null) {
   const float *g = base_or_null;
@@ -54,8 +49,27 @@ static void make_batch(int32_t *x, int32_t *labels) {
   }
 }
 
+/* The checkpoint's weights through dt_model_init_from, then the evaluation logits of the batch. */
+static int from_checkpoint(dt_model *m, const char *path) {
+  int32_t x[BATCH * 3 * L], labels[BATCH];
+  make_batch(x, labels);
+  dt_init_report rep;
+  TRY("init from", dt_model_init_from(m, path, &rep));
+  if (rep.missing || rep.unexpected) {
+    fprintf(stderr, "dump_bert: %d tensors missing (%s), %d unexpected (%s)\n", rep.missing, rep.missing_names,
+            rep.unexpected, rep.unexpected_names);
+    return 1;
+  }
+  const float *y;
+  dt_model_set_training(m, 0);
+  TRY("forward", dt_model_forward(m, x, BATCH, &y));
+  PUTI("input", x, BATCH, 3, L);
+  PUTF("hf/logits", y, BATCH, CLASSES);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  int rc = dump_open(argc, argv);
+  int rc = dump_open(argc == 3 ? 2 : argc, argv);
   if (rc) return rc;
   const int64_t vocab = VOCAB;
   const dt_zoo_config cfg = {.ndim = 2, .input_shape = {3, L}, .outputs = CLASSES, .dropout = 0.0f,
@@ -64,6 +78,11 @@ int main(int argc, char **argv) {
   dt_model *m = NULL;
   TRY("zoo", dt_model_zoo_new("bert", &cfg, &m));
   TRY("build", dt_model_build(m, BATCH, 11));
+  if (argc == 3) {
+    rc = from_checkpoint(m, argv[2]);
+    dt_model_free(m);
+    return dump_close() || rc;
+  }
   int32_t x[BATCH * 3 * L], labels[BATCH];
   float dlogits[BATCH * CLASSES], loss;
   make_batch(x, labels);

@@ -22,6 +22,9 @@
 
 #include "dtrain/dtrain.h"
 
+#define TOOL_NAME "dump_model"
+#include "tool_try.h"
+
 typedef struct dump {
   FILE *bin, *idx;
   long off;
@@ -71,17 +74,6 @@ static int put_grads(dump *d, dt_model *m) {
   }
   return 0;
 }
-
-static int fail(const char *what, dt_status s) {
-  fprintf(stderr, "dump_model: %s: %s: %s\n", what, dt_status_name(s), dt_last_error());
-  return 1;
-}
-
-#define TRY(what, expr)                  \
-  do {                                   \
-    dt_status s_ = (expr);               \
-    if (s_ != DT_OK) return fail(what, s_); \
-  } while (0)
 
 static int run_grad(dump *d, dt_model *m, int batch) {
   const int classes = 10;

@@ -5,7 +5,8 @@
  *   dump_optim lr    key=value...          prints dt_lr_at for steps 0..steps-1, one per line
  *   dump_optim clip  max_norm=X count=N IN OUT   IN: grads (count); OUT: norm | grads (count)
  *
- * keys: kind count steps wd momentum dampening nesterov beta1 beta2 eps (step);
+ * keys: kind count steps wd momentum dampening nesterov beta1 beta2 eps nodecay=LO:N,LO:N... (step: the
+ *       elements [LO, LO+N) take no weight decay, dt_optim_set_no_decay);
  *       sched base warmup warmup_start step_size gamma total min steps (lr). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,15 @@ static int cmd_step(int argc, char **argv) {
   float *params = in, *lrs = in + count, *grads = in + count + steps;
   dt_optim *o = NULL;
   if (dt_optim_new(&c, count, &o) != DT_OK) return free(in), die("dt_optim_new");
+  dt_optim_range ranges[16];
+  int n_ranges = 0;
+  for (const char *r = sarg(argc, argv, "nodecay", NULL); r && *r && n_ranges < 16; n_ranges++) {
+    char *end;
+    ranges[n_ranges].lo = strtoull(r, &end, 10);
+    ranges[n_ranges].n = strtoull(end + 1, &end, 10);
+    r = *end == ',' ? end + 1 : end;
+  }
+  if (dt_optim_set_no_decay(o, ranges, n_ranges) != DT_OK) return free(in), die("dt_optim_set_no_decay");
   for (size_t t = 0; t < steps; t++)
     if (dt_optim_step(o, params, grads + t * count, lrs[t]) != DT_OK) return die("dt_optim_step");
   FILE *f = fopen(argv[argc - 1], "wb");

@@ -12,17 +12,10 @@
 #include "dtrain/dtrain.h"
 #include "parity/dump_io.h"
 
-enum { BATCH = 2, CLASSES = 10 };
+#define TOOL_NAME "dump_resnet"
+#include "tool_try.h"
 
-static int fail(const char *what, dt_status s) {
-  fprintf(stderr, "dump_resnet: %s: %s: %s\n", what, dt_status_name(s), dt_last_error());
-  return 1;
-}
-#define TRY(what, expr)                       \
-  do {                                        \
-    dt_status s_ = (expr);                    \
-    if (s_ != DT_OK) return fail(what, s_);   \
-  } while (0)
+enum { BATCH = 2, CLASSES = 10 };
 
 /* Every tensor of m under "<model>/<prefix>/<name>"; buffers and counters only with only_buffers. */
 static void put_state(dt_model *m, const char *model, const char *prefix, int only_buffers) {

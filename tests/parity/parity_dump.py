@@ -24,13 +24,13 @@ def load(prefix):
     return out
 
 
-def run(tool):
-    """Runs $DT_BUILD_DIR/tests/<tool> and returns its dump; None (after saying why) outside ctest."""
+def run(tool, *args):
+    """Runs $DT_BUILD_DIR/tests/<tool> [args] and returns its dump; None (after saying why) outside ctest."""
     build = os.environ.get("DT_BUILD_DIR")
     if not build:
         print("DT_BUILD_DIR is not set (run through ctest)")
         return None
     with tempfile.TemporaryDirectory() as tmp:
         prefix = os.path.join(tmp, "dump")
-        subprocess.run([os.path.join(build, "tests", tool), prefix], check=True)
+        subprocess.run([os.path.join(build, "tests", tool), prefix, *args], check=True)
         return load(prefix)

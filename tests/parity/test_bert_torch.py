@@ -2,8 +2,10 @@
 """Parity of dtrain's bert with the reference BertForSequenceClassification of bert_reference.py (PyTorch, as
 Hugging Face's modeling_bert.py computes it, with its module names, so dtrain's weights load with strict=True). On dtrain's initial weights and padded batch
 (dump_bert): training logits and cross-entropy loss, every parameter gradient (f32, rel <= 1e-4 of each tensor's largest
-magnitude), evaluation logits; and the initialisation's distribution (N(0, 0.02) weights and embeddings, zero
-biases, LayerNorm 1/0, a zero padding row). Exit 77 only when torch is missing (make deps installs it).
+magnitude), evaluation logits; the initialisation's distribution (N(0, 0.02) weights and embeddings, zero
+biases, LayerNorm 1/0, a zero padding row); and the other way: a checkpoint the reference writes in Hugging Face's
+layout (model.safetensors with its names, config.json) loads into dtrain (dt_model_init_from, as --init-from) and
+gives the reference's logits. Exit 77 only when torch is missing (make deps installs it).
 """
 import math
 import sys
@@ -61,6 +63,25 @@ def init_distribution(t):
     print("ok   init: N(0, 0.02) weights and embeddings, padding row 0, biases 0, LayerNorm 1/0" if not failures else "")
 
 
+def hf_checkpoint_loads(x):
+    """A reference model with other weights, saved as transformers would, read by dtrain: the same logits."""
+    import json
+    import os
+    import tempfile
+    from test_hf_torch import safetensors_bytes
+    torch.manual_seed(5)
+    ref = bert_reference.init_like_hf(bert_reference.make(60, 32, 4, 48, 2, 3, dropout=0.0)).eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        tensors = {k: v.detach().numpy() for k, v in ref.state_dict().items()}
+        with open(os.path.join(tmp, "model.safetensors"), "wb") as f:
+            f.write(safetensors_bytes(tensors, {"format": "pt"}))
+        json.dump({"model_type": "bert", "architectures": ["BertForSequenceClassification"]},
+                  open(os.path.join(tmp, "config.json"), "w"))
+        d = parity_dump.run("dump_bert", tmp)
+    with torch.no_grad():
+        check("hf checkpoint -> dtrain: eval logits", d["hf/logits"], ref(torch.from_numpy(d["input"])).numpy(), 1e-4)
+
+
 def main():
     torch.set_num_threads(2)
     t = parity_dump.run("dump_bert")
@@ -91,6 +112,7 @@ def main():
         failures.append("the padding row got a gradient")
     with torch.no_grad():
         check("eval/logits", t["eval/logits"], m(x).numpy(), 1e-4)
+    hf_checkpoint_loads(x)
     if failures:
         print("FAILED:", ", ".join(failures[:20]))
         return 1

@@ -95,6 +95,7 @@ typedef struct run_cfg {
   float dscale;       /* dlogits multiplier (1: the plain loss) */
   int same_data;      /* every rank trains on the same samples */
   int no_optim;       /* stop after the first step's gradients (compare gradients) */
+  int auto_buckets;   /* the measured layout (from step 4 on) */
 } run_cfg;
 
 /* Samples of step s: a batch of accum * world * b; micro-step k of rank r takes
@@ -129,6 +130,7 @@ static dt_status ddp_train(dt_group *g, const run_cfg *c, float **out, size_t *n
   if (c->cap_mb > 0) dc.bucket_cap_mb = c->cap_mb;
   if (c->first_mb > 0) dc.first_bucket_mb = c->first_mb;
   dc.comm_hook = c->hook;
+  dc.auto_buckets = c->auto_buckets;
   x = malloc((size_t)batch * (size_t)numel * sizeof(float));
   y = malloc((size_t)batch * sizeof(int32_t));
   dl = malloc((size_t)c->b * CLASSES * sizeof(float));
@@ -317,6 +319,18 @@ TEST(no_sync_accumulates_like_one_large_batch) {
   ASSERT_EQ(run_job(2, equiv_child, &ec, 30), 0);
 }
 
+/* The measured layout, chosen after 3 steps and used from then on, changes nothing either: 7 steps of world 2
+ * and 3 equal one process's (tcp too: rank 0's plan must reach every rank, or the buckets would not match). */
+TEST(measured_layout_equals_whole_batch) {
+  equiv_case ec = {.runs = {{.kind = MLP, .b = 8, .accum = 1, .steps = 7, .dscale = 1, .auto_buckets = 1},
+                            {.kind = CONV, .b = 8, .accum = 2, .steps = 7, .dscale = 1, .auto_buckets = 1}},
+                   .n_runs = 2, .tol = 1e-5, .cross_tol = -1};
+  ASSERT_EQ(run_job(2, equiv_child, &ec, 30), 0);
+  equiv_case three = {.runs = {{.kind = MLP, .b = 4, .accum = 1, .steps = 7, .dscale = 1, .auto_buckets = 1}},
+                      .n_runs = 1, .tol = 1e-5, .cross_tol = -1};
+  ASSERT_EQ(run_job_on("tcp", 3, equiv_child, &three, 30), 0);
+}
+
 TEST(bucket_caps_change_nothing_but_the_layout) {
   /* one tensor per bucket, the default, one bucket for everything */
   equiv_case ec = {.runs = {{.kind = MLP, .b = 8, .accum = 1, .steps = 5, .dscale = 1},
@@ -421,8 +435,10 @@ TEST(bucket_layouts_tile_the_arena) { ASSERT_EQ(run_job(2, layout_child, NULL, 3
 static int overlap_child(df_job *j, int r, int world, void *arg) {
   dt_group *g;
   if (!join_or_fail(j, r, world, &g)) return 2;
-  /* one tensor per bucket: bucket 0 is fc4.weight (the last layer) */
-  run_cfg c = {.kind = MLP_BIG, .b = 32, .accum = 1, .steps = 10, .dscale = 1, .cap_mb = 1e-3, .first_mb = 1e-3};
+  /* one tensor per bucket: bucket 0 is fc4.weight (the last layer); or the measured layout, from step 4 on */
+  const int measured = arg != NULL;
+  run_cfg c = {.kind = MLP_BIG, .b = 32, .accum = 1, .steps = 10, .dscale = 1, .cap_mb = 1e-3, .first_mb = 1e-3,
+               .auto_buckets = measured};
   float *p = NULL;
   size_t n = 0;
   int overlapped = 0, early = 0, bad = 0;
@@ -454,6 +470,8 @@ static int overlap_child(df_job *j, int r, int world, void *arg) {
 }
 
 TEST(all_reduce_overlaps_backward) { ASSERT_EQ(run_job(2, overlap_child, NULL, 30), 0); }
+/* The measured layout keeps the overlap: bucket 0 still launches before the first layer's backward, every step. */
+TEST(measured_layout_overlaps_backward) { ASSERT_EQ(run_job(2, overlap_child, "measured", 30), 0); }
 
 /* ---- model checks and broadcasts ------------------------------------------------------------ */
 
@@ -753,7 +771,8 @@ TEST(unused_parameters_and_misuse) { ASSERT_EQ(run_job(2, unused_child, NULL, 30
 TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
 
 TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(no_sync_accumulates_like_one_large_batch),
-          TEST_ENTRY(bucket_caps_change_nothing_but_the_layout), TEST_ENTRY(bucket_layouts_tile_the_arena),
-          TEST_ENTRY(all_reduce_overlaps_backward), TEST_ENTRY(model_mismatch_is_named_and_state_is_broadcast),
+          TEST_ENTRY(measured_layout_equals_whole_batch), TEST_ENTRY(bucket_caps_change_nothing_but_the_layout),
+          TEST_ENTRY(bucket_layouts_tile_the_arena), TEST_ENTRY(all_reduce_overlaps_backward),
+          TEST_ENTRY(measured_layout_overlaps_backward), TEST_ENTRY(model_mismatch_is_named_and_state_is_broadcast),
           TEST_ENTRY(compression_hooks_bf16_fp16), TEST_ENTRY(a_killed_rank_is_reported_by_finish),
           TEST_ENTRY(unused_parameters_and_misuse), TEST_ENTRY(nothing_left_in_dev_shm))

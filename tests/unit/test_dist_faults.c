@@ -252,6 +252,23 @@ TEST(port_in_use_is_a_clear_error) {
   close(fd);
 }
 
+TEST(unresolvable_master_is_named) {
+  /* .invalid never resolves (RFC 6761): a node name of SLURM_JOB_NODELIST that only the cluster's DNS knows.
+   * A name may resolve later (a node booting): retried until the deadline, then the resolver's answer. */
+  dt_group_options o;
+  dt_group_options_default(&o);
+  o.init_method = "tcp://n1.invalid:29999";
+  o.rank = 1;
+  o.world_size = 2;
+  o.timeout_s = 1.5;
+  dt_group *g = NULL;
+  double t0 = now_s();
+  ASSERT_EQ(dt_group_init(&o, &g), DT_NOT_FOUND);
+  ASSERT(now_s() - t0 < 4.0);
+  ASSERT_MSG(strstr(dt_last_error(), "cannot resolve host 'n1.invalid'") && strstr(dt_last_error(), "MASTER_ADDR"),
+             dt_last_error());
+}
+
 TEST(unreachable_master_times_out) {
   /* A port nobody listens on (bound, never listened). */
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -318,7 +335,7 @@ TEST(duplicate_rank_is_reported) {
 TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
 
 int main(int argc, char **argv) {
-  static const dt_test_case cases[] = {TEST_ENTRY(shm_rank_killed_mid_allreduce_is_named_within_seconds), TEST_ENTRY(tcp_rank_killed_mid_allreduce_is_named_within_seconds), TEST_ENTRY(shm_stopped_rank_gives_timeout), TEST_ENTRY(tcp_stopped_rank_gives_timeout), TEST_ENTRY(shm_mismatched_collectives_are_reported), TEST_ENTRY(tcp_mismatched_collectives_are_reported), TEST_ENTRY(abort_interrupts_a_waiting_collective), TEST_ENTRY(strangers_at_the_store_do_not_disturb_the_job), TEST_ENTRY(port_in_use_is_a_clear_error), TEST_ENTRY(unreachable_master_times_out), TEST_ENTRY(world_size_disagreement_is_reported), TEST_ENTRY(duplicate_rank_is_reported), TEST_ENTRY(nothing_left_in_dev_shm)};
+  static const dt_test_case cases[] = {TEST_ENTRY(shm_rank_killed_mid_allreduce_is_named_within_seconds), TEST_ENTRY(tcp_rank_killed_mid_allreduce_is_named_within_seconds), TEST_ENTRY(shm_stopped_rank_gives_timeout), TEST_ENTRY(tcp_stopped_rank_gives_timeout), TEST_ENTRY(shm_mismatched_collectives_are_reported), TEST_ENTRY(tcp_mismatched_collectives_are_reported), TEST_ENTRY(abort_interrupts_a_waiting_collective), TEST_ENTRY(strangers_at_the_store_do_not_disturb_the_job), TEST_ENTRY(port_in_use_is_a_clear_error), TEST_ENTRY(unresolvable_master_is_named), TEST_ENTRY(unreachable_master_times_out), TEST_ENTRY(world_size_disagreement_is_reported), TEST_ENTRY(duplicate_rank_is_reported), TEST_ENTRY(nothing_left_in_dev_shm)};
   shared = mmap(NULL, sizeof(outcome) * DF_MAX_WORLD, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) return 1;
   return dt_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);

@@ -275,7 +275,10 @@ TEST(kind_names_parse_and_print) {
   dt_sched_kind s = DT_SCHED_CONSTANT;
   ASSERT_OK(dt_sched_kind_parse("cosine", &s));
   ASSERT_EQ(s, DT_SCHED_COSINE);
-  ASSERT_STATUS(dt_sched_kind_parse("linear", &s), DT_INVALID_ARGUMENT);
+  ASSERT_OK(dt_sched_kind_parse("linear", &s));
+  ASSERT_EQ(s, DT_SCHED_LINEAR);
+  ASSERT_STATUS(dt_sched_kind_parse("Linear", &s), DT_INVALID_ARGUMENT);
+  ASSERT(strstr(dt_last_error(), "cosine, linear") != NULL);
   ASSERT_STR_EQ(dt_sched_kind_name(DT_SCHED_STEP), "step");
 }
 
@@ -354,6 +357,134 @@ TEST(schedule_check_names_the_field) {
   ASSERT_STATUS(dt_lr_schedule_check(NULL), DT_INVALID_ARGUMENT);
 }
 
+/* transformers' get_linear_schedule_with_warmup: from 0 over the warm-up, to 0 at total_steps, warm-up included. */
+TEST(schedule_linear_as_transformers) {
+  dt_lr_schedule s = sched(DT_SCHED_LINEAR, 1.0f);
+  s.warmup_steps = 2;
+  s.total_steps = 6;
+  s.warmup_start = 0; /* unused by linear: not checked */
+  ASSERT_OK(dt_lr_schedule_check(&s));
+  const float want[] = {0, 0.5f, 1, 0.75f, 0.5f, 0.25f, 0, 0};
+  for (int t = 0; t < 8; t++)
+    if (dt_lr_at(&s, t) != want[t]) FAIL_("step %d: lr %g, want %g", t, (double)dt_lr_at(&s, t), (double)want[t]);
+  s.warmup_steps = 0;
+  s.total_steps = 4;
+  const float decay[] = {1, 0.75f, 0.5f, 0.25f, 0};
+  for (int t = 0; t < 5; t++) ASSERT(dt_lr_at(&s, t) == decay[t]);
+  /* a warm-up as long as the run: transformers' max(1, total - warmup) keeps it finite */
+  s.warmup_steps = 4;
+  ASSERT(dt_lr_at(&s, 2) == 0.5f && dt_lr_at(&s, 4) == 0.0f && dt_lr_at(&s, 5) == 0.0f);
+  s.total_steps = 0;
+  ASSERT_STATUS(dt_lr_schedule_check(&s), DT_INVALID_ARGUMENT);
+  ASSERT(strstr(dt_last_error(), "num_training_steps") != NULL);
+}
+
+/* A step in parts (DataParallel's workers take one each) is dt_optim_step's update bit for bit: every kind, with
+ * and without a no-decay table, 1 to 5 parts, over 3 steps (the step count advances once a step). */
+TEST(step_in_parts_equals_one_step) {
+  const size_t n = 50021;
+  const dt_optim_range nd[2] = {{3, 5}, {8190, 9000}};
+  float *p[2] = {NULL, NULL}, *g = NULL;
+  for (int s = 0; s < 2; s++) ASSERT_OK(dt_alloc_array(n, sizeof(float), "p", (void **)&p[s]));
+  ASSERT_OK(dt_alloc_array(n, sizeof(float), "g", (void **)&g));
+  const dt_optim_kind kinds[3] = {DT_OPTIM_SGD, DT_OPTIM_ADAM, DT_OPTIM_ADAMW};
+  for (int k = 0; k < 3; k++)
+    for (int table = 0; table < 2; table++)
+      for (int parts = 1; parts <= 5; parts++) {
+        dt_optim_config c;
+        dt_optim_config_default(kinds[k], &c);
+        if (kinds[k] == DT_OPTIM_SGD) c = sgd(0.9f, 0, 0, 0);
+        c.weight_decay = 0.05f;
+        dt_optim *o[2] = {NULL, NULL};
+        for (int s = 0; s < 2; s++) {
+          ASSERT_OK(dt_optim_new(&c, n, &o[s]));
+          if (table) ASSERT_OK(dt_optim_set_no_decay(o[s], nd, 2));
+          for (size_t i = 0; i < n; i++) p[s][i] = 0.5f - (float)(i % 97) / 97.0f;
+        }
+        for (int step = 0; step < 3; step++) {
+          for (size_t i = 0; i < n; i++) g[i] = (float)((i * 31 + (size_t)step * 7) % 101) / 50.0f - 1.0f;
+          ASSERT_OK(dt_optim_step(o[0], p[0], g, 0.01f));
+          ASSERT_OK(dt_optim_begin_step(o[1], 0.01f));
+          for (int part = parts - 1; part >= 0; part--) dt_optim_step_part(o[1], p[1], g, 0.01f, part, parts);
+        }
+        if (memcmp(p[0], p[1], n * sizeof(float)) != 0)
+          FAIL_("kind %d, table %d, %d parts: the parts' update differs", k, table, parts);
+        ASSERT_EQ(dt_optim_step_count(o[1]), 3);
+        dt_optim_free(o[0]);
+        dt_optim_free(o[1]);
+      }
+  dt_free(p[0]);
+  dt_free(p[1]);
+  dt_free(g);
+}
+
+/* With a no-decay table every element gets the update of a one-element optimizer with the configured weight
+ * decay, or with none inside the ranges: bit for bit, across pieces, chunk edges and threads. */
+TEST(no_decay_ranges_match_two_groups) {
+  const size_t n = 50021;
+  const dt_optim_range ranges[3] = {{40000, 10021}, {3, 5}, {8190, 9000}}; /* unsorted, touching the end */
+  float *p = NULL, *g = NULL, *want = NULL;
+  ASSERT_OK(dt_alloc_array(n, sizeof(float), "p", (void **)&p));
+  ASSERT_OK(dt_alloc_array(n, sizeof(float), "g", (void **)&g));
+  ASSERT_OK(dt_alloc_array(n, sizeof(float), "want", (void **)&want));
+  const dt_optim_kind kinds[3] = {DT_OPTIM_SGD, DT_OPTIM_ADAM, DT_OPTIM_ADAMW};
+  int bad = 0;
+  for (int k = 0; k < 3; k++) {
+    dt_optim_config c[2]; /* [0] no decay, [1] decay */
+    dt_optim_config_default(kinds[k], &c[1]);
+    if (kinds[k] == DT_OPTIM_SGD) c[1] = sgd(0.9f, 0, 0, 0);
+    c[1].weight_decay = 0.1f;
+    c[0] = c[1];
+    c[0].weight_decay = 0;
+    dt_optim *big = NULL, *one[2] = {NULL, NULL};
+    ASSERT_OK(dt_optim_new(&c[1], n, &big));
+    ASSERT_OK(dt_optim_set_no_decay(big, ranges, 3));
+    ASSERT_EQ(dt_optim_no_decay_count(big), (size_t)(10021 + 5 + 9000));
+    for (size_t i = 0; i < n; i++) p[i] = want[i] = 0.001f * (float)(i % 97) - 0.05f;
+    for (int t = 0; t < 3; t++) {
+      for (size_t i = 0; i < n; i++) g[i] = 0.01f * (float)((i * 7 + (size_t)t) % 13) - 0.06f;
+      ASSERT_OK(dt_optim_step(big, p, g, 0.01f));
+    }
+    for (size_t i = 0; i < n; i++) { /* the same element alone, in the group its range says */
+      const int decay = !((i >= 3 && i < 8) || (i >= 8190 && i < 17190) || i >= 40000);
+      for (int d = 0; d < 2; d++) {
+        dt_optim_free(one[d]);
+        one[d] = NULL;
+        ASSERT_OK(dt_optim_new(&c[d], 1, &one[d]));
+      }
+      for (int t = 0; t < 3; t++) {
+        float gi = 0.01f * (float)((i * 7 + (size_t)t) % 13) - 0.06f;
+        ASSERT_OK(dt_optim_step(one[decay], &want[i], &gi, 0.01f));
+      }
+      bad += memcmp(&p[i], &want[i], sizeof(float)) != 0;
+    }
+    for (int d = 0; d < 2; d++) dt_optim_free(one[d]);
+    dt_optim_free(big);
+  }
+  dt_free(want);
+  dt_free(g);
+  dt_free(p);
+  ASSERT_EQ(bad, 0);
+}
+
+TEST(no_decay_ranges_are_checked) {
+  dt_optim_config c;
+  dt_optim_config_default(DT_OPTIM_ADAMW, &c);
+  dt_optim *o = NULL;
+  ASSERT_OK(dt_optim_new(&c, 100, &o));
+  const dt_optim_range outside[1] = {{90, 11}}, overlap[2] = {{10, 10}, {19, 2}};
+  ASSERT_STATUS(dt_optim_set_no_decay(o, outside, 1), DT_INVALID_ARGUMENT);
+  ASSERT(strstr(dt_last_error(), "[90, +11)") != NULL && strstr(dt_last_error(), "100-element") != NULL);
+  ASSERT_STATUS(dt_optim_set_no_decay(o, overlap, 2), DT_INVALID_ARGUMENT);
+  ASSERT(strstr(dt_last_error(), "overlap") != NULL);
+  ASSERT_EQ(dt_optim_no_decay_count(o), (size_t)0); /* unchanged by the failures */
+  ASSERT_OK(dt_optim_set_no_decay(o, overlap, 1));
+  ASSERT_EQ(dt_optim_no_decay_count(o), (size_t)10);
+  ASSERT_OK(dt_optim_set_no_decay(o, NULL, 0));
+  ASSERT_EQ(dt_optim_no_decay_count(o), (size_t)0);
+  dt_optim_free(o);
+}
+
 TEST(clip_scales_only_above_max_norm) {
   float g[2] = {3, 4}, norm = 0;
   ASSERT_OK(dt_clip_grad_norm(g, 2, 10.0f, &norm));
@@ -406,11 +537,13 @@ TEST(clip_norm_is_thread_count_independent) {
   ASSERT_NEAR(n1, sqrt(ref), 1e-6);
 }
 
-TEST_MAIN(TEST_ENTRY(sgd_plain), TEST_ENTRY(sgd_weight_decay), TEST_ENTRY(sgd_momentum), TEST_ENTRY(sgd_dampening),
+TEST_MAIN(TEST_ENTRY(step_in_parts_equals_one_step), TEST_ENTRY(sgd_plain), TEST_ENTRY(sgd_weight_decay), TEST_ENTRY(sgd_momentum), TEST_ENTRY(sgd_dampening),
           TEST_ENTRY(sgd_nesterov), TEST_ENTRY(adam_three_steps), TEST_ENTRY(adam_l2_weight_decay),
           TEST_ENTRY(adamw_decoupled_weight_decay), TEST_ENTRY(parallel_path_matches_elementwise),
           TEST_ENTRY(resume_from_state_is_exact), TEST_ENTRY(invalid_configs_are_rejected),
           TEST_ENTRY(kind_names_parse_and_print), TEST_ENTRY(schedule_constant_and_step),
           TEST_ENTRY(schedule_cosine_and_warmup), TEST_ENTRY(schedule_check_names_the_field),
+          TEST_ENTRY(schedule_linear_as_transformers), TEST_ENTRY(no_decay_ranges_match_two_groups),
+          TEST_ENTRY(no_decay_ranges_are_checked),
           TEST_ENTRY(clip_scales_only_above_max_norm), TEST_ENTRY(clip_rejects_bad_max_norm_and_reports_nonfinite),
           TEST_ENTRY(clip_norm_is_thread_count_independent))

@@ -9,7 +9,7 @@ static const char *const all_vars[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
     "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
-    "SLURM_JOB_ID", "SLURM_TASKS_PER_NODE", "DT_RUN_ID", "TORCHELASTIC_RUN_ID", "DT_RESTART_COUNT",
+    "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_TASKS_PER_NODE", "DT_RUN_ID", "TORCHELASTIC_RUN_ID", "DT_RESTART_COUNT",
     "TORCHELASTIC_RESTART_COUNT", "DT_STORE_SERVED"};
 
 static void clear_env(void) {
@@ -191,6 +191,32 @@ TEST(slurm_variables) {
   ASSERT_EQ(e.master_port, 4000);
 }
 
+/* Under srun the run id is the job and step (segment names of two jobs on one node differ); DT_RUN_ID wins. */
+TEST(slurm_job_identity) {
+  clear_env();
+  slurm_env();
+  dt_dist_env e;
+  set("SLURM_STEP_ID", "3");
+  ASSERT_OK(dt_dist_env_detect(NULL, -1, -1, &e));
+  ASSERT_STR_EQ(e.run_id, "slurm-123456.3");
+  unsetenv("SLURM_STEP_ID");
+  ASSERT_OK(dt_dist_env_detect(NULL, -1, -1, &e));
+  ASSERT_STR_EQ(e.run_id, "slurm-123456.0");
+  set("DT_RUN_ID", "mine");
+  ASSERT_OK(dt_dist_env_detect(NULL, -1, -1, &e));
+  ASSERT_STR_EQ(e.run_id, "mine");
+  /* a torchrun-style launch inside a Slurm job keeps torchrun's identity */
+  clear_env();
+  set("SLURM_JOB_ID", "77");
+  set("RANK", "0");
+  set("WORLD_SIZE", "1");
+  set("MASTER_ADDR", "h");
+  set("MASTER_PORT", "1234");
+  ASSERT_OK(dt_dist_env_detect(NULL, -1, -1, &e));
+  ASSERT_STR_EQ(e.run_id, "default");
+  clear_env();
+}
+
 /* The first host of a node list as rendezvous reads it. */
 static const char *first_host(const char *list, dt_dist_env *e) {
   clear_env();
@@ -345,5 +371,5 @@ TEST(job_identity) {
 }
 
 TEST_MAIN(TEST_ENTRY(nothing_set_says_what_to_do), TEST_ENTRY(torchrun_variables), TEST_ENTRY(torchrun_errors),
-          TEST_ENTRY(open_mpi_variables), TEST_ENTRY(slurm_variables), TEST_ENTRY(slurm_node_list_parser),
-          TEST_ENTRY(slurm_errors), TEST_ENTRY(tcp_init_method), TEST_ENTRY(job_identity))
+          TEST_ENTRY(open_mpi_variables), TEST_ENTRY(slurm_variables), TEST_ENTRY(slurm_job_identity),
+          TEST_ENTRY(slurm_node_list_parser), TEST_ENTRY(slurm_errors), TEST_ENTRY(tcp_init_method), TEST_ENTRY(job_identity))

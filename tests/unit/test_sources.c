@@ -260,6 +260,7 @@ TEST(sources_are_listed) {
   char buf[2048] = "";
   dt_dataset_sources(list_source, buf);
   ASSERT_HAS(buf, "synthetic|synthetic:N[,in=20,out=1,task=regression|classification|multilabel,seed=0]");
+  ASSERT_HAS(buf, "text|a .csv or .tsv file");
   ASSERT_HAS(buf, "idx|");
 }
 
