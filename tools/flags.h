@@ -4,7 +4,7 @@
 
 #include <stdio.h>
 
-#define FLAGS_MAX 80      /* rows of one table */
+#define FLAGS_MAX 96      /* rows of one table */
 #define FLAGS_MAX_POS 4   /* positional arguments kept */
 #define FLAGS_MAX_LIST 16 /* numbers of a FLAG_WIDTHS list */
 #define FLAGS_MAX_NUMS 64 /* numbers of a FLAG_NUMBERS list */
