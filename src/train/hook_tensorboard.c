@@ -57,6 +57,10 @@ static dt_status step(dt_run *r, const dt_step_event *e) {
     DT_CHECK(dt_tb_scalar(r->tb, "Loss/train", e->step, (float)dt_metric_acc_loss(w->acc)));
     DT_CHECK(scalars(r, r->metrics->train, v, r->metrics->n_train, "train", e->step));
     DT_CHECK(dt_tb_scalar(r->tb, "lr", e->step, e->lr));
+    if (r->cfg->amp == DT_AMP_FP16) { /* the scaler after this step, and the steps it skipped so far */
+      DT_CHECK(dt_tb_scalar(r->tb, "amp/loss_scale", e->step, r->scaler.scale));
+      DT_CHECK(dt_tb_scalar(r->tb, "amp/skipped_steps", e->step, (float)r->scaler.skipped));
+    }
     DT_CHECK(dt_tb_scalar(r->tb, "throughput/samples_per_s", e->step, (float)(dt > 0 ? samples * r->world / dt : 0)));
     DT_CHECK(dt_tb_flush(r->tb));
   }

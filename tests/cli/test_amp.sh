@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mixed precision through the command line (mlp on synthetic regression data, --threads 1):
 #  1. --amp fp16 resumed from a mid-run snapshot = uninterrupted, bit-exact, the loss scaler included (the
-#     snapshot holds it and dtrain inspect shows it). The scale starts at 2^24 and doubles after 5 finite steps
+#     snapshot holds it, dtrain inspect shows it, TensorBoard has amp/loss_scale and amp/skipped_steps). The scale starts at 2^24 and doubles after 5 finite steps
 #     (DT_AMP_INIT_SCALE_LOG2, DT_AMP_GROWTH_INTERVAL), so the scaled gradients overflow fp16 again and again: steps
 #     are skipped before and after the snapshot, and its scale and tracker are not the defaults;
 #  2. --amp bf16 changes the weights (the rounding is applied) but stays within 2e-2 of f32 after 2 epochs;
@@ -50,7 +50,7 @@ within() { # WHAT A B TOL
 
 section "1 fp16 resume is bit-exact with the scaler"
 export DT_AMP_INIT_SCALE_LOG2=24 DT_AMP_GROWTH_INTERVAL=5
-train full single --amp fp16 --batch-size 16 --save-every-steps 24
+train full single --amp fp16 --batch-size 16 --save-every-steps 24 --tensorboard "$tmp/tb" --log-every 4
 snap=$(ls "$tmp/full/snapshots/"step-000000048.safetensors 2>/dev/null)
 [ -n "$snap" ] || fail "no snapshot at step 48 in $tmp/full/snapshots"
 mkdir -p "$tmp/resumed"
@@ -66,6 +66,8 @@ done
 run_ok inspect 30 "$DTRAIN" inspect "$snap"
 grep -q "loss scaler (--amp fp16): scale [0-9]*, growth tracker [0-4], skipped steps [1-9]" "$tmp/inspect.out" && ok "inspect shows the scaler" ||
   { fail "inspect: no loss scaler line"; grep -i scaler "$tmp/inspect.out" >&2; }
+grep -rqa "amp/loss_scale" "$tmp/tb" && grep -rqa "amp/skipped_steps" "$tmp/tb" && ok "tensorboard has the scale" ||
+  fail "no amp/loss_scale scalar in $tmp/tb"
 grep -q "amp fp16 emulated" "$tmp/full.out" && ok "the banner names the path" || fail "banner: no amp path"
 grep -q "is emulated on this CPU: expect it to be slower than f32" "$tmp/full.err" && ok "emulation said" ||
   fail "no emulation warning"
