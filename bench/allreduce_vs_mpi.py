@@ -5,7 +5,7 @@ sizes, same iteration rule, same ranks, in one run. Prints one table per rank
 count with time and bus bandwidth of each, and the ratios dtrain/MPI
 (busbw: > 1 is dtrain faster; time: < 1 is dtrain faster).
 
-  bench/allreduce_vs_mpi.py [--build build] [--ranks 2,4] [-b 8] [-e 64M] [-f 4] [--reps 3]
+  bench/allreduce_vs_mpi.py [--build build] [--ranks 2,4] [-b 8] [-e 64M] [-f 4] [--reps 3] [--backends shm,tcp]
 
 Each configuration runs --reps times, interleaved (dtrain shm, MPI shm,
 dtrain tcp, MPI tcp, then again), and every cell is the median.
@@ -52,7 +52,11 @@ def main():
     ap.add_argument("-f", default="4")
     ap.add_argument("-n", default="100")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--backends", default="shm,tcp", help="comma list of shm, tcp (one alone halves the run)")
     args = ap.parse_args()
+    backends = args.backends.split(",")
+    if not backends or any(x not in ("shm", "tcp") for x in backends):
+        ap.error("--backends: '%s' is not a comma list of shm, tcp" % args.backends)
     b = args.build
     sizes = ["-b", args.b, "-e", args.e, "-f", args.f, "-n", args.n]
     mpirun = shutil.which("mpirun")
@@ -64,7 +68,7 @@ def main():
     for n in [int(x) for x in args.ranks.split(",")]:
         runs = {}
         for _ in range(args.reps):
-            for backend in ("shm", "tcp"):
+            for backend in backends:
                 out = run([os.path.join(b, "dtrun"), "--standalone", "--nproc-per-node", str(n), "--",
                            os.path.join(b, "dtrain"), "bench", "allreduce", "--backend", backend] + sizes, env)
                 runs.setdefault("dtrain " + backend, []).append(parse(out))
@@ -83,21 +87,21 @@ def main():
               % (n, args.reps))
         names = [k for k in ("dtrain shm", "MPI shm", "dtrain tcp", "MPI tcp") if k in cols]
         head = "| size (B) | " + " | ".join("%s us | %s GB/s" % (k, k) for k in names)
-        if have_mpi:
-            head += " | shm busbw ratio | shm time ratio | tcp busbw ratio"
+        pairs = [x for x in backends if have_mpi]
+        for x in pairs:
+            head += " | %s busbw ratio | %s time ratio" % (x, x)
         print(head + " |")
-        print("|" + "---|" * (1 + 2 * len(names) + (3 if have_mpi else 0)))
+        print("|" + "---|" * (1 + 2 * len(names) + 2 * len(pairs)))
         for size in sorted(set().union(*[set(v) for v in cols.values()])):
             cells = []
             for k in names:
                 r = cols[k].get(size)
                 cells += ["%.2f" % r[0], "%.2f" % r[1]] if r else ["-", "-"]
-            if have_mpi:
-                def ratio(a, c, i):
-                    ra, rc = cols[a].get(size), cols[c].get(size)
-                    return "%.2f" % (ra[i] / rc[i]) if ra and rc and rc[i] > 0 else "-"
-                cells += [ratio("dtrain shm", "MPI shm", 1), ratio("dtrain shm", "MPI shm", 0),
-                          ratio("dtrain tcp", "MPI tcp", 1)]
+            def ratio(a, c, i):
+                ra, rc = cols[a].get(size), cols[c].get(size)
+                return "%.2f" % (ra[i] / rc[i]) if ra and rc and rc[i] > 0 else "-"
+            for x in pairs:
+                cells += [ratio("dtrain " + x, "MPI " + x, 1), ratio("dtrain " + x, "MPI " + x, 0)]
             print("| %d | %s |" % (size, " | ".join(cells)))
 
 

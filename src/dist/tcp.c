@@ -39,6 +39,7 @@
 #define TMP_BYTES (SEG_BYTES > EX_SEG_BYTES ? SEG_BYTES : EX_SEG_BYTES)
 #define SMALL_BYTES ((size_t)64 << 10)  /* all-reduce / broadcast at or below: latency algorithms */
 #define SOCK_BUF_BYTES (4 << 20)        /* SO_SNDBUF / SO_RCVBUF request */
+#define LOWAT_MAX_BYTES EX_SEG_BYTES /* a sleeping receiver wakes once this much (or the rest) is there */
 #define POLL_SLICE_MS 100               /* abort flag checked at least this often */
 #define SPIN_S 50e-6                    /* polling (with sched_yield) before sleeping in poll */
 #define SPIN_MAX_BYTES ((size_t)4 << 20) /* pipelines of messages up to this spin too */
@@ -71,6 +72,8 @@ typedef struct tcp_backend {
   int *fd;              /* size: socket to each rank, -1 for self */
   char (*addr)[80];     /* size: "host:port" each rank published, for messages */
   uint64_t *closed_at;  /* size: order in which peers were seen closing (0 = open) */
+  int *lowat;           /* size: SO_RCVLOWAT last set on each socket (bytes; 0 = the default) */
+  int lowat_cap;        /* a quarter of the receive buffer: always reachable before the sender stalls */
   uint64_t closures;
   struct pollfd *pfd;   /* poll scratch: size + 64 entries */
   int *pfd_op;          /* pfd[i] belongs to op pfd_op[i], or -1-peer for a watch-only peer */
@@ -176,6 +179,16 @@ static dt_status op_io(tcp_backend *b, io_op *op, int *moved) {
   return DT_OK;
 }
 
+/* Makes poll report peer j readable only once `want` bytes (capped) have
+ * arrived, so a receiver sleeping on a large segment wakes once for it rather
+ * than for every loopback packet: with ranks outnumbering cores each early
+ * wake-up gives away a time slice. Set only when it changes (one call). */
+static void set_lowat(tcp_backend *b, int j, size_t want) {
+  int v = want > (size_t)b->lowat_cap ? b->lowat_cap : want > 0 ? (int)want : 1;
+  if (b->lowat[j] == v) return;
+  if (setsockopt(b->fd[j], SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v) == 0) b->lowat[j] = v;
+}
+
 /* Sleeps until one of the ops can move, a peer closes, the deadline passes or
  * the backend is aborted (checked every POLL_SLICE_MS). Peers without an op
  * are watched for a closed connection only: a peer that closes while we wait
@@ -183,6 +196,7 @@ static dt_status op_io(tcp_backend *b, io_op *op, int *moved) {
 static dt_status wait_ops(tcp_backend *b, io_op *const *ops, int nops, double deadline, int spin) {
   int n = 0;
   for (int i = 0; i < nops && n < b->npfd_cap; i++) {
+    if (!ops[i]->sending) set_lowat(b, ops[i]->peer, ops[i]->len - ops[i]->done);
     b->pfd[n] = (struct pollfd){b->fd[ops[i]->peer], (short)((ops[i]->sending ? POLLOUT : POLLIN) | POLLRDHUP), 0};
     b->pfd_op[n++] = i;
   }
@@ -709,6 +723,7 @@ static void tcp_destroy(dt_backend *base) {
   dt_free(b->fd);
   dt_free(b->addr);
   dt_free(b->closed_at);
+  dt_free(b->lowat);
   dt_free(b->pfd);
   dt_free(b->pfd_op);
   dt_free(b->tmp);
@@ -989,6 +1004,7 @@ dt_status dt_backend_tcp_new(const dt_backend_ctx *ctx, dt_backend **out) {
   for (int j = 0; j < n; j++) b->fd[j] = -1;
   DT_CHECK_GOTO(dt_alloc_array((size_t)n, sizeof *b->addr, "tcp addresses", (void **)&b->addr), st, fail_setup);
   DT_CHECK_GOTO(dt_alloc_array((size_t)n, sizeof *b->closed_at, "tcp peers", (void **)&b->closed_at), st, fail_setup);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)n, sizeof *b->lowat, "tcp peers", (void **)&b->lowat), st, fail_setup);
   DT_CHECK_GOTO(dt_alloc_array((size_t)b->npfd_cap, sizeof *b->pfd, "tcp poll set", (void **)&b->pfd), st, fail_setup);
   DT_CHECK_GOTO(dt_alloc_array((size_t)b->npfd_cap, sizeof *b->pfd_op, "tcp poll set", (void **)&b->pfd_op), st,
                 fail_setup);
@@ -1032,6 +1048,11 @@ dt_status dt_backend_tcp_new(const dt_backend_ctx *ctx, dt_backend **out) {
     DT_CHECK_GOTO(accept_peers(b, ctx, lfd, tag, deadline), st, fail_setup);
     dt_net_close(&lfd);
     DT_LOG_INFO("tcp", "rank %d: connected to %d peers", ctx->global[r], n - 1);
+    int rcvbuf = 0;
+    socklen_t sl = sizeof rcvbuf;
+    if (getsockopt(b->fd[r == 0 ? 1 : 0], SOL_SOCKET, SO_RCVBUF, &rcvbuf, &sl) != 0) rcvbuf = 0;
+    b->lowat_cap = rcvbuf / 4 < (int)LOWAT_MAX_BYTES ? rcvbuf / 4 : (int)LOWAT_MAX_BYTES;
+    if (b->lowat_cap < 1) b->lowat_cap = 1;
   }
   *out = &b->base;
   return DT_OK;

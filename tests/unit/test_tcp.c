@@ -309,6 +309,46 @@ TEST(allreduce_by_halving_and_doubling_in_worlds_of_2_and_4) {
   }
 }
 
+/* A receive raises its socket's SO_RCVLOWAT up to a whole segment; the tiny
+ * collectives that follow must lower it again or poll never reports their
+ * 32-byte signature. Large and tiny all-reduces alternate, each tiny one
+ * with a 2 s deadline, and must finish well within it with the right sum. */
+static int rank_lowat(dt_backend *b, int rank, int size, void *arg) {
+  ctx_run ctx = {b, 0, rank, size}, *x = &ctx;
+  size_t big = ((size_t)3 << 20) / 4 + 5;
+  float *a = NULL, one;
+  if (dt_alloc(big * 4, (void **)&a) != DT_OK) return 2;
+  int fail = 0;
+  for (int k = 0; k < 4 && !fail; k++) {
+    dt_dtype t = DT_F32;
+    size_t count = big;
+    for (size_t i = 0; i < big; i++) a[i] = (float)dv_input(rank, i);
+    CHECK_RUN(run(x, DT_COLL_ALLREDUCE, a, a, big, t, DT_SUM, 0), "large allreduce");
+    fail = compare(x, "allreduce", t, DT_SUM, 1, a, big, 0, want_reduced, 0);
+    one = (float)dv_input(rank, 5);
+    count = 1;
+    dt_coll c = {DT_COLL_ALLREDUCE, ++x->seq, &one, &one, 1, t, DT_SUM, 0, dt_time_now() + 2};
+    double t0 = dt_time_now();
+    CHECK_RUN(dt_backend_run(b, &c), "tiny allreduce after a large one");
+    double took = dt_time_now() - t0;
+    if (!fail && (one != (float)dv_reference(DT_SUM, size, 5) || took > 1)) {
+      fprintf(stderr, "rank %d/%d: tiny allreduce gave %g (want %g) in %.3f s\n", rank, size, one,
+              dv_reference(DT_SUM, size, 5), took);
+      fail = 1;
+    }
+  }
+  dt_free(a);
+  return fail;
+}
+
+TEST(tiny_allreduces_after_large_ones_wake_promptly) {
+  for (int size = 3; size <= 4; size++) {
+    int codes[8];
+    ASSERT_EQ(run_world(size, rank_lowat, NULL, NULL, 60, codes), 0);
+    for (int r = 0; r < size; r++) ASSERT_EQ(codes[r], 0);
+  }
+}
+
 /* Rank 3 of 4 brings a different count to a large all-reduce (one that
  * takes the pairwise exchanges): its neighbours report the mismatch, the
  * others a mismatch or a lost peer, all promptly. */
@@ -613,7 +653,7 @@ int main(int argc, char **argv) {
   if (setup()) return 1;
   static const dt_test_case cases[] = {
       TEST_ENTRY(collectives_match_reference_for_world_sizes_1_to_5),
-      TEST_ENTRY(allreduce_by_halving_and_doubling_in_worlds_of_2_and_4),
+      TEST_ENTRY(allreduce_by_halving_and_doubling_in_worlds_of_2_and_4), TEST_ENTRY(tiny_allreduces_after_large_ones_wake_promptly),
       TEST_ENTRY(a_mismatch_in_a_large_allreduce_of_4_is_detected),
       TEST_ENTRY(a_rank_that_exits_mid_allreduce_is_reported_lost),
       TEST_ENTRY(a_silent_rank_gives_a_timeout_naming_it),
