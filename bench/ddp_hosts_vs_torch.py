@@ -57,7 +57,7 @@ def both(cmds, envs):
 
 
 def dtrain_once(a, tmp, port):
-    out = os.path.join(tmp, "dt")
+    out = os.path.join(tmp, "dt%d-" % port)  # a fresh output directory every repetition
     cmds = []
     for node in (0, 1):
         cmds.append([os.path.join(a.build, "dtrun"), "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
