@@ -74,7 +74,8 @@ int main(int argc, char **argv) {
   if (argc < 6) return fprintf(stderr, "usage: bert_steps MODEL BATCH SEQ_LEN STEPS train|infer [TRACE.json]\n"), 2;
   const int B = atoi(argv[2]), L = atoi(argv[3]), steps = atoi(argv[4]), train = strcmp(argv[5], "train") == 0;
   const char *trace = argc > 6 ? argv[6] : NULL;
-  if (B < 1 || L < 4 || steps < 1) return fprintf(stderr, "bert_steps: BATCH >= 1, SEQ_LEN >= 4, STEPS >= 1\n"), 2;
+  if (B < 1 || B > 4096 || L < 4 || steps < 1)
+    return fprintf(stderr, "bert_steps: BATCH in 1..4096, SEQ_LEN >= 4, STEPS >= 1\n"), 2;
   const int64_t vocab = VOCAB;
   const dt_zoo_config cfg = {.ndim = 2, .input_shape = {3, L}, .outputs = CLASSES, .dropout = -1.0f,
                              .task = DT_TASK_CLASSIFICATION, .n_index = 1, .index_size = &vocab};
@@ -83,7 +84,7 @@ int main(int argc, char **argv) {
   TRY("build", dt_model_build(m, B, 1));
   int32_t *x = malloc((size_t)B * 3 * L * sizeof(int32_t)), labels[4096];
   float *dlogits = malloc((size_t)B * CLASSES * sizeof(float));
-  if (!x || !dlogits || B > 4096) return fprintf(stderr, "bert_steps: out of memory\n"), 1;
+  if (!x || !dlogits) return fprintf(stderr, "bert_steps: out of memory\n"), 1;
   make_batch(x, labels, B, L);
   int64_t tokens;
   const double flops = gemm_flops(m, x, B, L, &tokens);
