@@ -1,9 +1,11 @@
-/* conv2d kernels: per sample, im2col into a per-thread buffer and GEMMs on NCHW data (col2im for backward). */
+/* conv2d kernels: per sample, im2col into a per-thread buffer and GEMMs on NCHW data (col2im for backward);
+ * 3x3 stride-1 padded convolutions go to the direct kernels of conv3x3.c instead. */
 #include <limits.h>
 #include <omp.h>
 #include <string.h>
 
 #include "core/impl.h"
+#include "tensor/conv3x3.h"
 #include "tensor/kernels.h"
 
 dt_status dt_conv2d_geom_init(dt_conv2d_geom *g, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
@@ -84,14 +86,20 @@ static int transposed_geom(const dt_conv2d_geom *g, dt_conv2d_geom *t) {
   return 1;
 }
 
+/* Floats of the forward's scratch for geometry g, by whichever path it takes. */
+static size_t forward_floats(const dt_conv2d_geom *g) {
+  if (dt_conv3x3_forward_applies(g)) return dt_conv3x3_forward_floats(g);
+  const size_t blocks = (size_t)(g->threads < g->N ? (g->threads > 0 ? g->threads : 1) : g->N);
+  return blocks * block_floats(g);
+}
+
 size_t dt_conv2d_scratch_floats(const dt_conv2d_geom *g) {
   const size_t blocks = (size_t)(g->threads < g->N ? (g->threads > 0 ? g->threads : 1) : g->N);
-  size_t n = blocks * block_floats(g);
+  size_t n = blocks * block_floats(g), m = forward_floats(g);
+  if (m > n) n = m;
+  if (dt_conv3x3_weights_applies(g) && (m = dt_conv3x3_weights_floats(g)) > n) n = m;
   dt_conv2d_geom t;
-  if (transposed_geom(g, &t)) {
-    size_t nt = (size_t)g->C * g->OC * g->KH * g->KW + blocks * block_floats(&t);
-    if (nt > n) n = nt;
-  }
+  if (transposed_geom(g, &t) && (m = (size_t)g->C * g->OC * g->KH * g->KW + forward_floats(&t)) > n) n = m;
   return n;
 }
 
@@ -223,35 +231,22 @@ static void forward_groups(const dt_conv2d_geom *g, float *out, float *scratch, 
 
 void dt_conv2d_forward(const dt_conv2d_geom *g, float *out, float *scratch, const float *inp, const float *w,
                        const float *b) {
-  forward_groups(g, out, scratch, inp, w, b);
+  if (dt_conv3x3_forward_applies(g))
+    dt_conv3x3_forward(g, out, scratch, inp, w, b);
+  else
+    forward_groups(g, out, scratch, inp, w, b);
 }
 
 /* Per group of G samples, from dout in NCHW gathered as dy (OC, G*P) when G > 1: dw += dy @ col^T (col (R, G*P)
  * unfolded again, into cache), dcol (R, G*P) = w^T @ dy and its col2im per sample while dcol is in cache. Groups
  * are spread over the threads; with more than one thread each sums its dw into its own partial, added to dw at
  * the end in thread order. */
-void dt_conv2d_backward(const dt_conv2d_geom *g, float *dinp, float *dw, float *db, float *scratch,
-                        const float *dout, const float *inp, const float *w) {
+static void backward_groups(const dt_conv2d_geom *g, float *dinp, float *dw, float *scratch, const float *dout,
+                            const float *inp, const float *w) {
   const int R = g->C * g->KH * g->KW, P = g->OH * g->OW, OC = g->OC, G = conv_group(g);
   const int groups = (g->N + G - 1) / G;
   const size_t HW = (size_t)g->H * g->W, GP = (size_t)G * P, block = block_floats(g);
-  if (db) {
-#pragma omp parallel for schedule(static)
-    for (int oc = 0; oc < OC; oc++) {
-      double sum = 0.0;
-      for (int n = 0; n < g->N; n++) sum += sum_floats(dout + ((size_t)n * OC + oc) * P, P);
-      db[oc] += (float)sum;
-    }
-  }
-  if (!dw && !dinp) return;
-  dt_conv2d_geom tg;
-  float *dinp_later = NULL;
-  if (dinp && transposed_geom(g, &tg)) {
-    dinp_later = dinp;
-    dinp = NULL;
-  }
-  const int T = conv_threads(g);
-#pragma omp parallel num_threads(T)
+#pragma omp parallel num_threads(conv_threads(g))
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     float *col = scratch + (size_t)t * block, *dcol = col + (size_t)R * GP, *y = dcol + (size_t)R * GP;
@@ -280,23 +275,44 @@ void dt_conv2d_backward(const dt_conv2d_geom *g, float *dinp, float *dw, float *
       }
     }
     if (dw && nt > 1) {
-      const size_t stride = block;
       float *part0 = scratch + 2 * (size_t)R * GP + (G > 1 ? (size_t)OC * GP : 0);
 #pragma omp for schedule(static)
       for (int i = 0; i < OC * R; i++) {
         float acc = dw[i];
-        for (int k = 0; k < nt; k++) acc += part0[(size_t)k * stride + i];
+        for (int k = 0; k < nt; k++) acc += part0[(size_t)k * block + i];
         dw[i] = acc;
       }
     }
   }
-  if (dinp_later) {
-    /* wt[c][oc][kh][kw] = w[oc][c][KH-1-kh][KW-1-kw] */
-    const int C = g->C, KK = g->KH * g->KW;
-    float *wt = scratch;
-    for (int oc = 0; oc < OC; oc++)
-      for (int c = 0; c < C; c++)
-        for (int k = 0; k < KK; k++) wt[((size_t)c * OC + oc) * KK + (KK - 1 - k)] = w[((size_t)oc * C + c) * KK + k];
-    forward_groups(&tg, dinp_later, scratch + (size_t)C * OC * KK, dout, wt, NULL);
+}
+
+/* dinp as the forward of the transposed geometry tg: wt[c][oc][kh][kw] = w[oc][c][KH-1-kh][KW-1-kw], at the
+ * start of the scratch, the forward's own scratch after it. */
+static void transposed_input_grad(const dt_conv2d_geom *g, const dt_conv2d_geom *tg, float *dinp, float *scratch,
+                                  const float *dout, const float *w) {
+  const int C = g->C, OC = g->OC, KK = g->KH * g->KW;
+  float *wt = scratch;
+  for (int oc = 0; oc < OC; oc++)
+    for (int c = 0; c < C; c++)
+      for (int k = 0; k < KK; k++) wt[((size_t)c * OC + oc) * KK + (KK - 1 - k)] = w[((size_t)oc * C + c) * KK + k];
+  dt_conv2d_forward(tg, dinp, scratch + (size_t)C * OC * KK, dout, wt, NULL);
+}
+
+void dt_conv2d_backward(const dt_conv2d_geom *g, float *dinp, float *dw, float *db, float *scratch,
+                        const float *dout, const float *inp, const float *w) {
+  const int P = g->OH * g->OW, OC = g->OC;
+  if (db) {
+#pragma omp parallel for schedule(static)
+    for (int oc = 0; oc < OC; oc++) {
+      double sum = 0.0;
+      for (int n = 0; n < g->N; n++) sum += sum_floats(dout + ((size_t)n * OC + oc) * P, P);
+      db[oc] += (float)sum;
+    }
   }
+  dt_conv2d_geom tg;
+  const int direct_dw = dw && dt_conv3x3_weights_applies(g), transposed = dinp && transposed_geom(g, &tg);
+  if (direct_dw) dt_conv3x3_weights(g, dw, scratch, dout, inp);
+  float *gemm_dw = direct_dw ? NULL : dw, *gemm_dinp = transposed ? NULL : dinp;
+  if (gemm_dw || gemm_dinp) backward_groups(g, gemm_dinp, gemm_dw, scratch, dout, inp, w);
+  if (transposed) transposed_input_grad(g, &tg, dinp, scratch, dout, w);
 }

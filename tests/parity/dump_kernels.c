@@ -193,6 +193,10 @@ int main(int argc, char **argv) {
   dt_rng_init(&rng, 1234, 0);
   linear_case();
   conv_case("conv_s1p1", 2, 3, 7, 6, 4, 3, 3, 1, 1, 1);
+  /* the direct 3x3 kernels (conv3x3.c): width a multiple of 8 (forward and weight gradient direct), 9+ channels
+   * (input gradient by the direct forward, transposed), output channels not a multiple of 4 */
+  conv_case("conv_direct16", 3, 9, 5, 16, 6, 3, 3, 1, 1, 1);
+  conv_case("conv_direct13", 2, 10, 4, 13, 5, 3, 3, 1, 1, 0); /* width 13: overlapping vectors, GEMM dw */
   conv_case("conv_s2p1", 2, 3, 7, 8, 5, 3, 3, 2, 1, 1);
   conv_case("conv_k2s2", 3, 2, 6, 6, 3, 2, 2, 2, 0, 0);
   conv_case("conv_rect", 2, 2, 5, 7, 3, 3, 2, 1, 0, 1);

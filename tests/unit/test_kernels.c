@@ -176,6 +176,21 @@ TEST(conv2d_grad_threads) {
   ASSERT_EQ(conv_grad_case(2, 9, 6, 6, 4, 3, 1, 0, 1), 0); /* pad 0: GEMM + col2im (a transposed one would be larger) */
 }
 
+/* The direct 3x3 stride-1 pad-1 kernels (conv3x3.c) take widths >= 8: forward by vectors of 8 along a row (the
+ * last two overlapping when the width is not a multiple of 8), weight gradient when it is a multiple of 8 (samples
+ * grouped to 64 vectors), input gradient as the direct forward of the transposed convolution (9+ channels). */
+TEST(conv2d_direct_grad) {
+  dt_rng_init(&rng, 13, 0);
+  for (int t = 1; t <= 3; t += 2) {
+    ASSERT_OK(dt_set_threads(t));
+    ASSERT_EQ(conv_grad_case(3, 3, 4, 8, 5, 3, 1, 1, 1), 0);   /* 3 input channels: GEMM input gradient */
+    ASSERT_EQ(conv_grad_case(11, 9, 3, 16, 6, 3, 1, 1, 0), 0); /* dw groups of 11 samples (6 vectors each) */
+    ASSERT_EQ(conv_grad_case(2, 10, 5, 13, 4, 3, 1, 1, 1), 0); /* width 13: overlap; GEMM dw */
+    ASSERT_EQ(conv_grad_case(5, 8, 8, 8, 9, 3, 1, 1, 0), 0);   /* 9 output channels: a block of 1 */
+  }
+  ASSERT_OK(dt_set_threads(1));
+}
+
 TEST(conv2d_exact) {
   /* input 1..9 as 3x3, kernel 2x2 of ones */
   float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, w[4] = {1, 1, 1, 1}, b[1] = {0.5f}, y[4];
@@ -688,7 +703,7 @@ TEST(elementwise) {
   free(big), free(big2);
 }
 
-TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_grad_threads), TEST_ENTRY(conv2d_exact), TEST_ENTRY(conv2d_geom_rejects),
+TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_grad_threads), TEST_ENTRY(conv2d_direct_grad), TEST_ENTRY(conv2d_exact), TEST_ENTRY(conv2d_geom_rejects),
           TEST_ENTRY(pool_grad), TEST_ENTRY(pool_exact), TEST_ENTRY(maxpool_nan_and_ties_both_paths), TEST_ENTRY(pool_geom_rejects), TEST_ENTRY(batchnorm_grad),
           TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(bn_relu_maxpool_fused_matches_composition), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
           TEST_ENTRY(cross_entropy_grad), TEST_ENTRY(cross_entropy_rejects), TEST_ENTRY(topk_correct),
