@@ -38,6 +38,8 @@
                                         * within L2, fewer calls and wake-ups (measured: 4 ranks on 2 cores) */
 #define TMP_BYTES (SEG_BYTES > EX_SEG_BYTES ? SEG_BYTES : EX_SEG_BYTES)
 #define SMALL_BYTES ((size_t)64 << 10)  /* all-reduce / broadcast at or below: latency algorithms */
+#define A2A_MAX_BYTES ((size_t)4 << 10) /* all-reduce at or below, 3 to A2A_MAX_RANKS ranks: all-to-all */
+#define A2A_MAX_RANKS 8
 #define SOCK_BUF_BYTES (4 << 20)        /* SO_SNDBUF / SO_RCVBUF request */
 #define LOWAT_MAX_BYTES EX_SEG_BYTES /* a sleeping receiver wakes once this much (or the rest) is there */
 #define POLL_SLICE_MS 100               /* abort flag checked at least this often */
@@ -47,6 +49,7 @@
 #define MAX_PENDING 16                  /* accepted connections still in their handshake */
 
 _Static_assert(SMALL_BYTES <= SEG_BYTES, "recursive doubling receives a whole message into the segment buffer");
+_Static_assert((A2A_MAX_BYTES + 32) * (A2A_MAX_RANKS + 1) <= TMP_BYTES, "all-to-all's messages fit in tmp");
 _Static_assert(sizeof(dt_coll_sig) == 32, "dt_coll_sig travels as 32 bytes");
 
 /* A new connection's handshake (the connector is the lower rank):
@@ -482,6 +485,39 @@ static dt_status rd_allreduce(tcp_backend *b, cstate *cs, char *buf, size_t byte
   return DT_OK;
 }
 
+/* All-to-all for tiny messages: every rank sends its input to every other at once and reduces the n inputs in
+ * rank order, as shm does (the same bits). One round of hand-offs instead of recursive doubling's log2(n) (three
+ * at n = 3, where the odd rank folds in and out again): when ranks share cores each round costs a wake-up, and
+ * that, not the bytes, is what the stop flag, loss sums and metrics pay. Each message carries the sender's
+ * signature, checked by every receiver: data from a rank that is not a ring neighbour is never taken unchecked.
+ * tmp holds this rank's message, then one slot per rank: [signature | input]. */
+static dt_status a2a_allreduce(tcp_backend *b, cstate *cs, size_t bytes) {
+  const dt_coll *c = cs->c;
+  const int r = b->base.rank, n = b->base.size;
+  const size_t msg = sizeof(dt_coll_sig) + bytes;
+  io_op ops[2 * (A2A_MAX_RANKS - 1)];
+  const void *srcs[A2A_MAX_RANKS];
+  memcpy(b->tmp, &cs->mine, sizeof(dt_coll_sig));
+  memcpy(b->tmp + sizeof(dt_coll_sig), c->send, bytes);
+  int k = 0;
+  for (int j = 0; j < n; j++) {
+    char *slot = j == r ? b->tmp : b->tmp + (size_t)(j + 1) * msg;
+    srcs[j] = slot + sizeof(dt_coll_sig);
+    if (j == r) continue;
+    ops[k++] = (io_op){j, 1, b->tmp, msg, 0};
+    ops[k++] = (io_op){j, 0, slot, msg, 0};
+  }
+  DT_CHECK(run_ops(b, cs, ops, k, 0));
+  for (int j = 0; j < n; j++) {
+    dt_coll_sig theirs;
+    if (j == r) continue;
+    memcpy(&theirs, b->tmp + (size_t)(j + 1) * msg, sizeof theirs);
+    DT_CHECK(dt_coll_sig_check(&cs->mine, &theirs, b->global[j]));
+  }
+  dt_reduce_many(c->recv, srcs, n, c->count, c->dtype, c->op);
+  return DT_OK;
+}
+
 /* Ring reduce-scatter steps: at step t rank r sends block r-t-1 and receives
  * block r-t-2, which it combines with its own input; after n-1 steps it holds
  * block r reduced. part(k) is where block k's partial result lives. */
@@ -595,7 +631,9 @@ static dt_status tcp_allreduce(dt_backend *base, const dt_coll *c) {
   cstate cs;
   cstate_init(b, &cs, c);
   dt_status st;
-  if (bytes <= SMALL_BYTES) {
+  if (n >= 3 && n <= A2A_MAX_RANKS && bytes <= A2A_MAX_BYTES) {
+    st = a2a_allreduce(b, &cs, bytes);
+  } else if (bytes <= SMALL_BYTES) {
     if (c->send != c->recv && bytes) memcpy(c->recv, c->send, bytes);
     st = rd_allreduce(b, &cs, c->recv, bytes, 1);
   } else if ((n & (n - 1)) == 0 && (n >= 4 || bytes > ((size_t)4 << 20))) {

@@ -2,6 +2,7 @@
  * in place and out of place, world sizes 1..5 (forked ranks over loopback, one
  * store served by the parent), a several-MiB all-reduce through the pipelined
  * ring, the halving-and-doubling all-reduce of power-of-two worlds; then
+ * the rank-order bits of tiny all-reduces (all-to-all at 3 to 5 ranks); then
  * faults: a rank that exits mid all-reduce, a rank that sleeps past the
  * deadline, mismatched collectives, an abort from another thread, and a
  * stranger sending garbage to a listening port during setup. */
@@ -349,6 +350,53 @@ TEST(tiny_allreduces_after_large_ones_wake_promptly) {
   }
 }
 
+/* Tiny all-reduces of 3 to 5 ranks go all-to-all and reduce in rank order: the same bits as shm's
+ * ((x0 + x1) + x2) + ..., checked with inputs that round. */
+static int rank_tiny_order(dt_backend *b, int rank, int size, void *arg) {
+  float v[5], want[5];
+  for (int i = 0; i < 5; i++) {
+    v[i] = 1.0f / (float)(rank + 3 + i);
+    want[i] = 1.0f / (float)(3 + i);
+    for (int q = 1; q < size; q++) want[i] += 1.0f / (float)(q + 3 + i);
+  }
+  dt_coll c = {DT_COLL_ALLREDUCE, 1, v, v, 5, DT_F32, DT_SUM, 0, dt_time_now() + 10};
+  if (dt_backend_run(b, &c) != DT_OK) return fprintf(stderr, "rank %d: %s\n", rank, dt_last_error()), 1;
+  for (int i = 0; i < 5; i++)
+    if (memcmp(&v[i], &want[i], sizeof v[i]) != 0) {
+      fprintf(stderr, "rank %d/%d: element %d is %.9g, want %.9g (rank order)\n", rank, size, i, v[i], want[i]);
+      return 1;
+    }
+  return 0;
+}
+
+TEST(tiny_allreduces_reduce_in_rank_order) {
+  for (int size = 3; size <= 5; size++) {
+    int codes[8];
+    ASSERT_EQ(run_world(size, rank_tiny_order, NULL, NULL, 30, codes), 0);
+    for (int r = 0; r < size; r++) ASSERT_EQ(codes[r], 0);
+  }
+}
+
+/* Rank 2 of 4, no ring neighbour of rank 0, brings i32 where the others bring f32, the same bytes: every rank
+ * fails promptly (the all-to-all's messages carry signatures), none takes rank 2's data as a result. */
+static int rank_tiny_mismatch(dt_backend *b, int rank, int size, void *arg) {
+  float v[8] = {0};
+  dt_coll c = {DT_COLL_ALLREDUCE, 1, v, v, 8, rank == 2 ? DT_I32 : DT_F32, DT_SUM, 0, dt_time_now() + 10};
+  double t0 = dt_time_now();
+  dt_status st = dt_backend_run(b, &c);
+  if ((st != DT_MISMATCH && st != DT_PEER_LOST) || dt_time_now() - t0 > 3) {
+    fprintf(stderr, "rank %d/%d: expected a mismatch, got %s: %s\n", rank, size, dt_status_name(st), dt_last_error());
+    return 1;
+  }
+  return 0;
+}
+
+TEST(a_mismatch_in_a_tiny_allreduce_of_4_fails_every_rank) {
+  int codes[8];
+  ASSERT_EQ(run_world(4, rank_tiny_mismatch, NULL, NULL, 30, codes), 0);
+  for (int r = 0; r < 4; r++) ASSERT_EQ(codes[r], 0);
+}
+
 /* Rank 3 of 4 brings a different count to a large all-reduce (one that
  * takes the pairwise exchanges): its neighbours report the mismatch, the
  * others a mismatch or a lost peer, all promptly. */
@@ -653,7 +701,10 @@ int main(int argc, char **argv) {
   if (setup()) return 1;
   static const dt_test_case cases[] = {
       TEST_ENTRY(collectives_match_reference_for_world_sizes_1_to_5),
-      TEST_ENTRY(allreduce_by_halving_and_doubling_in_worlds_of_2_and_4), TEST_ENTRY(tiny_allreduces_after_large_ones_wake_promptly),
+      TEST_ENTRY(allreduce_by_halving_and_doubling_in_worlds_of_2_and_4),
+      TEST_ENTRY(tiny_allreduces_after_large_ones_wake_promptly),
+      TEST_ENTRY(tiny_allreduces_reduce_in_rank_order),
+      TEST_ENTRY(a_mismatch_in_a_tiny_allreduce_of_4_fails_every_rank),
       TEST_ENTRY(a_mismatch_in_a_large_allreduce_of_4_is_detected),
       TEST_ENTRY(a_rank_that_exits_mid_allreduce_is_reported_lost),
       TEST_ENTRY(a_silent_rank_gives_a_timeout_naming_it),
