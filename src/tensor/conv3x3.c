@@ -59,11 +59,27 @@ static int round_up(int x, int m) { return (x + m - 1) / m * m; }
 static size_t plane_floats(const dt_conv2d_geom *g) { return (size_t)(g->H + 2) * (g->W + 2); }
 static int row_vectors(const dt_conv2d_geom *g) { return (g->W + 7) / 8; }
 
-int dt_conv3x3_forward_applies(const dt_conv2d_geom *g) {
+static int is_3x3_same(const dt_conv2d_geom *g) {
   return g->KH == 3 && g->KW == 3 && g->stride == 1 && g->pad == 1 && g->W >= 8;
 }
 
-int dt_conv3x3_weights_applies(const dt_conv2d_geom *g) { return dt_conv3x3_forward_applies(g) && g->W % 8 == 0; }
+/* Bytes of input one forward block reads for every output-channel block: C channels x the rows its VB vectors
+ * span plus the 2 halo rows x their width. Past L1 the input streams from L2 once per 2 output channels and
+ * GEMM is faster (resnet18's 56x56 with 64 channels: 43-53 vs 56 GFLOP/s; resnet20's maps fit, 70 vs 45-53). */
+#define FORWARD_MAX_BLOCK_BYTES (24 << 10)
+static size_t forward_block_bytes(const dt_conv2d_geom *g) {
+  const int per_row = row_vectors(g);
+  const int rows = per_row >= VB ? 1 : (VB + per_row - 1) / per_row, span = per_row >= VB ? 8 * VB + 2 : g->W + 2;
+  return (size_t)g->C * (rows + 2) * span * sizeof(float);
+}
+
+int dt_conv3x3_forward_applies(const dt_conv2d_geom *g) {
+  return is_3x3_same(g) && forward_block_bytes(g) <= FORWARD_MAX_BLOCK_BYTES;
+}
+
+/* The weight gradient streams rows of one input channel and 3 output channels: no such limit (resnet18's 56x56
+ * with 64 channels: 60-62 against GEMM's 55-56 GFLOP/s). */
+int dt_conv3x3_weights_applies(const dt_conv2d_geom *g) { return is_3x3_same(g) && g->W % 8 == 0; }
 
 /* Samples per group: from the geometry alone, so the weight gradient's sums have one order for any thread count. */
 static int sample_group(const dt_conv2d_geom *g) {
