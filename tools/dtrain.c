@@ -186,7 +186,7 @@ typedef enum train_flag {
   TRAIN_DATA, TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_AUGMENT, TRAIN_DATA_WORKERS,
   TRAIN_CACHE_IMAGES, TRAIN_SKIP_BAD_IMAGES, TRAIN_VOCAB, TRAIN_TEXT_COLUMN, TRAIN_TEXT_PAIR_COLUMN,
   TRAIN_LABEL_COLUMNS, TRAIN_LABEL_COLUMN, TRAIN_MAX_LEN, TRAIN_NO_LOWER_CASE, TRAIN_SKIP_BAD_ROWS,
-  TRAIN_LIMIT_TRAIN, TRAIN_LIMIT_TEST,
+  TRAIN_LIMIT_TRAIN, TRAIN_LIMIT_TEST, TRAIN_LIMIT_PICK,
   TRAIN_EPOCHS, TRAIN_BATCH_SIZE,
   TRAIN_OPTIMIZER, TRAIN_LR, TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV, TRAIN_WEIGHT_DECAY, TRAIN_NO_DECAY, TRAIN_BETAS,
   TRAIN_EPS, TRAIN_SCHEDULE, TRAIN_STEP_SIZE, TRAIN_GAMMA, TRAIN_MIN_LR, TRAIN_WARMUP_EPOCHS, TRAIN_WARMUP_STEPS,
@@ -215,6 +215,8 @@ static const flag_choice exchanges[] = {
     {"auto", DT_ROWS_AUTO}, {"dense", DT_ROWS_DENSE}, {"sparse", DT_ROWS_SPARSE}, {NULL, 0}};
 static const flag_choice augments[] = {
     {"none", DT_AUGMENT_NONE}, {"cifar", DT_AUGMENT_CIFAR}, {"imagenet", DT_AUGMENT_IMAGENET}, {NULL, 0}};
+static const flag_choice limit_picks[] = {
+    {"auto", DT_LIMIT_PICK_AUTO}, {"first", DT_LIMIT_PICK_FIRST}, {"random", DT_LIMIT_PICK_RANDOM}, {NULL, 0}};
 static const flag_choice holdouts[] = {{"random", DT_HOLDOUT_DEFAULT}, {"leave-last-out", DT_HOLDOUT_LAST}, {NULL, 0}};
 static const flag_choice comm_hooks[] = {
     {"none", DT_COMM_HOOK_NONE}, {"bf16", DT_COMM_HOOK_BF16}, {"fp16", DT_COMM_HOOK_FP16}, {NULL, 0}};
@@ -293,9 +295,16 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
     [TRAIN_SKIP_BAD_ROWS] = {"--skip-bad-rows", NULL, FLAG_BOOL, "off: such a row is an error", NULL,
                              .help = HELP_SKIP_BAD_ROWS},
     [TRAIN_LIMIT_TRAIN] = {"--limit-train", "N", FLAG_POS_I64, "all", "2000",
-                           .help = "train on the first N training samples only (shuffled among themselves each epoch)"},
+                           .help = "train on N training samples only (shuffled among themselves each epoch); which N: "
+                                   "--limit-pick"},
     [TRAIN_LIMIT_TEST] = {"--limit-test", "N", FLAG_POS_I64, "all", "500",
-                          .help = "evaluate on the first N test samples only"},
+                          .help = "evaluate on N test samples only; which N: --limit-pick"},
+    [TRAIN_LIMIT_PICK] = {"--limit-pick", "HOW", FLAG_CHOICE, "auto", "random",
+                          .help = "which samples --limit-train and --limit-test keep: first (the first N), random (N "
+                                  "drawn by --seed, the same for every rank count, kept in order) or auto (random on "
+                                  "data ordered class by class, as image folders are, where the first N would be the "
+                                  "first classes only; else first)",
+                          .choices = limit_picks},
     [TRAIN_EPOCHS] = {"--epochs", "N", FLAG_POS_INT, "1", "3", .help = "passes over the training data"},
     [TRAIN_BATCH_SIZE] = {"--batch-size", "N", FLAG_POS_INT, "64", "64", .help = "samples per optimizer step"},
     [TRAIN_OPTIMIZER] = {"--optimizer", "NAME", FLAG_CHOICE, "sgd", "adam",
@@ -403,7 +412,7 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                       .help = "continue from a snapshot: auto = the newest loadable one in --out DIR (none: start "
                       "afresh), or a file; prints what the new flags change"},
     [TRAIN_ALLOW_DATA_CHANGE] = {"--allow-data-change", NULL, FLAG_BOOL, "off", NULL,
-                                 .help = "--resume on other data (--data, --val-data, --val-fraction, --limit-train, "
+                                 .help = "--resume on other data (--data, --val-data, --val-fraction, --limit-train, --limit-pick, "
                                  "--limit-test, --normalize, --augment, the text data flags differ from the snapshot's), refused otherwise"},
     [TRAIN_OVERWRITE] = {"--overwrite", NULL, FLAG_BOOL, "off", NULL,
                          .help = "--out DIR holds an earlier run's outputs: delete them (snapshots included) and start "
@@ -516,6 +525,7 @@ static int train_model_flags(const flag_args *p, dt_train_config *cfg) {
   if ((rc = read_text_flags(p, train_flags, TRAIN_VOCAB, cfg->data, &cfg->text))) return rc;
   if (v[TRAIN_LIMIT_TRAIN].given) cfg->limit_train = v[TRAIN_LIMIT_TRAIN].i;
   if (v[TRAIN_LIMIT_TEST].given) cfg->limit_test = v[TRAIN_LIMIT_TEST].i;
+  if (v[TRAIN_LIMIT_PICK].given) cfg->limit_pick = (dt_limit_pick)v[TRAIN_LIMIT_PICK].choice;
   if (v[TRAIN_EPOCHS].given) cfg->epochs = (int)v[TRAIN_EPOCHS].i;
   if (v[TRAIN_BATCH_SIZE].given) cfg->batch_size = (int)v[TRAIN_BATCH_SIZE].i;
   return 0;

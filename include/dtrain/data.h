@@ -75,6 +75,7 @@ typedef struct dt_data_info {
   dt_field field[DT_MAX_FIELDS];
   int input, target; /* indices of the "x" field (-1: none) and of the target */
   int has_test;      /* the source has an official test split */
+  int class_ordered; /* samples are numbered class by class (image folders): a first-N subset is a few classes */
   double val_fraction; /* > 0: without a test split, hold out this fraction by default (MovieLens: 0.1) */
   /* An integer "x" (i32, shape (K,)): column k holds indices in [0, index_size[k]) (users, items, tokens). */
   int n_index;

@@ -34,6 +34,12 @@ const char *dt_strategy_name(dt_strategy s);
 
 /* Everything one training run needs. Strings are borrowed (the caller keeps
  * them alive during dt_train_run). Start from dt_train_config_default. */
+/* Which samples --limit-train/--limit-test keep: the first N, or N drawn at random by the seed (the same on every
+ * run, rank count and strategy; kept in index order). auto: random where the source numbers its samples class by
+ * class (image folders), where the first N would be the first classes only; else the first N. */
+typedef enum dt_limit_pick { DT_LIMIT_PICK_AUTO = 0, DT_LIMIT_PICK_FIRST, DT_LIMIT_PICK_RANDOM } dt_limit_pick;
+const char *dt_limit_pick_name(dt_limit_pick p);
+
 typedef struct dt_train_config {
   /* model */
   const char *model;               /* zoo name ("fashioncnn", "mlp", ...) */
@@ -58,8 +64,9 @@ typedef struct dt_train_config {
   int cache_images;       /* image folders: decode every image once into memory */
   int skip_bad_images;    /* image folders: leave out files that do not decode (counted in the summary) */
   dt_text_options text;   /* text data (.csv, .tsv): vocabulary, columns, max_len (see dt_text_options) */
-  int64_t limit_train;    /* > 0: use only the first N training samples (shuffled among themselves) */
-  int64_t limit_test;     /* > 0: evaluate on the first N test samples */
+  int64_t limit_train;    /* > 0: use only N training samples (shuffled among themselves each epoch) */
+  int64_t limit_test;     /* > 0: evaluate on N test samples */
+  dt_limit_pick limit_pick; /* which N: the first, or a random subset by seed (auto: random on class-ordered data) */
   /* loop */
   int epochs;     /* >= 1 */
   int batch_size; /* >= 1; per process with ddp (as in PyTorch), the whole batch with dp and single */

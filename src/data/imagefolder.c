@@ -428,6 +428,7 @@ static dt_status open_folder(const char *spec, dt_split split, const dt_data_opt
   info->task = DT_TASK_CLASSIFICATION;
   info->outputs = f->n_classes;
   info->has_test = has_test;
+  info->class_ordered = 1; /* ImageFolder's order: class by class */
   info->decodes = 1;
   info->skipped = skipped;
   *n_out = f->n;

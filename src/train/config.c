@@ -30,6 +30,11 @@ void dt_train_config_default(dt_train_config *cfg) {
   cfg->log_every = 10;
 }
 
+const char *dt_limit_pick_name(dt_limit_pick p) {
+  static const char *const names[] = {"auto", "first", "random"};
+  return (unsigned)p < 3 ? names[p] : "unknown";
+}
+
 const char *dt_strategy_name(dt_strategy s) {
   static const char *const names[] = {"single", "dp", "ddp"};
   return (unsigned)s < 3 ? names[s] : "unknown";
@@ -53,6 +58,8 @@ dt_status dt_train_config_check(const dt_train_config *c) {
   if (c->limit_train < 0) return dt_error(DT_INVALID_ARGUMENT, "limit_train = %lld must be >= 0", (long long)c->limit_train);
   if (c->limit_test < 0) return dt_error(DT_INVALID_ARGUMENT, "limit_test = %lld must be >= 0", (long long)c->limit_test);
   if (c->threads < 0) return dt_error(DT_INVALID_ARGUMENT, "threads = %d must be >= 0", c->threads);
+  if ((unsigned)c->limit_pick > DT_LIMIT_PICK_RANDOM)
+    return dt_error(DT_INVALID_ARGUMENT, "limit_pick = %d: expected auto, first or random", (int)c->limit_pick);
   if ((unsigned)c->strategy > DT_STRATEGY_DDP)
     return dt_error(DT_INVALID_ARGUMENT, "unknown strategy %d", (int)c->strategy);
   if (c->workers < 0) return dt_error(DT_INVALID_ARGUMENT, "workers = %d must be >= 0", c->workers);
@@ -232,6 +239,7 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
   if (c->val_data) STR("val_data", c->val_data);
   if (c->val_fraction > 0) RAW(",\"val_fraction\":%g", c->val_fraction);
   RAW(",\"limit_train\":%lld,\"limit_test\":%lld", (long long)c->limit_train, (long long)c->limit_test);
+  if (c->limit_train > 0 || c->limit_test > 0) STR("limit_pick", dt_limit_pick_name(c->limit_pick));
   RAW(",\"epochs\":%d,\"batch_size\":%d,\"seed\":%llu,\"threads\":%d", c->epochs, c->batch_size,
       (unsigned long long)c->seed, c->threads);
   STR("optimizer", dt_optim_kind_name(c->optim.kind));

@@ -8,7 +8,7 @@
 
 /* Members that say which samples are trained and evaluated on: another value is another data set. */
 static const char *const data_keys[] = {"data",        "split",       "val_data",     "val_fraction",
-                                        "limit_train", "limit_test",  "normalize",    "augment",
+                                        "limit_train", "limit_test",  "limit_pick",   "normalize",    "augment",
                                         "vocab",       "text_column", "text_pair_column", "label_columns",
                                         "label_column", "max_len",    "lower_case",   "skip_bad_rows"};
 /* Members that differ between a run and its continuation by their nature. */

@@ -87,6 +87,7 @@ struct dt_run {
   /* data */
   dt_dataset *train_src, *val_src; /* as opened (val_src: a second source or the test split) */
   dt_dataset *train, *val;         /* what is trained and evaluated (views with --val-fraction); val may be NULL */
+  dt_dataset *train_unpicked, *val_unpicked; /* train/val before a random --limit-pick replaced them (NULL: none) */
   double val_fraction;             /* the part of train_src held out as val by dt_dataset_split (0: none) */
   dt_loader *train_loader, *val_loader;
   int64_t my_val;                  /* samples this rank counts in evaluation (-1: all; ddp: its real ones) */
@@ -157,6 +158,9 @@ dt_status dt_run_cold_start(dt_run *r);
 /* Sums over ranks (strategy), for hooks. */
 static inline dt_status dt_run_all_sum(dt_run *r, double *v, size_t n) { return r->strategy->all_sum(r, v, n); }
 /* A loader over the first `limit` samples of ds (all when limit <= 0), shuffled per epoch when asked. */
+/* --limit-train / --limit-test by --limit-pick: where the pick is random, r->train / r->val become subsets of
+ * N samples drawn by the seed (the loaders then see all of them); where it is first, the loaders take a prefix. */
+dt_status dt_run_pick_limits(dt_run *r);
 dt_status dt_run_prefix_loader(dt_run *r, const dt_dataset *ds, int shuffle, uint64_t seed, int64_t limit,
                                dt_prefix_sampler *prefix, dt_loader **out);
 /* A metrics row into the history (snapshots, report). */

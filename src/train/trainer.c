@@ -46,6 +46,8 @@ static void run_free(dt_run *r) {
   dt_loader_free(r->train_loader);
   if (r->val != r->val_src) dt_dataset_free(r->val);
   if (r->train != r->train_src) dt_dataset_free(r->train);
+  if (r->val_unpicked != r->val_src) dt_dataset_free(r->val_unpicked);
+  if (r->train_unpicked != r->train_src) dt_dataset_free(r->train_unpicked);
   dt_dataset_free(r->val_src);
   dt_dataset_free(r->train_src);
 }
@@ -240,6 +242,7 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
   DT_CHECK(dt_train_config_json(c, r->config_json, sizeof r->config_json));
   DT_CHECK(dt_run_outdir_check(r)); /* before resume decides and before any file is written */
   DT_CHECK(open_data(r));
+  DT_CHECK(dt_run_pick_limits(r));
   const int64_t skipped = dt_dataset_info(r->train_src)->skipped + (r->val_src ? dt_dataset_info(r->val_src)->skipped : 0);
   if (strcmp(dt_dataset_info(r->train_src)->name, "text") == 0) out->skipped_rows = skipped; /* rows, not files */
   else out->skipped_images = skipped;

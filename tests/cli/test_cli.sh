@@ -93,7 +93,7 @@ usage "dtrain help: unknown command 'nope'" help nope
 [ $? -eq 2 ] || fail "dtrain without a command should exit 2"
 
 # ---- help: every flag of the parser, with defaults, and the DT_* tunables ------------
-train_flags="--model --hidden --dropout --factors --embedding-l2 --sparse-embeddings --zero-init-residual --layers --hidden-size --heads --intermediate-size --init-from --data --split --normalize --augment --data-workers --cache-images --skip-bad-images --vocab --text-column --text-pair-column --label-columns --label-column --max-len --no-lower-case --skip-bad-rows --limit-train --limit-test --epochs --batch-size
+train_flags="--model --hidden --dropout --factors --embedding-l2 --sparse-embeddings --zero-init-residual --layers --hidden-size --heads --intermediate-size --init-from --data --split --normalize --augment --data-workers --cache-images --skip-bad-images --vocab --text-column --text-pair-column --label-columns --label-column --max-len --no-lower-case --skip-bad-rows --limit-train --limit-test --limit-pick --epochs --batch-size
 --optimizer --lr --momentum --dampening --nesterov --weight-decay --no-decay --betas --eps --schedule --step-size --gamma
 --min-lr --warmup-epochs --warmup-steps --clip-grad-norm --amp --label-smoothing --loss --pos-weight --val-fraction --val-data
 --threads --seed --out --progress --quiet

@@ -3,7 +3,8 @@
 # with --augment cifar; the weights record augment, image_mean and image_std; eval with no flags but
 # --weights reproduces the run's final test loss and top-1 (summary.json); --augment none overrides
 # (other inputs, other loss); config.json records "augment", and --resume on another preset is a
-# data change (refused without --allow-data-change).
+# data change (refused without --allow-data-change); --limit-train/--limit-test draw a seeded random subset
+# of the class-sorted folder by default, first N on request, and a changed pick is a data change too.
 set -u
 b=${DT_BUILD_DIR:?DT_BUILD_DIR must name the build directory}
 SRC=${DT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -71,6 +72,30 @@ run resume 120 "$DTRAIN" train --model resnet20 --data "$tmp/img" --augment none
   --optimizer sgd --lr 0.05 --momentum 0.9 --out "$tmp/run" --progress none --resume auto
 [ "$rc" = 2 ] && grep -q "augment" "$tmp/resume.err" && ok "--resume with --augment none refused (exit 2)" ||
   { show resume; fail "resume on another augment preset: exit $rc"; }
+
+section "--limit-train / --limit-test on a folder sorted by class: a random N by default (--limit-pick auto)"
+lp() { # NAME PICK [FLAGS...]: 1 epoch of resnet20 on 6 training and 4 test images of the folder
+  local name=$1 pick=$2
+  shift 2
+  run_ok "$name" 120 "$DTRAIN" train --model resnet20 --data "$tmp/img" --epochs 1 --batch-size 6 --optimizer sgd \
+    --lr 0.05 --limit-train 6 --limit-test 4 ${pick:+--limit-pick "$pick"} --out "$tmp/$name" --progress none "$@"
+}
+lp pick_auto "" --save-every 1
+lp pick_random random
+lp pick_first first
+grep -q "^--limit-train 6: a random 6 of 24 samples (--limit-pick auto, seed 0)" "$tmp/pick_auto.out" &&
+  grep -q "^--limit-test 4: a random 4 of 12 samples" "$tmp/pick_auto.out" && ok "auto picks at random on a folder" ||
+  fail "auto on a folder should say it picks at random: $(cat "$tmp/pick_auto.out")"
+grep -q "a random" "$tmp/pick_first.out" && fail "--limit-pick first should take the first N: $(cat "$tmp/pick_first.out")"
+same_weights "auto = random on a folder (one seeded draw)" pick_auto pick_random
+d=$(max_diff "$tmp/pick_first/model.safetensors" "$tmp/pick_random/model.safetensors")
+awk -v d="$d" 'BEGIN { exit !(d > 1e-3) }' && ok "first and random train on other images (max |diff| $d)" ||
+  fail "first and random gave the same weights (max |diff| $d)"
+grep -q '"limit_pick":"first"' "$tmp/pick_first/config.json" || fail "config.json records no limit_pick"
+run pick_resume 120 "$DTRAIN" train --model resnet20 --data "$tmp/img" --epochs 2 --batch-size 6 --optimizer sgd \
+  --lr 0.05 --limit-train 6 --limit-test 4 --limit-pick first --out "$tmp/pick_auto" --progress none --resume auto
+[ "$rc" = 2 ] && grep -q "limit_pick" "$tmp/pick_resume.err" && ok "--resume with another --limit-pick refused (exit 2)" ||
+  { show pick_resume; fail "resume with another limit pick: exit $rc"; }
 
 [ "$failures" = 0 ] || { echo "$failures failure(s)" >&2; exit 1; }
 echo "all image eval checks passed"

@@ -1,0 +1,151 @@
+#!/usr/bin/python3
+"""ResNets side by side: dtrain vs PyTorch + torchvision (bench/torch_resnet_worker.py) on the same image folder,
+recipe, transforms, data workers and cores, single process and DDP over 2 processes (dtrun vs gloo), data loading
+included. Repetitions alternate dtrain and PyTorch; every cell is the median. Prints the CPU (model, SIMD flags,
+cores) and the load average before and after, then a table: training samples/s of each, their ratio, top-1.
+
+  bench/resnet_vs_torch.py [--models resnet20,resnet18] [--modes single,ddp] [--reps 3] [--workers 1]
+                           [--samples-resnet20 5120] [--samples-resnet18 320] [--data ../shared/data]
+  bench/resnet_vs_torch.py --first-epoch [--epochs-schedule 20]
+
+Cases: resnet20 on cifar10 (batch 128, --augment cifar), resnet18 on imagenette-subset (batch 32, --augment
+imagenet); SGD lr 0.1 momentum 0.9 weight decay 5e-4. Throughput runs train on N training images drawn at
+random (dtrain's --limit-pick auto on a folder; random.sample in PyTorch: top-1 after so few steps says only that
+both trained) and score 1,000 random test images. --first-epoch runs the CIFAR-10 recipe's first epoch (all 50,000 images, Nesterov, a 20-epoch schedule
+of one warm-up epoch and cosine) once per side and scores the whole test set: the accuracy comparison.
+Threads: DDP gives each of the 2 ranks half the cores; the DataLoader's workers and dtrain's --data-workers are
+the same number."""
+import argparse, json, os, shutil, socket, statistics, subprocess, sys, tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CASES = {"resnet20": ("cifar10", "cifar", 128), "resnet18": ("imagenette-subset", "imagenet", 32)}
+
+
+def cpu_line():
+    info = {}
+    for line in open("/proc/cpuinfo"):
+        if ":" in line:
+            k, v = (s.strip() for s in line.split(":", 1))
+            info.setdefault(k, v)
+    flags = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16") if f in info.get("flags", "").split()]
+    return f"CPU: {info.get('model name', '?')}, {os.cpu_count()} cores, {' '.join(flags)}"
+
+
+def load():
+    return open("/proc/loadavg").read().split()[0]
+
+
+def env_for(threads):
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = str(threads)
+    return env
+
+
+def run(cmd, env, what):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=7200)
+    if p.returncode != 0:
+        sys.exit(f"resnet_vs_torch: {what} failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-3000:]}")
+    return p.stdout
+
+
+def recipe(a, model, first_epoch):
+    folder, preset, batch = CASES[model]
+    r = {"data": os.path.join(a.data, folder), "preset": preset, "batch": batch, "limit_train": 0, "limit_test": 1000}
+    if first_epoch:
+        r["limit_test"] = 0
+    else:
+        r["limit_train"] = a.samples_resnet20 if model == "resnet20" else a.samples_resnet18
+    return r
+
+
+def dtrain_once(a, model, mode, first_epoch):
+    r = recipe(a, model, first_epoch)
+    ranks = 2 if mode == "ddp" else 1
+    out = tempfile.mkdtemp(prefix="resnet-bench-")
+    cmd = [os.path.join(a.build, "dtrain"), "train", "--model", model, "--data", r["data"], "--augment", r["preset"],
+           "--epochs", "1", "--batch-size", str(r["batch"]), "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9",
+           "--weight-decay", "5e-4", "--threads", str(a.threads // ranks), "--data-workers", str(a.workers),
+           "--seed", "0", "--progress", "none", "--out", out]
+    if r["limit_train"]:
+        cmd += ["--limit-train", str(r["limit_train"])]
+    if r["limit_test"]:
+        cmd += ["--limit-test", str(r["limit_test"])]
+    if first_epoch:  # the 20-epoch recipe's first epoch: its warm-up
+        cmd += ["--nesterov", "--schedule", "cosine", "--warmup-epochs", "1", "--cache-images"]
+    if mode == "ddp":
+        cmd = [os.path.join(a.build, "dtrun"), "--standalone", "--nproc-per-node", "2", "--"] + cmd + ["--strategy", "ddp"]
+    try:
+        run(cmd, env_for(a.threads // ranks), f"dtrain {model} {mode}")
+        s = json.load(open(os.path.join(out, "summary.json")))
+        return {"sps": s["train_samples_per_s"], "top1": 100.0 * s["test_acc1"], "wait": s.get("data_wait_seconds", 0.0)}
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def torch_once(a, model, mode, first_epoch):
+    r = recipe(a, model, first_epoch)
+    ranks = 2 if mode == "ddp" else 1
+    cmd = ["/usr/bin/python3", os.path.join(HERE, "torch_resnet_worker.py"), "--data", r["data"], "--model", model,
+           "--augment", r["preset"], "--threads", str(a.threads // ranks), "--workers", str(a.workers),
+           "--batch-size", str(r["batch"]), "--limit-train", str(r["limit_train"]), "--limit-test", str(r["limit_test"])]
+    if first_epoch:
+        cmd += ["--cosine", "--schedule-epochs", str(a.epochs_schedule), "--warmup-epochs", "1"]
+    if ranks == 1:
+        out = run(cmd, env_for(a.threads), f"PyTorch {model}")
+    else:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = str(s.getsockname()[1])
+        procs = []
+        for rank in range(ranks):
+            env = env_for(a.threads // ranks)
+            env.update(RANK=str(rank), WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+        outs = [p.communicate(timeout=7200) for p in procs]
+        for p, (o, e) in zip(procs, outs):
+            if p.returncode != 0:
+                sys.exit(f"resnet_vs_torch: PyTorch DDP {model} failed ({p.returncode})\n{e[-3000:]}")
+        out = outs[0][0]
+    j = json.loads(out.strip().splitlines()[-1])
+    return {"sps": j["train_samples_per_s"], "top1": j["test_acc1"], "wait": float("nan")}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.environ.get("DT_BUILD_DIR", "build"))
+    ap.add_argument("--data", default=os.path.join(HERE, "..", "..", "shared", "data"))
+    ap.add_argument("--models", default="resnet20,resnet18")
+    ap.add_argument("--modes", default="single,ddp")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--workers", type=int, default=1, help="data workers on both sides")
+    ap.add_argument("--samples-resnet20", type=int, default=5120)
+    ap.add_argument("--samples-resnet18", type=int, default=320)
+    ap.add_argument("--first-epoch", action="store_true", help="the CIFAR-10 recipe's first epoch, once per side")
+    ap.add_argument("--epochs-schedule", type=int, default=20)
+    a = ap.parse_args()
+    for m in a.models.split(","):
+        if m not in CASES:
+            sys.exit(f"resnet_vs_torch: unknown model {m}: choose among {', '.join(CASES)}")
+    print(cpu_line())
+    print(f"load average before: {load()}; {a.threads} threads, {a.workers} data worker(s)")
+    cases = [("resnet20", "single")] if a.first_epoch else \
+        [(m, mode) for m in a.models.split(",") for mode in a.modes.split(",")]
+    reps = 1 if a.first_epoch else a.reps
+    print("\n| model | mode | dtrain samples/s | PyTorch samples/s | ratio | top-1 dtrain | top-1 PyTorch | dtrain data wait s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for model, mode in cases:
+        d, t = [], []
+        for _ in range(reps):  # alternated
+            d.append(dtrain_once(a, model, mode, a.first_epoch))
+            t.append(torch_once(a, model, mode, a.first_epoch))
+        med = lambda rs, k: statistics.median(r[k] for r in rs)  # noqa: E731
+        ds, ts = med(d, "sps"), med(t, "sps")
+        print(f"| {model} | {mode} | {ds:.1f} | {ts:.1f} | **{ds / ts:.2f}x** | {med(d, 'top1'):.2f} | "
+              f"{med(t, 'top1'):.2f} | {med(d, 'wait'):.2f} |", flush=True)
+    print(f"\nload average after: {load()}")
+
+
+if __name__ == "__main__":
+    main()
