@@ -38,7 +38,7 @@
                                         * within L2, fewer calls and wake-ups (measured: 4 ranks on 2 cores) */
 #define TMP_BYTES (SEG_BYTES > EX_SEG_BYTES ? SEG_BYTES : EX_SEG_BYTES)
 #define SMALL_BYTES ((size_t)64 << 10)  /* all-reduce / broadcast at or below: latency algorithms */
-#define A2A_MAX_BYTES ((size_t)4 << 10) /* all-reduce at or below, 3 to A2A_MAX_RANKS ranks: all-to-all */
+#define A2A_MAX_BYTES ((size_t)4 << 10) /* all-reduce at or below, worlds of 3..8 not a power of two: all-to-all */
 #define A2A_MAX_RANKS 8
 #define SOCK_BUF_BYTES (4 << 20)        /* SO_SNDBUF / SO_RCVBUF request */
 #define LOWAT_MAX_BYTES EX_SEG_BYTES /* a sleeping receiver wakes once this much (or the rest) is there */
@@ -485,10 +485,11 @@ static dt_status rd_allreduce(tcp_backend *b, cstate *cs, char *buf, size_t byte
   return DT_OK;
 }
 
-/* All-to-all for tiny messages: every rank sends its input to every other at once and reduces the n inputs in
- * rank order, as shm does (the same bits). One round of hand-offs instead of recursive doubling's log2(n) (three
- * at n = 3, where the odd rank folds in and out again): when ranks share cores each round costs a wake-up, and
- * that, not the bytes, is what the stop flag, loss sums and metrics pay. Each message carries the sender's
+/* All-to-all for tiny messages in worlds that are not a power of two: every rank sends its input to every other
+ * at once and reduces the n inputs in rank order, as shm does (the same bits). One round of hand-offs where
+ * recursive doubling needs its fold in and out besides (three sequential hops at n = 3): 8-64 B at 3 ranks on 2
+ * cores went from 62-99 to 56-77 us. At 4 ranks (two rounds of one message each) the 3 messages per rank were
+ * slower (8-512 B: 83-110 -> 119-158 us), so powers of two keep recursive doubling. Each message carries the sender's
  * signature, checked by every receiver: data from a rank that is not a ring neighbour is never taken unchecked.
  * tmp holds this rank's message, then one slot per rank: [signature | input]. */
 static dt_status a2a_allreduce(tcp_backend *b, cstate *cs, size_t bytes) {
@@ -631,7 +632,7 @@ static dt_status tcp_allreduce(dt_backend *base, const dt_coll *c) {
   cstate cs;
   cstate_init(b, &cs, c);
   dt_status st;
-  if (n >= 3 && n <= A2A_MAX_RANKS && bytes <= A2A_MAX_BYTES) {
+  if (n >= 3 && n <= A2A_MAX_RANKS && (n & (n - 1)) != 0 && bytes <= A2A_MAX_BYTES) {
     st = a2a_allreduce(b, &cs, bytes);
   } else if (bytes <= SMALL_BYTES) {
     if (c->send != c->recv && bytes) memcpy(c->recv, c->send, bytes);
