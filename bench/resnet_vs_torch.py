@@ -71,8 +71,8 @@ def dtrain_once(a, model, mode, first_epoch):
         cmd += ["--limit-train", str(r["limit_train"])]
     if r["limit_test"]:
         cmd += ["--limit-test", str(r["limit_test"])]
-    if first_epoch:  # the 20-epoch recipe's first epoch: its warm-up
-        cmd += ["--nesterov", "--schedule", "cosine", "--warmup-epochs", "1", "--cache-images"]
+    if first_epoch:  # the 20-epoch recipe's first epoch is its warm-up: LinearLR from lr/3, the same steps' lr
+        cmd += ["--nesterov", "--schedule", "constant", "--warmup-epochs", "1", "--cache-images"]
     if mode == "ddp":
         cmd = [os.path.join(a.build, "dtrun"), "--standalone", "--nproc-per-node", "2", "--"] + cmd + ["--strategy", "ddp"]
     try:

@@ -39,3 +39,6 @@ DT_BUILD_DIR=$build /usr/bin/python3 "$here/movielens_vs_torch.py" --reps "${REP
 echo
 echo "## image input pipeline alone (decode + augment, images/s per core): dtrain vs torchvision's PIL pipeline"
 DT_BUILD_DIR=$build /usr/bin/python3 "$here/images_vs_torchvision.py" --reps "${REPS:-3}"
+echo
+echo "## resnet20 (CIFAR-10) and resnet18 (Imagenette) training, single and DDP x2, data loading included: dtrain vs PyTorch + torchvision"
+/usr/bin/python3 "$here/resnet_vs_torch.py" --build "$build" --reps "${REPS:-3}"
