@@ -15,8 +15,10 @@
 #endif
 
 /* Without AVX (sanitizer and debug builds) GCC warns that passing 32-byte vectors changes the ABI: these are
- * static functions only, so no ABI is crossed. */
+ * static functions only, so no ABI is crossed. (Clang has no such warning, nor the option.) */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 typedef float v8 __attribute__((vector_size(32)));
 
 static inline v8 load8(const float *p) {
@@ -81,7 +83,8 @@ int dt_conv3x3_forward_applies(const dt_conv2d_geom *g) {
  * with 64 channels: 60-62 against GEMM's 55-56 GFLOP/s). */
 int dt_conv3x3_weights_applies(const dt_conv2d_geom *g) { return is_3x3_same(g) && g->W % 8 == 0; }
 
-/* Samples per group: from the geometry alone, so the weight gradient's sums have one order for any thread count. */
+/* Samples per group: from the geometry alone, not the thread count (as the GEMM path's groups), so a given
+ * thread count always sums the weight gradient in one order. */
 static int sample_group(const dt_conv2d_geom *g) {
   const int vectors = g->H * row_vectors(g);
   const int G = (GROUP_VECTORS + vectors - 1) / vectors;
