@@ -65,7 +65,7 @@ def dtrain_once(a, model, mode, first_epoch):
     out = tempfile.mkdtemp(prefix="resnet-bench-")
     cmd = [os.path.join(a.build, "dtrain"), "train", "--model", model, "--data", r["data"], "--augment", r["preset"],
            "--epochs", "1", "--batch-size", str(r["batch"]), "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9",
-           "--weight-decay", "5e-4", "--threads", str(a.threads // ranks), "--data-workers", str(a.workers),
+           "--weight-decay", "5e-4", "--threads", str(max(1, a.threads // ranks)), "--data-workers", str(a.workers),
            "--seed", "0", "--progress", "none", "--out", out]
     if r["limit_train"]:
         cmd += ["--limit-train", str(r["limit_train"])]
@@ -76,7 +76,7 @@ def dtrain_once(a, model, mode, first_epoch):
     if mode == "ddp":
         cmd = [os.path.join(a.build, "dtrun"), "--standalone", "--nproc-per-node", "2", "--"] + cmd + ["--strategy", "ddp"]
     try:
-        run(cmd, env_for(a.threads // ranks), f"dtrain {model} {mode}")
+        run(cmd, env_for(max(1, a.threads // ranks)), f"dtrain {model} {mode}")
         s = json.load(open(os.path.join(out, "summary.json")))
         return {"sps": s["train_samples_per_s"], "top1": 100.0 * s["test_acc1"], "wait": s.get("data_wait_seconds", 0.0)}
     finally:
@@ -87,7 +87,7 @@ def torch_once(a, model, mode, first_epoch):
     r = recipe(a, model, first_epoch)
     ranks = 2 if mode == "ddp" else 1
     cmd = ["/usr/bin/python3", os.path.join(HERE, "torch_resnet_worker.py"), "--data", r["data"], "--model", model,
-           "--augment", r["preset"], "--threads", str(a.threads // ranks), "--workers", str(a.workers),
+           "--augment", r["preset"], "--threads", str(max(1, a.threads // ranks)), "--workers", str(a.workers),
            "--batch-size", str(r["batch"]), "--limit-train", str(r["limit_train"]), "--limit-test", str(r["limit_test"])]
     if first_epoch:
         cmd += ["--cosine", "--schedule-epochs", str(a.epochs_schedule), "--warmup-epochs", "1"]
@@ -99,7 +99,7 @@ def torch_once(a, model, mode, first_epoch):
             port = str(s.getsockname()[1])
         procs = []
         for rank in range(ranks):
-            env = env_for(a.threads // ranks)
+            env = env_for(max(1, a.threads // ranks))
             env.update(RANK=str(rank), WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
         outs = [p.communicate(timeout=7200) for p in procs]

@@ -412,8 +412,8 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                       .help = "continue from a snapshot: auto = the newest loadable one in --out DIR (none: start "
                       "afresh), or a file; prints what the new flags change"},
     [TRAIN_ALLOW_DATA_CHANGE] = {"--allow-data-change", NULL, FLAG_BOOL, "off", NULL,
-                                 .help = "--resume on other data (--data, --val-data, --val-fraction, --limit-train, --limit-pick, "
-                                 "--limit-test, --normalize, --augment, the text data flags differ from the snapshot's), refused otherwise"},
+                                 .help = "--resume on other data (--data, --val-data, --val-fraction, --limit-train, "
+                                 "--limit-test, --limit-pick, --normalize, --augment, the text data flags differ from the snapshot's), refused otherwise"},
     [TRAIN_OVERWRITE] = {"--overwrite", NULL, FLAG_BOOL, "off", NULL,
                          .help = "--out DIR holds an earlier run's outputs: delete them (snapshots included) and start "
                          "afresh; without it such a DIR is refused"},
@@ -525,6 +525,9 @@ static int train_model_flags(const flag_args *p, dt_train_config *cfg) {
   if ((rc = read_text_flags(p, train_flags, TRAIN_VOCAB, cfg->data, &cfg->text))) return rc;
   if (v[TRAIN_LIMIT_TRAIN].given) cfg->limit_train = v[TRAIN_LIMIT_TRAIN].i;
   if (v[TRAIN_LIMIT_TEST].given) cfg->limit_test = v[TRAIN_LIMIT_TEST].i;
+  if (v[TRAIN_LIMIT_PICK].given && !v[TRAIN_LIMIT_TRAIN].given && !v[TRAIN_LIMIT_TEST].given)
+    return flags_usage_error(p->prog, "e.g. --limit-train 5000 --limit-pick random",
+                             "--limit-pick chooses which samples --limit-train or --limit-test keep: give one of them");
   if (v[TRAIN_LIMIT_PICK].given) cfg->limit_pick = (dt_limit_pick)v[TRAIN_LIMIT_PICK].choice;
   if (v[TRAIN_EPOCHS].given) cfg->epochs = (int)v[TRAIN_EPOCHS].i;
   if (v[TRAIN_BATCH_SIZE].given) cfg->batch_size = (int)v[TRAIN_BATCH_SIZE].i;

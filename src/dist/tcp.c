@@ -499,7 +499,7 @@ static dt_status a2a_allreduce(tcp_backend *b, cstate *cs, size_t bytes) {
   io_op ops[2 * (A2A_MAX_RANKS - 1)];
   const void *srcs[A2A_MAX_RANKS];
   memcpy(b->tmp, &cs->mine, sizeof(dt_coll_sig));
-  memcpy(b->tmp + sizeof(dt_coll_sig), c->send, bytes);
+  if (bytes) memcpy(b->tmp + sizeof(dt_coll_sig), c->send, bytes);
   int k = 0;
   for (int j = 0; j < n; j++) {
     char *slot = j == r ? b->tmp : b->tmp + (size_t)(j + 1) * msg;

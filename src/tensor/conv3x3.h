@@ -2,8 +2,8 @@
  *
  * The CIFAR ResNets' convolutions have 16 to 64 channels: as im2col + GEMM their GEMMs have M = 16..64 rows,
  * which OpenBLAS runs at a fraction of its speed on large shapes. Here each sample's input is copied once into
- * zero-bordered planes and a register block of 4 output channels x 24 outputs (3 vectors of 8 along a row) is
- * accumulated over every input channel and tap, so nothing is unfolded and the weights are read as broadcasts. */
+ * zero-bordered planes and a register block of 2 output channels x 48 outputs (6 vectors of 8 along the rows)
+ * is accumulated over every input channel and tap, so nothing is unfolded and the weights are read as broadcasts. */
 #ifndef DT_TENSOR_CONV3X3_H
 #define DT_TENSOR_CONV3X3_H
 

@@ -157,10 +157,10 @@ dt_status dt_run_cold_start(dt_run *r);
 
 /* Sums over ranks (strategy), for hooks. */
 static inline dt_status dt_run_all_sum(dt_run *r, double *v, size_t n) { return r->strategy->all_sum(r, v, n); }
-/* A loader over the first `limit` samples of ds (all when limit <= 0), shuffled per epoch when asked. */
 /* --limit-train / --limit-test by --limit-pick: where the pick is random, r->train / r->val become subsets of
  * N samples drawn by the seed (the loaders then see all of them); where it is first, the loaders take a prefix. */
 dt_status dt_run_pick_limits(dt_run *r);
+/* A loader over the first `limit` samples of ds (all when limit <= 0), shuffled per epoch when asked. */
 dt_status dt_run_prefix_loader(dt_run *r, const dt_dataset *ds, int shuffle, uint64_t seed, int64_t limit,
                                dt_prefix_sampler *prefix, dt_loader **out);
 /* A metrics row into the history (snapshots, report). */

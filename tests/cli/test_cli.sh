@@ -67,6 +67,8 @@ usage "--progress: 'loud' is not one of auto/bar/plain/none" train --progress lo
 usage "--threads: '-1' is not a non-negative integer" train --threads -1
 usage "--seed: '-5' is not a non-negative integer" train --seed -5
 usage "--limit-train: '0' is not a positive integer" train --limit-train 0
+usage "--limit-pick chooses which samples --limit-train or --limit-test keep: give one of them" train --limit-pick random
+usage "--limit-pick: 'some' is not one of auto/first/random" train --limit-train 10 --limit-pick some
 usage "thread count 9999 is too large" train --threads 9999
 DT_NUM_THREADS=abc "$DTRAIN" train --quiet 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "DT_NUM_THREADS" "$tmp/err" || fail "malformed DT_NUM_THREADS: $(cat "$tmp/err")"
