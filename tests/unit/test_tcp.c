@@ -511,7 +511,11 @@ TEST(a_silent_rank_gives_a_timeout_naming_it) {
   ASSERT_EQ(codes[1], 0);
 }
 
-/* Rank 1 (of 2) or the last rank (of 3) issues a different collective. */
+/* Rank 1 (of 2) or the last rank (of 3) issues a different collective. Of 2, both see the mismatch. Of 3, the
+ * all-reduce of 4000 bytes is the tiny all-to-all, every rank a neighbour of every other: which rank reads a
+ * signature first and which sees a peer that already failed depends on timing, so a rank may end either way
+ * (exit 0: DT_MISMATCH, 10: DT_PEER_LOST), none succeeds or waits out its deadline, and one at least names the
+ * mismatch. */
 static int rank_mismatch(dt_backend *b, int rank, int size, void *arg) {
   float buf[1000] = {0};
   dt_coll c = {DT_COLL_ALLREDUCE, 1, buf, buf, 1000, DT_F32, DT_SUM, 0, dt_time_now() + 10};
@@ -520,21 +524,24 @@ static int rank_mismatch(dt_backend *b, int rank, int size, void *arg) {
   double t0 = dt_time_now();
   dt_status st = dt_backend_run(b, &c);
   double took = dt_time_now() - t0;
-  /* The ranks next to the odd one see the mismatch; others see them leave. */
-  int must_mismatch = size == 2 || rank != 1;
-  if ((must_mismatch ? st != DT_MISMATCH : (st != DT_MISMATCH && st != DT_PEER_LOST)) || took > 3) {
+  if ((st != DT_MISMATCH && (size == 2 || st != DT_PEER_LOST)) || took > 3) {
     fprintf(stderr, "rank %d/%d: expected DT_MISMATCH, got %s after %.2f s: %s\n", rank, size, dt_status_name(st),
             took, dt_last_error());
     return 1;
   }
-  return 0;
+  return st == DT_MISMATCH ? 0 : 10;
 }
 
 TEST(a_mismatched_collective_is_detected) {
   for (int size = 2; size <= 3; size++) {
     int codes[8];
     ASSERT_EQ(run_world(size, rank_mismatch, NULL, NULL, 30, codes), 0);
-    for (int r = 0; r < size; r++) ASSERT_EQ(codes[r], 0);
+    int named = 0;
+    for (int r = 0; r < size; r++) {
+      ASSERT(codes[r] == 0 || codes[r] == 10);
+      named += codes[r] == 0;
+    }
+    ASSERT(named >= 1);
   }
 }
 
