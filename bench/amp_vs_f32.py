@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Mixed precision cost: dtrain f32 vs --amp bf16, and PyTorch CPU f32 vs torch.autocast bf16, side by side.
 
-  bench/amp_vs_f32.py [--build build] [--threads 2] [--reps 2]
+  bench/amp_vs_f32.py [--build build] [--threads 2] [--reps 2] [--accuracy-epochs 3]
 
-Models: fashioncnn on Fashion-MNIST (batch 64, 2048 samples) and a GEMM-bound mlp (784-1024-1024-10, batch 128,
-8192 samples), one epoch each, SGD lr 0.01, no evaluation. Every cell is the best of --reps runs (samples/s of the
-training epoch; peak RSS of the process). Prints the CPU model and its relevant flags first: on a CPU without
-AVX512_BF16 / AMX both dtrain's and torch's bf16 are emulations of some kind, and the table is their cost.
+Models: fashioncnn on Fashion-MNIST (batch 64, 4096 samples) and two GEMM-bound mlps (784-1024-1024-10, batch 128,
+and 784-2048-2048-10, batch 256; 16384 samples), one epoch each, SGD lr 0.01. Every cell is the best of --reps
+runs (samples/s of the training epoch; peak RSS of the process). dtrain's bf16 runs twice: as it runs on this CPU
+(native where it has AVX512_BF16) and with DT_AMP_KERNELS=emulated. Then test top-1 of f32 and bf16 after
+--accuracy-epochs on all 60,000 samples (0: skipped). Prints the CPU model and its relevant flags first.
 """
 import argparse
 import json
@@ -18,6 +19,7 @@ import tempfile
 TORCH_WORKER = r'''
 import resource, sys, time, gzip, numpy as np, torch, torch.nn as nn
 model, amp, n, batch, threads = sys.argv[1], sys.argv[2] == "bf16", int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+width = int(sys.argv[6])
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 d = "/usr/share/datasets/fashion-mnist/"
@@ -30,8 +32,8 @@ if model == "fashioncnn":
                       nn.Conv2d(32, 64, 3), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                       nn.Linear(2304, 600), nn.Dropout(0.25), nn.Linear(600, 120), nn.Linear(120, 10))
 else:
-    m = nn.Sequential(nn.Flatten(), nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                      nn.Linear(1024, 10))
+    m = nn.Sequential(nn.Flatten(), nn.Linear(784, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                      nn.Linear(width, 10))
 opt = torch.optim.SGD(m.parameters(), lr=0.01)
 t0 = time.perf_counter()
 for i in range(0, n, batch):
@@ -44,8 +46,9 @@ dt = time.perf_counter() - t0
 print(n / dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 '''
 
-MODELS = {"fashioncnn": (["--model", "fashioncnn"], 2048, 64),
-          "mlp 1024x2": (["--model", "mlp", "--hidden", "1024,1024"], 8192, 128)}
+MODELS = {"fashioncnn": (["--model", "fashioncnn"], 4096, 64),
+          "mlp 1024x2": (["--model", "mlp", "--hidden", "1024,1024"], 16384, 128),
+          "mlp 2048x2": (["--model", "mlp", "--hidden", "2048,2048"], 16384, 256)}
 
 
 def cpu_line():
@@ -59,19 +62,22 @@ def cpu_line():
     return model, " ".join(f + ("+" if f in flags else "-") for f in want)
 
 
-def dtrain_run(build, args, n, batch, amp, threads, tmp):
+def dtrain_run(build, args, n, batch, amp, threads, tmp, kernels="auto", epochs=1):
     out = os.path.join(tmp, "run")
-    cmd = [os.path.join(build, "dtrain"), "train", *args, "--data", "fashion-mnist", "--limit-train", str(n),
-           "--limit-test", "1", "--epochs", "1", "--batch-size", str(batch), "--lr", "0.01", "--threads", str(threads),
-           "--progress", "none", "--amp", amp, "--out", out, "--overwrite"]
-    subprocess.run(cmd, check=True, capture_output=True)
+    cmd = [os.path.join(build, "dtrain"), "train", *args, "--data", "fashion-mnist", "--epochs", str(epochs),
+           "--batch-size", str(batch), "--lr", "0.01", "--threads", str(threads), "--progress", "none", "--amp", amp,
+           "--out", out, "--overwrite"]
+    if n:
+        cmd += ["--limit-train", str(n), "--limit-test", "1"]
+    subprocess.run(cmd, check=True, capture_output=True, env=dict(os.environ, DT_AMP_KERNELS=kernels))
     s = json.load(open(os.path.join(out, "summary.json")))
-    return s["train_samples_per_s"], s["peak_rss_bytes"]
+    return s["train_samples_per_s"], s["peak_rss_bytes"], 100.0 * s["test_acc1"]
 
 
 def torch_run(model, n, batch, amp, threads):
+    width = model.split()[1].split("x")[0] if model.startswith("mlp") else "0"
     r = subprocess.run([sys.executable, "-c", TORCH_WORKER, "fashioncnn" if model == "fashioncnn" else "mlp", amp,
-                        str(n), str(batch), str(threads)], check=True, capture_output=True, text=True)
+                        str(n), str(batch), str(threads), width], check=True, capture_output=True, text=True)
     sps, rss = r.stdout.split()
     return float(sps), int(rss)
 
@@ -81,26 +87,46 @@ def best(f, reps):
     return max(r[0] for r in runs), min(r[1] for r in runs)
 
 
+def path_line(build):
+    r = subprocess.run([os.path.join(build, "dtrain"), "train", "--model", "mlp", "--data", "fashion-mnist",
+                        "--limit-train", "64", "--limit-test", "1", "--epochs", "1", "--amp", "bf16", "--progress",
+                        "none", "--out", tempfile.mkdtemp(prefix="amp-path-"), "--overwrite"],
+                       capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        if "amp bf16" in line:
+            return line[line.index("amp bf16"):].split(", out ")[0]
+    return "?"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.environ.get("DT_BUILD_DIR", "build"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--accuracy-epochs", type=int, default=3)
     a = ap.parse_args()
     model, flags = cpu_line()
     print(f"CPU: {model}; {flags}; {a.threads} threads")
-    print(f"{'model':12s} {'dtrain f32':>11s} {'dtrain bf16':>12s} {'bf16/f32':>8s} {'torch f32':>10s} "
+    print(f"dtrain: {path_line(a.build)}")
+    print(f"{'model':12s} {'dtrain f32':>11s} {'dt bf16':>8s} {'(emul.)':>8s} {'bf16/f32':>8s} {'torch f32':>10s} "
           f"{'torch bf16':>11s} {'bf16/f32':>8s} {'dt/torch bf16':>13s}  peak RSS MiB (dt f32, dt bf16, torch f32, torch bf16)")
+    mib = lambda b: b / 2**20
     with tempfile.TemporaryDirectory() as tmp:
         for name, (args, n, batch) in MODELS.items():
             d32 = best(lambda: dtrain_run(a.build, args, n, batch, "off", a.threads, tmp), a.reps)
             d16 = best(lambda: dtrain_run(a.build, args, n, batch, "bf16", a.threads, tmp), a.reps)
+            emu = best(lambda: dtrain_run(a.build, args, n, batch, "bf16", a.threads, tmp, "emulated"), a.reps)
             t32 = best(lambda: torch_run(name, n, batch, "off", a.threads), a.reps)
             t16 = best(lambda: torch_run(name, n, batch, "bf16", a.threads), a.reps)
-            mib = lambda b: b / 2**20
-            print(f"{name:12s} {d32[0]:11.0f} {d16[0]:12.0f} {d16[0] / d32[0]:8.2f} {t32[0]:10.0f} {t16[0]:11.0f} "
-                  f"{t16[0] / t32[0]:8.2f} {d16[0] / t16[0]:13.2f}  {mib(d32[1]):.0f}, {mib(d16[1]):.0f}, "
+            print(f"{name:12s} {d32[0]:11.0f} {d16[0]:8.0f} {emu[0]:8.0f} {d16[0] / d32[0]:8.2f} {t32[0]:10.0f} "
+                  f"{t16[0]:11.0f} {t16[0] / t32[0]:8.2f} {d16[0] / t16[0]:13.2f}  {mib(d32[1]):.0f}, {mib(d16[1]):.0f}, "
                   f"{mib(t32[1]):.0f}, {mib(t16[1]):.0f}")
+        if a.accuracy_epochs > 0:
+            print(f"# test top-1 % after {a.accuracy_epochs} epoch(s) on all 60,000 samples (seed 0)")
+            for name, (args, _, batch) in MODELS.items():
+                f32 = dtrain_run(a.build, args, 0, batch, "off", a.threads, tmp, epochs=a.accuracy_epochs)
+                b16 = dtrain_run(a.build, args, 0, batch, "bf16", a.threads, tmp, epochs=a.accuracy_epochs)
+                print(f"{name:12s} f32 {f32[2]:.2f}  bf16 {b16[2]:.2f}  ({b16[2] - f32[2]:+.2f} points)")
 
 
 main()

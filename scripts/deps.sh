@@ -2,7 +2,7 @@
 # Installs the Debian packages dtrain needs to build, test and demo; quiet and
 # quick when everything is already there. Needs root (or sudo) only to install.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config zlib1g-dev libssl-dev libopenblas-openmp-dev libjpeg62-turbo-dev libpng-dev libutf8proc-dev
+pkgs=(build-essential cmake pkg-config zlib1g-dev libssl-dev libopenblas-openmp-dev libjpeg62-turbo-dev libpng-dev libutf8proc-dev libdnnl-dev
       dataset-fashion-mnist python3 python3-torch python3-numpy python3-sklearn python3-torchvision python3-pil clang libclang-rt-dev time
       openmpi-bin libopenmpi-dev iproute2 protobuf-compiler python3-protobuf chromium slurmctld slurmd slurm-client munge)
 missing=()

@@ -67,9 +67,13 @@ dt_status dt_amp_parse(const char *s, dt_amp *out);
 /* The mode of c's next forwards and backwards; allocates c's rounded copy of the parameters and the layers'
  * rounded operands (DT_OUT_OF_MEMORY). */
 dt_status dt_model_ctx_set_amp(dt_model *m, dt_model_ctx *c, dt_amp mode);
-/* The path mode takes on this CPU ("bf16 emulated (...)"), for the run banner; 1 when the CPU has native support. */
+/* The path mode takes on this CPU ("bf16 emulated (...)"), for the run banner; 1 when the CPU has native support
+ * (dt_amp_cpu_native) and when dtrain's GEMMs use it (dt_amp_native_gemm: bf16 with AVX512_BF16 and oneDNN). */
 const char *dt_amp_path_name(dt_amp mode);
 int dt_amp_cpu_native(dt_amp mode);
+int dt_amp_native_gemm(dt_amp mode);
+/* DT_AMP_KERNELS (auto: native where it can; emulated: the emulation everywhere) checked: DT_INVALID_ARGUMENT. */
+dt_status dt_amp_kernels_check(void);
 
 /* Dropout masks of c derive from (seed, stream, layer, step). */
 void dt_model_ctx_set_rng_stream(dt_model_ctx *c, uint64_t stream);

@@ -104,9 +104,9 @@ static dt_status attn_forward(const dt_layer *l, const dt_layer_io *io, const fl
   const dt_attention_geom g = geom_of(l, io);
   attn_ws w = ws_parts(l, io->ws, io->batch);
   const float *x = dt_amp_operand(io, 0, in, n), *pw = dt_amp_weights(io);
-  dt_linear_forward(w.q, x, tensor(l, pw, Q_W), tensor(l, pw, Q_B), N, H, H);
-  dt_linear_forward(w.k, x, tensor(l, pw, K_W), tensor(l, pw, K_B), N, H, H);
-  dt_linear_forward(w.v, x, tensor(l, pw, V_W), tensor(l, pw, V_B), N, H, H);
+  dt_linear_forward(io->amp, w.q, x, tensor(l, pw, Q_W), tensor(l, pw, Q_B), N, H, H);
+  dt_linear_forward(io->amp, w.k, x, tensor(l, pw, K_W), tensor(l, pw, K_B), N, H, H);
+  dt_linear_forward(io->amp, w.v, x, tensor(l, pw, V_W), tensor(l, pw, V_B), N, H, H);
   dt_amp_result(io, w.q, n);
   dt_amp_result(io, w.k, n);
   dt_amp_result(io, w.v, n);
@@ -119,8 +119,8 @@ static dt_status attn_forward(const dt_layer *l, const dt_layer_io *io, const fl
 static void proj_backward(const dt_layer *l, const dt_layer_io *io, int wk, const float *dy, const float *in,
                           float *dinp, int accumulate, int N, int H) {
   const float *w = tensor(l, dt_amp_weights(io), wk);
-  if (dinp) dt_sgemm(0, 0, N, H, H, 1.0f, dy, H, w, H, accumulate ? 1.0f : 0.0f, dinp, H);
-  dt_linear_backward(NULL, io->grads + l->t[wk].off, io->grads + l->t[wk + 1].off, dy, in, NULL, N, H, H);
+  if (dinp) dt_lowp_gemm(io->amp, 0, 0, N, H, H, 1.0f, dy, H, w, H, accumulate ? 1.0f : 0.0f, dinp, H);
+  dt_linear_backward(io->amp, NULL, io->grads + l->t[wk].off, io->grads + l->t[wk + 1].off, dy, in, NULL, N, H, H);
 }
 
 static void attn_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,

@@ -9,11 +9,12 @@ typedef struct conv2d_priv {
   int scratch_threads; /* thread blocks of every context's workspace (the fewest sized); 0: none sized yet */
 } conv2d_priv;
 
-static dt_status conv_geom(const dt_layer *l, int N, dt_conv2d_geom *g) {
+static dt_status conv_geom(const dt_layer *l, int N, dt_amp amp, dt_conv2d_geom *g) {
   const conv2d_priv *p = l->priv;
   DT_CHECK(dt_conv2d_geom_init(g, N, (int)l->in_shape[0], (int)l->in_shape[1], (int)l->in_shape[2], p->out_channels,
                                p->kernel, p->kernel, p->stride, p->padding));
   if (p->scratch_threads > 0) g->threads = p->scratch_threads;
+  g->amp = amp;
   return DT_OK;
 }
 
@@ -49,14 +50,14 @@ static size_t conv2d_ws_bytes(const dt_layer *l, int max_batch) {
   if (t < 1) t = 1;
   if (p->scratch_threads == 0 || t < p->scratch_threads) p->scratch_threads = t;
   dt_conv2d_geom g;
-  if (conv_geom(l, max_batch, &g) != DT_OK) return 0;
+  if (conv_geom(l, max_batch, DT_AMP_OFF, &g) != DT_OK) return 0; /* sized for every amp mode */
   return dt_conv2d_scratch_floats(&g) * sizeof(float);
 }
 
 static dt_status conv2d_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
   const conv2d_priv *p = l->priv;
   dt_conv2d_geom g;
-  DT_CHECK(conv_geom(l, io->batch, &g));
+  DT_CHECK(conv_geom(l, io->batch, io->amp, &g));
   const float *w = dt_amp_weights(io), *b = p->bias ? w + l->t[0].numel : NULL;
   dt_conv2d_forward(&g, out, io->ws, dt_amp_operand(io, 0, in, dt_layer_in_elems(l, io)), w, b);
   dt_amp_result(io, out, dt_layer_out_elems(l, io));
@@ -67,7 +68,7 @@ static void conv2d_backward(const dt_layer *l, const dt_layer_io *io, const floa
                             const float *dout, float *dinp) {
   const conv2d_priv *p = l->priv;
   dt_conv2d_geom g;
-  if (conv_geom(l, io->batch, &g) != DT_OK) return; /* validated by the forward */
+  if (conv_geom(l, io->batch, io->amp, &g) != DT_OK) return; /* validated by the forward */
   float *dw = io->grads, *db = p->bias ? io->grads + l->t[0].numel : NULL;
   const float *gr = dt_amp_operand(io, 1, dout, dt_layer_out_elems(l, io));
   dt_conv2d_backward(&g, dinp, dw, db, io->ws, gr, dt_amp_operand(io, 0, in, dt_layer_in_elems(l, io)),

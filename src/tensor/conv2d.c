@@ -36,6 +36,7 @@ dt_status dt_conv2d_geom_init(dt_conv2d_geom *g, int N, int C, int H, int W, int
   g->OH = (int)OH;
   g->OW = (int)OW;
   g->threads = N;
+  g->amp = DT_AMP_OFF;
   return DT_OK;
 }
 
@@ -86,11 +87,12 @@ static int transposed_geom(const dt_conv2d_geom *g, dt_conv2d_geom *t) {
   return 1;
 }
 
-/* Floats of the forward's scratch for geometry g, by whichever path it takes. */
+/* Floats of the forward's scratch for geometry g, by whichever path it takes: both where the direct kernel
+ * applies, as a native low-precision run takes the GEMMs there (the workspace is sized before amp is known). */
 static size_t forward_floats(const dt_conv2d_geom *g) {
-  if (dt_conv3x3_forward_applies(g)) return dt_conv3x3_forward_floats(g);
   const size_t blocks = (size_t)(g->threads < g->N ? (g->threads > 0 ? g->threads : 1) : g->N);
-  return blocks * block_floats(g);
+  const size_t gemm = blocks * block_floats(g), direct = dt_conv3x3_forward_applies(g) ? dt_conv3x3_forward_floats(g) : 0;
+  return gemm > direct ? gemm : direct;
 }
 
 size_t dt_conv2d_scratch_floats(const dt_conv2d_geom *g) {
@@ -214,10 +216,10 @@ static void forward_groups(const dt_conv2d_geom *g, float *out, float *scratch, 
         if (b)
           for (int oc = 0; oc < OC; oc++)
             for (int p = 0; p < P; p++) o[(size_t)oc * P + p] = b[oc];
-        dt_sgemm(0, 0, OC, P, R, 1.0f, w, R, col, P, b ? 1.0f : 0.0f, o, P);
+        dt_lowp_gemm(g->amp, 0, 0, OC, P, R, 1.0f, w, R, col, P, b ? 1.0f : 0.0f, o, P);
         continue;
       }
-      dt_sgemm(0, 0, OC, cols, R, 1.0f, w, R, col, cols, 0.0f, y, cols);
+      dt_lowp_gemm(g->amp, 0, 0, OC, cols, R, 1.0f, w, R, col, cols, 0.0f, y, cols);
       for (int j = 0; j < gn; j++)
         for (int oc = 0; oc < OC; oc++) {
           float *o = out + ((size_t)(n0 + j) * OC + oc) * P;
@@ -266,10 +268,10 @@ static void backward_groups(const dt_conv2d_geom *g, float *dinp, float *dw, flo
       if (dw) {
         for (int j = 0; j < gn; j++)
           im2col_sample(g, col + (size_t)j * P, (size_t)cols, inp + (size_t)(n0 + j) * g->C * HW);
-        dt_sgemm(0, 1, OC, R, cols, 1.0f, dy, cols, col, cols, 1.0f, mydw, R);
+        dt_lowp_gemm(g->amp, 0, 1, OC, R, cols, 1.0f, dy, cols, col, cols, 1.0f, mydw, R);
       }
       if (dinp) {
-        dt_sgemm(1, 0, R, cols, OC, 1.0f, w, R, dy, cols, 0.0f, dcol, cols);
+        dt_lowp_gemm(g->amp, 1, 0, R, cols, OC, 1.0f, w, R, dy, cols, 0.0f, dcol, cols);
         for (int j = 0; j < gn; j++)
           col2im_sample(g, dinp + (size_t)(n0 + j) * g->C * HW, dcol + (size_t)j * P, (size_t)cols);
       }

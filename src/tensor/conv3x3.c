@@ -75,13 +75,16 @@ static size_t forward_block_bytes(const dt_conv2d_geom *g) {
   return (size_t)g->C * (rows + 2) * span * sizeof(float);
 }
 
+/* Under amp with native low-precision GEMMs (3-4x f32's speed) neither direct kernel applies. */
 int dt_conv3x3_forward_applies(const dt_conv2d_geom *g) {
-  return is_3x3_same(g) && forward_block_bytes(g) <= FORWARD_MAX_BLOCK_BYTES;
+  return is_3x3_same(g) && forward_block_bytes(g) <= FORWARD_MAX_BLOCK_BYTES && !dt_amp_native_gemm(g->amp);
 }
 
 /* The weight gradient streams rows of one input channel and 3 output channels: no such limit (resnet18's 56x56
  * with 64 channels: 60-62 against GEMM's 55-56 GFLOP/s). */
-int dt_conv3x3_weights_applies(const dt_conv2d_geom *g) { return is_3x3_same(g) && g->W % 8 == 0; }
+int dt_conv3x3_weights_applies(const dt_conv2d_geom *g) {
+  return is_3x3_same(g) && g->W % 8 == 0 && !dt_amp_native_gemm(g->amp);
+}
 
 /* Samples per group: from the geometry alone, not the thread count (as the GEMM path's groups), so a given
  * thread count always sums the weight gradient in one order. */

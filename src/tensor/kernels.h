@@ -22,11 +22,21 @@
 void dt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
 
-/* out (B, O) = inp (B, I) @ w^T + b;  w (O, I) as torch.nn.Linear;  b (O) or NULL */
-void dt_linear_forward(float *out, const float *inp, const float *w, const float *b, int B, int I, int O);
+/* dt_sgemm for autocast's low-precision products, operands on mode's grid: bf16 multiplies natively where
+ * dt_amp_native_gemm(mode) (gemm_lowp.c), everything else (and DT_AMP_OFF) is dt_sgemm. */
+void dt_lowp_gemm(dt_amp mode, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                  const float *B, int ldb, float beta, float *C, int ldc);
+/* The native bf16 GEMM (gemm_lowp.c): 1 when the build has oneDNN and the CPU AVX512_BF16. dt_gemm_bf16 packs A
+ * and B to bf16 (round to nearest even) and multiplies with f32 sums; it returns 0, C untouched, when it cannot. */
+int dt_gemm_bf16_native(void);
+int dt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                 int ldb, float beta, float *C, int ldc);
+
+/* out (B, O) = inp (B, I) @ w^T + b;  w (O, I) as torch.nn.Linear;  b (O) or NULL; the GEMM as amp runs it */
+void dt_linear_forward(dt_amp amp, float *out, const float *inp, const float *w, const float *b, int B, int I, int O);
 /* dinp (B, I) = dout @ w;  dw (O, I) += dout^T @ inp;  db (O) += sum_b dout */
-void dt_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                        int B, int I, int O);
+void dt_linear_backward(dt_amp amp, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                        const float *w, int B, int I, int O);
 
 /* ---- conv2d (im2col + GEMM) ---------------------------------------------- */
 typedef struct dt_conv2d_geom {
@@ -35,6 +45,7 @@ typedef struct dt_conv2d_geom {
   int stride, pad;   /* same in both directions; zero padding */
   int OH, OW;        /* output (N, OC, OH, OW) */
   int threads;       /* at most this many threads, each its own block of the scratch (init: N) */
+  dt_amp amp;        /* the GEMMs as autocast runs them (dt_lowp_gemm; init: DT_AMP_OFF) */
 } dt_conv2d_geom;
 /* Fills OH/OW; DT_INVALID_ARGUMENT if any size is < 1 or the output would be empty. */
 dt_status dt_conv2d_geom_init(dt_conv2d_geom *g, int N, int C, int H, int W, int OC, int KH, int KW, int stride,

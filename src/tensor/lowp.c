@@ -17,17 +17,18 @@ static inline float bits_f32(uint32_t u) {
 }
 
 /* Keeps the top 16 bits, rounding the lower 16 to even; inf stays inf (its low bits are 0), NaN stays a quiet NaN
- * (rounding could carry a NaN's payload into the exponent and make it inf). */
-float dt_round_bf16(float x) {
-  uint32_t u = f32_bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bits_f32((u | 0x00400000u) & 0xffff0000u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return bits_f32(u & 0xffff0000u);
+ * (rounding could carry a NaN's payload into the exponent and make it inf). Branch-free and static so the loops
+ * below vectorise (an exported function of a shared library is not inlined). */
+static inline uint32_t bf16_bits(uint32_t u) {
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u, quiet = (u | 0x00400000u) & 0xffff0000u;
+  return (u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
 }
+
+float dt_round_bf16(float x) { return bits_f32(bf16_bits(f32_bits(x))); }
 
 /* fp16: 10 mantissa bits, normals from 2^-14, subnormals on the 2^-24 grid, largest finite 65504; from 65520 (the
  * tie between 65504 and 2^16, whose even neighbour is 2^16) the value overflows to inf. */
-float dt_round_fp16(float x) {
+static inline float fp16_value(float x) {
   const uint32_t u = f32_bits(x), sign = u & 0x80000000u, a = u & 0x7fffffffu;
   if (a >= 0x7f800000u) return x;                      /* inf, NaN */
   if (a >= 0x477ff000u) return bits_f32(sign | 0x7f800000u); /* >= 65520 */
@@ -39,35 +40,69 @@ float dt_round_fp16(float x) {
   return bits_f32(sign | r);
 }
 
-static void round_bf16_emulated(float *x, size_t n) {
-  for (size_t i = 0; i < n; i++) x[i] = dt_round_bf16(x[i]);
+static void round_bf16_emulated(float *dst, const float *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = bits_f32(bf16_bits(f32_bits(src[i])));
 }
-static void round_fp16_emulated(float *x, size_t n) {
-  for (size_t i = 0; i < n; i++) x[i] = dt_round_fp16(x[i]);
+float dt_round_fp16(float x) { return fp16_value(x); }
+
+static void round_fp16_emulated(float *dst, const float *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = fp16_value(src[i]);
 }
 
-/* The dispatch point: what each mode runs on this CPU, chosen once from its features. Today every CPU takes the
- * emulation (f32 GEMMs on values rounded to the grid); a native path (AVX512_BF16 / AMX / AVX512_FP16 GEMMs over
- * packed 16-bit operands) would fill these rows when the CPU reports the feature. */
+/* The dispatch point: what each mode runs on this CPU, chosen once from its features. bf16 with AVX512_BF16 (and
+ * oneDNN in the build) multiplies natively (gemm_lowp.c); every other case is the emulation, f32 GEMMs on values
+ * rounded to the grid. Rounding is the same code on both paths: the native GEMMs take operands already on it. */
 typedef struct lowp_path {
-  void (*round)(float *x, size_t n);
+  void (*round)(float *dst, const float *src, size_t n); /* dst may be src */
+  int native_gemm;
   const char *name;
 } lowp_path;
 
-static const lowp_path *path_of(dt_amp mode) {
-  static const lowp_path bf16 = {round_bf16_emulated, "bf16 emulated (f32 GEMMs on the bf16 grid)"};
-  static const lowp_path fp16 = {round_fp16_emulated, "fp16 emulated (f32 GEMMs on the fp16 grid)"};
-  return mode == DT_AMP_BF16 ? &bf16 : mode == DT_AMP_FP16 ? &fp16 : NULL;
+/* DT_AMP_KERNELS=emulated keeps a native CPU on the emulation (to compare the two); dt_amp_kernels_check
+ * validates the value at start-up. */
+static int emulation_forced(void) {
+  const char *v = "auto";
+  (void)dt_tunable_str("DT_AMP_KERNELS", &v);
+  return strcmp(v, "emulated") == 0;
 }
 
-void dt_lowp_round(dt_amp mode, float *x, size_t n) {
-  const lowp_path *p = path_of(mode);
-  if (p) p->round(x, n);
+static const lowp_path *path_of(dt_amp mode) {
+  static const lowp_path bf16 = {round_bf16_emulated, 0, "bf16 emulated (f32 GEMMs on the bf16 grid)"};
+  static const lowp_path bf16_native = {round_bf16_emulated, 1, "bf16 native (oneDNN bf16 matmul for Linear, "
+                                        "Conv2d's GEMMs and attention's projections; the rest f32 on the grid)"};
+  static const lowp_path fp16 = {round_fp16_emulated, 0, "fp16 emulated (f32 GEMMs on the fp16 grid)"};
+  static int native = -1;
+  if (mode == DT_AMP_BF16 && native < 0) native = !emulation_forced() && dt_gemm_bf16_native();
+  return mode == DT_AMP_BF16 ? (native ? &bf16_native : &bf16) : mode == DT_AMP_FP16 ? &fp16 : NULL;
 }
+
+dt_status dt_amp_kernels_check(void) {
+  const char *v = "auto";
+  DT_CHECK(dt_tunable_str("DT_AMP_KERNELS", &v));
+  if (strcmp(v, "auto") && strcmp(v, "emulated"))
+    return dt_error(DT_INVALID_ARGUMENT, "DT_AMP_KERNELS=%s: expected auto or emulated", v);
+  return DT_OK;
+}
+
+int dt_amp_native_gemm(dt_amp mode) {
+  const lowp_path *p = path_of(mode);
+  return p && p->native_gemm;
+}
+
+void dt_lowp_gemm(dt_amp mode, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                  const float *B, int ldb, float beta, float *C, int ldc) {
+  if (dt_amp_native_gemm(mode) && dt_gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
+  dt_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void dt_lowp_round(dt_amp mode, float *x, size_t n) { dt_lowp_round_copy(mode, x, x, n); }
 
 void dt_lowp_round_copy(dt_amp mode, float *dst, const float *src, size_t n) {
-  if (dst != src) memcpy(dst, src, n * sizeof *dst);
-  dt_lowp_round(mode, dst, n);
+  const lowp_path *p = path_of(mode);
+  if (p)
+    p->round(dst, src, n);
+  else if (dst != src)
+    memcpy(dst, src, n * sizeof *dst);
 }
 
 const char *dt_amp_path_name(dt_amp mode) {

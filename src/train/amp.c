@@ -3,6 +3,7 @@
 #include <stdint.h>
 
 #include "core/impl.h"
+#include "tensor/kernels.h"
 #include "train/run.h"
 
 /* GradScaler's init_scale and growth_interval from their tunables. */
@@ -30,6 +31,7 @@ dt_status dt_run_amp_open(dt_run *r) {
     DT_CHECK(dt_scaler_check(&r->scaler, r->resume.path));
   }
   if (amp == DT_AMP_OFF) return DT_OK;
+  DT_CHECK(dt_amp_kernels_check());
   if (r->dp)
     DT_CHECK(dt_dp_set_amp(r->dp, amp));
   else
@@ -37,11 +39,13 @@ dt_status dt_run_amp_open(dt_run *r) {
   if (!r->lead) return DT_OK;
   const char *name = amp == DT_AMP_BF16 ? "bf16" : "fp16";
   DT_LOG_INFO("train", "amp %s: %s", name, dt_amp_path_name(amp));
+  if (dt_amp_native_gemm(amp)) return DT_OK;
   if (!dt_amp_cpu_native(amp)) /* said once, at start-up: an emulated run is slower, not wrong */
     DT_LOG_WARN("train", "%s is emulated on this CPU: expect it to be slower than f32", name);
   else
-    DT_LOG_WARN("train", "this CPU has native %s but dtrain has no native kernels yet: emulated, expect it to be "
-                "slower than f32", name);
+    DT_LOG_WARN("train", "this CPU has native %s but this run emulates it (%s): expect it to be slower than f32",
+                name, amp == DT_AMP_FP16 ? "dtrain has no native fp16 kernels yet"
+                      : dt_gemm_bf16_native() ? "DT_AMP_KERNELS=emulated" : "built without oneDNN");
   return DT_OK;
 }
 

@@ -6,12 +6,14 @@
 #     are skipped before and after the snapshot, and its scale and tracker are not the defaults;
 #  2. --amp bf16 changes the weights (the rounding is applied) but stays within 2e-2 of f32 after 2 epochs;
 #  3. ddp world 2 = world 1 under --amp bf16 (per-rank batch halved), ddp fp16 with skipped steps, and
-#     dp --workers 2 = single under fp16;
+#     dp --workers 2 = single under fp16; --accumulate 2 = a batch twice as large under fp16 (the same steps
+#     skipped) and bf16, single and ddp; one rank alone overflowing: every rank skips that step;
 #  4. a bad --amp value: one usage line, exit 2;
 #  5. bert-tiny (attention, LayerNorm, GELU; padded sequences) under --amp bf16: differs from f32, within 1e-3 of it
 #     after 2 epochs, and ddp world 2 = world 1 within 1e-5. SGD: a last-bit difference in an f32 sum (ranks add in
 #     another order) can move a bf16-rounded operand by a whole bf16 ulp, and AdamW's normalised steps turn that
-#     into 1e-2 of weight difference where SGD keeps it near 1e-6.
+#     into 1e-2 of weight difference where SGD keeps it near 1e-6;
+#  6. native bf16 (AVX512_BF16 + oneDNN) within rounding of the emulation (DT_AMP_KERNELS=emulated).
 set -u
 b=${DT_BUILD_DIR:?DT_BUILD_DIR must name the build directory}
 SRC=${DT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -97,6 +99,51 @@ a=$(summary_field "$tmp/f2/summary.json" skipped_steps)
 train s16 single --amp fp16 --batch-size 32
 train dp2 dp:2 --amp fp16 --batch-size 32
 within "dp 2 workers = single under fp16" s16 dp2 1e-5
+# --accumulate 2 of 16 = one batch of 32: each micro-step's loss is scaled by scale / 2, so every row of the
+# incoming gradient is the same value as in the batch of 32 and rounds alike; skipped steps agree too. Under ddp
+# the same holds per rank (2 x 8 against 16 a rank; not against world 1, see above).
+export DT_AMP_INIT_SCALE_LOG2=24 DT_AMP_GROWTH_INTERVAL=5
+train big16 single --amp fp16 --batch-size 32
+train acc16 single --amp fp16 --batch-size 16 --accumulate 2
+train bigw2 2 --amp fp16 --batch-size 16
+train accw2 2 --amp fp16 --batch-size 8 --accumulate 2
+unset DT_AMP_INIT_SCALE_LOG2 DT_AMP_GROWTH_INTERVAL
+within "--accumulate 2 = a batch twice as large under fp16" big16 acc16 1e-5
+within "ddp world 2: --accumulate 2 = a batch twice as large under fp16" bigw2 accw2 1e-5
+a=$(summary_field "$tmp/big16/summary.json" skipped_steps) c=$(summary_field "$tmp/acc16/summary.json" skipped_steps)
+d=$(summary_field "$tmp/bigw2/summary.json" skipped_steps) e=$(summary_field "$tmp/accw2/summary.json" skipped_steps)
+[ "$a" -gt 0 ] && [ "$a" = "$c" ] && [ "$d" -gt 0 ] && [ "$d" = "$e" ] &&
+  ok "the same steps skipped with and without --accumulate ($a single, $d ddp)" ||
+  fail "skipped steps: batch 32 $a, --accumulate 2 $c; ddp 16 a rank $d, 2 x 8 $e"
+train abf single --amp bf16 --batch-size 32
+train abf2 single --amp bf16 --batch-size 16 --accumulate 2
+within "--accumulate 2 = a batch twice as large under bf16" abf abf2 1e-5
+
+# One rank alone overflows: 64 black 28x28 images and one white one (sample 37), normalised with std 1e-5 so the
+# white one is 1e5 > fp16's 65504 and becomes inf in the first layer's operand. Each epoch exactly one rank meets
+# it, on one step: both ranks skip that step (2 skipped over 2 epochs, nothing else overflows at the default
+# scale) and end where ddp world 1, which skips the same steps, ends.
+mkdir -p "$tmp/hot"
+/usr/bin/python3 - "$tmp/hot" <<'EOF'
+import os, struct, sys
+d, n = sys.argv[1], 64
+for split, m in (("train", n), ("t10k", 8)):
+    img = bytearray(m * 784)
+    if split == "train":
+        img[37 * 784:38 * 784] = b"\xff" * 784
+    open(os.path.join(d, f"{split}-images-idx3-ubyte"), "wb").write(struct.pack(">IIII", 0x803, m, 28, 28) + img)
+    open(os.path.join(d, f"{split}-labels-idx1-ubyte"), "wb").write(struct.pack(">II", 0x801, m) + bytes(i % 10 for i in range(m)))
+EOF
+saved=("${COMMON[@]}")
+COMMON=(train --model mlp --hidden 16 --data "$tmp/hot" --normalize 0,1e-5 --threads 1 --progress none --epochs 2
+  --lr 0.05 --amp fp16)
+train hot1 1 --batch-size 16
+train hot2 2 --batch-size 8
+a=$(summary_field "$tmp/hot1/summary.json" skipped_steps) c=$(summary_field "$tmp/hot2/summary.json" skipped_steps)
+[ "$a" = 2 ] && [ "$c" = 2 ] && ok "one rank's overflow skips the step on every rank (2 of 2 epochs)" ||
+  fail "one rank overflowing: world 1 skipped $a, world 2 skipped $c (expected 2 and 2)"
+within "ddp world 2 = world 1 with one rank overflowing" hot1 hot2 1e-5
+COMMON=("${saved[@]}")
 
 section "4 a bad --amp value"
 run bad 10 "$DTRAIN" "${COMMON[@]}" --amp f16
@@ -115,6 +162,29 @@ within "bert bf16 within 1e-3 of f32" bert32 bert16 1e-3
 train bertw1 1 "${BERT[@]}" --batch-size 16 --amp bf16
 train bertw2 2 "${BERT[@]}" --batch-size 8 --amp bf16
 within "bert ddp world 2 = world 1 under bf16" bertw1 bertw2 1e-5
+
+section "6 native bf16 = the emulation, up to the order of sums"
+# Where the CPU has AVX512_BF16 (and the build oneDNN) --amp bf16 multiplies natively; DT_AMP_KERNELS=emulated
+# runs the f32 emulation on the same grid. fashioncnn on 2 threads multiplies from both at once (its convolution
+# GEMMs): 16 SGD steps apart the two stay within 3e-2 (measured 3e-3; with oneDNN's shared scratchpad between
+# threads, 0.23). Where the CPU has no native bf16 both runs are the emulation and must be bit-identical.
+CNN=(train --model fashioncnn --data fashion-mnist --limit-train 1024 --limit-test 64 --epochs 1 --batch-size 64
+  --lr 0.01 --threads 2 --progress none --amp bf16)
+run_ok cnn_auto 120 "$DTRAIN" "${CNN[@]}" --out "$tmp/cnn_auto"
+DT_AMP_KERNELS=emulated run_ok cnn_emul 120 "$DTRAIN" "${CNN[@]}" --out "$tmp/cnn_emul"
+if grep -q "amp bf16 native" "$tmp/cnn_auto.out"; then
+  within "fashioncnn native bf16 within 3e-2 of the emulation" cnn_emul cnn_auto 3e-2
+  grep -q "amp bf16 emulated" "$tmp/cnn_emul.out" && ok "DT_AMP_KERNELS=emulated names the emulation" ||
+    fail "DT_AMP_KERNELS=emulated: banner $(grep -o 'amp bf16[^,]*' "$tmp/cnn_emul.out")"
+  DT_AMP_KERNELS=emulated train berte single "${BERT[@]}" --batch-size 16 --amp bf16
+  within "bert native bf16 within 1e-3 of the emulation" berte bert16 1e-3
+else
+  same_tensors "$tmp/cnn_auto/model.safetensors" "$tmp/cnn_emul/model.safetensors" &&
+    ok "no native bf16 here (skipped the comparison): both runs emulate, bit-identical" || fail "two emulations differ"
+fi
+run bad_kernels 10 env DT_AMP_KERNELS=fast "$DTRAIN" "${CNN[@]}" --out "$tmp/bad_kernels"
+[ $rc -ne 0 ] && grep -q "DT_AMP_KERNELS=fast: expected auto or emulated" "$tmp/bad_kernels.err" &&
+  ok "a bad DT_AMP_KERNELS: $(tail -1 "$tmp/bad_kernels.err")" || { fail "DT_AMP_KERNELS=fast: exit $rc"; show bad_kernels; }
 
 cleanup_tmp
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }

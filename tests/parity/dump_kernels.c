@@ -27,8 +27,8 @@ static void linear_case(void) {
   float *x = randf((size_t)B * I, -1, 1), *w = randf((size_t)O * I, -1, 1), *b = randf(O, -1, 1);
   float *dy = randf((size_t)B * O, -1, 1), *y = zeros((size_t)B * O), *dx = zeros((size_t)B * I);
   float *dw = zeros((size_t)O * I), *db = zeros(O);
-  dt_linear_forward(y, x, w, b, B, I, O);
-  dt_linear_backward(dx, dw, db, dy, x, w, B, I, O);
+  dt_linear_forward(DT_AMP_OFF, y, x, w, b, B, I, O);
+  dt_linear_backward(DT_AMP_OFF, dx, dw, db, dy, x, w, B, I, O);
   PUTF("linear.x", x, B, I);
   PUTF("linear.w", w, O, I);
   PUTF("linear.b", b, O);

@@ -1,6 +1,7 @@
 /* Mixed precision: the bf16/fp16 grids (values worked out by hand from the formats), GradScaler's rules, and a
  * model under amp against the same model with its operands rounded by hand. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dtrain/model.h"
@@ -85,5 +86,98 @@ TEST(scaler_rules) {
   ASSERT_STATUS(dt_scaler_check(&s, "t"), DT_CORRUPT);
 }
 
+/* A long buffer (the vectorised loop and its tail) rounds as the scalar does, value by value. */
+TEST(round_long_buffers_as_each_value) {
+  enum { n = 1003 };
+  static float x[n], y[n];
+  uint32_t u = 12345;
+  for (int i = 0; i < n; i++) {
+    u = u * 1664525u + 1013904223u; /* every bit pattern: NaNs, infs, subnormals, ties */
+    x[i] = from_bits(i % 7 ? u : (u & 0xffff8000u) | 0x8000u);
+  }
+  dt_lowp_round_copy(DT_AMP_BF16, y, x, n);
+  for (int i = 0; i < n; i++) {
+    const float want = dt_round_bf16(x[i]);
+    ASSERT_MSG(isnan(want) ? isnan(y[i]) : memcmp(&want, &y[i], sizeof want) == 0, "bf16");
+  }
+  dt_lowp_round_copy(DT_AMP_FP16, y, x, n);
+  for (int i = 0; i < n; i++) {
+    const float want = dt_round_fp16(x[i]);
+    ASSERT_MSG(isnan(want) ? isnan(y[i]) : memcmp(&want, &y[i], sizeof want) == 0, "fp16");
+  }
+}
+
+/* Multiples of 1/8 in [-1, 1]: on the bf16 grid, and every product and sum of these sizes is exact in f32, so the
+ * native bf16 GEMM must equal the f32 one bit for bit whatever its order of summation. */
+static void eighths(float *x, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; i++) {
+    seed = seed * 1664525u + 1013904223u;
+    x[i] = (float)((int)(seed >> 27) % 17 - 8) / 8.0f;
+  }
+}
+
+/* C (M, ldc = N + 3) by dt_gemm_bf16 against dt_sgemm: 0 when equal (the 3 columns past N untouched), else 1. */
+static int bf16_gemm_case(int ta, int tb, int M, int N, int K, float alpha, float beta, uint32_t seed) {
+  const int lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3;
+  const size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+  float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b), *c = malloc(nc * sizeof *c),
+        *want = malloc(nc * sizeof *c);
+  int bad = !a || !b || !c || !want;
+  if (!bad) {
+    eighths(a, na, seed), eighths(b, nb, seed + 1), eighths(c, nc, seed + 2);
+    memcpy(want, c, nc * sizeof *c);
+    dt_sgemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, want, ldc);
+    bad = !dt_gemm_bf16(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc) || memcmp(c, want, nc * sizeof *c);
+  }
+  free(a), free(b), free(c), free(want);
+  return bad;
+}
+
+TEST(native_bf16_gemm_matches_f32_on_the_grid) {
+  if (!dt_gemm_bf16_native()) {
+    fprintf(stderr, "  skipped: no native bf16 GEMM here (no AVX512_BF16, or built without oneDNN)\n");
+    return;
+  }
+  static const int shapes[][3] = {{1, 1, 1}, {5, 7, 3}, {33, 17, 70}, {64, 300, 129}, {16, 1024, 144}};
+  for (int s = 0; s < 5; s++)
+    for (int t = 0; t < 4; t++) {
+      ASSERT_EQ(bf16_gemm_case(t >> 1, t & 1, shapes[s][0], shapes[s][1], shapes[s][2], 1.0f, 0.0f, 7u * s + t), 0);
+      ASSERT_EQ(bf16_gemm_case(t >> 1, t & 1, shapes[s][0], shapes[s][1], shapes[s][2], 0.5f, 1.0f, 9u * s + t), 0);
+    }
+  ASSERT_EQ(dt_gemm_bf16(0, 0, 0, 4, 4, 1.0f, NULL, 4, NULL, 4, 0.0f, NULL, 4), 0); /* empty: refused, not run */
+}
+
+/* The convolutions multiply from every thread at once: one shape and several, each result checked. */
+TEST(native_bf16_gemm_from_many_threads) {
+  if (!dt_gemm_bf16_native()) {
+    fprintf(stderr, "  skipped: no native bf16 GEMM here\n");
+    return;
+  }
+  int bad = 0;
+#pragma omp parallel for num_threads(2) schedule(dynamic, 1) reduction(+ : bad)
+  for (int i = 0; i < 32; i++) { /* fashioncnn's second convolution's products, (OC, R) x (R, cols) and back */
+    const int cols = 144 * (4 + i % 5);
+    bad += bf16_gemm_case(0, 0, 64, cols, 288, 1.0f, 0.0f, i);
+    bad += bf16_gemm_case(0, 1, 64, 288, cols, 1.0f, 1.0f, i + 1);
+    bad += bf16_gemm_case(1, 0, 288, cols, 64, 1.0f, 0.0f, i + 2);
+  }
+  ASSERT_EQ(bad, 0);
+}
+
+/* The dispatch: fp16 and off always multiply in f32 (here exactly dt_sgemm's result). */
+TEST(lowp_gemm_dispatch) {
+  float a[6], b[6], c[4] = {0}, want[4] = {0};
+  eighths(a, 6, 1), eighths(b, 6, 2);
+  dt_sgemm(0, 0, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, want, 2);
+  dt_lowp_gemm(DT_AMP_FP16, 0, 0, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 2);
+  ASSERT(memcmp(c, want, sizeof c) == 0);
+  memset(c, 0, sizeof c);
+  dt_lowp_gemm(DT_AMP_BF16, 0, 0, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 2);
+  ASSERT(memcmp(c, want, sizeof c) == 0);
+  ASSERT_EQ(dt_amp_native_gemm(DT_AMP_FP16), 0);
+  ASSERT_EQ(dt_amp_native_gemm(DT_AMP_OFF), 0);
+}
+
 TEST_MAIN(TEST_ENTRY(bf16_round_to_nearest_even), TEST_ENTRY(fp16_round_to_nearest_even), TEST_ENTRY(round_buffers),
-          TEST_ENTRY(scaler_rules))
+          TEST_ENTRY(round_long_buffers_as_each_value), TEST_ENTRY(native_bf16_gemm_matches_f32_on_the_grid),
+          TEST_ENTRY(native_bf16_gemm_from_many_threads), TEST_ENTRY(lowp_gemm_dispatch), TEST_ENTRY(scaler_rules))
