@@ -98,7 +98,7 @@ void dt_attention_forward(float *ctx, float *P, float *scratch, int threads, con
   }
 }
 
-/* Per (sample, head), with G = dctx_h:  dV_h = Pd^T G;  dPd = G V_h^T;  dP = dPd / (1 - p) where kept (Pd != 0:
+/* Per (sample, head), with G = dctx_h:  dV_h = Pd^T G (under amp the rounded Pd the forward multiplied);  dPd = G V_h^T;  dP = dPd / (1 - p) where kept (Pd != 0:
  * where P itself is 0 the value does not matter, as dS below is P times it);  dS = P * (dP - rowsum(dP * P));
  * dQ_h = dS K_h / sqrt(d);  dK_h = dS^T Q_h / sqrt(d). */
 void dt_attention_backward(float *dQ, float *dK, float *dV, float *scratch, int threads, const float *dctx,
@@ -111,8 +111,12 @@ void dt_attention_backward(float *dQ, float *dK, float *dV, float *scratch, int 
     const pair q = pair_of(g, k);
     const int n = q.n;
     float *dp = scratch + 2 * (size_t)omp_get_thread_num() * g->L * g->L, *pd = dp + (size_t)g->L * g->L;
-    const float *pv = dropped(P + q.p0, q.p0, (size_t)n * n, drop, pd);
-    dt_sgemm(1, 0, n, d, n, 1.0f, pv, n, dctx + q.q0, H, 0.0f, dV + q.q0, H);
+    const float *pv = dropped(P + q.p0, q.p0, (size_t)n * n, drop, pd), *pm = pv;
+    if (g->amp != DT_AMP_OFF) { /* V was multiplied by the rounded copy (autocast saves it): dp's room until below */
+      dt_lowp_round_copy(g->amp, dp, pv, (size_t)n * n);
+      pm = dp;
+    }
+    dt_sgemm(1, 0, n, d, n, 1.0f, pm, n, dctx + q.q0, H, 0.0f, dV + q.q0, H);
     dt_sgemm(0, 1, n, n, d, 1.0f, dctx + q.q0, H, V + q.q0, H, 0.0f, dp, n);
     for (int i = 0; i < n; i++) {
       float *gr = dp + (size_t)i * n;

@@ -4,9 +4,11 @@
  * evaluation logits.
  *
  *   dump_bert OUT_PREFIX [CHECKPOINT]
+ *   dump_bert OUT_PREFIX --amp bf16|fp16|off
  *
  * With CHECKPOINT (a Hugging Face directory or safetensors file), the same model is built, takes the
  * checkpoint's weights with --init-from's loader, and dumps only input and hf/logits (evaluation mode).
+ * With --amp, the default dump runs under that autocast (test_amp_bert_torch.py).
  * Keys: init/<state_dict name>, input (3, 3, L: ids, token types, mask), labels, train/logits, train/loss,
  * grad/<parameter>, eval/logits. */
 #include <stdlib.h>
@@ -69,7 +71,8 @@ static int from_checkpoint(dt_model *m, const char *path) {
 }
 
 int main(int argc, char **argv) {
-  int rc = dump_open(argc == 3 ? 2 : argc, argv);
+  const int amp_arg = argc == 4 && strcmp(argv[2], "--amp") == 0;
+  int rc = dump_open(argc == 3 || amp_arg ? 2 : argc, argv);
   if (rc) return rc;
   const int64_t vocab = VOCAB;
   const dt_zoo_config cfg = {.ndim = 2, .input_shape = {3, L}, .outputs = CLASSES, .dropout = 0.0f,
@@ -78,6 +81,11 @@ int main(int argc, char **argv) {
   dt_model *m = NULL;
   TRY("zoo", dt_model_zoo_new("bert", &cfg, &m));
   TRY("build", dt_model_build(m, BATCH, 11));
+  if (amp_arg) {
+    dt_amp amp;
+    TRY("amp", dt_amp_parse(argv[3], &amp));
+    TRY("amp", dt_model_ctx_set_amp(m, dt_model_default_ctx(m), amp));
+  }
   if (argc == 3) {
     rc = from_checkpoint(m, argv[2]);
     dt_model_free(m);
