@@ -1,7 +1,7 @@
 /* Training steps of a zoo model on random images (no data pipeline): images/s, and with a trace file the
  * per-layer spans that bench/resnet_profile.py sorts by layer kind.
  *
- *   resnet_steps MODEL BATCH SIDE STEPS [TRACE.json]
+ *   resnet_steps [--amp bf16|fp16] MODEL BATCH SIDE STEPS [TRACE.json]
  *
  * A step is what the trainer does: forward, cross-entropy, zero_grad, backward, SGD (momentum 0.9) update.
  * One warm-up step is not counted. Prints one line per conv/linear layer with its forward FLOPs
@@ -38,8 +38,13 @@ static void print_flops(const dt_model *m, int batch) {
 }
 
 int main(int argc, char **argv) {
+  dt_amp amp = DT_AMP_OFF;
+  if (argc > 2 && strcmp(argv[1], "--amp") == 0) { /* autocast as --amp (DT_AMP_KERNELS picks the path) */
+    TRY("--amp", dt_amp_parse(argv[2], &amp));
+    argv += 2, argc -= 2;
+  }
   if (argc < 5) {
-    fprintf(stderr, "usage: resnet_steps MODEL BATCH SIDE STEPS [TRACE.json]\n");
+    fprintf(stderr, "usage: resnet_steps [--amp bf16|fp16] MODEL BATCH SIDE STEPS [TRACE.json]\n");
     return 2;
   }
   const char *model = argv[1];
@@ -50,6 +55,7 @@ int main(int argc, char **argv) {
   dt_model *m = NULL;
   TRY("zoo", dt_model_zoo_new(model, &cfg, &m));
   TRY("build", dt_model_build(m, batch, 1));
+  if (amp != DT_AMP_OFF) TRY("amp", dt_model_ctx_set_amp(m, dt_model_default_ctx(m), amp));
   const size_t n = (size_t)batch * 3 * side * side;
   float *x = malloc(n * sizeof(float)), *dlogits = malloc((size_t)batch * classes * sizeof(float));
   int32_t *labels = malloc((size_t)batch * sizeof(int32_t));
