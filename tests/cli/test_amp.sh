@@ -7,7 +7,8 @@
 #  2. --amp bf16 changes the weights (the rounding is applied) but stays within 2e-2 of f32 after 2 epochs;
 #  3. ddp world 2 = world 1 under --amp bf16 (per-rank batch halved), ddp fp16 with skipped steps, and
 #     dp --workers 2 = single under fp16; --accumulate 2 = a batch twice as large under fp16 (the same steps
-#     skipped) and bf16, single and ddp; one rank alone overflowing: every rank skips that step;
+#     skipped) and bf16, single and ddp; --clip-grad-norm under fp16 clips the unscaled gradient; --comm-hook
+#     bf16 under bf16; one rank alone overflowing: every rank skips that step;
 #  4. a bad --amp value: one usage line, exit 2;
 #  5. bert-tiny (attention, LayerNorm, GELU; padded sequences) under --amp bf16: differs from f32, within 1e-3 of it
 #     after 2 epochs, and ddp world 2 = world 1 within 1e-5. SGD: a last-bit difference in an f32 sum (ranks add in
@@ -119,6 +120,19 @@ train abf single --amp bf16 --batch-size 32
 train abf2 single --amp bf16 --batch-size 16 --accumulate 2
 within "--accumulate 2 = a batch twice as large under bf16" abf abf2 1e-5
 
+# Clipping under fp16 sees the unscaled gradient (scaler.unscale_ first): with a max norm of 0.05, which binds
+# here (clipped and unclipped f32 end 5e-2 apart), fp16 stays within 1e-3 of f32 clipped alike (measured 1.3e-5);
+# clipping the scaled gradient (2^16 times larger) would shrink every step to nothing.
+train clip32 single --batch-size 16 --clip-grad-norm 0.05
+train clip16 single --batch-size 16 --clip-grad-norm 0.05 --amp fp16
+train noclip single --batch-size 16
+within "--clip-grad-norm under fp16 within 1e-3 of f32 clipped alike" clip32 clip16 1e-3
+d=$(max_diff "$tmp/clip32/model.safetensors" "$tmp/noclip/model.safetensors")
+awk -v d="$d" 'BEGIN { exit !(d > 1e-2) }' && ok "the clipping binds (clipped vs not: $d)" || fail "clipping changed the weights by $d only"
+# The gradient compression hooks compose with amp: world 2 under bf16 with --comm-hook bf16 stays near world 1.
+train hook1 1 --amp bf16 --batch-size 32
+train hook2 2 --amp bf16 --batch-size 16 --comm-hook bf16
+within "ddp world 2 with --comm-hook bf16 under bf16 within 2e-2 of world 1" hook1 hook2 2e-2
 # One rank alone overflows: 64 black 28x28 images and one white one (sample 37), normalised with std 1e-5 so the
 # white one is 1e5 > fp16's 65504 and becomes inf in the first layer's operand. Each epoch exactly one rank meets
 # it, on one step: both ranks skip that step (2 skipped over 2 epochs, nothing else overflows at the default
