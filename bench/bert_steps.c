@@ -71,7 +71,13 @@ static int write_trace(const char *path) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 6) return fprintf(stderr, "usage: bert_steps MODEL BATCH SEQ_LEN STEPS train|infer [TRACE.json]\n"), 2;
+  dt_amp amp = DT_AMP_OFF;
+  if (argc > 2 && strcmp(argv[1], "--amp") == 0) { /* autocast as --amp (DT_AMP_KERNELS picks the path) */
+    TRY("--amp", dt_amp_parse(argv[2], &amp));
+    argv += 2, argc -= 2;
+  }
+  if (argc < 6)
+    return fprintf(stderr, "usage: bert_steps [--amp bf16|fp16] MODEL BATCH SEQ_LEN STEPS train|infer [TRACE.json]\n"), 2;
   const int B = atoi(argv[2]), L = atoi(argv[3]), steps = atoi(argv[4]), train = strcmp(argv[5], "train") == 0;
   const char *trace = argc > 6 ? argv[6] : NULL;
   if (B < 1 || B > 4096 || L < 4 || steps < 1)
@@ -82,6 +88,7 @@ int main(int argc, char **argv) {
   dt_model *m = NULL;
   TRY("zoo", dt_model_zoo_new(argv[1], &cfg, &m));
   TRY("build", dt_model_build(m, B, 1));
+  if (amp != DT_AMP_OFF) TRY("amp", dt_model_ctx_set_amp(m, dt_model_default_ctx(m), amp));
   int32_t *x = malloc((size_t)B * 3 * L * sizeof(int32_t)), labels[4096];
   float *dlogits = malloc((size_t)B * CLASSES * sizeof(float));
   if (!x || !dlogits) return fprintf(stderr, "bert_steps: out of memory\n"), 1;

@@ -12,7 +12,10 @@ forward, over those layers' time) as a share of the cores' fp32 peak: cores x cl
 pipes; AVX-512: x2), the clock being /proc/cpuinfo's current MHz, so the share is approximate.
 
     bench/bert_vs_torch.py [--build build] [--models bert-mini,bert-small] [--batch 32] [--len 128] [--steps 5]
-                           [--profile]
+                           [--profile] [--amp bf16]
+
+With --amp bf16 both sides run under autocast: dtrain's --amp bf16 (native bf16 GEMMs where the CPU has
+AVX512_BF16), PyTorch's torch.autocast("cpu", dtype=torch.bfloat16) around the forward and the loss.
 """
 import argparse, collections, json, os, statistics, subprocess, sys, tempfile
 
@@ -27,8 +30,9 @@ VOCAB = 30522
 
 
 def dtrain_rate(a, model, mode):
-    out = subprocess.run([os.path.join(a.build, "bench", "bert_steps"), model, str(a.batch), str(a.len), str(a.steps),
-                          mode], check=True, capture_output=True, text=True, env=budget_env(a.threads)).stdout
+    amp = ["--amp", a.amp] if a.amp != "off" else []
+    out = subprocess.run([os.path.join(a.build, "bench", "bert_steps"), *amp, model, str(a.batch), str(a.len),
+                          str(a.steps), mode], check=True, capture_output=True, text=True, env=budget_env(a.threads)).stdout
     steps = [float(l.split()[1]) for l in out.splitlines() if l.startswith("step_s")]
     return a.batch / statistics.median(steps)
 
@@ -59,11 +63,13 @@ for s in range({a.steps} + 1):
     t0 = time.perf_counter()
     if train:
         opt.zero_grad()
-        torch.nn.functional.cross_entropy(m(x), y).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled={a.amp == 'bf16'}):
+            loss = torch.nn.functional.cross_entropy(m(x).float(), y)
+        loss.backward()
         opt.step()
     else:
-        with torch.no_grad():
-            torch.nn.functional.cross_entropy(m(x), y)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled={a.amp == 'bf16'}):
+            torch.nn.functional.cross_entropy(m(x).float(), y)
     if s:
         times.append(time.perf_counter() - t0)
 print(B / statistics.median(times))
@@ -119,9 +125,10 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--amp", choices=["off", "bf16"], default="off")
     a = p.parse_args()
     print(f"# {cpu_line()}; load average before: {loadavg()}")
-    print(f"# batch {a.batch}, length {a.len}, {a.threads} threads, median of {a.steps} steps")
+    print(f"# batch {a.batch}, length {a.len}, {a.threads} threads, median of {a.steps} steps, amp {a.amp}")
     print("| model | mode | dtrain seq/s | PyTorch seq/s | dtrain / PyTorch |")
     print("|---|---|---:|---:|---:|")
     for model in a.models.split(","):
