@@ -4,7 +4,7 @@
  * emulation's f32 GEMM on the same values up to the order of the sums.
  *
  * Why oneDNN: Debian's OpenBLAS (0.3.21) is built without sbgemm, and on the machine this was written on
- * oneDNN's bf16 matmul ran 3.1-3.6x OpenBLAS's sgemm on the mlp's shapes (2 threads), more than a kernel of our
+ * oneDNN's bf16 matmul ran 2.7-3.8x OpenBLAS's sgemm on the mlp's shapes (2 threads), more than a kernel of our
  * own would reach soon. Where the build has no oneDNN or the CPU no AVX512_BF16, dt_gemm_bf16_native() is 0 and
  * callers take the f32 GEMM. */
 #include <pthread.h>
@@ -19,9 +19,9 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
-/* The convolutions call GEMMs from several threads at once. oneDNN's default scratchpad is one per process
- * (Debian builds it without concurrent execution), so each primitive asks for a user scratchpad and each thread
- * brings its own, after its packed operands.
+/* The convolutions call GEMMs from several threads at once. With oneDNN's own scratchpad, fashioncnn's
+ * convolution GEMMs on two threads spoiled each other's results (0.23 of weight difference after 16 steps, 3e-3
+ * without), so each primitive asks for a user scratchpad and each thread brings its own, after its operands.
  *
  * One matmul primitive per GEMM shape, made on first use and kept for the process: a model has a handful of
  * shapes (each layer's forward and two backward products, and the last batch's). Entries are never evicted, so
@@ -54,12 +54,15 @@ static int engine_ready(void) {
   return ok;
 }
 
+static int native;
+static void native_init(void) {
+  __builtin_cpu_init();
+  native = __builtin_cpu_supports("avx512bf16") && engine_ready();
+}
+
 int dt_gemm_bf16_native(void) {
-  static int native = -1;
-  if (native < 0) {
-    __builtin_cpu_init();
-    native = __builtin_cpu_supports("avx512bf16") && engine_ready();
-  }
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, native_init);
   return native;
 }
 

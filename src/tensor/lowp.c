@@ -1,5 +1,6 @@
 /* Low-precision grids for mixed precision: f32 buffers rounded in place to bf16 / fp16 (round to nearest even),
  * and the run-time dispatch point that names the path a CPU takes. */
+#include <pthread.h>
 #include <string.h>
 
 #include "core/impl.h"
@@ -66,14 +67,20 @@ static int emulation_forced(void) {
   return strcmp(v, "emulated") == 0;
 }
 
+static int bf16_native; /* chosen once (pthread_once): layers ask from several threads */
+static void bf16_native_init(void) { bf16_native = !emulation_forced() && dt_gemm_bf16_native(); }
+
 static const lowp_path *path_of(dt_amp mode) {
   static const lowp_path bf16 = {round_bf16_emulated, 0, "bf16 emulated (f32 GEMMs on the bf16 grid)"};
-  static const lowp_path bf16_native = {round_bf16_emulated, 1, "bf16 native (oneDNN bf16 matmul for Linear, "
-                                        "Conv2d's GEMMs and attention's projections; the rest f32 on the grid)"};
+  static const lowp_path bf16_native_path = {round_bf16_emulated, 1, "bf16 native (oneDNN bf16 matmul for Linear, "
+                                             "Conv2d's GEMMs and attention's projections; the rest f32 on the grid)"};
   static const lowp_path fp16 = {round_fp16_emulated, 0, "fp16 emulated (f32 GEMMs on the fp16 grid)"};
-  static int native = -1;
-  if (mode == DT_AMP_BF16 && native < 0) native = !emulation_forced() && dt_gemm_bf16_native();
-  return mode == DT_AMP_BF16 ? (native ? &bf16_native : &bf16) : mode == DT_AMP_FP16 ? &fp16 : NULL;
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  if (mode == DT_AMP_BF16) {
+    pthread_once(&once, bf16_native_init);
+    return bf16_native ? &bf16_native_path : &bf16;
+  }
+  return mode == DT_AMP_FP16 ? &fp16 : NULL;
 }
 
 dt_status dt_amp_kernels_check(void) {
