@@ -1,15 +1,19 @@
 /* Parity helper: resnet18 (2 x 3x64x64) and resnet20 (2 x 3x32x32), 10 classes: weights, batch, logits, loss,
  * every gradient and the BN statistics after a training step, and the evaluation logits, for test_resnet_torch.py.
  *
- *   dump_resnet OUT_PREFIX
+ *   dump_resnet OUT_PREFIX [--amp bf16|fp16|off]
  *
  * Keys, per model M: M/init/<state_dict name> (the built weights, buffers and num_batches_tracked), M/input,
  * M/labels, M/train/logits, M/train/loss, M/grad/<parameter>, M/after/<buffer or counter>, M/eval/logits,
- * M/eval/loss. zero_init_residual stays off (a zero BN weight would hide half the gradients). */
+ * M/eval/loss. zero_init_residual stays off (a zero BN weight would hide half the gradients).
+ * With --amp, both steps and evaluations run under that autocast (test_amp_resnet_torch.py), and the training
+ * step also dumps what each Conv2d and Linear L saw and gave: M/amp/L/in and M/amp/L/out (its f32 input, its
+ * output), M/amp/L/dout and M/amp/L/dinp (its incoming gradient, its input gradient; none for the first conv). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "dtrain/dtrain.h"
+#include "nn/layer.h"
 #include "parity/dump_io.h"
 
 #define TOOL_NAME "dump_resnet"
@@ -53,12 +57,60 @@ static void put_named(const char *model, const char *what, const char *type, con
   dump_put(key, type, data, 4, ndim, dims);
 }
 
+/* --amp: the autocast layers' ops, wrapped to dump their activations and gradients while `recording` names the
+ * model (the original ops run unchanged in between). */
+static const char *recording;
+static dt_layer_ops wrapped[2];
+static const dt_layer_ops *const originals[2] = {&dt_conv2d_ops, &dt_linear_ops};
+
+static const dt_layer_ops *original(const dt_layer *l) { return originals[l->ops == &wrapped[1]]; }
+
+static void put_act(const dt_layer *l, const char *what, const float *x, int ndim, const int64_t *shape) {
+  if (!recording || !x) return;
+  char key[256];
+  int dims[DT_MAX_DIMS] = {BATCH};
+  for (int d = 0; d < ndim; d++) dims[d + 1] = (int)shape[d];
+  snprintf(key, sizeof key, "%s/amp/%s/%s", recording, l->name, what);
+  dump_put(key, "f32", x, 4, ndim + 1, dims);
+}
+
+static dt_status rec_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
+  put_act(l, "in", in, l->in_ndim, l->in_shape);
+  dt_status st = original(l)->forward(l, io, in, out);
+  put_act(l, "out", out, l->out_ndim, l->out_shape);
+  return st;
+}
+
+static void rec_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
+                         const float *dout, float *dinp) {
+  put_act(l, "dout", dout, l->out_ndim, l->out_shape);
+  original(l)->backward(l, io, in, out, dout, dinp);
+  put_act(l, "dinp", dinp, l->in_ndim, l->in_shape);
+}
+
+static void wrap_autocast_layers(dt_model *m) {
+  for (int k = 0; k < 2; k++) {
+    wrapped[k] = *originals[k];
+    wrapped[k].forward = rec_forward;
+    wrapped[k].backward = rec_backward;
+  }
+  for (int i = 0; i < dt_model_num_layers(m); i++) {
+    dt_layer *l = (dt_layer *)dt_model_layer(m, i); /* the model's own, non-const array */
+    for (int k = 0; k < 2; k++)
+      if (l->ops == originals[k]) l->ops = &wrapped[k];
+  }
+}
+
 /* One model: a training step (forward, loss, backward) and an evaluation forward on one random batch. */
-static int run(const char *model, int side, uint64_t seed) {
+static int run(const char *model, int side, uint64_t seed, dt_amp amp) {
   const dt_zoo_config cfg = {.ndim = 3, .input_shape = {3, side, side}, .outputs = CLASSES, .dropout = -1.0f};
   dt_model *m = NULL;
   TRY("zoo", dt_model_zoo_new(model, &cfg, &m));
   TRY("build", dt_model_build(m, BATCH, seed));
+  if (amp != DT_AMP_OFF) {
+    TRY("amp", dt_model_ctx_set_amp(m, dt_model_default_ctx(m), amp));
+    wrap_autocast_layers(m);
+  }
   const int n = BATCH * 3 * side * side;
   float *x = malloc(sizeof(float) * (size_t)n), dlogits[BATCH * CLASSES], loss;
   int32_t labels[BATCH];
@@ -73,12 +125,14 @@ static int run(const char *model, int side, uint64_t seed) {
   const float *y;
   const int ld[2] = {BATCH, CLASSES};
   dt_model_set_training(m, 1);
+  recording = amp != DT_AMP_OFF ? model : NULL;
   TRY("forward", dt_model_forward(m, x, BATCH, &y));
   TRY("loss", dt_loss_cross_entropy(y, labels, BATCH, CLASSES, 0.0f, &loss, dlogits));
   put_named(model, "train/logits", "f32", y, 2, ld);
   put_named(model, "train/loss", "f32", &loss, 1, (int[]){1});
   dt_model_zero_grad(m);
   TRY("backward", dt_model_backward(m, dlogits));
+  recording = NULL;
   put_grads(m, model);
   put_state(m, model, "after", 1);
   dt_model_set_training(m, 0);
@@ -92,9 +146,12 @@ static int run(const char *model, int side, uint64_t seed) {
 }
 
 int main(int argc, char **argv) {
-  int rc = dump_open(argc, argv);
+  dt_amp amp = DT_AMP_OFF;
+  const int amp_arg = argc == 4 && strcmp(argv[2], "--amp") == 0;
+  if (amp_arg) TRY("amp", dt_amp_parse(argv[3], &amp));
+  int rc = dump_open(amp_arg ? 2 : argc, argv);
   if (rc) return rc;
-  rc = run("resnet18", 64, 18);
-  if (!rc) rc = run("resnet20", 32, 20);
+  rc = run("resnet18", 64, 18, amp);
+  if (!rc) rc = run("resnet20", 32, 20, amp);
   return dump_close() || rc;
 }
