@@ -57,7 +57,8 @@ static int engine_ready(void) {
 static int native;
 static void native_init(void) {
   __builtin_cpu_init();
-  native = __builtin_cpu_supports("avx512bf16") && engine_ready();
+  native = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && engine_ready();
 }
 
 int dt_gemm_bf16_native(void) {
@@ -123,21 +124,24 @@ static dnnl_status_t entry_for(const gemm_key *k, gemm_entry *out, int *temp) {
   return s;
 }
 
-/* dst (rows, cols) = src (rows, cols; row stride ld) to bf16, round to nearest even (exact on the grid). */
-__attribute__((target("avx512f,avx512bf16"))) static void pack_rows(uint16_t *dst, const float *src, int rows,
-                                                                       int cols, int ld) {
+/* One row of n floats to bf16, round to nearest even (exact on the grid). Compiled for AVX512_BF16 whatever the
+ * build's -march; called only where the CPU has it. */
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+BF16_TARGET static void pack_row(uint16_t *d, const float *s, int n) {
+  int j = 0;
+  for (; j + 16 <= n; j += 16) _mm256_storeu_si256((__m256i *)(d + j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s + j)));
+  if (j < n) {
+    const __mmask16 m = (__mmask16)((1u << (n - j)) - 1);
+    _mm256_mask_storeu_epi16(d + j, m, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, s + j)));
+  }
+}
+
+/* dst (rows, cols) = src (rows, cols; row stride ld) to bf16; the rows over the threads when there are many
+ * (the loop is outside the target function: OpenMP's outlined body would not carry its target). */
+static void pack_rows(uint16_t *dst, const float *src, int rows, int cols, int ld) {
   const int big = (size_t)rows * cols >= (1u << 16);
 #pragma omp parallel for if (big) schedule(static)
-  for (int r = 0; r < rows; r++) {
-    const float *s = src + (size_t)r * ld;
-    uint16_t *d = dst + (size_t)r * cols;
-    int j = 0;
-    for (; j + 16 <= cols; j += 16) _mm256_storeu_si256((__m256i *)(d + j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s + j)));
-    if (j < cols) {
-      const __mmask16 m = (__mmask16)((1u << (cols - j)) - 1);
-      _mm256_mask_storeu_epi16(d + j, m, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, s + j)));
-    }
-  }
+  for (int r = 0; r < rows; r++) pack_row(dst + (size_t)r * cols, src + (size_t)r * ld, cols);
 }
 
 /* This thread's buffer of n bytes, 64-aligned (kept for the thread's life, grown as needed). */
