@@ -341,7 +341,8 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                               .help = "clip the global gradient L2 norm to X"},
     [TRAIN_AMP] = {"--amp", "MODE", FLAG_CHOICE, "off", "bf16",
                    .help = "mixed precision as torch.autocast: Linear, Conv2d and attention products in bf16 or fp16 "
-                   "with f32 accumulation and f32 master weights; fp16 adds GradScaler's dynamic loss scaling",
+                   "with f32 accumulation and f32 master weights; fp16 adds GradScaler's dynamic loss scaling; bf16 "
+                   "multiplies natively where the CPU has AVX512_BF16, else emulated (slower than f32)",
                    .choices = amp_modes},
     [TRAIN_LABEL_SMOOTHING] = {"--label-smoothing", "X", FLAG_UNIT_FLOAT, "0", "0.1",
                                .help = "classification: cross-entropy label smoothing in [0, 1)"},
