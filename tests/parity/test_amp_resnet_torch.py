@@ -124,7 +124,9 @@ class Forced(torch.autograd.Function):
         return dx, dw, db if mod.bias is not None else None, None
 
 
-def parity(name, t):
+def forced_step(name, t):
+    """The torch model of name on dtrain's weights, its autocast layers teacher-forced with dtrain's records, after
+    one training step: (model, its Conv2d and Linear layers by name)."""
     p = name + "/"
     m = torchvision.models.resnet18(num_classes=10) if name == "resnet18" else CifarResNet(3)
     m.load_state_dict({k[len(p) + 5:]: torch.from_numpy(v) for k, v in t.items() if k.startswith(p + "init/")},
@@ -137,6 +139,12 @@ def parity(name, t):
     m.train()
     x, y = torch.from_numpy(t[p + "input"]), torch.from_numpy(t[p + "labels"]).long()
     F.cross_entropy(m(x), y).backward()  # on dtrain's logits, which fc hands on
+    return m, layers
+
+
+def check_step(p, t, m, layers):
+    """Logits, loss, each layer's records and every parameter gradient against the contract."""
+    y = torch.from_numpy(t[p + "labels"]).long()
     logits = layers["fc"].seen["out"]
     check(f"bf16 {p}train/logits", t[p + "train/logits"], logits.numpy(), BF16_TOL)
     check(f"bf16 {p}train/loss", t[p + "train/loss"][0], F.cross_entropy(logits, y).item(), BF16_TOL)
@@ -157,7 +165,10 @@ def parity(name, t):
                 "dinp": "bf16 layer input grads"}.get(group, "bf16 " + group)
         if e <= tol:
             print(f"ok   {p}{what:41s} worst rel err {e:.3g} (bound {tol:g})")
-    # every rounding shows (see the docstring), on the first Conv2d and Linear of each kernel and stride
+
+
+def check_roundings_show(p, t, layers):
+    """Every rounding point shows (see the docstring), on the first Conv2d and Linear of each kernel and stride."""
     picked = {}
     for k, mod in layers.items():
         picked.setdefault((type(mod), getattr(mod, "kernel_size", 0), getattr(mod, "stride", 0)), k)
@@ -210,7 +221,9 @@ def main():
     if t is None:
         return 1
     for name in ("resnet20", "resnet18"):
-        parity(name, t)
+        m, layers = forced_step(name, t)
+        check_step(name + "/", t, m, layers)
+        check_roundings_show(name + "/", t, layers)
     if failures:
         print("FAILED:", ", ".join(failures[:20]))
         return 1
