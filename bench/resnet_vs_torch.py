@@ -6,10 +6,10 @@ cores) and the load average before and after, then a table: training samples/s o
 
   bench/resnet_vs_torch.py [--models resnet20,resnet18] [--modes single,ddp] [--reps 3] [--workers 1]
                            [--samples-resnet20 5120] [--samples-resnet18 320] [--data ../shared/data]
-  bench/resnet_vs_torch.py --first-epoch [--epochs-schedule 20]
+  bench/resnet_vs_torch.py --first-epoch [--models resnet20] [--epochs-schedule 20]
 
-Cases: resnet20 on cifar10 (batch 128, --augment cifar), resnet18 on imagenette-subset (batch 32, --augment
-imagenet); SGD lr 0.1 momentum 0.9 weight decay 5e-4. Throughput runs train on N training images drawn at
+Cases: resnet20 on cifar10 (batch 128, --augment cifar; resnet32 and resnet56 alike, --samples-resnet20 images),
+resnet18 on imagenette-subset (batch 32, --augment imagenet); SGD lr 0.1 momentum 0.9 weight decay 5e-4. Throughput runs train on N training images drawn at
 random (dtrain's --limit-pick auto on a folder; random.sample in PyTorch: top-1 after so few steps says only that
 both trained) and score 1,000 random test images. --first-epoch runs the CIFAR-10 recipe's first epoch (all 50,000 images, Nesterov, a 20-epoch schedule
 of one warm-up epoch and cosine) once per side and scores the whole test set: the accuracy comparison.
@@ -18,7 +18,8 @@ the same number."""
 import argparse, json, os, shutil, socket, statistics, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = {"resnet20": ("cifar10", "cifar", 128), "resnet18": ("imagenette-subset", "imagenet", 32)}
+CASES = {"resnet20": ("cifar10", "cifar", 128), "resnet32": ("cifar10", "cifar", 128), "resnet56": ("cifar10", "cifar", 128),
+         "resnet18": ("imagenette-subset", "imagenet", 32)}
 
 
 def cpu_line():
@@ -55,7 +56,7 @@ def recipe(a, model, first_epoch):
     if first_epoch:
         r["limit_test"] = 0
     else:
-        r["limit_train"] = a.samples_resnet20 if model == "resnet20" else a.samples_resnet18
+        r["limit_train"] = a.samples_resnet18 if model == "resnet18" else a.samples_resnet20
     return r
 
 
@@ -115,7 +116,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.environ.get("DT_BUILD_DIR", "build"))
     ap.add_argument("--data", default=os.path.join(HERE, "..", "..", "shared", "data"))
-    ap.add_argument("--models", default="resnet20,resnet18")
+    ap.add_argument("--models", default=None, help="default: resnet20,resnet18; with --first-epoch resnet20")
     ap.add_argument("--modes", default="single,ddp")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
@@ -125,12 +126,15 @@ def main():
     ap.add_argument("--first-epoch", action="store_true", help="the CIFAR-10 recipe's first epoch, once per side")
     ap.add_argument("--epochs-schedule", type=int, default=20)
     a = ap.parse_args()
+    a.models = a.models or ("resnet20" if a.first_epoch else "resnet20,resnet18")
     for m in a.models.split(","):
         if m not in CASES:
             sys.exit(f"resnet_vs_torch: unknown model {m}: choose among {', '.join(CASES)}")
     print(cpu_line())
     print(f"load average before: {load()}; {a.threads} threads, {a.workers} data worker(s)")
-    cases = [("resnet20", "single")] if a.first_epoch else \
+    if a.first_epoch and any(CASES[m][0] != "cifar10" for m in a.models.split(",")):
+        sys.exit("resnet_vs_torch: --first-epoch runs the CIFAR-10 recipe: give --models among the CIFAR ResNets")
+    cases = [(m, "single") for m in a.models.split(",")] if a.first_epoch else \
         [(m, mode) for m in a.models.split(",") for mode in a.modes.split(",")]
     reps = 1 if a.first_epoch else a.reps
     print("\n| model | mode | dtrain samples/s | PyTorch samples/s | ratio | top-1 dtrain | top-1 PyTorch | dtrain data wait s |")
