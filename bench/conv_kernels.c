@@ -4,7 +4,11 @@
  * process's CPU time, not wall time: on a machine shared with other work (run with OMP_WAIT_POLICY=passive so
  * idle threads do not spin) it compares kernels more steadily than wall time, and GFLOP/s are per busy core.
  *
- *   conv_kernels [--cpu] [REPS] [resnet20|resnet18|all] */
+ * With --algos it times the 3x3 stride-1 layers' kernels one against the other instead: the direct kernels
+ * (conv3x3.c) and Winograd's (conv_wino.c), forward and weight gradient, in effective GFLOP/s (the direct
+ * algorithm's FLOPs over the time, so the figures compare as speeds).
+ *
+ *   conv_kernels [--cpu] [--algos] [REPS] [resnet20|resnet18|all] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +16,8 @@
 
 #include "core/impl.h"
 #include "dtrain/dtrain.h"
+#include "tensor/conv3x3.h"
+#include "tensor/conv_wino.h"
 #include "tensor/kernels.h"
 
 typedef struct shape {
@@ -52,11 +58,60 @@ static double now(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+typedef void (*kernel_fn)(const dt_conv2d_geom *g, float *scratch, float *x, float *w, float *y);
+static void direct_fwd(const dt_conv2d_geom *g, float *s, float *x, float *w, float *y) { dt_conv3x3_forward(g, y, s, x, w, NULL); }
+static void wino_fwd(const dt_conv2d_geom *g, float *s, float *x, float *w, float *y) { dt_wino_forward(g, y, s, x, w, NULL); }
+static void direct_dw(const dt_conv2d_geom *g, float *s, float *x, float *w, float *y) { dt_conv3x3_weights(g, w, s, y, x); }
+static void wino_dw(const dt_conv2d_geom *g, float *s, float *x, float *w, float *y) { dt_wino_weights(g, w, s, y, x); }
+
+/* Best of reps of one kernel, in seconds; 0 when it does not apply. */
+static double best_of(int reps, int applies, kernel_fn f, const dt_conv2d_geom *g, float *s, float *x, float *w,
+                      float *y) {
+  if (!applies) return 0.0;
+  double best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    double t0 = now();
+    f(g, s, x, w, y);
+    double t = now() - t0;
+    if (t < best) best = t;
+  }
+  return best;
+}
+
+static void algos(int reps, const char *which) {
+  printf("%-8s %-24s %13s %13s %13s %13s\n", "model", "layer", "direct fwd", "wino fwd", "direct dw", "wino dw");
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    const shape *s = &shapes[i];
+    if ((strcmp(which, "all") != 0 && strcmp(which, s->model) != 0) || s->K != 3 || s->stride != 1) continue;
+    dt_conv2d_geom g;
+    if (dt_conv2d_geom_init(&g, s->N, s->C, s->H, s->H, s->OC, 3, 3, 1, 1) != DT_OK) exit(1);
+    g.threads = dt_get_threads();
+    const size_t nx = (size_t)s->N * s->C * s->H * s->H, nw = (size_t)s->OC * s->C * 9, ny = (size_t)s->N * s->OC * s->H * s->H;
+    float *x = filled(nx), *w = filled(nw), *y = filled(ny), *scratch = filled(dt_conv2d_scratch_floats(&g));
+    const double flop = 2.0 * s->N * s->OC * s->H * s->H * (double)s->C * 9;
+    const double t[4] = {best_of(reps, dt_conv3x3_forward_applies(&g), direct_fwd, &g, scratch, x, w, y),
+                         best_of(reps, dt_wino_applies(&g), wino_fwd, &g, scratch, x, w, y),
+                         best_of(reps, dt_conv3x3_weights_applies(&g), direct_dw, &g, scratch, x, w, y),
+                         best_of(reps, dt_wino_applies(&g), wino_dw, &g, scratch, x, w, y)};
+    printf("%-8s %-24s", s->model, s->name);
+    for (int k = 0; k < 4; k++)
+      if (t[k] > 0) printf(" %6.1f %6.1f", t[k] * 1e3, flop / t[k] / 1e9); else printf(" %13s", "-");
+    printf("   (ms GF/s)\n");
+    free(x), free(w), free(y), free(scratch);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--cpu") == 0) use_cpu = 1, argc--, argv++;
+  int compare = 0;
+  if (argc > 1 && strcmp(argv[1], "--algos") == 0) compare = 1, argc--, argv++;
   int reps = argc > 1 ? atoi(argv[1]) : 5;
   const char *which = argc > 2 ? argv[2] : "all";
   if (dt_set_threads(0) != DT_OK) return 1;
+  if (compare) {
+    algos(reps, which);
+    return 0;
+  }
   printf("%-8s %-24s %10s %10s %9s %9s\n", "model", "layer", "fwd ms", "bwd ms", "fwd GF/s", "bwd GF/s");
   double tf_all = 0, tb_all = 0, fl_all = 0;
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {

@@ -1,11 +1,13 @@
 /* conv2d kernels: per sample, im2col into a per-thread buffer and GEMMs on NCHW data (col2im for backward);
- * 3x3 stride-1 padded convolutions go to the direct kernels of conv3x3.c instead. */
+ * 3x3 stride-1 padded convolutions go to Winograd's algorithm (conv_wino.c) when their channels come in 8s, else
+ * to the direct kernels of conv3x3.c. */
 #include <limits.h>
 #include <omp.h>
 #include <string.h>
 
 #include "core/impl.h"
 #include "tensor/conv3x3.h"
+#include "tensor/conv_wino.h"
 #include "tensor/kernels.h"
 
 dt_status dt_conv2d_geom_init(dt_conv2d_geom *g, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
@@ -91,8 +93,10 @@ static int transposed_geom(const dt_conv2d_geom *g, dt_conv2d_geom *t) {
  * applies, as a native low-precision run takes the GEMMs there (the workspace is sized before amp is known). */
 static size_t forward_floats(const dt_conv2d_geom *g) {
   const size_t blocks = (size_t)(g->threads < g->N ? (g->threads > 0 ? g->threads : 1) : g->N);
-  const size_t gemm = blocks * block_floats(g), direct = dt_conv3x3_forward_applies(g) ? dt_conv3x3_forward_floats(g) : 0;
-  return gemm > direct ? gemm : direct;
+  size_t n = blocks * block_floats(g), m;
+  if (dt_conv3x3_forward_applies(g) && (m = dt_conv3x3_forward_floats(g)) > n) n = m;
+  if (dt_wino_applies(g) && (m = dt_wino_forward_floats(g)) > n) n = m;
+  return n;
 }
 
 size_t dt_conv2d_scratch_floats(const dt_conv2d_geom *g) {
@@ -100,6 +104,7 @@ size_t dt_conv2d_scratch_floats(const dt_conv2d_geom *g) {
   size_t n = blocks * block_floats(g), m = forward_floats(g);
   if (m > n) n = m;
   if (dt_conv3x3_weights_applies(g) && (m = dt_conv3x3_weights_floats(g)) > n) n = m;
+  if (dt_wino_applies(g) && (m = dt_wino_weights_floats(g)) > n) n = m;
   dt_conv2d_geom t;
   if (transposed_geom(g, &t) && (m = (size_t)g->C * g->OC * g->KH * g->KW + forward_floats(&t)) > n) n = m;
   return n;
@@ -233,7 +238,9 @@ static void forward_groups(const dt_conv2d_geom *g, float *out, float *scratch, 
 
 void dt_conv2d_forward(const dt_conv2d_geom *g, float *out, float *scratch, const float *inp, const float *w,
                        const float *b) {
-  if (dt_conv3x3_forward_applies(g))
+  if (dt_wino_applies(g))
+    dt_wino_forward(g, out, scratch, inp, w, b);
+  else if (dt_conv3x3_forward_applies(g))
     dt_conv3x3_forward(g, out, scratch, inp, w, b);
   else
     forward_groups(g, out, scratch, inp, w, b);
@@ -312,9 +319,13 @@ void dt_conv2d_backward(const dt_conv2d_geom *g, float *dinp, float *dw, float *
     }
   }
   dt_conv2d_geom tg;
-  const int direct_dw = dw && dt_conv3x3_weights_applies(g), transposed = dinp && transposed_geom(g, &tg);
-  if (direct_dw) dt_conv3x3_weights(g, dw, scratch, dout, inp);
-  float *gemm_dw = direct_dw ? NULL : dw, *gemm_dinp = transposed ? NULL : dinp;
+  const int wino_dw = dw && dt_wino_applies(g), direct_dw = dw && !wino_dw && dt_conv3x3_weights_applies(g);
+  const int transposed = dinp && transposed_geom(g, &tg);
+  if (wino_dw)
+    dt_wino_weights(g, dw, scratch, dout, inp);
+  else if (direct_dw)
+    dt_conv3x3_weights(g, dw, scratch, dout, inp);
+  float *gemm_dw = wino_dw || direct_dw ? NULL : dw, *gemm_dinp = transposed ? NULL : dinp;
   if (gemm_dw || gemm_dinp) backward_groups(g, gemm_dinp, gemm_dw, scratch, dout, inp, w);
   if (transposed) transposed_input_grad(g, &tg, dinp, scratch, dout, w);
 }

@@ -9,38 +9,8 @@
 #include <string.h>
 
 #include "tensor/conv3x3.h"
+#include "tensor/v8.h"
 
-#if defined(__FMA__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
-
-/* Without AVX (sanitizer and debug builds) GCC warns that passing 32-byte vectors changes the ABI: these are
- * static functions only, so no ABI is crossed. (Clang has no such warning, nor the option.) */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-typedef float v8 __attribute__((vector_size(32)));
-
-static inline v8 load8(const float *p) {
-  v8 v;
-  memcpy(&v, p, sizeof v);
-  return v;
-}
-/* The loaded vector stays in a register: GCC would otherwise fold the load into each FMA that uses it, and the
- * repeated loads, not the FMAs, would bound the kernels. */
-#if defined(__AVX__)
-#define KEEP(v) __asm__("" : "+x"(v))
-#else
-#define KEEP(v) ((void)0)
-#endif
-#define store8(p, v) memcpy((p), &(v), sizeof(v8)) /* v an lvalue */
-static inline v8 splat8(float x) { return (v8){x, x, x, x, x, x, x, x}; }
-/* a * b + c (a macro, as store8: a function taking vectors draws GCC's ABI note in builds without AVX) */
-#if defined(__FMA__)
-#define fma8(a, b, c) ((v8)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
-#else
-#define fma8(a, b, c) ((a) * (b) + (c))
-#endif
 static inline float sum8(const v8 *p) {
   const v8 v = *p;
   return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));

@@ -4,6 +4,7 @@
 
 #include "dtrain/loss.h"
 #include "harness.h"
+#include "tensor/conv_wino.h"
 #include "tensor/kernels.h"
 
 /* ---- finite differences ---------------------------------------------------
@@ -189,6 +190,79 @@ TEST(conv2d_direct_grad) {
     ASSERT_EQ(conv_grad_case(5, 8, 8, 8, 9, 3, 1, 1, 0), 0);   /* 9 output channels: a block of 1 */
   }
   ASSERT_OK(dt_set_threads(1));
+}
+
+/* Winograd F(2x2, 3x3) (conv_wino.c) takes 3x3 stride-1 pad-1 convolutions whose channels come in 8s: its
+ * forward and weight gradient against a plain sum in double over every tap, on odd and even sizes (tiles past the
+ * bottom and right edges), 8 and 24 output channels (register blocks of 16 and of 8), bias or none, 1 and 3
+ * threads; and its gradients by finite differences. */
+static double naive_conv_err(const dt_conv2d_geom *g, const float *x, const float *w, const float *b, const float *y,
+                             const float *dy, const float *dw) {
+  double worst = 0.0;
+  const int H = g->H, W = g->W, C = g->C, OC = g->OC;
+  for (int n = 0; n < g->N; n++)
+    for (int o = 0; o < OC; o++)
+      for (int h = 0; h < H; h++)
+        for (int v = 0; v < W; v++) {
+          double acc = b ? b[o] : 0.0, mag = fabs(acc);
+          for (int c = 0; c < C; c++)
+            for (int kh = 0; kh < 3; kh++)
+              for (int kw = 0; kw < 3; kw++) {
+                const int ih = h + kh - 1, iw = v + kw - 1;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                const double p = (double)x[(((size_t)n * C + c) * H + ih) * W + iw] * w[(((size_t)o * C + c) * 3 + kh) * 3 + kw];
+                acc += p, mag += fabs(p);
+              }
+          const double e = fabs(y[(((size_t)n * OC + o) * H + h) * W + v] - acc) / (mag > 1e-3 ? mag : 1e-3);
+          if (e > worst) worst = e;
+        }
+  for (int o = 0; o < OC; o++)
+    for (int c = 0; c < C; c++)
+      for (int k = 0; k < 9; k++) {
+        double acc = 0.0, mag = 0.0;
+        for (int n = 0; n < g->N; n++)
+          for (int h = 0; h < H; h++)
+            for (int v = 0; v < W; v++) {
+              const int ih = h + k / 3 - 1, iw = v + k % 3 - 1;
+              if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+              const double p = (double)dy[(((size_t)n * OC + o) * H + h) * W + v] * x[(((size_t)n * C + c) * H + ih) * W + iw];
+              acc += p, mag += fabs(p);
+            }
+        const double e = fabs(dw[((size_t)o * C + c) * 9 + k] - acc) / (mag > 1e-3 ? mag : 1e-3);
+        if (e > worst) worst = e;
+      }
+  return worst;
+}
+
+static int wino_case(int N, int C, int H, int W, int OC, int bias) {
+  dt_conv2d_geom g;
+  if (dt_conv2d_geom_init(&g, N, C, H, W, OC, 3, 3, 1, 1) != DT_OK || !dt_wino_applies(&g)) return 100;
+  const size_t nx = (size_t)N * C * H * W, nw = (size_t)OC * C * 9, ny = (size_t)N * OC * H * W;
+  float *x = randf(nx, -1, 1), *w = randf(nw, -1, 1), *b = bias ? randf(OC, -1, 1) : NULL, *dy = randf(ny, -1, 1);
+  float *y = zeros(ny), *dw = zeros(nw), *scratch = zeros(dt_conv2d_scratch_floats(&g));
+  dt_conv2d_forward(&g, y, scratch, x, w, b);
+  dt_conv2d_backward(&g, NULL, dw, NULL, scratch, dy, x, w);
+  const double err = naive_conv_err(&g, x, w, b, y, dy, dw);
+  if (err > 1e-5) fprintf(stderr, "winograd N=%d C=%d %dx%d OC=%d: relative error %.3g\n", N, C, H, W, OC, err);
+  free(x), free(w), free(b), free(dy), free(y), free(dw), free(scratch);
+  return (err > 1e-5) + conv_grad_case(N, C, H, W, OC, 3, 1, 1, bias);
+}
+
+TEST(conv2d_winograd) {
+  dt_rng_init(&rng, 14, 0);
+  for (int t = 1; t <= 3; t += 2) {
+    ASSERT_OK(dt_set_threads(t));
+    ASSERT_EQ(wino_case(3, 8, 5, 7, 8, 1), 0);    /* odd sizes: the last tile row and column half outside */
+    ASSERT_EQ(wino_case(2, 16, 6, 6, 24, 0), 0);  /* 24 outputs: a block of 16 and one of 8 */
+    ASSERT_EQ(wino_case(1, 8, 1, 1, 16, 1), 0);   /* one pixel: only the centre tap */
+    ASSERT_EQ(wino_case(4, 16, 9, 4, 8, 0), 0);   /* 16 channels: the gradient's channel blocks of 6 */
+  }
+  ASSERT_OK(dt_set_threads(1));
+  dt_conv2d_geom g;
+  ASSERT_OK(dt_conv2d_geom_init(&g, 1, 12, 8, 8, 16, 3, 3, 1, 1));
+  ASSERT_EQ(dt_wino_applies(&g), 0); /* 12 input channels */
+  ASSERT_OK(dt_conv2d_geom_init(&g, 1, 16, 8, 8, 16, 3, 3, 2, 1));
+  ASSERT_EQ(dt_wino_applies(&g), 0); /* stride 2 */
 }
 
 TEST(conv2d_exact) {
@@ -703,7 +777,7 @@ TEST(elementwise) {
   free(big), free(big2);
 }
 
-TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_grad_threads), TEST_ENTRY(conv2d_direct_grad), TEST_ENTRY(conv2d_exact), TEST_ENTRY(conv2d_geom_rejects),
+TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_grad_threads), TEST_ENTRY(conv2d_direct_grad), TEST_ENTRY(conv2d_winograd), TEST_ENTRY(conv2d_exact), TEST_ENTRY(conv2d_geom_rejects),
           TEST_ENTRY(pool_grad), TEST_ENTRY(pool_exact), TEST_ENTRY(maxpool_nan_and_ties_both_paths), TEST_ENTRY(pool_geom_rejects), TEST_ENTRY(batchnorm_grad),
           TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(bn_relu_maxpool_fused_matches_composition), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
           TEST_ENTRY(cross_entropy_grad), TEST_ENTRY(cross_entropy_rejects), TEST_ENTRY(topk_correct),

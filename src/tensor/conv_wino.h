@@ -1,0 +1,31 @@
+/* Winograd F(2x2, 3x3) convolution, stride 1, padding 1 (tensor-internal; conv2d.c dispatches to it).
+ *
+ * Each 2x2 block of outputs comes from a 4x4 input tile: transformed (B^T d B), multiplied element-wise by the
+ * transformed 3x3 kernel (G w G^T) and summed over input channels, transformed back (A^T m A). That is 16
+ * products per 4 outputs and input channel where the direct kernel does 36: 2.25x fewer multiply-adds, the
+ * sums over channels being 16 small GEMMs. The weight gradient is the adjoint of the same algorithm: the
+ * transformed inputs times the transformed output gradients (A dy A^T), summed over tiles, back through G^T . G.
+ * The products run on vectors of 8 channels, so both channel counts must be multiples of 8. (Lavin and Gray,
+ * "Fast Algorithms for Convolutional Neural Networks", 2016.) */
+#ifndef DT_TENSOR_CONV_WINO_H
+#define DT_TENSOR_CONV_WINO_H
+
+#include <stddef.h>
+
+#include "tensor/kernels.h"
+
+/* Whether it applies: a 3x3 kernel, stride 1, padding 1, input and output channels multiples of 8, f32 products
+ * (not under native low-precision GEMMs). */
+int dt_wino_applies(const dt_conv2d_geom *g);
+
+/* Floats of scratch the forward and the weight gradient need. */
+size_t dt_wino_forward_floats(const dt_conv2d_geom *g);
+size_t dt_wino_weights_floats(const dt_conv2d_geom *g);
+
+/* out (N, OC, H, W) = conv(inp (N, C, H, W), w (OC, C, 3, 3)) + b (OC) [b may be NULL] */
+void dt_wino_forward(const dt_conv2d_geom *g, float *out, float *scratch, const float *inp, const float *w,
+                     const float *b);
+/* dw (OC, C, 3, 3) += the weight gradient from dout (N, OC, H, W) and the forward's inp (N, C, H, W). */
+void dt_wino_weights(const dt_conv2d_geom *g, float *dw, float *scratch, const float *dout, const float *inp);
+
+#endif

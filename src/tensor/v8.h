@@ -1,0 +1,42 @@
+/* Vectors of 8 floats for the hand-blocked kernels (conv3x3.c, conv_wino.c; tensor-internal).
+ *
+ * GCC/Clang vector extensions: with AVX2 + FMA (the -march=native release build) they compile to ymm registers
+ * and vfmadd; without (the sanitizer build, other CPUs) to whatever the target has, correct and slower. */
+#ifndef DT_TENSOR_V8_H
+#define DT_TENSOR_V8_H
+
+#include <string.h>
+
+#if defined(__FMA__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+/* Without AVX (sanitizer and debug builds) GCC warns that passing 32-byte vectors changes the ABI: the kernels
+ * pass them between static functions only, so no ABI is crossed. (Clang has no such warning, nor the option.) */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+typedef float v8 __attribute__((vector_size(32)));
+
+static inline v8 load8(const float *p) {
+  v8 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+/* The loaded vector stays in a register: GCC would otherwise fold the load into each FMA that uses it, and the
+ * repeated loads, not the FMAs, would bound the kernels. */
+#if defined(__AVX__)
+#define KEEP(v) __asm__("" : "+x"(v))
+#else
+#define KEEP(v) ((void)0)
+#endif
+#define store8(p, v) memcpy((p), &(v), sizeof(v8)) /* v an lvalue */
+static inline v8 splat8(float x) { return (v8){x, x, x, x, x, x, x, x}; }
+/* a * b + c (a macro, as store8: a function taking vectors draws GCC's ABI note in builds without AVX) */
+#if defined(__FMA__)
+#define fma8(a, b, c) ((v8)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#else
+#define fma8(a, b, c) ((a) * (b) + (c))
+#endif
+
+#endif
