@@ -6,13 +6,15 @@ cores) and the load average before and after, then a table: training samples/s o
 
   bench/resnet_vs_torch.py [--models resnet20,resnet18] [--modes single,ddp] [--reps 3] [--workers 1]
                            [--samples-resnet20 5120] [--samples-resnet18 320] [--data ../shared/data]
-  bench/resnet_vs_torch.py --first-epoch [--models resnet20] [--epochs-schedule 20]
+  bench/resnet_vs_torch.py --first-epoch [--models resnet20] [--modes single] [--epochs-schedule 20]
+                           [--batch-size 128] [--label-smoothing 0]
 
 Cases: resnet20 on cifar10 (batch 128, --augment cifar; resnet32 and resnet56 alike, --samples-resnet20 images),
 resnet18 on imagenette-subset (batch 32, --augment imagenet); SGD lr 0.1 momentum 0.9 weight decay 5e-4. Throughput runs train on N training images drawn at
 random (dtrain's --limit-pick auto on a folder; random.sample in PyTorch: top-1 after so few steps says only that
 both trained) and score 1,000 random test images. --first-epoch runs the CIFAR-10 recipe's first epoch (all 50,000 images, Nesterov, a 20-epoch schedule
-of one warm-up epoch and cosine) once per side and scores the whole test set: the accuracy comparison.
+of one warm-up epoch and cosine) once per side and scores the whole test set: the accuracy comparison; --batch-size
+(per rank) and --label-smoothing change the recipe on both sides, and --modes ddp runs it on 2 ranks.
 Threads: DDP gives each of the 2 ranks half the cores; the DataLoader's workers and dtrain's --data-workers are
 the same number."""
 import argparse, json, os, shutil, socket, statistics, subprocess, sys, tempfile
@@ -52,7 +54,8 @@ def run(cmd, env, what):
 
 def recipe(a, model, first_epoch):
     folder, preset, batch = CASES[model]
-    r = {"data": os.path.join(a.data, folder), "preset": preset, "batch": batch, "limit_train": 0, "limit_test": 1000}
+    r = {"data": os.path.join(a.data, folder), "preset": preset, "batch": a.batch_size or batch, "limit_train": 0,
+         "limit_test": 1000}
     if first_epoch:
         r["limit_test"] = 0
     else:
@@ -73,7 +76,8 @@ def dtrain_once(a, model, mode, first_epoch):
     if r["limit_test"]:
         cmd += ["--limit-test", str(r["limit_test"])]
     if first_epoch:  # the 20-epoch recipe's first epoch is its warm-up: LinearLR from lr/3, the same steps' lr
-        cmd += ["--nesterov", "--schedule", "constant", "--warmup-epochs", "1", "--cache-images"]
+        cmd += ["--nesterov", "--schedule", "constant", "--warmup-epochs", "1", "--cache-images",
+                "--label-smoothing", str(a.label_smoothing)]
     if mode == "ddp":
         cmd = [os.path.join(a.build, "dtrun"), "--standalone", "--nproc-per-node", "2", "--"] + cmd + ["--strategy", "ddp"]
     try:
@@ -91,7 +95,8 @@ def torch_once(a, model, mode, first_epoch):
            "--augment", r["preset"], "--threads", str(max(1, a.threads // ranks)), "--workers", str(a.workers),
            "--batch-size", str(r["batch"]), "--limit-train", str(r["limit_train"]), "--limit-test", str(r["limit_test"])]
     if first_epoch:
-        cmd += ["--cosine", "--schedule-epochs", str(a.epochs_schedule), "--warmup-epochs", "1"]
+        cmd += ["--cosine", "--schedule-epochs", str(a.epochs_schedule), "--warmup-epochs", "1",
+                "--label-smoothing", str(a.label_smoothing)]
     if ranks == 1:
         out = run(cmd, env_for(a.threads), f"PyTorch {model}")
     else:
@@ -117,7 +122,7 @@ def main():
     ap.add_argument("--build", default=os.environ.get("DT_BUILD_DIR", "build"))
     ap.add_argument("--data", default=os.path.join(HERE, "..", "..", "shared", "data"))
     ap.add_argument("--models", default=None, help="default: resnet20,resnet18; with --first-epoch resnet20")
-    ap.add_argument("--modes", default="single,ddp")
+    ap.add_argument("--modes", default=None, help="default: single,ddp; with --first-epoch single")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--workers", type=int, default=1, help="data workers on both sides")
@@ -125,8 +130,11 @@ def main():
     ap.add_argument("--samples-resnet18", type=int, default=320)
     ap.add_argument("--first-epoch", action="store_true", help="the CIFAR-10 recipe's first epoch, once per side")
     ap.add_argument("--epochs-schedule", type=int, default=20)
+    ap.add_argument("--batch-size", type=int, default=0, help="per rank (default: 128 on CIFAR, 32 on Imagenette)")
+    ap.add_argument("--label-smoothing", type=float, default=0.0, help="--first-epoch: the recipe's label smoothing")
     a = ap.parse_args()
     a.models = a.models or ("resnet20" if a.first_epoch else "resnet20,resnet18")
+    a.modes = a.modes or ("single" if a.first_epoch else "single,ddp")
     for m in a.models.split(","):
         if m not in CASES:
             sys.exit(f"resnet_vs_torch: unknown model {m}: choose among {', '.join(CASES)}")
@@ -134,8 +142,7 @@ def main():
     print(f"load average before: {load()}; {a.threads} threads, {a.workers} data worker(s)")
     if a.first_epoch and any(CASES[m][0] != "cifar10" for m in a.models.split(",")):
         sys.exit("resnet_vs_torch: --first-epoch runs the CIFAR-10 recipe: give --models among the CIFAR ResNets")
-    cases = [(m, "single") for m in a.models.split(",")] if a.first_epoch else \
-        [(m, mode) for m in a.models.split(",") for mode in a.modes.split(",")]
+    cases = [(m, mode) for m in a.models.split(",") for mode in a.modes.split(",")]
     reps = 1 if a.first_epoch else a.reps
     print("\n| model | mode | dtrain samples/s | PyTorch samples/s | ratio | top-1 dtrain | top-1 PyTorch | dtrain data wait s |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")

@@ -102,6 +102,7 @@ def main():
     ap.add_argument("--warmup-epochs", type=int, default=0, help="cosine: LinearLR from lr/3 first, as dtrain's")
     ap.add_argument("--limit-train", type=int, default=0)
     ap.add_argument("--limit-test", type=int, default=0)
+    ap.add_argument("--label-smoothing", type=float, default=0.0, help="cross-entropy's label_smoothing")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -144,7 +145,7 @@ def main():
         t0 = time.perf_counter()
         for x, y in loader:
             opt.zero_grad()
-            F.cross_entropy(net(x), y).backward()
+            F.cross_entropy(net(x), y, label_smoothing=a.label_smoothing).backward()
             opt.step()
             if sched is not None:
                 sched.step()
