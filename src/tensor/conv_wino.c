@@ -1,46 +1,68 @@
-/* Winograd F(2x2, 3x3), stride 1, padding 1: forward and weight gradient (conv_wino.h says what it computes).
+/* Winograd F(m x m, 3x3), m = 2 or 4, stride 1, padding 1: forward and weight gradient (conv_wino.h says what
+ * it computes).
  *
- * With d a 4x4 input tile, w a 3x3 kernel and y the 2x2 outputs of the tile (Lavin and Gray's matrices):
- *   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],  G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1],
- *   A^T = [1 1 1 0; 0 1 -1 -1],  y = A^T [(G w G^T) . (B^T d B)] A  (. element-wise),
- * and, its adjoint for the weights, dw = G^T [(A dy A^T) . (B^T d B)] G summed over tiles. Tile (i, j) covers
- * outputs (2i, 2j) to (2i+1, 2j+1) and inputs (2i-1, 2j-1) to (2i+2, 2j+2); tiles that pass the bottom or right
- * edge read zeros there and store only what lies inside.
+ * With d an a x a input tile (a = m + 2), w a 3x3 kernel and y the m x m outputs of the tile:
+ *   y = A^T [(G w G^T) . (B^T d B)] A  (. element-wise),
+ * and, its adjoint for the weights, dw = G^T [(A dy A^T) . (B^T d B)] G summed over tiles. The matrices are
+ * Lavin and Gray's (points 0, 1, -1 for m = 2; 0, 1, -1, 2, -2 for m = 4), applied line by line below:
+ *   m = 2: B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1],
+ *          A^T = [1 1 1 0; 0 1 -1 -1];
+ *   m = 4: B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1],
+ *          G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1],
+ *          A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1].
+ * Tile (i, j) covers outputs (m i, m j) to (m i + m-1, m j + m-1) and inputs from (m i - 1, m j - 1); tiles that
+ * pass the bottom or right edge read zeros there and only what lies inside is kept.
  *
  * Layout. Per sample, the input is copied into blocks of 8 channels with a zero border, (C/8, PH, PW, 8), so a
- * tile's 16 positions are 16 vector loads of 8 channels. Tiles are taken TB at a time: the block's transformed
- * inputs V (16, TB, C) and the products M (16, TB, OC) stay in L2 from the transform through the 16 small GEMMs
- * to the inverse transform, which writes the sample's outputs blocked the same way before they are unpacked
- * into planes (the output gradient is packed the same way for the weight gradient). The input gradient needs nothing here: conv2d.c computes it as this forward of the
- * transposed convolution. */
+ * tile's a x a positions are vector loads of 8 channels. Tiles are taken TB at a time: the block's transformed
+ * inputs V (a*a, TB, C) and the products M (a*a, TB, OC) stay in L2 from the transform through the a*a small
+ * GEMMs to the inverse transform, which writes the sample's outputs blocked the same way before they are
+ * unpacked into planes (the output gradient is packed the same way for the weight gradient). The input gradient
+ * needs nothing here: conv2d.c computes it as this forward of the transposed convolution. */
 #include <omp.h>
 #include <string.h>
 
 #include "tensor/conv_wino.h"
 #include "tensor/v8.h"
 
-#define XI 16            /* elements of a transformed tile (4x4) */
-#define RB 6             /* register block: RB rows (tiles, or input channels for the gradient) x 16 outputs */
+#define AI __attribute__((always_inline))
+#define RB 6               /* register block: RB rows (tiles, or input channels for the gradient) x 16 outputs */
 #define BLOCK_FLOATS 65536 /* a block's V and M together: 256 KiB */
 #define TB_MAX 120
 
-static int tiles_h(const dt_conv2d_geom *g) { return (g->H + 1) / 2; }
-static int tiles_w(const dt_conv2d_geom *g) { return (g->W + 1) / 2; }
-/* The bordered input planes: one zero row and column before, the tiles' reach after. */
-static int padded_h(const dt_conv2d_geom *g) { return 2 * tiles_h(g) + 2; }
-static int padded_w(const dt_conv2d_geom *g) { return 2 * tiles_w(g) + 2; }
-
-static int block_tiles(const dt_conv2d_geom *g) {
-  int t = BLOCK_FLOATS / (XI * (g->C + g->OC)) / RB * RB;
-  return t < RB ? RB : t > TB_MAX ? TB_MAX : t;
-}
-
-/* The 16 GEMMs stream their transformed kernel (C, OC) once per RB tiles: past 256 KiB it leaves L2 (resnet18's
+/* The a*a GEMMs stream their transformed kernel (C, OC) once per RB tiles: past 256 KiB it leaves L2 (resnet18's
  * 512 channels: 26-51 GFLOP/s against 100-185 for 64 to 256). */
 #define MAX_KERNEL_FLOATS 65536
 int dt_wino_applies(const dt_conv2d_geom *g) {
   return g->KH == 3 && g->KW == 3 && g->stride == 1 && g->pad == 1 && g->C % 8 == 0 && g->OC % 8 == 0 &&
          (int64_t)g->C * g->OC <= MAX_KERNEL_FLOATS && !dt_amp_native_gemm(g->amp);
+}
+
+/* Outputs a side per tile: F(4x4, 3x3) does 36 products per 16 outputs where F(2x2, 3x3) does 16 per 4 (1.8x
+ * fewer), with transforms that cost less per output too, but its blocks of whole tiles suit neither small maps
+ * (an 8x8 map is 4 tiles) nor wide kernels (fewer tiles share each streamed transformed kernel). Measured on
+ * resnet20's and resnet18's layers (bench/conv_kernels --algos): F(4x4) 1.3-1.9x faster on 16-32 channels at
+ * 16x16 and 32x32 and 64 at 56x56, even with 128 at 28x28, slower on 64 at 8x8 and 256 at 14x14. Its f32 error
+ * is larger (resnet18's gradients 6.7e-5 from torch's against 2.4e-5, within the 1e-4 of the parity tests). */
+static int tile_outputs(const dt_conv2d_geom *g) { return g->H >= 16 && g->W >= 16 && g->C + g->OC <= 256 ? 4 : 2; }
+
+/* One convolution's tiling: everything below reads it. */
+typedef struct tiling {
+  int m, a, xi;   /* outputs a side of a tile, inputs a side, transformed elements (a*a) */
+  int th, tw;     /* tiles down and across */
+  int ph, pw;     /* the bordered input planes: m*th + 2 by m*tw + 2 */
+  int oh, ow;     /* the blocked output (gradient) planes: m*th by m*tw */
+  int tb;         /* tiles per block */
+} tiling;
+
+static tiling tiling_of(const dt_conv2d_geom *g) {
+  tiling t;
+  t.m = tile_outputs(g), t.a = t.m + 2, t.xi = t.a * t.a;
+  t.th = (g->H + t.m - 1) / t.m, t.tw = (g->W + t.m - 1) / t.m;
+  t.ph = t.m * t.th + 2, t.pw = t.m * t.tw + 2, t.oh = t.m * t.th, t.ow = t.m * t.tw;
+  const int tb = BLOCK_FLOATS / (t.xi * (g->C + g->OC)) / RB * RB;
+  t.tb = tb < RB ? RB : tb > TB_MAX ? TB_MAX : tb;
+  return t;
 }
 
 /* Threads: one sample at a time each, at most N and g->threads (the scratch's blocks). */
@@ -54,17 +76,27 @@ static size_t blocks(const dt_conv2d_geom *g) {
   return (size_t)(g->threads < g->N ? (g->threads > 0 ? g->threads : 1) : g->N);
 }
 
-static size_t input_floats(const dt_conv2d_geom *g) { return (size_t)g->C * padded_h(g) * padded_w(g); }
-static size_t grad_floats(const dt_conv2d_geom *g) { return (size_t)g->OC * 2 * tiles_h(g) * 2 * tiles_w(g); }
-static size_t tile_floats(const dt_conv2d_geom *g) { return (size_t)XI * block_tiles(g) * (g->C + g->OC); }
-static size_t kernel_floats(const dt_conv2d_geom *g) { return (size_t)XI * g->C * g->OC; }
-
-static size_t forward_block(const dt_conv2d_geom *g) { return input_floats(g) + grad_floats(g) + tile_floats(g); }
-static size_t weights_block(const dt_conv2d_geom *g) {
-  return input_floats(g) + grad_floats(g) + tile_floats(g) + kernel_floats(g);
+/* Per thread: the bordered input, the blocked output (gradient), a block's V and M (or Z), and for the weight
+ * gradient a partial of the transformed sums. */
+static size_t input_floats(const dt_conv2d_geom *g, const tiling *t) { return (size_t)g->C * t->ph * t->pw; }
+static size_t output_floats(const dt_conv2d_geom *g, const tiling *t) { return (size_t)g->OC * t->oh * t->ow; }
+static size_t kernel_floats(const dt_conv2d_geom *g, const tiling *t) { return (size_t)t->xi * g->C * g->OC; }
+static size_t forward_block(const dt_conv2d_geom *g, const tiling *t) {
+  return input_floats(g, t) + output_floats(g, t) + (size_t)t->xi * t->tb * (g->C + g->OC);
 }
-size_t dt_wino_forward_floats(const dt_conv2d_geom *g) { return kernel_floats(g) + blocks(g) * forward_block(g); }
-size_t dt_wino_weights_floats(const dt_conv2d_geom *g) { return kernel_floats(g) + blocks(g) * weights_block(g); }
+static size_t weights_block(const dt_conv2d_geom *g, const tiling *t) {
+  return forward_block(g, t) + kernel_floats(g, t);
+}
+size_t dt_wino_forward_floats(const dt_conv2d_geom *g) {
+  const tiling t = tiling_of(g);
+  return kernel_floats(g, &t) + blocks(g) * forward_block(g, &t);
+}
+size_t dt_wino_weights_floats(const dt_conv2d_geom *g) {
+  const tiling t = tiling_of(g);
+  return kernel_floats(g, &t) + blocks(g) * weights_block(g, &t);
+}
+
+/* ---- between planes and blocks of 8 channels ---- */
 
 /* r[k][l] <-> r[l][k]: the AVX sequence (unpack, shuffle, 128-bit permute) in vector-extension shuffles. */
 #define SHUF(a, b, ...) __builtin_shufflevector((a), (b), __VA_ARGS__)
@@ -124,127 +156,198 @@ static void unpack_blocked(float *dst, const float *Y, int C, int H, int W, int 
   convert_blocked(0, dst, (float *)Y, C, H, W, PH, PW, 0);
 }
 
-/* U[xi][c][oc] = (G w[oc][c] G^T)[xi], rows of G: w0; (w0+w1+w2)/2; (w0-w1+w2)/2; w2. */
-static void transform_weights(float *U, const float *w, int C, int OC) {
+/* ---- the transforms, one line (row or column) of a tile at a time ---- */
+
+/* o (a) = B^T d (a) */
+static inline AI void bt_line(int m, v8 *o, const v8 *d) {
+  if (m == 2) {
+    o[0] = d[0] - d[2], o[1] = d[1] + d[2], o[2] = d[2] - d[1], o[3] = d[1] - d[3];
+    return;
+  }
+  const v8 a = d[4] - 4.0f * d[2], b = d[3] - 4.0f * d[1], c = d[4] - d[2], e = 2.0f * (d[3] - d[1]);
+  o[0] = 4.0f * d[0] - 5.0f * d[2] + d[4], o[1] = a + b, o[2] = a - b, o[3] = c + e, o[4] = c - e;
+  o[5] = 4.0f * d[1] - 5.0f * d[3] + d[5];
+}
+
+/* y (m) = A^T p (a) */
+static inline AI void at_line(int m, v8 *y, const v8 *p) {
+  if (m == 2) {
+    y[0] = p[0] + p[1] + p[2], y[1] = p[1] - p[2] - p[3];
+    return;
+  }
+  const v8 s = p[1] + p[2], d = p[1] - p[2], s2 = p[3] + p[4], d2 = p[3] - p[4];
+  y[0] = p[0] + s + s2, y[1] = d + 2.0f * d2, y[2] = s + 4.0f * s2, y[3] = d + 8.0f * d2 + p[5];
+}
+
+/* z (a) = A y (m) */
+static inline AI void a_line(int m, v8 *z, const v8 *y) {
+  if (m == 2) {
+    z[0] = y[0], z[1] = y[0] + y[1], z[2] = y[0] - y[1], z[3] = -y[1];
+    return;
+  }
+  const v8 e = y[0] + y[2], o = y[1] + y[3], e4 = y[0] + 4.0f * y[2], o4 = 2.0f * y[1] + 8.0f * y[3];
+  z[0] = y[0], z[1] = e + o, z[2] = e - o, z[3] = e4 + o4, z[4] = e4 - o4, z[5] = y[3];
+}
+
+/* u (a) = G w (3) */
+static void g_line(int m, float *u, const float *w) {
+  if (m == 2) {
+    u[0] = w[0], u[1] = 0.5f * (w[0] + w[1] + w[2]), u[2] = 0.5f * (w[0] - w[1] + w[2]), u[3] = w[2];
+    return;
+  }
+  u[0] = w[0] / 4, u[1] = -(w[0] + w[1] + w[2]) / 6, u[2] = -(w[0] - w[1] + w[2]) / 6;
+  u[3] = w[0] / 24 + w[1] / 12 + w[2] / 6, u[4] = w[0] / 24 - w[1] / 12 + w[2] / 6, u[5] = w[2];
+}
+
+/* w (3) = G^T s (a) */
+static void gt_line(int m, float *w, const float *s) {
+  if (m == 2) {
+    w[0] = s[0] + 0.5f * (s[1] + s[2]), w[1] = 0.5f * (s[1] - s[2]), w[2] = 0.5f * (s[1] + s[2]) + s[3];
+    return;
+  }
+  w[0] = s[0] / 4 - (s[1] + s[2]) / 6 + (s[3] + s[4]) / 24;
+  w[1] = (s[2] - s[1]) / 6 + (s[3] - s[4]) / 12;
+  w[2] = (s[3] + s[4] - s[1] - s[2]) / 6 + s[5];
+}
+
+/* U[xi][c][oc] = (G w[oc][c] G^T)[xi] */
+static void transform_weights(const tiling *t, float *U, const float *w, int C, int OC) {
+  const int a = t->a, m = t->m;
 #pragma omp parallel for schedule(static)
   for (int oc = 0; oc < OC; oc++)
     for (int c = 0; c < C; c++) {
       const float *k = w + ((size_t)oc * C + c) * 9;
-      float t[4][3];
+      float gw[6][3], u[6];
       for (int s = 0; s < 3; s++) {
-        const float a = k[s], b = k[3 + s], e = k[6 + s];
-        t[0][s] = a, t[1][s] = 0.5f * (a + b + e), t[2][s] = 0.5f * (a - b + e), t[3][s] = e;
+        const float col[3] = {k[s], k[3 + s], k[6 + s]};
+        g_line(m, u, col);
+        for (int r = 0; r < a; r++) gw[r][s] = u[r];
       }
-      for (int r = 0; r < 4; r++) {
-        const float a = t[r][0], b = t[r][1], e = t[r][2];
-        const float u[4] = {a, 0.5f * (a + b + e), 0.5f * (a - b + e), e};
-        for (int s = 0; s < 4; s++) U[((size_t)(4 * r + s) * C + c) * OC + oc] = u[s];
+      for (int r = 0; r < a; r++) {
+        g_line(m, u, gw[r]);
+        for (int s = 0; s < a; s++) U[((size_t)(a * r + s) * C + c) * OC + oc] = u[s];
       }
     }
 }
 
-/* dw[oc][c] += G^T S[.][c][oc] G, columns of G^T applied as rows: s0 + (s1+s2)/2; (s1-s2)/2; (s1+s2)/2 + s3. */
-static void untransform_grads(float *dw, const float *S, int C, int OC) {
+/* dw[oc][c] += G^T S[.][c][oc] G */
+static void untransform_grads(const tiling *t, float *dw, const float *S, int C, int OC) {
+  const int a = t->a, m = t->m;
 #pragma omp for schedule(static)
   for (int oc = 0; oc < OC; oc++)
     for (int c = 0; c < C; c++) {
-      float h[3][4];
-      for (int q = 0; q < 4; q++) {
-        const float *s = S + (size_t)c * OC + oc + (size_t)q * C * OC;
-        const size_t row = (size_t)4 * C * OC;
-        const float s0 = s[0], s1 = s[row], s2 = s[2 * row], s3 = s[3 * row];
-        h[0][q] = s0 + 0.5f * (s1 + s2), h[1][q] = 0.5f * (s1 - s2), h[2][q] = 0.5f * (s1 + s2) + s3;
+      float h[3][6], col[6], o[3];
+      for (int q = 0; q < a; q++) {
+        for (int r = 0; r < a; r++) col[r] = S[((size_t)(a * r + q) * C + c) * OC + oc];
+        gt_line(m, o, col);
+        for (int k = 0; k < 3; k++) h[k][q] = o[k];
       }
       float *d = dw + ((size_t)oc * C + c) * 9;
-      for (int r = 0; r < 3; r++) {
-        const float a = h[r][0], b = h[r][1], e = h[r][2], f = h[r][3];
-        d[3 * r] += a + 0.5f * (b + e);
-        d[3 * r + 1] += 0.5f * (b - e);
-        d[3 * r + 2] += 0.5f * (b + e) + f;
+      for (int k = 0; k < 3; k++) {
+        gt_line(m, o, h[k]);
+        for (int j = 0; j < 3; j++) d[3 * k + j] += o[j];
       }
     }
 }
 
-/* v[xi * xs] = (B^T d B)[xi] for 8 channels, d the 4x4 tile at x (rows PW * 8 floats apart). */
-static inline void input_tile(float *v, size_t xs, const float *x, int PW) {
-  const size_t row = (size_t)PW * 8;
-  v8 t[4][4];
-  for (int s = 0; s < 4; s++) {
-    const v8 d0 = load8(x + 8 * s), d1 = load8(x + row + 8 * s), d2 = load8(x + 2 * row + 8 * s),
-             d3 = load8(x + 3 * row + 8 * s);
-    t[0][s] = d0 - d2, t[1][s] = d1 + d2, t[2][s] = d2 - d1, t[3][s] = d1 - d3;
+/* ---- tiles: 8 channels at a time, positions `row` floats apart down and 8 across ---- */
+
+/* v[xi * xs] = (B^T d B)[xi], d the a x a tile at x */
+static inline AI void input_tile(int m, float *v, size_t xs, const float *x, size_t row) {
+  const int a = m + 2;
+  v8 d[6], o[6], t[6][6];
+  for (int s = 0; s < a; s++) {
+    for (int r = 0; r < a; r++) d[r] = load8(x + r * row + 8 * s);
+    bt_line(m, o, d);
+    for (int r = 0; r < a; r++) t[r][s] = o[r];
   }
-  for (int r = 0; r < 4; r++) {
-    const v8 a = t[r][0] - t[r][2], b = t[r][1] + t[r][2], c = t[r][2] - t[r][1], e = t[r][1] - t[r][3];
-    store8(v + (size_t)(4 * r) * xs, a);
-    store8(v + (size_t)(4 * r + 1) * xs, b);
-    store8(v + (size_t)(4 * r + 2) * xs, c);
-    store8(v + (size_t)(4 * r + 3) * xs, e);
+  for (int r = 0; r < a; r++) {
+    bt_line(m, o, t[r]);
+    for (int s = 0; s < a; s++) store8(v + (size_t)(a * r + s) * xs, o[s]);
   }
 }
 
-/* V[xi][t][c] for tiles t0 .. t0+nt-1 of a sample (tile t is row t / TW, column t % TW) from its blocked X. */
-static void transform_inputs(const dt_conv2d_geom *g, float *V, const float *X, int t0, int nt, int TB) {
-  const int C = g->C, TW = tiles_w(g), PH = padded_h(g), PW = padded_w(g);
+/* y (m x m at y) = A^T p A + bias, p[xi * xs] a tile's products */
+static inline AI void output_tile(int m, float *y, size_t row, const float *p, size_t xs, v8 bias) {
+  const int a = m + 2;
+  v8 col[6], o[4], q[4][6];
+  for (int s = 0; s < a; s++) {
+    for (int r = 0; r < a; r++) col[r] = load8(p + (size_t)(a * r + s) * xs);
+    at_line(m, o, col);
+    for (int k = 0; k < m; k++) q[k][s] = o[k];
+  }
+  for (int k = 0; k < m; k++) {
+    at_line(m, o, q[k]);
+    for (int j = 0; j < m; j++) {
+      const v8 v = o[j] + bias;
+      store8(y + k * row + 8 * j, v);
+    }
+  }
+}
+
+/* z[xi * zs] = (A dy A^T)[xi], dy the m x m output gradients at d */
+static inline AI void grad_tile(int m, float *z, size_t zs, const float *d, size_t row) {
+  const int a = m + 2;
+  v8 y[4], o[6], t[6][4];
+  for (int j = 0; j < m; j++) {
+    for (int k = 0; k < m; k++) y[k] = load8(d + k * row + 8 * j);
+    a_line(m, o, y);
+    for (int r = 0; r < a; r++) t[r][j] = o[r];
+  }
+  for (int r = 0; r < a; r++) {
+    a_line(m, o, t[r]);
+    for (int s = 0; s < a; s++) store8(z + (size_t)(a * r + s) * zs, o[s]);
+  }
+}
+
+/* The block's tiles t0 .. t0+nt-1 of a sample (tile t is row t / tw, column t % tw), each tile kind once per m. */
+static inline AI void inputs_m(int m, const tiling *tl, float *V, const float *X, int C, int t0, int nt) {
   for (int t = 0; t < nt; t++) {
-    const int i = (t0 + t) / TW, j = (t0 + t) % TW;
+    const int i = (t0 + t) / tl->tw, j = (t0 + t) % tl->tw;
     for (int cb = 0; cb < C / 8; cb++)
-      input_tile(V + (size_t)t * C + 8 * cb, (size_t)TB * C, X + (((size_t)cb * PH + 2 * i) * PW + 2 * j) * 8, PW);
+      input_tile(m, V + (size_t)t * C + 8 * cb, (size_t)tl->tb * C,
+                 X + (((size_t)cb * tl->ph + m * i) * tl->pw + m * j) * 8, (size_t)tl->pw * 8);
   }
 }
-
-/* z[xi * zs] = (A dy A^T)[xi] for 8 output channels, dy the 2x2 at d (rows DW * 8 floats apart); rows of A:
- * y0; y0 + y1; y0 - y1; -y1. */
-static inline void grad_tile(float *z, size_t zs, const float *d, int DW) {
-  const size_t row = (size_t)DW * 8;
-  const v8 y00 = load8(d), y01 = load8(d + 8), y10 = load8(d + row), y11 = load8(d + row + 8);
-  const v8 p[4][2] = {{y00, y01}, {y00 + y10, y01 + y11}, {y00 - y10, y01 - y11}, {-y10, -y11}};
-  for (int r = 0; r < 4; r++) {
-    const v8 a = p[r][0], c = p[r][1], b = a + c, e = a - c, f = -c;
-    store8(z + (size_t)(4 * r) * zs, a);
-    store8(z + (size_t)(4 * r + 1) * zs, b);
-    store8(z + (size_t)(4 * r + 2) * zs, e);
-    store8(z + (size_t)(4 * r + 3) * zs, f);
-  }
-}
-
-static void transform_grads(const dt_conv2d_geom *g, float *Z, const float *D, int t0, int nt, int TB) {
-  const int OC = g->OC, TW = tiles_w(g), DH = 2 * tiles_h(g), DW = 2 * TW;
+static inline AI void grads_m(int m, const tiling *tl, float *Z, const float *D, int OC, int t0, int nt) {
   for (int t = 0; t < nt; t++) {
-    const int i = (t0 + t) / TW, j = (t0 + t) % TW;
+    const int i = (t0 + t) / tl->tw, j = (t0 + t) % tl->tw;
     for (int ob = 0; ob < OC / 8; ob++)
-      grad_tile(Z + (size_t)t * OC + 8 * ob, (size_t)TB * OC, D + (((size_t)ob * DH + 2 * i) * DW + 2 * j) * 8, DW);
+      grad_tile(m, Z + (size_t)t * OC + 8 * ob, (size_t)tl->tb * OC,
+                D + (((size_t)ob * tl->oh + m * i) * tl->ow + m * j) * 8, (size_t)tl->ow * 8);
   }
+}
+/* Into the sample's blocked output (OC/8, oh, ow, 8): whole vectors, unpacked into planes afterwards. (Stored
+ * straight into the planes, 8 scalars to 8 planes a vector, this step took 45% of the forward.) */
+static inline AI void outputs_m(int m, const tiling *tl, float *Y, const float *M, const float *bias, int OC, int t0,
+                                int nt) {
+  for (int t = 0; t < nt; t++) {
+    const int i = (t0 + t) / tl->tw, j = (t0 + t) % tl->tw;
+    for (int o = 0; o < OC; o += 8)
+      output_tile(m, Y + (((size_t)(o / 8) * tl->oh + m * i) * tl->ow + m * j) * 8, (size_t)tl->ow * 8,
+                  M + (size_t)t * OC + o, (size_t)tl->tb * OC, bias ? load8(bias + o) : splat8(0.0f));
+  }
+}
+static void transform_inputs(const tiling *tl, float *V, const float *X, int C, int t0, int nt) {
+  if (tl->m == 2)
+    inputs_m(2, tl, V, X, C, t0, nt);
+  else
+    inputs_m(4, tl, V, X, C, t0, nt);
+}
+static void transform_grads(const tiling *tl, float *Z, const float *D, int OC, int t0, int nt) {
+  if (tl->m == 2)
+    grads_m(2, tl, Z, D, OC, t0, nt);
+  else
+    grads_m(4, tl, Z, D, OC, t0, nt);
+}
+static void transform_outputs(const tiling *tl, float *Y, const float *M, const float *bias, int OC, int t0, int nt) {
+  if (tl->m == 2)
+    outputs_m(2, tl, Y, M, bias, OC, t0, nt);
+  else
+    outputs_m(4, tl, Y, M, bias, OC, t0, nt);
 }
 
-/* Y[oc/8][2i + a][2j + b][oc%8] = (A^T m A)[a][b] + bias for the block's tiles, 8 output channels at a time, into
- * the sample's blocked output (OC/8, 2 TH, 2 TW, 8): whole vectors, which convert_blocked then writes out as
- * planes. (Stored straight into the NCHW planes, 8 scalars to 8 planes a vector, this step took 45% of the
- * forward.) */
-static void transform_outputs(const dt_conv2d_geom *g, float *Y, const float *M, const float *bias, int t0, int nt,
-                              int TB) {
-  const int OC = g->OC, TW = tiles_w(g), DH = 2 * tiles_h(g), DW = 2 * TW;
-  const size_t xs = (size_t)TB * OC;
-  for (int t = 0; t < nt; t++) {
-    const int i = (t0 + t) / TW, j = (t0 + t) % TW;
-    for (int o = 0; o < OC; o += 8) {
-      const float *m = M + (size_t)t * OC + o;
-      v8 q[2][4];
-      for (int s = 0; s < 4; s++) {
-        const v8 m0 = load8(m + s * xs), m1 = load8(m + (4 + s) * xs), m2 = load8(m + (8 + s) * xs),
-                 m3 = load8(m + (12 + s) * xs);
-        q[0][s] = m0 + m1 + m2, q[1][s] = m1 - m2 - m3;
-      }
-      const v8 b = bias ? load8(bias + o) : splat8(0.0f);
-      float *y = Y + (((size_t)(o / 8) * DH + 2 * i) * DW + 2 * j) * 8;
-      for (int a = 0; a < 2; a++) {
-        const v8 y0 = q[a][0] + q[a][1] + q[a][2] + b, y1 = q[a][1] - q[a][2] - q[a][3] + b;
-        store8(y + (size_t)a * DW * 8, y0);
-        store8(y + (size_t)a * DW * 8 + 8, y1);
-      }
-    }
-  }
-}
+/* ---- the products: per transformed element, sums over input channels (forward) or tiles (weights) ---- */
 
 /* m (rows, 8*nv) = sum over k < K of a[r][k] * b[k][.]: RB rows at pointers a[r], b's rows ldb apart, m's ldm. */
 static inline __attribute__((always_inline)) void product_block(float *m, size_t ldm, const float *const *a,
@@ -321,52 +424,54 @@ static void multiply_grad(float *S, const float *V, const float *Z, int nt, int 
 
 void dt_wino_forward(const dt_conv2d_geom *g, float *out, float *scratch, const float *inp, const float *w,
                      const float *b) {
-  const int C = g->C, OC = g->OC, TB = block_tiles(g), TS = tiles_h(g) * tiles_w(g);
-  const size_t HW = (size_t)g->H * g->W, block = forward_block(g);
-  float *U = scratch, *blocks0 = scratch + kernel_floats(g);
-  transform_weights(U, w, C, OC);
+  const tiling tl = tiling_of(g);
+  const int C = g->C, OC = g->OC, TB = tl.tb, TS = tl.th * tl.tw;
+  const size_t HW = (size_t)g->H * g->W, block = forward_block(g, &tl);
+  float *U = scratch, *blocks0 = scratch + kernel_floats(g, &tl);
+  transform_weights(&tl, U, w, C, OC);
 #pragma omp parallel num_threads(threads_for(g))
   {
-    float *X = blocks0 + (size_t)omp_get_thread_num() * block, *Y = X + input_floats(g), *V = Y + grad_floats(g);
-    float *M = V + (size_t)XI * TB * C;
-    memset(X, 0, input_floats(g) * sizeof(float)); /* the border; interiors are rewritten per sample */
+    float *X = blocks0 + (size_t)omp_get_thread_num() * block, *Y = X + input_floats(g, &tl);
+    float *V = Y + output_floats(g, &tl), *M = V + (size_t)tl.xi * TB * C;
+    memset(X, 0, input_floats(g, &tl) * sizeof(float)); /* the border; interiors are rewritten per sample */
 #pragma omp for schedule(static)
     for (int n = 0; n < g->N; n++) {
-      pack_blocked(X, inp + (size_t)n * C * HW, C, g->H, g->W, padded_h(g), padded_w(g), 1);
+      pack_blocked(X, inp + (size_t)n * C * HW, C, g->H, g->W, tl.ph, tl.pw, 1);
       for (int t0 = 0; t0 < TS; t0 += TB) {
         const int nt = TS - t0 < TB ? TS - t0 : TB;
-        transform_inputs(g, V, X, t0, nt, TB);
-        for (int xi = 0; xi < XI; xi++)
+        transform_inputs(&tl, V, X, C, t0, nt);
+        for (int xi = 0; xi < tl.xi; xi++)
           multiply(M + (size_t)xi * TB * OC, V + (size_t)xi * TB * C, U + (size_t)xi * C * OC, nt, C, OC);
-        transform_outputs(g, Y, M, b, t0, nt, TB);
+        transform_outputs(&tl, Y, M, b, OC, t0, nt);
       }
-      unpack_blocked(out + (size_t)n * OC * HW, Y, OC, g->H, g->W, 2 * tiles_h(g), 2 * tiles_w(g));
+      unpack_blocked(out + (size_t)n * OC * HW, Y, OC, g->H, g->W, tl.oh, tl.ow);
     }
   }
 }
 
-/* Each thread sums its samples' products into its own S (16, C, OC); the partials are added in thread order
+/* Each thread sums its samples' products into its own S (a*a, C, OC); the partials are added in thread order
  * (a given thread count always sums in one order) and transformed back into dw. */
 void dt_wino_weights(const dt_conv2d_geom *g, float *dw, float *scratch, const float *dout, const float *inp) {
-  const int C = g->C, OC = g->OC, TB = block_tiles(g), TS = tiles_h(g) * tiles_w(g);
-  const size_t HW = (size_t)g->H * g->W, block = weights_block(g), kn = kernel_floats(g);
+  const tiling tl = tiling_of(g);
+  const int C = g->C, OC = g->OC, TB = tl.tb, TS = tl.th * tl.tw;
+  const size_t HW = (size_t)g->H * g->W, block = weights_block(g, &tl), kn = kernel_floats(g, &tl);
   float *S = scratch, *blocks0 = scratch + kn;
 #pragma omp parallel num_threads(threads_for(g))
   {
     const int nt_threads = omp_get_num_threads();
-    float *X = blocks0 + (size_t)omp_get_thread_num() * block, *D = X + input_floats(g), *V = D + grad_floats(g);
-    float *Z = V + (size_t)XI * TB * C, *part = Z + (size_t)XI * TB * OC;
-    memset(X, 0, (input_floats(g) + grad_floats(g)) * sizeof(float));
+    float *X = blocks0 + (size_t)omp_get_thread_num() * block, *D = X + input_floats(g, &tl);
+    float *V = D + output_floats(g, &tl), *Z = V + (size_t)tl.xi * TB * C, *part = Z + (size_t)tl.xi * TB * OC;
+    memset(X, 0, (input_floats(g, &tl) + output_floats(g, &tl)) * sizeof(float));
     memset(part, 0, kn * sizeof(float));
 #pragma omp for schedule(static)
     for (int n = 0; n < g->N; n++) {
-      pack_blocked(X, inp + (size_t)n * C * HW, C, g->H, g->W, padded_h(g), padded_w(g), 1);
-      pack_blocked(D, dout + (size_t)n * OC * HW, OC, g->H, g->W, 2 * tiles_h(g), 2 * tiles_w(g), 0);
+      pack_blocked(X, inp + (size_t)n * C * HW, C, g->H, g->W, tl.ph, tl.pw, 1);
+      pack_blocked(D, dout + (size_t)n * OC * HW, OC, g->H, g->W, tl.oh, tl.ow, 0);
       for (int t0 = 0; t0 < TS; t0 += TB) {
         const int nt = TS - t0 < TB ? TS - t0 : TB;
-        transform_inputs(g, V, X, t0, nt, TB);
-        transform_grads(g, Z, D, t0, nt, TB);
-        for (int xi = 0; xi < XI; xi++)
+        transform_inputs(&tl, V, X, C, t0, nt);
+        transform_grads(&tl, Z, D, OC, t0, nt);
+        for (int xi = 0; xi < tl.xi; xi++)
           multiply_grad(part + (size_t)xi * C * OC, V + (size_t)xi * TB * C, Z + (size_t)xi * TB * OC, nt, C, OC);
       }
     }
@@ -376,6 +481,6 @@ void dt_wino_weights(const dt_conv2d_geom *g, float *dw, float *scratch, const f
       for (int k = 0; k < nt_threads; k++) acc += blocks0[(size_t)k * block + (block - kn) + i];
       S[i] = acc;
     }
-    untransform_grads(dw, S, C, OC);
+    untransform_grads(&tl, dw, S, C, OC);
   }
 }

@@ -192,77 +192,88 @@ TEST(conv2d_direct_grad) {
   ASSERT_OK(dt_set_threads(1));
 }
 
-/* Winograd F(2x2, 3x3) (conv_wino.c) takes 3x3 stride-1 pad-1 convolutions whose channels come in 8s: its
- * forward and weight gradient against a plain sum in double over every tap, on odd and even sizes (tiles past the
- * bottom and right edges), 8 and 24 output channels (register blocks of 16 and of 8), bias or none, 1 and 3
- * threads; and its gradients by finite differences. */
-static double naive_conv_err(const dt_conv2d_geom *g, const float *x, const float *w, const float *b, const float *y,
-                             const float *dy, const float *dw) {
-  double worst = 0.0;
+/* Winograd (conv_wino.c) takes 3x3 stride-1 pad-1 convolutions whose channels come in 8s, with tiles of 2x2
+ * outputs (maps under 16 or wide kernels) or 4x4: forward, input and weight gradients against sums in double
+ * over every tap, relative to the sum of the terms' magnitudes; sizes that are not multiples of the tile (the
+ * last tiles half outside), 8 and 24 output channels (register blocks of 8 and of 16), bias or none, 1 and 3
+ * threads; and one case by finite differences, with gradient accumulation. */
+typedef struct conv_ref {
+  double *y, *dx, *dw, *my, *mdx, *mdw; /* values and sums of magnitudes */
+} conv_ref;
+
+static void naive_conv(const dt_conv2d_geom *g, const float *x, const float *w, const float *b, const float *dy,
+                       conv_ref *r) {
   const int H = g->H, W = g->W, C = g->C, OC = g->OC;
   for (int n = 0; n < g->N; n++)
     for (int o = 0; o < OC; o++)
       for (int h = 0; h < H; h++)
         for (int v = 0; v < W; v++) {
-          double acc = b ? b[o] : 0.0, mag = fabs(acc);
+          const size_t yi = (((size_t)n * OC + o) * H + h) * W + v;
+          r->y[yi] = b ? b[o] : 0.0, r->my[yi] = fabs(r->y[yi]);
           for (int c = 0; c < C; c++)
-            for (int kh = 0; kh < 3; kh++)
-              for (int kw = 0; kw < 3; kw++) {
-                const int ih = h + kh - 1, iw = v + kw - 1;
-                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                const double p = (double)x[(((size_t)n * C + c) * H + ih) * W + iw] * w[(((size_t)o * C + c) * 3 + kh) * 3 + kw];
-                acc += p, mag += fabs(p);
-              }
-          const double e = fabs(y[(((size_t)n * OC + o) * H + h) * W + v] - acc) / (mag > 1e-3 ? mag : 1e-3);
-          if (e > worst) worst = e;
-        }
-  for (int o = 0; o < OC; o++)
-    for (int c = 0; c < C; c++)
-      for (int k = 0; k < 9; k++) {
-        double acc = 0.0, mag = 0.0;
-        for (int n = 0; n < g->N; n++)
-          for (int h = 0; h < H; h++)
-            for (int v = 0; v < W; v++) {
+            for (int k = 0; k < 9; k++) {
               const int ih = h + k / 3 - 1, iw = v + k % 3 - 1;
               if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-              const double p = (double)dy[(((size_t)n * OC + o) * H + h) * W + v] * x[(((size_t)n * C + c) * H + ih) * W + iw];
-              acc += p, mag += fabs(p);
+              const size_t xi = (((size_t)n * C + c) * H + ih) * W + iw, wi = ((size_t)o * C + c) * 9 + k;
+              r->y[yi] += (double)x[xi] * w[wi], r->my[yi] += fabs((double)x[xi] * w[wi]);
+              r->dx[xi] += (double)dy[yi] * w[wi], r->mdx[xi] += fabs((double)dy[yi] * w[wi]);
+              r->dw[wi] += (double)dy[yi] * x[xi], r->mdw[wi] += fabs((double)dy[yi] * x[xi]);
             }
-        const double e = fabs(dw[((size_t)o * C + c) * 9 + k] - acc) / (mag > 1e-3 ? mag : 1e-3);
-        if (e > worst) worst = e;
-      }
+        }
+}
+
+static double worst_rel(const float *got, const double *ref, const double *mag, size_t n) {
+  double worst = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    const double e = fabs(got[i] - ref[i]) / (mag[i] > 1e-3 ? mag[i] : 1e-3);
+    if (e > worst) worst = e;
+  }
   return worst;
 }
+
+static double *dzeros(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
 
 static int wino_case(int N, int C, int H, int W, int OC, int bias) {
   dt_conv2d_geom g;
   if (dt_conv2d_geom_init(&g, N, C, H, W, OC, 3, 3, 1, 1) != DT_OK || !dt_wino_applies(&g)) return 100;
   const size_t nx = (size_t)N * C * H * W, nw = (size_t)OC * C * 9, ny = (size_t)N * OC * H * W;
   float *x = randf(nx, -1, 1), *w = randf(nw, -1, 1), *b = bias ? randf(OC, -1, 1) : NULL, *dy = randf(ny, -1, 1);
-  float *y = zeros(ny), *dw = zeros(nw), *scratch = zeros(dt_conv2d_scratch_floats(&g));
+  float *y = zeros(ny), *dx = zeros(nx), *dw = zeros(nw), *scratch = zeros(dt_conv2d_scratch_floats(&g));
+  conv_ref r = {dzeros(ny), dzeros(nx), dzeros(nw), dzeros(ny), dzeros(nx), dzeros(nw)};
   dt_conv2d_forward(&g, y, scratch, x, w, b);
-  dt_conv2d_backward(&g, NULL, dw, NULL, scratch, dy, x, w);
-  const double err = naive_conv_err(&g, x, w, b, y, dy, dw);
-  if (err > 1e-5) fprintf(stderr, "winograd N=%d C=%d %dx%d OC=%d: relative error %.3g\n", N, C, H, W, OC, err);
-  free(x), free(w), free(b), free(dy), free(y), free(dw), free(scratch);
-  return (err > 1e-5) + conv_grad_case(N, C, H, W, OC, 3, 1, 1, bias);
+  dt_conv2d_backward(&g, dx, dw, NULL, scratch, dy, x, w);
+  naive_conv(&g, x, w, b, dy, &r);
+  const double ey = worst_rel(y, r.y, r.my, ny), edx = worst_rel(dx, r.dx, r.mdx, nx), edw = worst_rel(dw, r.dw, r.mdw, nw);
+  const int bad = ey > 1e-5 || edx > 1e-5 || edw > 1e-5;
+  if (bad)
+    fprintf(stderr, "winograd N=%d C=%d %dx%d OC=%d: relative error y %.3g dx %.3g dw %.3g\n", N, C, H, W, OC, ey, edx,
+            edw);
+  free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(scratch);
+  free(r.y), free(r.dx), free(r.dw), free(r.my), free(r.mdx), free(r.mdw);
+  return bad;
 }
 
 TEST(conv2d_winograd) {
   dt_rng_init(&rng, 14, 0);
   for (int t = 1; t <= 3; t += 2) {
     ASSERT_OK(dt_set_threads(t));
-    ASSERT_EQ(wino_case(3, 8, 5, 7, 8, 1), 0);    /* odd sizes: the last tile row and column half outside */
+    ASSERT_EQ(wino_case(3, 8, 5, 7, 8, 1), 0);    /* 2x2 tiles; odd sizes: the last row and column half outside */
     ASSERT_EQ(wino_case(2, 16, 6, 6, 24, 0), 0);  /* 24 outputs: a block of 16 and one of 8 */
     ASSERT_EQ(wino_case(1, 8, 1, 1, 16, 1), 0);   /* one pixel: only the centre tap */
     ASSERT_EQ(wino_case(4, 16, 9, 4, 8, 0), 0);   /* 16 channels: the gradient's channel blocks of 6 */
+    ASSERT_EQ(wino_case(2, 8, 17, 18, 24, 1), 0); /* 4x4 tiles, 1 and 2 of the last ones' rows and columns inside */
+    ASSERT_EQ(wino_case(3, 16, 16, 16, 8, 0), 0); /* 4x4 tiles, whole */
+    ASSERT_EQ(wino_case(1, 200, 16, 16, 64, 0), 0); /* 200 and 64 channels: 2x2 tiles even at 16x16 */
   }
   ASSERT_OK(dt_set_threads(1));
+  ASSERT_EQ(conv_grad_case(3, 8, 5, 7, 8, 3, 1, 1, 1), 0); /* finite differences; dw accumulates, dx is rewritten */
   dt_conv2d_geom g;
   ASSERT_OK(dt_conv2d_geom_init(&g, 1, 12, 8, 8, 16, 3, 3, 1, 1));
   ASSERT_EQ(dt_wino_applies(&g), 0); /* 12 input channels */
   ASSERT_OK(dt_conv2d_geom_init(&g, 1, 16, 8, 8, 16, 3, 3, 2, 1));
   ASSERT_EQ(dt_wino_applies(&g), 0); /* stride 2 */
+  ASSERT_OK(dt_conv2d_geom_init(&g, 1, 512, 7, 7, 256, 3, 3, 1, 1));
+  ASSERT_EQ(dt_wino_applies(&g), 0); /* a transformed kernel past 256 KiB */
 }
 
 TEST(conv2d_exact) {
