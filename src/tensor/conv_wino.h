@@ -1,12 +1,13 @@
-/* Winograd F(2x2, 3x3) convolution, stride 1, padding 1 (tensor-internal; conv2d.c dispatches to it).
+/* Winograd convolution, F(2x2, 3x3) or F(4x4, 3x3), stride 1, padding 1 (tensor-internal; conv2d.c dispatches
+ * to it).
  *
- * Each 2x2 block of outputs comes from a 4x4 input tile: transformed (B^T d B), multiplied element-wise by the
- * transformed 3x3 kernel (G w G^T) and summed over input channels, transformed back (A^T m A). That is 16
- * products per 4 outputs and input channel where the direct kernel does 36: 2.25x fewer multiply-adds, the
- * sums over channels being 16 small GEMMs. The weight gradient is the adjoint of the same algorithm: the
- * transformed inputs times the transformed output gradients (A dy A^T), summed over tiles, back through G^T . G.
- * The products run on vectors of 8 channels, so both channel counts must be multiples of 8. (Lavin and Gray,
- * "Fast Algorithms for Convolutional Neural Networks", 2016.) */
+ * Each m x m block of outputs comes from an (m+2) x (m+2) input tile: transformed (B^T d B), multiplied
+ * element-wise by the transformed 3x3 kernel (G w G^T) and summed over input channels, transformed back
+ * (A^T p A). That is 16 products per 4 outputs and input channel (m = 2) or 36 per 16 (m = 4) where the direct
+ * kernel does 9 per output, the sums over channels being (m+2)^2 small GEMMs. The weight gradient is the adjoint
+ * of the same algorithm: the transformed inputs times the transformed output gradients (A dy A^T), summed over
+ * tiles, back through G^T . G. The products run on vectors of 8 channels, so both channel counts must be
+ * multiples of 8. (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016.) */
 #ifndef DT_TENSOR_CONV_WINO_H
 #define DT_TENSOR_CONV_WINO_H
 
