@@ -30,6 +30,15 @@ static size_t bn_ws_bytes(const dt_layer *l, int max_batch) {
   return 2 * (size_t)l->in_shape[0] * sizeof(float);
 }
 
+/* The unbiased variance needs two values per channel, as torch insists. */
+static dt_status check_train_batch(const dt_layer *l, int batch, int HW) {
+  if ((int64_t)batch * HW < 2)
+    return dt_error(DT_INVALID_ARGUMENT,
+                    "%s: BatchNorm2d in training needs more than 1 value per channel, got batch %d x %d positions",
+                    l->name, batch, HW);
+  return DT_OK;
+}
+
 static dt_status bn_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
   const bn_priv *p = l->priv;
   int C = (int)l->in_shape[0], HW = (int)(l->in_shape[1] * l->in_shape[2]);
@@ -39,10 +48,7 @@ static dt_status bn_forward(const dt_layer *l, const dt_layer_io *io, const floa
     dt_batchnorm_forward_eval(out, in, gamma, beta, rmean, rvar, io->batch, C, HW, p->eps);
     return DT_OK;
   }
-  if ((int64_t)io->batch * HW < 2) /* the unbiased variance needs two values, as torch insists */
-    return dt_error(DT_INVALID_ARGUMENT,
-                    "%s: BatchNorm2d in training needs more than 1 value per channel, got batch %d x %d positions",
-                    l->name, io->batch, HW);
+  DT_CHECK(check_train_batch(l, io->batch, HW));
   float *mean = io->ws, *invstd = (float *)io->ws + C;
   dt_batchnorm_forward_train(out, mean, invstd, io->update_buffers ? rmean : NULL, io->update_buffers ? rvar : NULL,
                              in, gamma, beta, io->batch, C, HW, p->momentum, p->eps);
@@ -57,6 +63,32 @@ static void bn_backward(const dt_layer *l, const dt_layer_io *io, const float *i
   dt_batchnorm_backward(dinp, io->grads, io->grads + C, dout, in, mean, invstd, io->params, io->batch, C, HW);
 }
 
+/* ---- fused BatchNorm2d -> ReLU (a row of the fusion table, fusion.c) ---- */
+
+dt_status dt_bn_relu_fused_forward(const dt_layer *bn, const dt_layer_io *io, const float *in, float *out) {
+  const bn_priv *p = bn->priv;
+  int C = (int)bn->in_shape[0], HW = (int)(bn->in_shape[1] * bn->in_shape[2]);
+  const float *gamma = io->params, *beta = io->params + C;
+  float *rmean = io->buffers, *rvar = io->buffers + C;
+  if (!io->training) {
+    dt_bn_relu_forward_eval(out, in, gamma, beta, rmean, rvar, io->batch, C, HW, p->eps);
+    return DT_OK;
+  }
+  DT_CHECK(check_train_batch(bn, io->batch, HW));
+  float *mean = io->ws, *invstd = (float *)io->ws + C;
+  dt_bn_relu_forward_train(out, mean, invstd, io->update_buffers ? rmean : NULL, io->update_buffers ? rvar : NULL, in,
+                           gamma, beta, io->batch, C, HW, p->momentum, p->eps);
+  if (io->update_buffers) io->counters[0]++;
+  return DT_OK;
+}
+
+void dt_bn_relu_fused_backward(const dt_layer *bn, const dt_layer_io *io, const float *in, const float *out,
+                               const float *dout, float *dinp) {
+  int C = (int)bn->in_shape[0], HW = (int)(bn->in_shape[1] * bn->in_shape[2]);
+  const float *mean = io->ws, *invstd = (const float *)io->ws + C;
+  dt_bn_relu_backward(dinp, io->grads, io->grads + C, dout, out, in, mean, invstd, io->params, io->batch, C, HW);
+}
+
 /* ---- fused BatchNorm2d -> ReLU -> MaxPool2d(2) (a row of the fusion table, fusion.c) ---- */
 
 dt_status dt_bn_relu_pool_forward(const dt_layer *bn, const dt_layer_io *io, int32_t *argmax, float *xsel,
@@ -69,10 +101,7 @@ dt_status dt_bn_relu_pool_forward(const dt_layer *bn, const dt_layer_io *io, int
     dt_bn_relu_maxpool2x2_forward_eval(out, argmax, in, gamma, beta, rmean, rvar, io->batch, C, H, W, p->eps);
     return DT_OK;
   }
-  if ((int64_t)io->batch * H * W < 2)
-    return dt_error(DT_INVALID_ARGUMENT,
-                    "%s: BatchNorm2d in training needs more than 1 value per channel, got batch %d x %d positions",
-                    bn->name, io->batch, H * W);
+  DT_CHECK(check_train_batch(bn, io->batch, H * W));
   float *mean = io->ws, *invstd = (float *)io->ws + C;
   dt_bn_relu_maxpool2x2_forward_train(out, argmax, xsel, mean, invstd, io->update_buffers ? rmean : NULL,
                                       io->update_buffers ? rvar : NULL, in, gamma, beta, io->batch, C, H, W,

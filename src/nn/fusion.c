@@ -18,11 +18,29 @@ static void bn_relu_pool_backward(const dt_layer *l, const dt_layer_io *io, floa
   dt_bn_relu_pool_backward(&l[0], &io[0], io[2].ws, act[1], act[0], act[3], dout, dinp);
 }
 
+/* ---- BatchNorm2d -> ReLU (every ResNet block's first half, and the stem) ----------- */
+
+static int bn_relu_applies(const dt_layer *l) {
+  return dt_activation_is_relu(&l[1]) && l[1].in_numel == l[0].out_numel;
+}
+
+static dt_status bn_relu_forward(const dt_layer *l, const dt_layer_io *io, float *const *act) {
+  return dt_bn_relu_fused_forward(&l[0], &io[0], act[0], act[2]);
+}
+
+static void bn_relu_backward(const dt_layer *l, const dt_layer_io *io, float *const *act, const float *dout,
+                             float *dinp) {
+  dt_bn_relu_fused_backward(&l[0], &io[0], act[0], act[2], dout, dinp);
+}
+
 /* ---- the table ------------------------------------------------------------------ */
 
 static const dt_fusion fusions[] = {
     {"BatchNorm2d+ReLU+MaxPool2d(2)", 3, {&dt_batchnorm2d_ops, &dt_activation_ops, &dt_maxpool2d_ops},
      bn_relu_pool_applies, bn_relu_pool_forward, bn_relu_pool_backward},
+    /* after the longer row: where a pool follows, the three fuse */
+    {"BatchNorm2d+ReLU", 2, {&dt_batchnorm2d_ops, &dt_activation_ops}, bn_relu_applies, bn_relu_forward,
+     bn_relu_backward},
 };
 
 static int matches(const dt_fusion *f, const dt_layer *l, int avail) {

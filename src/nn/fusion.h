@@ -46,4 +46,11 @@ dt_status dt_bn_relu_pool_forward(const dt_layer *bn, const dt_layer_io *io, int
 void dt_bn_relu_pool_backward(const dt_layer *bn, const dt_layer_io *io, const int32_t *argmax, const float *xsel,
                               const float *in, const float *out, const float *dout, float *dinp);
 
+/* BatchNorm2d -> ReLU in one kernel (the BN output is not materialised): forward reads the BN layer's io and
+ * writes the ReLU output; backward takes the ReLU output and its gradient and writes the BN input gradient
+ * (dinp NULL to skip) and the BN parameter gradients. */
+dt_status dt_bn_relu_fused_forward(const dt_layer *bn, const dt_layer_io *io, const float *in, float *out);
+void dt_bn_relu_fused_backward(const dt_layer *bn, const dt_layer_io *io, const float *in, const float *out,
+                               const float *dout, float *dinp);
+
 #endif

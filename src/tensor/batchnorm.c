@@ -1,5 +1,6 @@
 /* Batch normalisation kernels over (N, C, HW): training, evaluation, backward; one channel per task.
- * Also BatchNorm -> ReLU -> MaxPool(2, stride 2) fused (one pass where three would write full tensors). */
+ * Also BatchNorm -> ReLU (one pass where two would write full tensors) and BatchNorm -> ReLU -> MaxPool(2,
+ * stride 2) fused. */
 #include <math.h>
 #include <string.h>
 
@@ -47,54 +48,89 @@ static void channel_stats(int c, float *m_out, float *is_out, float *mean, float
   *is_out = is;
 }
 
-/* gamma/beta may be NULL (affine=False): scale 1, shift 0. */
-void dt_batchnorm_forward_train(float *out, float *mean, float *invstd, float *running_mean, float *running_var,
-                                const float *inp, const float *gamma, const float *beta, int N, int C, int HW,
-                                float momentum, float eps) {
+/* y = (x - m) * scale + shift over n values, then ReLU when relu (as dt_act_forward: NaN -> 0). */
+static inline void normalize_run(float *restrict y, const float *restrict x, size_t n, float m, float scale,
+                                 float shift, int relu) {
+  if (relu) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+      const float v = (x[i] - m) * scale + shift;
+      y[i] = v > 0.0f ? v : 0.0f;
+    }
+  } else {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) y[i] = (x[i] - m) * scale + shift;
+  }
+}
+
+/* gamma/beta may be NULL (affine=False): scale 1, shift 0. relu: BatchNorm -> ReLU in one pass. */
+static void forward_train(float *out, float *mean, float *invstd, float *running_mean, float *running_var,
+                          const float *inp, const float *gamma, const float *beta, int N, int C, int HW,
+                          float momentum, float eps, int relu) {
 #pragma omp parallel for schedule(static)
   for (int c = 0; c < C; c++) {
     float m, is;
     channel_stats(c, &m, &is, mean, invstd, running_mean, running_var, inp, N, C, HW, momentum, eps);
     const float scale = (gamma ? gamma[c] : 1.0f) * is, shift = beta ? beta[c] : 0.0f;
-    for (int n = 0; n < N; n++) {
-      const float *x = inp + ((size_t)n * C + c) * HW;
-      float *y = out + ((size_t)n * C + c) * HW;
-      for (int i = 0; i < HW; i++) y[i] = (x[i] - m) * scale + shift;
-    }
+    for (int n = 0; n < N; n++)
+      normalize_run(out + ((size_t)n * C + c) * HW, inp + ((size_t)n * C + c) * HW, (size_t)HW, m, scale, shift, relu);
   }
 }
 
-void dt_batchnorm_forward_eval(float *out, const float *inp, const float *gamma, const float *beta,
-                               const float *running_mean, const float *running_var, int N, int C, int HW, float eps) {
+static void forward_eval(float *out, const float *inp, const float *gamma, const float *beta,
+                         const float *running_mean, const float *running_var, int N, int C, int HW, float eps,
+                         int relu) {
 #pragma omp parallel for collapse(2) schedule(static) if ((size_t)N * C * HW >= 65536)
   for (int n = 0; n < N; n++) {
     for (int c = 0; c < C; c++) {
       const float is = (float)(1.0 / sqrt((double)running_var[c] + (double)eps));
-      const float scale = (gamma ? gamma[c] : 1.0f) * is, shift = beta ? beta[c] : 0.0f, m = running_mean[c];
-      const float *x = inp + ((size_t)n * C + c) * HW;
-      float *y = out + ((size_t)n * C + c) * HW;
-      for (int i = 0; i < HW; i++) y[i] = (x[i] - m) * scale + shift;
+      const float scale = (gamma ? gamma[c] : 1.0f) * is, shift = beta ? beta[c] : 0.0f;
+      normalize_run(out + ((size_t)n * C + c) * HW, inp + ((size_t)n * C + c) * HW, (size_t)HW, running_mean[c],
+                    scale, shift, relu);
     }
   }
 }
 
+void dt_batchnorm_forward_train(float *out, float *mean, float *invstd, float *running_mean, float *running_var,
+                                const float *inp, const float *gamma, const float *beta, int N, int C, int HW,
+                                float momentum, float eps) {
+  forward_train(out, mean, invstd, running_mean, running_var, inp, gamma, beta, N, C, HW, momentum, eps, 0);
+}
+void dt_bn_relu_forward_train(float *out, float *mean, float *invstd, float *running_mean, float *running_var,
+                              const float *inp, const float *gamma, const float *beta, int N, int C, int HW,
+                              float momentum, float eps) {
+  forward_train(out, mean, invstd, running_mean, running_var, inp, gamma, beta, N, C, HW, momentum, eps, 1);
+}
+void dt_batchnorm_forward_eval(float *out, const float *inp, const float *gamma, const float *beta,
+                               const float *running_mean, const float *running_var, int N, int C, int HW, float eps) {
+  forward_eval(out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps, 0);
+}
+void dt_bn_relu_forward_eval(float *out, const float *inp, const float *gamma, const float *beta,
+                             const float *running_mean, const float *running_var, int N, int C, int HW, float eps) {
+  forward_eval(out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps, 1);
+}
+
 /* With xhat = (x - mean) * invstd and M values per channel:
- * dbeta = sum dout, dgamma = sum dout * xhat,
- * dinp = gamma * invstd * (dout - dbeta / M - xhat * dgamma / M). */
-void dt_batchnorm_backward(float *dinp, float *dgamma, float *dbeta, const float *dout, const float *inp,
-                           const float *mean, const float *invstd, const float *gamma, int N, int C, int HW) {
+ * dbeta = sum dy, dgamma = sum dy * xhat,
+ * dinp = gamma * invstd * (dy - dbeta / M - xhat * dgamma / M),
+ * where dy = dout, or after a fused ReLU (relu_out, its output, not NULL) dout where relu_out > 0, else 0, as
+ * torch's threshold_backward. */
+static void backward(float *dinp, float *dgamma, float *dbeta, const float *dout, const float *relu_out,
+                     const float *inp, const float *mean, const float *invstd, const float *gamma, int N, int C,
+                     int HW) {
   const size_t M = (size_t)N * HW;
 #pragma omp parallel for schedule(static)
   for (int c = 0; c < C; c++) {
     const float m = mean[c], is = invstd[c];
     double sdy = 0.0, sdyx = 0.0;
     for (int n = 0; n < N; n++) {
-      const float *x = inp + ((size_t)n * C + c) * HW;
-      const float *dy = dout + ((size_t)n * C + c) * HW;
+      const size_t off = ((size_t)n * C + c) * HW;
+      const float *x = inp + off, *dy = dout + off, *r = relu_out ? relu_out + off : NULL;
 #pragma omp simd reduction(+ : sdy, sdyx)
       for (int i = 0; i < HW; i++) {
-        sdy += dy[i];
-        sdyx += (double)dy[i] * ((x[i] - m) * is);
+        const float g = !r || r[i] > 0.0f ? dy[i] : 0.0f;
+        sdy += g;
+        sdyx += (double)g * ((x[i] - m) * is);
       }
     }
     if (dbeta) dbeta[c] += (float)sdy;
@@ -103,13 +139,27 @@ void dt_batchnorm_backward(float *dinp, float *dgamma, float *dbeta, const float
       const float k = (gamma ? gamma[c] : 1.0f) * is;
       const float a = (float)(sdy / (double)M), b = (float)(sdyx / (double)M);
       for (int n = 0; n < N; n++) {
-        const float *x = inp + ((size_t)n * C + c) * HW;
-        const float *dy = dout + ((size_t)n * C + c) * HW;
-        float *dx = dinp + ((size_t)n * C + c) * HW;
-        for (int i = 0; i < HW; i++) dx[i] = k * (dy[i] - a - (x[i] - m) * is * b);
+        const size_t off = ((size_t)n * C + c) * HW;
+        const float *x = inp + off, *dy = dout + off, *r = relu_out ? relu_out + off : NULL;
+        float *dx = dinp + off;
+#pragma omp simd
+        for (int i = 0; i < HW; i++) {
+          const float g = !r || r[i] > 0.0f ? dy[i] : 0.0f;
+          dx[i] = k * (g - a - (x[i] - m) * is * b);
+        }
       }
     }
   }
+}
+
+void dt_batchnorm_backward(float *dinp, float *dgamma, float *dbeta, const float *dout, const float *inp,
+                           const float *mean, const float *invstd, const float *gamma, int N, int C, int HW) {
+  backward(dinp, dgamma, dbeta, dout, NULL, inp, mean, invstd, gamma, N, C, HW);
+}
+void dt_bn_relu_backward(float *dinp, float *dgamma, float *dbeta, const float *dout, const float *out,
+                         const float *inp, const float *mean, const float *invstd, const float *gamma, int N, int C,
+                         int HW) {
+  backward(dinp, dgamma, dbeta, dout, out, inp, mean, invstd, gamma, N, C, HW);
 }
 
 /* ---- BatchNorm -> ReLU -> MaxPool(2, stride 2, no padding), fused ------------------------------------ */

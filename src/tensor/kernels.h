@@ -93,6 +93,17 @@ void dt_batchnorm_forward_eval(float *out, const float *inp, const float *gamma,
 /* Backward of the training forward. dgamma, dbeta (C) +=. */
 void dt_batchnorm_backward(float *dinp, float *dgamma, float *dbeta, const float *dout, const float *inp,
                            const float *mean, const float *invstd, const float *gamma, int N, int C, int HW);
+/* BatchNorm -> ReLU fused: the forwards write relu(batchnorm(inp)) (statistics as above); the backward takes the
+ * gradient of that output and the output itself (out, for ReLU's mask) and gives the BN input's and parameters'
+ * gradients, equal to dt_act_backward then dt_batchnorm_backward. */
+void dt_bn_relu_forward_train(float *out, float *mean, float *invstd, float *running_mean, float *running_var,
+                              const float *inp, const float *gamma, const float *beta, int N, int C, int HW,
+                              float momentum, float eps);
+void dt_bn_relu_forward_eval(float *out, const float *inp, const float *gamma, const float *beta,
+                             const float *running_mean, const float *running_var, int N, int C, int HW, float eps);
+void dt_bn_relu_backward(float *dinp, float *dgamma, float *dbeta, const float *dout, const float *out,
+                         const float *inp, const float *mean, const float *invstd, const float *gamma, int N, int C,
+                         int HW);
 
 /* BatchNorm2d (gamma/beta may be NULL) -> ReLU -> MaxPool2d(2, stride 2, no padding) in one pass over
  * inp (N, C, H, W): out and argmax (N, C, H/2, W/2) exactly as the three forward kernels in turn would

@@ -651,8 +651,9 @@ TEST(avgpool2d_layer_matches_reference) {
   dt_model_free(m);
 }
 
-/* The fusion table matches BatchNorm2d -> ReLU -> MaxPool2d(2) and nothing near it (another pool, another
- * activation); a model with two groups runs fused as it runs layer by layer. */
+/* The fusion table matches BatchNorm2d -> ReLU -> MaxPool2d(2), else BatchNorm2d -> ReLU, and nothing near them
+ * (another pool leaves BN -> ReLU, another activation nothing); a model with three groups runs fused as it runs
+ * layer by layer, in training (outputs, parameter gradients) and in evaluation (outputs, a NaN input included). */
 TEST(fusion_plan_matches_only_the_pattern) {
   enum { B = 2 };
   const int64_t shape[3] = {2, 8, 8};
@@ -662,7 +663,7 @@ TEST(fusion_plan_matches_only_the_pattern) {
   ASSERT_OK(dt_model_add_batchnorm2d(m, "bn1", 1e-5f, 0.1f)); /* 1..3: fused */
   ASSERT_OK(dt_model_add_activation(m, "r1", DT_RELU));
   ASSERT_OK(dt_model_add_maxpool2d(m, "p1", 2, 2, 0));
-  ASSERT_OK(dt_model_add_batchnorm2d(m, "bn2", 1e-5f, 0.1f)); /* 4..6: a 3x3 pool */
+  ASSERT_OK(dt_model_add_batchnorm2d(m, "bn2", 1e-5f, 0.1f)); /* 4..5: fused; 6: a 3x3 pool */
   ASSERT_OK(dt_model_add_activation(m, "r2", DT_RELU));
   ASSERT_OK(dt_model_add_maxpool2d(m, "p2", 3, 1, 1));
   ASSERT_OK(dt_model_add_batchnorm2d(m, "bn3", 1e-5f, 0.1f)); /* 7..9: GELU */
@@ -680,10 +681,11 @@ TEST(fusion_plan_matches_only_the_pattern) {
   int first[N];
   dt_fusion_plan(dt_model_layer(m, 0), N, group, first);
   for (int i = 0; i < N; i++) {
-    ASSERT((group[i] != NULL) == (i == 1 || i == 10));
-    ASSERT_EQ(first[i], i == 3 ? 1 : i == 12 ? 10 : i);
+    ASSERT((group[i] != NULL) == (i == 1 || i == 4 || i == 10));
+    ASSERT_EQ(first[i], i == 3 ? 1 : i == 5 ? 4 : i == 12 ? 10 : i);
   }
   ASSERT_STR_EQ(group[1]->name, "BatchNorm2d+ReLU+MaxPool2d(2)");
+  ASSERT_STR_EQ(group[4]->name, "BatchNorm2d+ReLU");
   ASSERT_EQ(group[10]->n_layers, 3);
 
   ASSERT_OK(dt_model_build(m, B, 3));
@@ -699,6 +701,11 @@ TEST(fusion_plan_matches_only_the_pattern) {
   size_t n;
   const float *g1 = dt_model_grads(m, &n), *g2 = dt_model_ctx_grads(plain);
   for (size_t i = 0; i < n; i++) ASSERT_NEAR(g1[i], g2[i], 1e-5);
+  dt_model_set_training(m, 0);
+  x[5] = NAN;
+  ASSERT_OK(dt_model_ctx_forward(m, dt_model_default_ctx(m), x, B, &y1));
+  ASSERT_OK(dt_model_ctx_forward(m, plain, x, B, &y2));
+  ASSERT(memcmp(y1, y2, sizeof(float) * B * 4) == 0);
   dt_model_ctx_free(plain);
   dt_model_free(m);
 }
