@@ -33,6 +33,21 @@ static void bn_relu_backward(const dt_layer *l, const dt_layer_io *io, float *co
   dt_bn_relu_fused_backward(&l[0], &io[0], act[0], act[2], dout, dinp);
 }
 
+/* ---- residual end -> ReLU (every ResNet block's output) ---------------------------- */
+
+static int end_relu_applies(const dt_layer *l) {
+  return dt_activation_is_relu(&l[1]) && l[1].in_numel == l[0].out_numel;
+}
+
+static dt_status end_relu_forward(const dt_layer *l, const dt_layer_io *io, float *const *act) {
+  return dt_residual_relu_forward(&l[0], &io[0], act[0], act[2]);
+}
+
+static void end_relu_backward(const dt_layer *l, const dt_layer_io *io, float *const *act, const float *dout,
+                              float *dinp) {
+  dt_residual_relu_backward(&l[0], &io[0], act[2], dout, dinp);
+}
+
 /* ---- the table ------------------------------------------------------------------ */
 
 static const dt_fusion fusions[] = {
@@ -41,6 +56,8 @@ static const dt_fusion fusions[] = {
     /* after the longer row: where a pool follows, the three fuse */
     {"BatchNorm2d+ReLU", 2, {&dt_batchnorm2d_ops, &dt_activation_ops}, bn_relu_applies, bn_relu_forward,
      bn_relu_backward},
+    {"Residual(+)+ReLU", 2, {&dt_residual_end_ops, &dt_activation_ops}, end_relu_applies, end_relu_forward,
+     end_relu_backward},
 };
 
 static int matches(const dt_fusion *f, const dt_layer *l, int avail) {

@@ -53,4 +53,11 @@ dt_status dt_bn_relu_fused_forward(const dt_layer *bn, const dt_layer_io *io, co
 void dt_bn_relu_fused_backward(const dt_layer *bn, const dt_layer_io *io, const float *in, const float *out,
                                const float *dout, float *dinp);
 
+/* A residual end -> ReLU in one pass (the sum is not materialised): forward writes relu(in + the skip); backward
+ * takes the ReLU output and its gradient and sends the masked gradient to the branch (dinp, NULL to skip) and to
+ * the skip (the partner's workspace), as the end does. */
+dt_status dt_residual_relu_forward(const dt_layer *end, const dt_layer_io *io, const float *in, float *out);
+void dt_residual_relu_backward(const dt_layer *end, const dt_layer_io *io, const float *out, const float *dout,
+                               float *dinp);
+
 #endif

@@ -106,6 +106,34 @@ static void end_backward(const dt_layer *l, const dt_layer_io *io, const float *
 
 static const char *end_label(const dt_layer *l) { return "Residual(+)"; }
 
+/* ---- end -> ReLU fused (a row of the fusion table, fusion.c): the sum is not materialised ---- */
+
+#define PAR_MIN 65536 /* elements below which one thread does it all */
+
+dt_status dt_residual_relu_forward(const dt_layer *end, const dt_layer_io *io, const float *in, float *out) {
+  const size_t n = dt_layer_in_elems(end, io);
+  const float *skip = io->partner_in;
+#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    const float v = in[i] + skip[i];
+    out[i] = v > 0.0f ? v : 0.0f; /* as dt_act_forward: NaN -> 0 */
+  }
+  return DT_OK;
+}
+
+/* ReLU's gradient (where its output is positive) goes both ways, as end_backward sends dout. */
+void dt_residual_relu_backward(const dt_layer *end, const dt_layer_io *io, const float *out, const float *dout,
+                               float *dinp) {
+  const size_t n = dt_layer_in_elems(end, io);
+  float *skip = io->partner_ws;
+#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    const float g = out[i] > 0.0f ? dout[i] : 0.0f;
+    skip[i] = g;
+    if (dinp) dinp[i] = g;
+  }
+}
+
 const dt_layer_ops dt_residual_end_ops = {.kind = "Residual",
                                           .infer = end_infer,
                                           .forward = end_forward,

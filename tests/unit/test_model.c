@@ -651,9 +651,10 @@ TEST(avgpool2d_layer_matches_reference) {
   dt_model_free(m);
 }
 
-/* The fusion table matches BatchNorm2d -> ReLU -> MaxPool2d(2), else BatchNorm2d -> ReLU, and nothing near them
- * (another pool leaves BN -> ReLU, another activation nothing); a model with three groups runs fused as it runs
- * layer by layer, in training (outputs, parameter gradients) and in evaluation (outputs, a NaN input included). */
+/* The fusion table matches BatchNorm2d -> ReLU -> MaxPool2d(2), else BatchNorm2d -> ReLU, and a residual end ->
+ * ReLU, and nothing near them (another pool leaves BN -> ReLU, another activation nothing); a model with four
+ * groups runs fused as it runs layer by layer, in training (outputs, parameter gradients: the fused end still
+ * hands the skip its gradient) and in evaluation (outputs, a NaN input included). */
 TEST(fusion_plan_matches_only_the_pattern) {
   enum { B = 2 };
   const int64_t shape[3] = {2, 8, 8};
@@ -672,7 +673,11 @@ TEST(fusion_plan_matches_only_the_pattern) {
   ASSERT_OK(dt_model_add_batchnorm2d(m, "bn4", 1e-5f, 0.1f)); /* 10..12: fused (stride 0 is 2) */
   ASSERT_OK(dt_model_add_activation(m, "r4", DT_RELU));
   ASSERT_OK(dt_model_add_maxpool2d(m, "p4", 2, 0, 0));
-  enum { N = 13 };
+  ASSERT_OK(dt_model_begin_residual(m, "res")); /* 13..16: the end and the ReLU after it fused */
+  ASSERT_OK(dt_model_add_conv2d(m, "rc", 4, 3, 1, 1, 1));
+  ASSERT_OK(dt_model_end_residual(m));
+  ASSERT_OK(dt_model_add_activation(m, "r5", DT_RELU));
+  enum { N = 17 };
   ASSERT_EQ(dt_model_num_layers(m), N);
   ASSERT_EQ(dt_model_num_layers(NULL), 0);
   ASSERT_STR_EQ(dt_model_layer(m, 3)->name, "p1");
@@ -681,11 +686,12 @@ TEST(fusion_plan_matches_only_the_pattern) {
   int first[N];
   dt_fusion_plan(dt_model_layer(m, 0), N, group, first);
   for (int i = 0; i < N; i++) {
-    ASSERT((group[i] != NULL) == (i == 1 || i == 4 || i == 10));
-    ASSERT_EQ(first[i], i == 3 ? 1 : i == 5 ? 4 : i == 12 ? 10 : i);
+    ASSERT((group[i] != NULL) == (i == 1 || i == 4 || i == 10 || i == 15));
+    ASSERT_EQ(first[i], i == 3 ? 1 : i == 5 ? 4 : i == 12 ? 10 : i == 16 ? 15 : i);
   }
   ASSERT_STR_EQ(group[1]->name, "BatchNorm2d+ReLU+MaxPool2d(2)");
   ASSERT_STR_EQ(group[4]->name, "BatchNorm2d+ReLU");
+  ASSERT_STR_EQ(group[15]->name, "Residual(+)+ReLU");
   ASSERT_EQ(group[10]->n_layers, 3);
 
   ASSERT_OK(dt_model_build(m, B, 3));
