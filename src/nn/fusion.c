@@ -20,7 +20,8 @@ static void bn_relu_pool_backward(const dt_layer *l, const dt_layer_io *io, floa
 
 /* ---- BatchNorm2d -> ReLU (every ResNet block's first half, and the stem) ----------- */
 
-static int bn_relu_applies(const dt_layer *l) {
+/* The second of two layers is a ReLU over the whole output of the first (also the residual end's row). */
+static int relu_follows(const dt_layer *l) {
   return dt_activation_is_relu(&l[1]) && l[1].in_numel == l[0].out_numel;
 }
 
@@ -34,10 +35,6 @@ static void bn_relu_backward(const dt_layer *l, const dt_layer_io *io, float *co
 }
 
 /* ---- residual end -> ReLU (every ResNet block's output) ---------------------------- */
-
-static int end_relu_applies(const dt_layer *l) {
-  return dt_activation_is_relu(&l[1]) && l[1].in_numel == l[0].out_numel;
-}
 
 static dt_status end_relu_forward(const dt_layer *l, const dt_layer_io *io, float *const *act) {
   return dt_residual_relu_forward(&l[0], &io[0], act[0], act[2]);
@@ -54,9 +51,9 @@ static const dt_fusion fusions[] = {
     {"BatchNorm2d+ReLU+MaxPool2d(2)", 3, {&dt_batchnorm2d_ops, &dt_activation_ops, &dt_maxpool2d_ops},
      bn_relu_pool_applies, bn_relu_pool_forward, bn_relu_pool_backward},
     /* after the longer row: where a pool follows, the three fuse */
-    {"BatchNorm2d+ReLU", 2, {&dt_batchnorm2d_ops, &dt_activation_ops}, bn_relu_applies, bn_relu_forward,
+    {"BatchNorm2d+ReLU", 2, {&dt_batchnorm2d_ops, &dt_activation_ops}, relu_follows, bn_relu_forward,
      bn_relu_backward},
-    {"Residual(+)+ReLU", 2, {&dt_residual_end_ops, &dt_activation_ops}, end_relu_applies, end_relu_forward,
+    {"Residual(+)+ReLU", 2, {&dt_residual_end_ops, &dt_activation_ops}, relu_follows, end_relu_forward,
      end_relu_backward},
 };
 

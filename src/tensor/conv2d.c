@@ -1,6 +1,6 @@
 /* conv2d kernels: per sample, im2col into a per-thread buffer and GEMMs on NCHW data (col2im for backward);
- * 3x3 stride-1 padded convolutions go to Winograd's algorithm (conv_wino.c) when their channels come in 8s, else
- * to the direct kernels of conv3x3.c. */
+ * 3x3 stride-1 padded convolutions go to Winograd's algorithm (conv_wino.c) when their channels come in 8s and
+ * the transformed kernel fits in L2, else to the direct kernels of conv3x3.c where those apply. */
 #include <limits.h>
 #include <omp.h>
 #include <string.h>
@@ -89,24 +89,36 @@ static int transposed_geom(const dt_conv2d_geom *g, dt_conv2d_geom *t) {
   return 1;
 }
 
-/* Floats of the forward's scratch for geometry g, by whichever path it takes: both where the direct kernel
- * applies, as a native low-precision run takes the GEMMs there (the workspace is sized before amp is known). */
+/* Floats of the forward's scratch for geometry g, by whichever path it takes. Winograd, where it applies, is
+ * taken in every amp mode; otherwise both GEMM and direct where the direct kernel applies, as a native
+ * low-precision run takes the GEMMs there (the workspace is sized before amp is known). */
 static size_t forward_floats(const dt_conv2d_geom *g) {
+  if (dt_wino_applies(g)) return dt_wino_forward_floats(g);
   const size_t blocks = (size_t)(g->threads < g->N ? (g->threads > 0 ? g->threads : 1) : g->N);
   size_t n = blocks * block_floats(g), m;
   if (dt_conv3x3_forward_applies(g) && (m = dt_conv3x3_forward_floats(g)) > n) n = m;
-  if (dt_wino_applies(g) && (m = dt_wino_forward_floats(g)) > n) n = m;
   return n;
 }
 
+/* Where Winograd applies it takes the forward, the weight gradient and (the transposed geometry applying too)
+ * the input gradient, so its own scratch is all: resnet18's 56x56 layers would otherwise size 14.6 MB of im2col
+ * columns per thread where Winograd needs 2.4. */
 size_t dt_conv2d_scratch_floats(const dt_conv2d_geom *g) {
-  const size_t blocks = (size_t)(g->threads < g->N ? (g->threads > 0 ? g->threads : 1) : g->N);
-  size_t n = blocks * block_floats(g), m = forward_floats(g);
-  if (m > n) n = m;
-  if (dt_conv3x3_weights_applies(g) && (m = dt_conv3x3_weights_floats(g)) > n) n = m;
-  if (dt_wino_applies(g) && (m = dt_wino_weights_floats(g)) > n) n = m;
   dt_conv2d_geom t;
-  if (transposed_geom(g, &t) && (m = (size_t)g->C * g->OC * g->KH * g->KW + forward_floats(&t)) > n) n = m;
+  const int transposed = transposed_geom(g, &t);
+  const size_t wt = (size_t)g->C * g->OC * g->KH * g->KW; /* the transposed input gradient's flipped weights */
+  size_t n, m;
+  if (dt_wino_applies(g)) {
+    n = dt_wino_weights_floats(g);
+    if ((m = forward_floats(g)) > n) n = m;
+    if (transposed && (m = wt + forward_floats(&t)) > n) n = m;
+    return n;
+  }
+  const size_t blocks = (size_t)(g->threads < g->N ? (g->threads > 0 ? g->threads : 1) : g->N);
+  n = blocks * block_floats(g);
+  if ((m = forward_floats(g)) > n) n = m;
+  if (dt_conv3x3_weights_applies(g) && (m = dt_conv3x3_weights_floats(g)) > n) n = m;
+  if (transposed && (m = wt + forward_floats(&t)) > n) n = m;
   return n;
 }
 

@@ -33,9 +33,12 @@
 /* The a*a GEMMs stream their transformed kernel (C, OC) once per RB tiles: past 256 KiB it leaves L2 (resnet18's
  * 512 channels: 26-51 GFLOP/s against 100-185 for 64 to 256). */
 #define MAX_KERNEL_FLOATS 65536
+/* Under amp the operands arrive on the low-precision grid and the result, computed in f32, is autocast's
+ * (low-precision operands, f32 sums) up to f32 rounding; it stays even where bf16 GEMMs are native, being
+ * faster than them on these layers (docs/benchmarks.md). */
 int dt_wino_applies(const dt_conv2d_geom *g) {
   return g->KH == 3 && g->KW == 3 && g->stride == 1 && g->pad == 1 && g->C % 8 == 0 && g->OC % 8 == 0 &&
-         (int64_t)g->C * g->OC <= MAX_KERNEL_FLOATS && !dt_amp_native_gemm(g->amp);
+         (int64_t)g->C * g->OC <= MAX_KERNEL_FLOATS;
 }
 
 /* Outputs a side per tile: F(4x4, 3x3) does 36 products per 16 outputs where F(2x2, 3x3) does 16 per 4 (1.8x
@@ -60,8 +63,9 @@ static tiling tiling_of(const dt_conv2d_geom *g) {
   t.m = tile_outputs(g), t.a = t.m + 2, t.xi = t.a * t.a;
   t.th = (g->H + t.m - 1) / t.m, t.tw = (g->W + t.m - 1) / t.m;
   t.ph = t.m * t.th + 2, t.pw = t.m * t.tw + 2, t.oh = t.m * t.th, t.ow = t.m * t.tw;
-  const int tb = BLOCK_FLOATS / (t.xi * (g->C + g->OC)) / RB * RB;
+  const int tb = BLOCK_FLOATS / (t.xi * (g->C + g->OC)) / RB * RB, tiles = (t.th * t.tw + RB - 1) / RB * RB;
   t.tb = tb < RB ? RB : tb > TB_MAX ? TB_MAX : tb;
+  if (t.tb > tiles) t.tb = tiles; /* no more than a sample has */
   return t;
 }
 
@@ -117,43 +121,40 @@ static inline void transpose8(v8 r[8]) {
   }
 }
 
+/* Eight vectors of 8 floats, src + k * ss for k < 8, transposed into dst + k * ds. */
+static inline void transpose_copy(const float *src, size_t ss, float *dst, size_t ds) {
+  v8 r[8];
+  for (int k = 0; k < 8; k++) r[k] = load8(src + k * ss);
+  transpose8(r);
+  for (int k = 0; k < 8; k++) store8(dst + k * ds, r[k]);
+}
+
 /* Between planes (C, H, W) and blocks of 8 channels (C/8, PH, PW, 8) whose interior starts at (off, off):
- * pack copies planes into blocks, unpack (pack = 0) blocks into planes. 8 channels x 8 columns at a time through
- * a transpose; the columns past the last multiple of 8 one at a time. */
-static void convert_blocked(int pack, float *planes, float *blocked, int C, int H, int W, int PH, int PW, int off) {
+ * 8 channels x 8 columns at a time through a transpose, the columns past the last multiple of 8 one by one. */
+static void pack_blocked(float *X, const float *src, int C, int H, int W, int PH, int PW, int off) {
   const size_t HW = (size_t)H * W;
   for (int cb = 0; cb < C / 8; cb++)
     for (int h = 0; h < H; h++) {
-      float *p = planes + (size_t)8 * cb * HW + (size_t)h * W;
-      float *x = blocked + (((size_t)cb * PH + h + off) * PW + off) * 8;
+      const float *p = src + (size_t)8 * cb * HW + (size_t)h * W;
+      float *x = X + (((size_t)cb * PH + h + off) * PW + off) * 8;
       int w = 0;
-      for (; w + 8 <= W; w += 8) {
-        v8 r[8];
-        for (int k = 0; k < 8; k++) r[k] = pack ? load8(p + k * HW + w) : load8(x + (size_t)(w + k) * 8);
-        transpose8(r);
-        for (int k = 0; k < 8; k++) {
-          if (pack)
-            store8(x + (size_t)(w + k) * 8, r[k]);
-          else
-            store8(p + k * HW + w, r[k]);
-        }
-      }
+      for (; w + 8 <= W; w += 8) transpose_copy(p + w, HW, x + (size_t)w * 8, 8);
       for (; w < W; w++)
-        for (int l = 0; l < 8; l++) {
-          if (pack)
-            x[(size_t)w * 8 + l] = p[l * HW + w];
-          else
-            p[l * HW + w] = x[(size_t)w * 8 + l];
-        }
+        for (int l = 0; l < 8; l++) x[(size_t)w * 8 + l] = p[l * HW + w];
     }
 }
 
-/* planes only read when packing */
-static void pack_blocked(float *X, const float *src, int C, int H, int W, int PH, int PW, int off) {
-  convert_blocked(1, (float *)src, X, C, H, W, PH, PW, off);
-}
 static void unpack_blocked(float *dst, const float *Y, int C, int H, int W, int PH, int PW) {
-  convert_blocked(0, dst, (float *)Y, C, H, W, PH, PW, 0);
+  const size_t HW = (size_t)H * W;
+  for (int cb = 0; cb < C / 8; cb++)
+    for (int h = 0; h < H; h++) {
+      float *p = dst + (size_t)8 * cb * HW + (size_t)h * W;
+      const float *y = Y + ((size_t)cb * PH + h) * PW * 8;
+      int w = 0;
+      for (; w + 8 <= W; w += 8) transpose_copy(y + (size_t)w * 8, 8, p + w, HW);
+      for (; w < W; w++)
+        for (int l = 0; l < 8; l++) p[l * HW + w] = y[(size_t)w * 8 + l];
+    }
 }
 
 /* ---- the transforms, one line (row or column) of a tile at a time ---- */
@@ -300,7 +301,8 @@ static inline AI void grad_tile(int m, float *z, size_t zs, const float *d, size
   }
 }
 
-/* The block's tiles t0 .. t0+nt-1 of a sample (tile t is row t / tw, column t % tw), each tile kind once per m. */
+/* The block's tiles t0 .. t0+nt-1 of a sample (tile t is row t / tw, column t % tw); each function is compiled
+ * once per tile size (m a constant in the wrappers below). */
 static inline AI void inputs_m(int m, const tiling *tl, float *V, const float *X, int C, int t0, int nt) {
   for (int t = 0; t < nt; t++) {
     const int i = (t0 + t) / tl->tw, j = (t0 + t) % tl->tw;
@@ -350,9 +352,8 @@ static void transform_outputs(const tiling *tl, float *Y, const float *M, const 
 /* ---- the products: per transformed element, sums over input channels (forward) or tiles (weights) ---- */
 
 /* m (rows, 8*nv) = sum over k < K of a[r][k] * b[k][.]: RB rows at pointers a[r], b's rows ldb apart, m's ldm. */
-static inline __attribute__((always_inline)) void product_block(float *m, size_t ldm, const float *const *a,
-                                                                const float *b, size_t ldb, int K, int rows, int nv,
-                                                                int accumulate) {
+static inline AI void product_block(float *m, size_t ldm, const float *const *a, const float *b, size_t ldb, int K,
+                                    int rows, int nv) {
   v8 acc[RB][2];
   for (int r = 0; r < RB; r++) acc[r][0] = acc[r][1] = splat8(0.0f);
   for (int k = 0; k < K; k++) {
@@ -368,9 +369,7 @@ static inline __attribute__((always_inline)) void product_block(float *m, size_t
   for (int r = 0; r < rows; r++)
     for (int v = 0; v < nv; v++) {
       float *dst = m + (size_t)r * ldm + 8 * v;
-      v8 s = acc[r][v];
-      if (accumulate) s += load8(dst);
-      store8(dst, s);
+      store8(dst, acc[r][v]);
     }
 }
 
@@ -381,15 +380,15 @@ static void multiply(float *M, const float *V, const float *U, int nt, int C, in
     for (int r = 0; r < RB; r++) a[r] = V + (size_t)(t0 + r < nt ? t0 + r : nt - 1) * C;
     const int rows = nt - t0 < RB ? nt - t0 : RB;
     int o = 0;
-    for (; o + 16 <= OC; o += 16) product_block(M + (size_t)t0 * OC + o, OC, a, U + o, OC, C, rows, 2, 0);
-    if (o < OC) product_block(M + (size_t)t0 * OC + o, OC, a, U + o, OC, C, rows, 1, 0);
+    for (; o + 16 <= OC; o += 16) product_block(M + (size_t)t0 * OC + o, OC, a, U + o, OC, C, rows, 2);
+    if (o < OC) product_block(M + (size_t)t0 * OC + o, OC, a, U + o, OC, C, rows, 1);
   }
 }
 
-/* Weight gradient, one xi: S (C, OC) += V^T (C, nt) @ Z (nt, OC). V's columns are its rows read with stride C:
- * the block's row pointers start at channel c and step by C (ldb-like) through the tiles. */
-static inline __attribute__((always_inline)) void gradient_block(float *s, int OC, const float *V, int C, int c0,
-                                                                 const float *z, int nt, int rows, int nv) {
+/* Weight gradient, one xi, RB input channels from c0 (the last of them repeated past C) x 8*nv outputs:
+ * s (C, OC) += V^T @ Z over the block's nt tiles, V (nt, C) read a tile row at a time. */
+static inline AI void gradient_block(float *s, int OC, const float *V, int C, int c0, const float *z, int nt, int rows,
+                                     int nv) {
   v8 acc[RB][2];
   for (int r = 0; r < RB; r++) acc[r][0] = acc[r][1] = splat8(0.0f);
   int cidx[RB];

@@ -15,8 +15,9 @@
 
 #include "tensor/kernels.h"
 
-/* Whether it applies: a 3x3 kernel, stride 1, padding 1, input and output channels multiples of 8, f32 products
- * (not under native low-precision GEMMs). */
+/* Whether it applies: a 3x3 kernel, stride 1, padding 1, input and output channels multiples of 8, one
+ * transformed kernel matrix (C x OC floats) within 256 KiB; in every amp mode (its f32 arithmetic on operands
+ * already rounded is autocast's contract up to f32 rounding). */
 int dt_wino_applies(const dt_conv2d_geom *g);
 
 /* Floats of scratch the forward and the weight gradient need. */

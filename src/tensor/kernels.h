@@ -95,7 +95,8 @@ void dt_batchnorm_backward(float *dinp, float *dgamma, float *dbeta, const float
                            const float *mean, const float *invstd, const float *gamma, int N, int C, int HW);
 /* BatchNorm -> ReLU fused: the forwards write relu(batchnorm(inp)) (statistics as above); the backward takes the
  * gradient of that output and the output itself (out, for ReLU's mask) and gives the BN input's and parameters'
- * gradients, equal to dt_act_backward then dt_batchnorm_backward. */
+ * gradients, equal to dt_act_backward then dt_batchnorm_backward. No batch-norm kernel works in place (out and
+ * dinp must not overlap their inputs). */
 void dt_bn_relu_forward_train(float *out, float *mean, float *invstd, float *running_mean, float *running_var,
                               const float *inp, const float *gamma, const float *beta, int N, int C, int HW,
                               float momentum, float eps);

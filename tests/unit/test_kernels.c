@@ -233,9 +233,11 @@ static double worst_rel(const float *got, const double *ref, const double *mag, 
 
 static double *dzeros(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
 
-static int wino_case(int N, int C, int H, int W, int OC, int bias) {
+/* cap: the scratch sized for at most that many threads (g.threads), fewer than may run */
+static int wino_case_capped(int N, int C, int H, int W, int OC, int bias, int cap) {
   dt_conv2d_geom g;
   if (dt_conv2d_geom_init(&g, N, C, H, W, OC, 3, 3, 1, 1) != DT_OK || !dt_wino_applies(&g)) return 100;
+  if (cap) g.threads = cap;
   const size_t nx = (size_t)N * C * H * W, nw = (size_t)OC * C * 9, ny = (size_t)N * OC * H * W;
   float *x = randf(nx, -1, 1), *w = randf(nw, -1, 1), *b = bias ? randf(OC, -1, 1) : NULL, *dy = randf(ny, -1, 1);
   float *y = zeros(ny), *dx = zeros(nx), *dw = zeros(nw), *scratch = zeros(dt_conv2d_scratch_floats(&g));
@@ -252,6 +254,7 @@ static int wino_case(int N, int C, int H, int W, int OC, int bias) {
   free(r.y), free(r.dx), free(r.dw), free(r.my), free(r.mdx), free(r.mdw);
   return bad;
 }
+static int wino_case(int N, int C, int H, int W, int OC, int bias) { return wino_case_capped(N, C, H, W, OC, bias, 0); }
 
 TEST(conv2d_winograd) {
   dt_rng_init(&rng, 14, 0);
@@ -264,6 +267,8 @@ TEST(conv2d_winograd) {
     ASSERT_EQ(wino_case(2, 8, 17, 18, 24, 1), 0); /* 4x4 tiles, 1 and 2 of the last ones' rows and columns inside */
     ASSERT_EQ(wino_case(3, 16, 16, 16, 8, 0), 0); /* 4x4 tiles, whole */
     ASSERT_EQ(wino_case(1, 200, 16, 16, 64, 0), 0); /* 200 and 64 channels: 2x2 tiles even at 16x16 */
+    ASSERT_EQ(wino_case(1, 16, 32, 32, 16, 1), 0);  /* 4x4 tiles, 64 of them: a full block and a short one */
+    ASSERT_EQ(wino_case_capped(4, 8, 8, 8, 8, 0, 2), 0); /* scratch for 2 threads: no more run */
   }
   ASSERT_OK(dt_set_threads(1));
   ASSERT_EQ(conv_grad_case(3, 8, 5, 7, 8, 3, 1, 1, 1), 0); /* finite differences; dw accumulates, dx is rewritten */
@@ -536,6 +541,50 @@ TEST(bn_relu_maxpool_fused_matches_composition) {
   bn_relu_pool_check(1, 2, 72, 72, 0, dt_test_failed_); /* 1296 outputs: more than one run of offsets */
 }
 
+/* BatchNorm -> ReLU fused equals the two kernels in turn bit for bit: training (output, batch and running
+ * statistics), evaluation, backward (input and parameter gradients; the same sums in the same order, ReLU's
+ * zeros added as zeros), dinp NULL, no affine parameters, and a NaN (its channel's statistics NaN, ReLU's 0). */
+static void bn_relu_check(int N, int C, int HW, int affine, int with_nan, int *dt_test_failed_) {
+  const size_t nx = (size_t)N * C * HW;
+  float *x = randf(nx, -2, 2), *gamma = affine ? randf(C, 0.5f, 1.5f) : NULL, *beta = affine ? randf(C, -0.5f, 0.5f) : NULL;
+  if (with_nan) x[1] = NAN;
+  float *bn = zeros(nx), *r = zeros(nx), *r2 = zeros(nx), *mean = zeros(C), *is = zeros(C), *mean2 = zeros(C);
+  float *is2 = zeros(C), *rm = zeros(C), *rv = randf(C, 0.5f, 1.0f), *rm2 = zeros(C), *rv2 = zeros(C);
+  memcpy(rv2, rv, C * sizeof(float));
+  dt_batchnorm_forward_train(bn, mean, is, rm, rv, x, gamma, beta, N, C, HW, 0.1f, 1e-5f);
+  dt_act_forward(DT_ACT_RELU, r, bn, nx);
+  dt_bn_relu_forward_train(r2, mean2, is2, rm2, rv2, x, gamma, beta, N, C, HW, 0.1f, 1e-5f);
+  ASSERT(memcmp(r, r2, nx * sizeof(float)) == 0);
+  ASSERT(memcmp(mean, mean2, C * sizeof(float)) == 0 && memcmp(is, is2, C * sizeof(float)) == 0);
+  ASSERT(memcmp(rm, rm2, C * sizeof(float)) == 0 && memcmp(rv, rv2, C * sizeof(float)) == 0);
+  if (with_nan) ASSERT(isnan(mean2[0]) && r2[0] == 0.0f);
+  float *dy = randf(nx, -1, 1), *d = zeros(nx), *dx = zeros(nx), *dx2 = zeros(nx);
+  float *dg = zeros(C), *db = zeros(C), *dg2 = zeros(C), *db2 = zeros(C);
+  dt_act_backward(DT_ACT_RELU, d, dy, bn, r, nx);
+  dt_batchnorm_backward(dx, dg, db, d, x, mean, is, gamma, N, C, HW);
+  dt_bn_relu_backward(dx2, dg2, db2, dy, r2, x, mean2, is2, gamma, N, C, HW);
+  for (int c = with_nan; c < C; c++) ASSERT(dg[c] == dg2[c] && db[c] == db2[c]); /* channel 0: NaN on both */
+  for (size_t i = 0; i < nx; i++)
+    if ((int)((i / HW) % C) >= with_nan) ASSERT(dx[i] == dx2[i]);
+  dt_bn_relu_backward(NULL, dg2, db2, dy, r2, x, mean2, is2, gamma, N, C, HW); /* parameter gradients only */
+  for (int c = with_nan; c < C; c++) ASSERT(dg2[c] == 2 * dg[c] && db2[c] == 2 * db[c]);
+  dt_batchnorm_forward_eval(bn, x, gamma, beta, rm, rv, N, C, HW, 1e-5f);
+  dt_act_forward(DT_ACT_RELU, r, bn, nx);
+  dt_bn_relu_forward_eval(r2, x, gamma, beta, rm, rv, N, C, HW, 1e-5f);
+  ASSERT(memcmp(r, r2, nx * sizeof(float)) == 0);
+  free(x), free(gamma), free(beta), free(bn), free(r), free(r2), free(mean), free(is), free(mean2), free(is2);
+  free(rm), free(rv), free(rm2), free(rv2), free(dy), free(d), free(dx), free(dx2), free(dg), free(db), free(dg2);
+  free(db2);
+}
+
+TEST(bn_relu_fused_matches_composition) {
+  dt_rng_init(&rng, 22, 0);
+  bn_relu_check(3, 4, 30, 1, 0, dt_test_failed_);
+  bn_relu_check(2, 3, 7, 0, 0, dt_test_failed_); /* affine=False */
+  bn_relu_check(2, 3, 16, 1, 1, dt_test_failed_); /* NaN in channel 0 */
+  bn_relu_check(64, 2, 1024, 1, 0, dt_test_failed_); /* past the kernels' threading thresholds */
+}
+
 TEST(batchnorm_running_stats) {
   /* one channel, values 1, 2 | 3, 4: mean 2.5, biased var 1.25, unbiased var 5/3 */
   float x[4] = {1, 2, 3, 4}, y[4], mean[1], invstd[1], rm[1] = {0}, rv[1] = {1}, g[1] = {2}, b[1] = {1};
@@ -790,6 +839,6 @@ TEST(elementwise) {
 
 TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_grad_threads), TEST_ENTRY(conv2d_direct_grad), TEST_ENTRY(conv2d_winograd), TEST_ENTRY(conv2d_exact), TEST_ENTRY(conv2d_geom_rejects),
           TEST_ENTRY(pool_grad), TEST_ENTRY(pool_exact), TEST_ENTRY(maxpool_nan_and_ties_both_paths), TEST_ENTRY(pool_geom_rejects), TEST_ENTRY(batchnorm_grad),
-          TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(bn_relu_maxpool_fused_matches_composition), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
+          TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(bn_relu_maxpool_fused_matches_composition), TEST_ENTRY(bn_relu_fused_matches_composition), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
           TEST_ENTRY(cross_entropy_grad), TEST_ENTRY(cross_entropy_rejects), TEST_ENTRY(topk_correct),
           TEST_ENTRY(dropout), TEST_ENTRY(elementwise))

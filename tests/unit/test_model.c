@@ -716,6 +716,44 @@ TEST(fusion_plan_matches_only_the_pattern) {
   dt_model_free(m);
 }
 
+/* A NaN reaching the BatchNorm2d+ReLU and Residual(+)+ReLU rows: both rectify it to 0, as the layers one by one
+ * do, in training and in evaluation. */
+TEST(fused_relu_rows_keep_nan_semantics) {
+  enum { B = 2 };
+  const int64_t shape[3] = {2, 4, 4};
+  dt_model *m = NULL;
+  ASSERT_OK(dt_model_new(3, shape, &m));
+  ASSERT_OK(dt_model_begin_residual(m, "res"));
+  ASSERT_OK(dt_model_add_conv2d(m, "c", 2, 3, 1, 1, 1));
+  ASSERT_OK(dt_model_end_residual(m));
+  ASSERT_OK(dt_model_add_activation(m, "r1", DT_RELU));
+  ASSERT_OK(dt_model_add_conv2d(m, "c2", 2, 3, 1, 1, 1));
+  ASSERT_OK(dt_model_add_batchnorm2d(m, "bn", 1e-5f, 0.1f));
+  ASSERT_OK(dt_model_add_activation(m, "r2", DT_RELU));
+  ASSERT_OK(dt_model_build(m, B, 3));
+  dt_model_ctx *plain = NULL;
+  ASSERT_OK(dt_model_ctx_new(m, B, 0, &plain));
+  dt_model_ctx_set_fusion(plain, 0);
+  static float x[B * 32];
+  fill_uniform(x, B * 32, 15, -1, 1);
+  x[3] = NAN; /* the residual's sum NaN around it; a NaN bias then takes c2 and bn to NaN */
+  int ti;
+  ASSERT_OK(dt_model_find_tensor(m, "c2.bias", &ti));
+  ((float *)dt_model_tensor_data(m, ti))[0] = NAN; /* channel 0 of c2, then of bn: NaN throughout */
+  for (int mode = 1; mode >= 0; mode--) {
+    dt_model_set_training(m, mode);
+    const float *y1, *y2;
+    ASSERT_OK(dt_model_ctx_forward(m, dt_model_default_ctx(m), x, B, &y1));
+    ASSERT_OK(dt_model_ctx_forward(m, plain, x, B, &y2));
+    ASSERT(memcmp(y1, y2, sizeof(float) * B * 32) == 0);
+    int zeros = 0;
+    for (int i = 0; i < B * 32; i++) zeros += y1[i] == 0.0f;
+    ASSERT(zeros > 0);
+  }
+  dt_model_ctx_free(plain);
+  dt_model_free(m);
+}
+
 TEST_MAIN(TEST_ENTRY(fashioncnn_tensor_names_order_shapes_and_count), TEST_ENTRY(arena_is_in_reverse_layer_order),
           TEST_ENTRY(grad_ready_ranges_increase_and_tile_the_arena), TEST_ENTRY(init_is_seeded_and_bounded_like_pytorch),
           TEST_ENTRY(model_gradient_matches_finite_differences), TEST_ENTRY(batchnorm_train_and_eval),
@@ -723,4 +761,4 @@ TEST_MAIN(TEST_ENTRY(fashioncnn_tensor_names_order_shapes_and_count), TEST_ENTRY
           TEST_ENTRY(mlp_zoo_model_and_summary), TEST_ENTRY(second_context_shares_parameters),
           TEST_ENTRY(fused_bn_relu_pool_matches_layer_by_layer), TEST_ENTRY(flatten_is_a_zero_copy_view),
           TEST_ENTRY(avgpool2d_layer_matches_reference),
-          TEST_ENTRY(fusion_plan_matches_only_the_pattern))
+          TEST_ENTRY(fusion_plan_matches_only_the_pattern), TEST_ENTRY(fused_relu_rows_keep_nan_semantics))
