@@ -39,21 +39,28 @@ static dt_status check_train_batch(const dt_layer *l, int batch, int HW) {
   return DT_OK;
 }
 
-static dt_status bn_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
+/* The layer's forward, or with relu the fused BatchNorm2d -> ReLU's (out then the ReLU output). */
+static dt_status forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out, int relu) {
   const bn_priv *p = l->priv;
   int C = (int)l->in_shape[0], HW = (int)(l->in_shape[1] * l->in_shape[2]);
   const float *gamma = io->params, *beta = io->params + C;
   float *rmean = io->buffers, *rvar = io->buffers + C;
   if (!io->training) {
-    dt_batchnorm_forward_eval(out, in, gamma, beta, rmean, rvar, io->batch, C, HW, p->eps);
+    (relu ? dt_bn_relu_forward_eval : dt_batchnorm_forward_eval)(out, in, gamma, beta, rmean, rvar, io->batch, C, HW,
+                                                                 p->eps);
     return DT_OK;
   }
   DT_CHECK(check_train_batch(l, io->batch, HW));
   float *mean = io->ws, *invstd = (float *)io->ws + C;
-  dt_batchnorm_forward_train(out, mean, invstd, io->update_buffers ? rmean : NULL, io->update_buffers ? rvar : NULL,
-                             in, gamma, beta, io->batch, C, HW, p->momentum, p->eps);
+  (relu ? dt_bn_relu_forward_train : dt_batchnorm_forward_train)(
+      out, mean, invstd, io->update_buffers ? rmean : NULL, io->update_buffers ? rvar : NULL, in, gamma, beta,
+      io->batch, C, HW, p->momentum, p->eps);
   if (io->update_buffers) io->counters[0]++;
   return DT_OK;
+}
+
+static dt_status bn_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
+  return forward(l, io, in, out, 0);
 }
 
 static void bn_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
@@ -66,20 +73,7 @@ static void bn_backward(const dt_layer *l, const dt_layer_io *io, const float *i
 /* ---- fused BatchNorm2d -> ReLU (a row of the fusion table, fusion.c) ---- */
 
 dt_status dt_bn_relu_fused_forward(const dt_layer *bn, const dt_layer_io *io, const float *in, float *out) {
-  const bn_priv *p = bn->priv;
-  int C = (int)bn->in_shape[0], HW = (int)(bn->in_shape[1] * bn->in_shape[2]);
-  const float *gamma = io->params, *beta = io->params + C;
-  float *rmean = io->buffers, *rvar = io->buffers + C;
-  if (!io->training) {
-    dt_bn_relu_forward_eval(out, in, gamma, beta, rmean, rvar, io->batch, C, HW, p->eps);
-    return DT_OK;
-  }
-  DT_CHECK(check_train_batch(bn, io->batch, HW));
-  float *mean = io->ws, *invstd = (float *)io->ws + C;
-  dt_bn_relu_forward_train(out, mean, invstd, io->update_buffers ? rmean : NULL, io->update_buffers ? rvar : NULL, in,
-                           gamma, beta, io->batch, C, HW, p->momentum, p->eps);
-  if (io->update_buffers) io->counters[0]++;
-  return DT_OK;
+  return forward(bn, io, in, out, 1);
 }
 
 void dt_bn_relu_fused_backward(const dt_layer *bn, const dt_layer_io *io, const float *in, const float *out,
