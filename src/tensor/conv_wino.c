@@ -44,8 +44,8 @@ int dt_wino_applies(const dt_conv2d_geom *g) {
 /* Outputs a side per tile: F(4x4, 3x3) does 36 products per 16 outputs where F(2x2, 3x3) does 16 per 4 (1.8x
  * fewer), with transforms that cost less per output too, but its blocks of whole tiles suit neither small maps
  * (an 8x8 map is 4 tiles) nor wide kernels (fewer tiles share each streamed transformed kernel). Measured on
- * resnet20's and resnet18's layers (bench/conv_kernels --algos): F(4x4) 1.3-1.9x faster on 16-32 channels at
- * 16x16 and 32x32 and 64 at 56x56, even with 128 at 28x28, slower on 64 at 8x8 and 256 at 14x14. Its f32 error
+ * resnet20's and resnet18's layers (bench/conv_kernels --algos): F(4x4) up to 1.8x faster on 16-32 channels at
+ * 16x16 and 32x32 and 64 at 56x56, as fast with 128 at 28x28, slower on 64 at 8x8 and 256 at 14x14. Its f32 error
  * is larger (resnet18's gradients 6.7e-5 from torch's against 2.4e-5, within the 1e-4 of the parity tests). */
 static int tile_outputs(const dt_conv2d_geom *g) { return g->H >= 16 && g->W >= 16 && g->C + g->OC <= 256 ? 4 : 2; }
 
