@@ -12,9 +12,15 @@ static inline void prefetch_plane(const float *p, size_t n) {
   for (size_t i = 0; i < n; i += 16) __builtin_prefetch(p + i);
 }
 
-/* Statistics of channel c of inp (N, C, HW), two passes in double: the mean, then the biased variance
- * around it. Writes mean/invstd (may be NULL) and updates the running statistics (may be NULL) as
- * PyTorch does, with the UNBIASED variance. Returns the mean and invstd as floats. */
+/* Sums run in float over runs of at most RUN values, spread over the vector lanes, and the runs' sums are
+ * added in double: the float sums vectorise at full width, and no float sum takes more than a few hundred
+ * terms per lane, so a plane of any size (resnet18's 112x112) keeps the error of a double sum within f32's
+ * rounding of the result. */
+#define RUN 1024
+
+/* Statistics of channel c of inp (N, C, HW), two passes: the mean, then the biased variance around it.
+ * Writes mean/invstd (may be NULL) and updates the running statistics (may be NULL) as PyTorch does, with
+ * the UNBIASED variance. Returns the mean and invstd as floats. */
 static void channel_stats(int c, float *m_out, float *is_out, float *mean, float *invstd, float *running_mean,
                           float *running_var, const float *inp, int N, int C, int HW, float momentum, float eps) {
   const size_t M = (size_t)N * HW; /* values per channel */
@@ -22,21 +28,31 @@ static void channel_stats(int c, float *m_out, float *is_out, float *mean, float
   for (int n = 0; n < N; n++) {
     const float *x = inp + ((size_t)n * C + c) * HW;
     if (n + 1 < N) prefetch_plane(x + (size_t)C * HW, HW);
-#pragma omp simd reduction(+ : sum)
-    for (int i = 0; i < HW; i++) sum += x[i];
+    for (int i0 = 0; i0 < HW; i0 += RUN) {
+      const int i1 = HW - i0 < RUN ? HW : i0 + RUN;
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (int i = i0; i < i1; i++) s += x[i];
+      sum += s;
+    }
   }
-  const double mu = sum / (double)M;
+  const float m = (float)(sum / (double)M);
   double sq = 0.0;
   for (int n = 0; n < N; n++) {
     const float *x = inp + ((size_t)n * C + c) * HW;
-#pragma omp simd reduction(+ : sq)
-    for (int i = 0; i < HW; i++) {
-      const double d = x[i] - mu;
-      sq += d * d;
+    for (int i0 = 0; i0 < HW; i0 += RUN) {
+      const int i1 = HW - i0 < RUN ? HW : i0 + RUN;
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (int i = i0; i < i1; i++) {
+        const float d = x[i] - m;
+        s += d * d;
+      }
+      sq += s;
     }
   }
   const double var = sq / (double)M;
-  const float is = (float)(1.0 / sqrt(var + (double)eps)), m = (float)mu;
+  const float is = (float)(1.0 / sqrt(var + (double)eps));
   if (mean) mean[c] = m;
   if (invstd) invstd[c] = is;
   if (running_mean) running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * m;
@@ -110,45 +126,61 @@ void dt_bn_relu_forward_eval(float *out, const float *inp, const float *gamma, c
   forward_eval(out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps, 1);
 }
 
+/* The gradient reaching the BN output: dout, or after a fused ReLU (relu_out its output) dout where relu_out
+ * > 0, else 0, as torch's threshold_backward. relu is a constant in every caller, so each variant is its
+ * own vector loop. */
+static inline __attribute__((always_inline)) float grad_in(const float *dy, const float *r, int i, int relu) {
+  return relu ? (r[i] > 0.0f ? dy[i] : 0.0f) : dy[i];
+}
+
 /* With xhat = (x - mean) * invstd and M values per channel:
  * dbeta = sum dy, dgamma = sum dy * xhat,
- * dinp = gamma * invstd * (dy - dbeta / M - xhat * dgamma / M),
- * where dy = dout, or after a fused ReLU (relu_out, its output, not NULL) dout where relu_out > 0, else 0, as
- * torch's threshold_backward. */
+ * dinp = gamma * invstd * (dy - dbeta / M - xhat * dgamma / M). */
+static inline __attribute__((always_inline)) void backward_channel(float *dinp, float *dgamma, float *dbeta,
+                                                                   const float *dout, const float *relu_out,
+                                                                   const float *inp, float m, float is, float k,
+                                                                   int c, int N, int C, int HW, int relu) {
+  double sdy = 0.0, sdyx = 0.0;
+  for (int n = 0; n < N; n++) {
+    const size_t off = ((size_t)n * C + c) * HW;
+    const float *restrict x = inp + off, *restrict dy = dout + off, *restrict r = relu ? relu_out + off : NULL;
+    for (int i0 = 0; i0 < HW; i0 += RUN) {
+      const int i1 = HW - i0 < RUN ? HW : i0 + RUN;
+      float s1 = 0.0f, s2 = 0.0f;
+#pragma omp simd reduction(+ : s1, s2)
+      for (int i = i0; i < i1; i++) {
+        const float g = grad_in(dy, r, i, relu);
+        s1 += g;
+        s2 += g * ((x[i] - m) * is);
+      }
+      sdy += s1;
+      sdyx += s2;
+    }
+  }
+  if (dbeta) dbeta[c] += (float)sdy;
+  if (dgamma) dgamma[c] += (float)sdyx;
+  if (!dinp) return;
+  const size_t M = (size_t)N * HW;
+  const float a = (float)(sdy / (double)M), b = (float)(sdyx / (double)M) * is;
+  for (int n = 0; n < N; n++) {
+    const size_t off = ((size_t)n * C + c) * HW;
+    const float *restrict x = inp + off, *restrict dy = dout + off, *restrict r = relu ? relu_out + off : NULL;
+    float *restrict dx = dinp + off;
+#pragma omp simd
+    for (int i = 0; i < HW; i++) dx[i] = k * (grad_in(dy, r, i, relu) - a - (x[i] - m) * b);
+  }
+}
+
 static void backward(float *dinp, float *dgamma, float *dbeta, const float *dout, const float *relu_out,
                      const float *inp, const float *mean, const float *invstd, const float *gamma, int N, int C,
                      int HW) {
-  const size_t M = (size_t)N * HW;
 #pragma omp parallel for schedule(static)
   for (int c = 0; c < C; c++) {
-    const float m = mean[c], is = invstd[c];
-    double sdy = 0.0, sdyx = 0.0;
-    for (int n = 0; n < N; n++) {
-      const size_t off = ((size_t)n * C + c) * HW;
-      const float *x = inp + off, *dy = dout + off, *r = relu_out ? relu_out + off : NULL;
-#pragma omp simd reduction(+ : sdy, sdyx)
-      for (int i = 0; i < HW; i++) {
-        const float g = !r || r[i] > 0.0f ? dy[i] : 0.0f;
-        sdy += g;
-        sdyx += (double)g * ((x[i] - m) * is);
-      }
-    }
-    if (dbeta) dbeta[c] += (float)sdy;
-    if (dgamma) dgamma[c] += (float)sdyx;
-    if (dinp) {
-      const float k = (gamma ? gamma[c] : 1.0f) * is;
-      const float a = (float)(sdy / (double)M), b = (float)(sdyx / (double)M);
-      for (int n = 0; n < N; n++) {
-        const size_t off = ((size_t)n * C + c) * HW;
-        const float *x = inp + off, *dy = dout + off, *r = relu_out ? relu_out + off : NULL;
-        float *dx = dinp + off;
-#pragma omp simd
-        for (int i = 0; i < HW; i++) {
-          const float g = !r || r[i] > 0.0f ? dy[i] : 0.0f;
-          dx[i] = k * (g - a - (x[i] - m) * is * b);
-        }
-      }
-    }
+    const float k = (gamma ? gamma[c] : 1.0f) * invstd[c];
+    if (relu_out)
+      backward_channel(dinp, dgamma, dbeta, dout, relu_out, inp, mean[c], invstd[c], k, c, N, C, HW, 1);
+    else
+      backward_channel(dinp, dgamma, dbeta, dout, NULL, inp, mean[c], invstd[c], k, c, N, C, HW, 0);
   }
 }
 
