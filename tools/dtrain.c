@@ -785,9 +785,9 @@ static int train_run(dt_train_config *cfg) {
   FILE *out = cfg->progress;
   if (out) {
     fprintf(out,
-            "training %s on %s: %d epoch(s), batch %d, %s lr %g, %d thread(s) (OpenBLAS %s), strategy %s, amp %s, out %s\n",
+            "training %s on %s: %d epoch(s), batch %d, %s lr %g, %d thread(s) (%s), strategy %s, amp %s, out %s\n",
             cfg->model, cfg->data, cfg->epochs, cfg->batch_size, dt_optim_kind_name(cfg->optim.kind), (double)cfg->lr,
-            dt_get_threads(), dt_blas_corename(), dt_strategy_name(cfg->strategy), dt_amp_path_name(cfg->amp),
+            dt_get_threads(), dt_sgemm_name(), dt_strategy_name(cfg->strategy), dt_amp_path_name(cfg->amp),
             cfg->out_dir);
     fflush(out);
   }

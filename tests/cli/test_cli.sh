@@ -250,13 +250,25 @@ bg_pid=
 [ -s "$tmp/int/model.safetensors" ] || fail "SIGINT: no weights written"
 grep -q "interrupted" "$tmp/int.err" || fail "SIGINT: no note on stderr: $(cat "$tmp/int.err")"
 
-# The banner names the OpenBLAS kernels in use; OPENBLAS_CORETYPE forces them.
-blas_core() { # prints the "(OpenBLAS X)" of the banner of a tiny run
-  env "$@" "$DTRAIN" train --model mlp --hidden 8 --limit-train 64 --limit-test 64 --out "$tmp/blas" \
-    --progress none 2>/dev/null | sed -n 's/.*(OpenBLAS \([A-Za-z0-9]*\)).*/\1/p'
+# The banner names who multiplies f32 matrices: DT_SGEMM=openblas gives OpenBLAS and the kernels
+# OPENBLAS_CORETYPE forces; onednn (in a build with oneDNN) oneDNN's sgemm; a bad value is refused.
+sgemm_name() { # prints the "(X)" after "thread(s)" in the banner of a tiny run
+  env "$@" "$DTRAIN" train --model mlp --hidden 8 --limit-train 64 --limit-test 64 --out "$tmp/blas" --overwrite \
+    --progress none 2>/dev/null | sed -n 's/.*thread(s) (\([^)]*\)).*/\1/p'
 }
-[ "$(blas_core OPENBLAS_CORETYPE=Haswell)" = "Haswell" ] || fail "banner does not show OPENBLAS_CORETYPE=Haswell"
-[ -n "$(blas_core -u OPENBLAS_CORETYPE)" ] || fail "banner does not name the OpenBLAS kernels"
+[ "$(sgemm_name DT_SGEMM=openblas OPENBLAS_CORETYPE=Haswell)" = "OpenBLAS Haswell" ] ||
+  fail "banner does not show DT_SGEMM=openblas OPENBLAS_CORETYPE=Haswell"
+[ -n "$(sgemm_name -u DT_SGEMM)" ] || fail "banner does not name the sgemm in use"
+case "$(sgemm_name DT_SGEMM=onednn)" in
+"oneDNN sgemm") ;;
+"") DT_SGEMM=onednn "$DTRAIN" train --model mlp --limit-train 64 --out "$tmp/blas1" 2>&1 |
+  grep -q "this build has no oneDNN" || fail "DT_SGEMM=onednn: neither oneDNN's banner nor a clear refusal" ;;
+*) fail "banner under DT_SGEMM=onednn: $(sgemm_name DT_SGEMM=onednn)" ;;
+esac
+if DT_SGEMM=mkl "$DTRAIN" train --model mlp --limit-train 64 --out "$tmp/blas2" >"$tmp/sg.out" 2>"$tmp/sg.err"; then
+  fail "DT_SGEMM=mkl accepted"
+fi
+grep -q "DT_SGEMM=mkl: expected auto, openblas or onednn" "$tmp/sg.err" || fail "DT_SGEMM=mkl: $(cat "$tmp/sg.err")"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
