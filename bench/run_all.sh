@@ -9,6 +9,11 @@ echo
 echo "## GEMM-bound MLP vs OpenBLAS sgemm"
 "$build/bench/mlp_vs_sgemm"
 echo
+echo "## dtrain's f32 GEMM (DT_SGEMM's choice) vs OpenBLAS on dtrain's shapes, OpenBLAS as the environment sets it"
+echo "## and on the kernels it picks for this CPU itself"
+"$build/bench/sgemm_shapes"
+env -u OPENBLAS_CORETYPE "$build/bench/sgemm_shapes"
+echo
 echo "## fashioncnn, Fashion-MNIST, batch 64, SGD momentum 0.9, one epoch: dtrain vs PyTorch"
 DT_BUILD_DIR=$build /usr/bin/python3 "$here/train_vs_torch.py" --reps "${REPS:-3}"
 echo

@@ -26,8 +26,8 @@ int dt_num_cores(void);
 /* The OpenBLAS kernel family in use ("Haswell", "SkylakeX", "Cooperlake", ...): chosen
  * by OpenBLAS for the CPU when it loads, or forced by OPENBLAS_CORETYPE. */
 const char *dt_blas_corename(void);
-/* Who multiplies f32 matrices: "oneDNN sgemm" (a build with oneDNN on an AVX-512 CPU, where Debian's OpenBLAS
- * may run AVX2 kernels), else "OpenBLAS <corename>"; DT_SGEMM=auto|openblas|onednn chooses. dt_sgemm_check
+/* Who multiplies f32 matrices: "oneDNN sgemm" (a build with oneDNN on an AVX-512 CPU where OpenBLAS runs AVX2
+ * kernels), else "OpenBLAS <corename>"; DT_SGEMM=auto|openblas|onednn chooses. dt_sgemm_check
  * validates DT_SGEMM. */
 const char *dt_sgemm_name(void);
 dt_status dt_sgemm_check(void);

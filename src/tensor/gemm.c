@@ -1,15 +1,18 @@
 /* f32 GEMM, by OpenBLAS or oneDNN's sgemm, and the fully connected (torch.nn.Linear) kernels built on it.
  *
- * Which library multiplies: Debian's OpenBLAS 0.3.21 does not recognise AMD's AVX-512 CPUs (Zen 4) and runs its
- * AVX2 "Haswell" kernels there; oneDNN's sgemm uses AVX-512 and, on such a CPU, ran every shape dtrain
- * multiplies at 1.6-2.3x OpenBLAS's speed (one thread: 2048^3 104 -> 197 GFLOP/s, the convolutions' 32x256x144
- * 88 -> 200; docs/benchmarks.md). So where the build has oneDNN and the CPU AVX-512, f32 GEMMs go to oneDNN;
- * elsewhere (AVX2 CPUs, where OpenBLAS's kernels are the right ones) to OpenBLAS. DT_SGEMM=openblas|onednn
- * overrides the choice, to compare the two. Both run inside the callers' OpenMP regions single-threaded and
- * use the OpenMP thread budget outside them. */
+ * Which library multiplies: OpenBLAS picks its kernels by CPU when it loads, unless OPENBLAS_CORETYPE forces
+ * them, and an OpenBLAS older than the CPU (or the variable, as this project's machines set it to Haswell) leaves
+ * an AVX-512 CPU on AVX2 kernels. There oneDNN's sgemm, which uses AVX-512, ran dtrain's shapes at 1.3-2.5x
+ * OpenBLAS's speed (the convolutions' small GEMMs, a 2048-wide mlp, 2048^3; bench/sgemm_shapes), and whole
+ * training steps faster (resnet20 1.05x, a 2048-wide mlp's GEMMs 1.5x). Against OpenBLAS's own AVX-512 kernels
+ * it was 0.8-1.4x shape by shape and within 4% on whole steps, so there OpenBLAS stays. Hence: oneDNN where the
+ * build has it, the CPU has AVX-512 and OpenBLAS runs narrower kernels; OpenBLAS everywhere else.
+ * DT_SGEMM=openblas|onednn overrides the choice, to compare the two. Both run single-threaded inside the
+ * callers' OpenMP regions and use the OpenMP thread budget outside them. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/impl.h"
 #include "tensor/kernels.h"
@@ -24,12 +27,22 @@
 
 static int onednn; /* chosen once (pthread_once): GEMMs are called from several threads */
 
+/* OpenBLAS's kernel families that use AVX-512 (0.3.21's names). */
+static int openblas_avx512(void) {
+  static const char *const wide[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+  const char *core = dt_blas_corename();
+  for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++)
+    if (strcasecmp(core, wide[i]) == 0) return 1;
+  return 0;
+}
+
 static void choose(void) {
 #ifdef DT_HAVE_DNNL
   const char *v = "auto";
   (void)dt_tunable_str("DT_SGEMM", &v);
   __builtin_cpu_init();
-  onednn = strcmp(v, "onednn") == 0 || (strcmp(v, "auto") == 0 && __builtin_cpu_supports("avx512f"));
+  const int narrower = __builtin_cpu_supports("avx512f") && !openblas_avx512();
+  onednn = strcmp(v, "onednn") == 0 || (strcmp(v, "auto") == 0 && narrower);
 #endif
 }
 
