@@ -110,6 +110,8 @@ typedef struct dt_layer_ops {
   int backward_needs_train_forward; /* 1: backward is defined only after a training-mode forward */
   int is_view; /* 1: the output is the input's floats as they are (Flatten): the executor aliases the two
                 * activations and skips forward, and backward unless it is the lowest layer run */
+  int forward_view; /* 1: the output is the input's floats as they are (a residual begin), but backward does
+                     * work of its own: the executor aliases the two activations and skips forward only */
   const char *(*label)(const dt_layer *l); /* optional: the kind as the summary prints it ("ReLU") */
 } dt_layer_ops;
 

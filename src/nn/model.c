@@ -480,6 +480,9 @@ static dt_status rows_new(const dt_model *m, dt_model_ctx *c) {
   return DT_OK;
 }
 
+/* A layer whose output is its input's floats: no activation of its own, no forward to run. */
+static int aliases_input(const dt_layer *l) { return l->ops->is_view || l->ops->forward_view; }
+
 dt_status dt_model_ctx_new(dt_model *m, int max_batch, int update_buffers, dt_model_ctx **out) {
   dt_status st = DT_OK;
   if (!m || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_model_ctx_new: NULL argument");
@@ -498,14 +501,14 @@ dt_status dt_model_ctx_new(dt_model *m, int max_batch, int update_buffers, dt_mo
   for (int i = 0; i < n; i++) {
     size_t e = m->layers[i].out_numel;
     if (e > biggest) biggest = e;
-    if (!m->layers[i].ops->is_view) bytes += DT_ALIGN_UP(e * (size_t)max_batch * sizeof(float));
+    if (!aliases_input(&m->layers[i])) bytes += DT_ALIGN_UP(e * (size_t)max_batch * sizeof(float));
   }
   DT_CHECK_GOTO(dt_alloc_array(bytes, 1, "activations", &c->act_block), st, fail);
   char *p = c->act_block;
   c->act[0] = (float *)p;
   p += DT_ALIGN_UP(m->sample_numel * (size_t)max_batch * sizeof(float));
   for (int i = 0; i < n; i++) {
-    if (m->layers[i].ops->is_view) { /* the same floats as its input */
+    if (aliases_input(&m->layers[i])) { /* the same floats as its input */
       c->act[i + 1] = c->act[i];
       continue;
     }
@@ -712,7 +715,7 @@ dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const void *x, int 
   if (c->amp != DT_AMP_OFF) dt_lowp_round_copy(c->amp, c->lowp_params, m->params, m->n_params);
   const double trace_t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
   for (int i = 0; i < m->n_layers; i++) {
-    if (m->layers[i].ops->is_view) continue;
+    if (aliases_input(&m->layers[i])) continue;
     const dt_fusion *f = c->fused_forward ? m->fusion[i] : NULL;
     const double layer_t0 = trace_t0 > 0 ? dt_trace_now_us() : 0;
     dt_status st = forward_unit(m, c, i, f);

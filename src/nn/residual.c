@@ -6,7 +6,7 @@
 #include "nn/layer.h"
 #include "tensor/kernels.h"
 
-/* ---- begin: identity forward; backward adds the skip gradient the end stashed ---- */
+/* ---- begin: its output is its input (a forward view); backward adds the skip gradient the end stashed ---- */
 
 static dt_status begin_infer(dt_layer *l) {
   l->out_ndim = l->in_ndim;
@@ -19,11 +19,6 @@ static size_t begin_ws_bytes(const dt_layer *l, int max_batch) {
   return l->in_numel * (size_t)max_batch * sizeof(float);
 }
 
-static dt_status begin_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
-  memcpy(out, in, dt_layer_in_elems(l, io) * sizeof(float));
-  return DT_OK;
-}
-
 static void begin_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
                            const float *dout, float *dinp) {
   /* d in = d branch_in + d skip */
@@ -33,8 +28,8 @@ static void begin_backward(const dt_layer *l, const dt_layer_io *io, const float
 const dt_layer_ops dt_residual_begin_ops = {.kind = "Residual",
                                             .infer = begin_infer,
                                             .ws_bytes = begin_ws_bytes,
-                                            .forward = begin_forward,
-                                            .backward = begin_backward};
+                                            .backward = begin_backward,
+                                            .forward_view = 1};
 
 /* ---- shortcut: between the branch and the skip path, which reads the begin's input ----
  * Its input is the branch output (left in place for the end to add); its output is the begin's input
