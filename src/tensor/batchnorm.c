@@ -79,11 +79,13 @@ static inline void normalize_run(float *restrict y, const float *restrict x, siz
   }
 }
 
-/* gamma/beta may be NULL (affine=False): scale 1, shift 0. relu: BatchNorm -> ReLU in one pass. */
+/* gamma/beta may be NULL (affine=False): scale 1, shift 0. relu: BatchNorm -> ReLU in one pass. Channels are
+ * handed out dynamically (on shared cores one thread may run slower): each is computed whole by one thread, so the
+ * bits do not depend on which. */
 static void forward_train(float *out, float *mean, float *invstd, float *running_mean, float *running_var,
                           const float *inp, const float *gamma, const float *beta, int N, int C, int HW,
                           float momentum, float eps, int relu) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
   for (int c = 0; c < C; c++) {
     float m, is;
     channel_stats(c, &m, &is, mean, invstd, running_mean, running_var, inp, N, C, HW, momentum, eps);
@@ -174,7 +176,7 @@ static inline __attribute__((always_inline)) void backward_channel(float *dinp, 
 static void backward(float *dinp, float *dgamma, float *dbeta, const float *dout, const float *relu_out,
                      const float *inp, const float *mean, const float *invstd, const float *gamma, int N, int C,
                      int HW) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1) /* as forward_train */
   for (int c = 0; c < C; c++) {
     const float k = (gamma ? gamma[c] : 1.0f) * invstd[c];
     if (relu_out)

@@ -224,7 +224,8 @@ static void forward_groups(const dt_conv2d_geom *g, float *out, float *scratch, 
 #pragma omp parallel num_threads(conv_threads(g))
   {
     float *col = scratch + (size_t)omp_get_thread_num() * block, *y = col + 2 * R * GP;
-#pragma omp for schedule(static)
+    /* Dynamic: no sum crosses groups, so the bits do not depend on which thread took which (see conv_wino.c). */
+#pragma omp for schedule(dynamic, 1)
     for (int gi = 0; gi < groups; gi++) {
       const int n0 = gi * G, gn = g->N - n0 < G ? g->N - n0 : G, cols = gn * P;
       for (int j = 0; j < gn; j++) im2col_sample(g, col + (size_t)j * P, (size_t)cols, inp + (size_t)(n0 + j) * g->C * HW);

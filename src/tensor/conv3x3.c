@@ -169,7 +169,8 @@ void dt_conv3x3_forward(const dt_conv2d_geom *g, float *out, float *scratch, con
   {
     float *in = planes + (size_t)omp_get_thread_num() * block;
     memset(in, 0, block * sizeof(float));
-#pragma omp for schedule(static)
+    /* Dynamic: no sum crosses groups, so the bits do not depend on which thread took which (see conv_wino.c). */
+#pragma omp for schedule(dynamic, 1)
     for (int gi = 0; gi < groups; gi++) {
       const int n0 = gi * G, gn = g->N - n0 < G ? g->N - n0 : G;
       pad_group(g, in, inp + (size_t)n0 * g->C * HW, gn);

@@ -433,7 +433,9 @@ void dt_wino_forward(const dt_conv2d_geom *g, float *out, float *scratch, const 
     float *X = blocks0 + (size_t)omp_get_thread_num() * block, *Y = X + input_floats(g, &tl);
     float *V = Y + output_floats(g, &tl), *M = V + (size_t)tl.xi * TB * C;
     memset(X, 0, input_floats(g, &tl) * sizeof(float)); /* the border; interiors are rewritten per sample */
-#pragma omp for schedule(static)
+    /* Dynamic: on shared cores one thread may run slower than the other, and no sum crosses samples, so the
+     * result does not depend on which thread took which sample (the weight gradient's partials below do). */
+#pragma omp for schedule(dynamic, 2)
     for (int n = 0; n < g->N; n++) {
       pack_blocked(X, inp + (size_t)n * C * HW, C, g->H, g->W, tl.ph, tl.pw, 1);
       for (int t0 = 0; t0 < TS; t0 += TB) {
