@@ -585,6 +585,50 @@ TEST(bn_relu_fused_matches_composition) {
   bn_relu_check(64, 2, 1024, 1, 0, dt_test_failed_); /* past the kernels' threading thresholds */
 }
 
+/* Batch norm on planes longer than one run of the kernels' float sums (1024 values: 2500 = two whole runs and a
+ * partial one), with a mean far from 0, against the statistics and gradients summed in double: a run dropped,
+ * counted twice or summed with too little precision shows. */
+TEST(batchnorm_long_planes_match_double) {
+  dt_rng_init(&rng, 23, 0);
+  const int N = 3, C = 2, HW = 2500;
+  const size_t nx = (size_t)N * C * HW, M = (size_t)N * HW;
+  float *x = randf(nx, 2.0f, 6.0f), *dy = randf(nx, -1, 1), *gamma = randf(C, 0.5f, 1.5f), *beta = randf(C, -1, 1);
+  float *y = zeros(nx), *dx = zeros(nx), *mean = zeros(C), *is = zeros(C), *dg = zeros(C), *db = zeros(C);
+  dt_batchnorm_forward_train(y, mean, is, NULL, NULL, x, gamma, beta, N, C, HW, 0.1f, 1e-5f);
+  dt_batchnorm_backward(dx, dg, db, dy, x, mean, is, gamma, N, C, HW);
+  for (int c = 0; c < C; c++) {
+    double s = 0, sq = 0, sdy = 0, sdyx = 0;
+    for (int n = 0; n < N; n++)
+      for (int i = 0; i < HW; i++) s += x[((size_t)n * C + c) * HW + i];
+    const double mu = s / (double)M;
+    for (int n = 0; n < N; n++)
+      for (int i = 0; i < HW; i++) sq += pow(x[((size_t)n * C + c) * HW + i] - mu, 2);
+    const double inv = 1.0 / sqrt(sq / (double)M + 1e-5);
+    for (int n = 0; n < N; n++)
+      for (int i = 0; i < HW; i++) {
+        const size_t k = ((size_t)n * C + c) * HW + i;
+        sdy += dy[k];
+        sdyx += dy[k] * (x[k] - mu) * inv;
+      }
+    ASSERT_NEAR(mean[c], mu, 1e-6 * fabs(mu));
+    ASSERT_NEAR(is[c], inv, 1e-5 * inv);
+    ASSERT_NEAR(db[c], sdy, 1e-4);
+    ASSERT_NEAR(dg[c], sdyx, 1e-4);
+    for (int n = 0; n < N; n++)
+      for (int i = 0; i < HW; i++) {
+        const size_t k = ((size_t)n * C + c) * HW + i;
+        const double xh = (x[k] - mu) * inv;
+        const double want_y = gamma[c] * xh + beta[c];
+        const double want_dx = gamma[c] * inv * (dy[k] - sdy / (double)M - xh * sdyx / (double)M);
+        if (!(fabs(y[k] - want_y) <= 1e-5 * (1 + fabs(want_y)) && fabs(dx[k] - want_dx) <= 1e-5 * (1 + fabs(want_dx)))) {
+          fprintf(stderr, "  [%zu]: y %.8g (want %.8g), dx %.8g (want %.8g)\n", k, y[k], want_y, dx[k], want_dx);
+          ASSERT(0);
+        }
+      }
+  }
+  free(x), free(dy), free(gamma), free(beta), free(y), free(dx), free(mean), free(is), free(dg), free(db);
+}
+
 TEST(batchnorm_running_stats) {
   /* one channel, values 1, 2 | 3, 4: mean 2.5, biased var 1.25, unbiased var 5/3 */
   float x[4] = {1, 2, 3, 4}, y[4], mean[1], invstd[1], rm[1] = {0}, rv[1] = {1}, g[1] = {2}, b[1] = {1};
@@ -839,6 +883,6 @@ TEST(elementwise) {
 
 TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_grad_threads), TEST_ENTRY(conv2d_direct_grad), TEST_ENTRY(conv2d_winograd), TEST_ENTRY(conv2d_exact), TEST_ENTRY(conv2d_geom_rejects),
           TEST_ENTRY(pool_grad), TEST_ENTRY(pool_exact), TEST_ENTRY(maxpool_nan_and_ties_both_paths), TEST_ENTRY(pool_geom_rejects), TEST_ENTRY(batchnorm_grad),
-          TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(bn_relu_maxpool_fused_matches_composition), TEST_ENTRY(bn_relu_fused_matches_composition), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
+          TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(batchnorm_long_planes_match_double), TEST_ENTRY(bn_relu_maxpool_fused_matches_composition), TEST_ENTRY(bn_relu_fused_matches_composition), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
           TEST_ENTRY(cross_entropy_grad), TEST_ENTRY(cross_entropy_rejects), TEST_ENTRY(topk_correct),
           TEST_ENTRY(dropout), TEST_ENTRY(elementwise))
