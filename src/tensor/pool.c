@@ -69,36 +69,84 @@ static int has_nan(const float *x, size_t n) {
   return any;
 }
 
+/* Output (oh, ow) of a plane, its window clipped to the plane (padding is -inf, as PyTorch's). */
+static void window_max(const dt_pool2d_geom *g, const float *x, int oh, int ow, float *y, int32_t *am) {
+  int h0 = oh * g->stride - g->pad, h1 = h0 + g->K, w0 = ow * g->stride - g->pad, w1 = w0 + g->K;
+  if (h0 < 0) h0 = 0;
+  if (h1 > g->H) h1 = g->H;
+  if (w0 < 0) w0 = 0;
+  if (w1 > g->W) w1 = g->W;
+  float best = -INFINITY;
+  int32_t at = h0 * g->W + w0;
+  for (int ih = h0; ih < h1; ih++)
+    for (int iw = w0; iw < w1; iw++) max_take(x[ih * g->W + iw], ih * g->W + iw, &best, &at);
+  *y = best;
+  *am = at;
+}
+
+/* Outputs [lo, hi) of a row whose windows lie inside the plane's columns, over input rows h0..h1-1 (clipped)
+ * of a plane without NaN: the window's taps in row-major order, each a vector loop over the outputs with a
+ * strict compare, so the first maximum wins as in max_take. */
+static void interior_run(const dt_pool2d_geom *g, float *restrict y, int32_t *restrict am, const float *restrict x,
+                         int h0, int h1, int lo, int hi) {
+  const int W = g->W, s = g->stride, pad = g->pad;
+  for (int ih = h0; ih < h1; ih++)
+    for (int kw = 0; kw < g->K; kw++) {
+      const int32_t off = ih * W - pad + kw;
+      if (ih == h0 && kw == 0) {
+#pragma omp simd
+        for (int ow = lo; ow < hi; ow++) {
+          y[ow] = x[off + ow * s];
+          am[ow] = off + ow * s;
+        }
+        continue;
+      }
+#pragma omp simd
+      for (int ow = lo; ow < hi; ow++) {
+        const float v = x[off + ow * s];
+        am[ow] = v > y[ow] ? off + ow * s : am[ow];
+        y[ow] = v > y[ow] ? v : y[ow];
+      }
+    }
+}
+
+/* Any window over a plane without NaN: the border outputs one by one, the rest a vector loop per row
+ * (the ResNets' 3x3 stride-2 padded max-pool). */
+static void maxpool_rows(const dt_pool2d_geom *g, float *y, int32_t *am, const float *x) {
+  const int s = g->stride, pad = g->pad, K = g->K;
+  int lo = (pad + s - 1) / s, hi = g->W - K + pad >= 0 ? (g->W - K + pad) / s + 1 : 0;
+  if (hi > g->OW) hi = g->OW;
+  if (lo > hi) lo = hi;
+  for (int oh = 0; oh < g->OH; oh++) {
+    int h0 = oh * s - pad, h1 = h0 + K;
+    if (h0 < 0) h0 = 0;
+    if (h1 > g->H) h1 = g->H;
+    float *yo = y + (size_t)oh * g->OW;
+    int32_t *ao = am + (size_t)oh * g->OW;
+    for (int ow = 0; ow < lo; ow++) window_max(g, x, oh, ow, yo + ow, ao + ow);
+    interior_run(g, yo, ao, x, h0, h1, lo, hi);
+    for (int ow = hi; ow < g->OW; ow++) window_max(g, x, oh, ow, yo + ow, ao + ow);
+  }
+}
+
 void dt_maxpool2d_forward(const dt_pool2d_geom *g, float *out, int32_t *argmax, const float *inp) {
   const int planes = g->N * g->C, P = g->OH * g->OW;
   const size_t HW = (size_t)g->H * g->W;
-  const int fast = g->K == 2 && g->stride == 2 && g->pad == 0;
+  const int two = g->K == 2 && g->stride == 2 && g->pad == 0;
 #pragma omp parallel for schedule(static)
   for (int pl = 0; pl < planes; pl++) {
     const float *x = inp + (size_t)pl * HW;
     float *y = out + (size_t)pl * P;
     int32_t *am = argmax + (size_t)pl * P;
-    if (fast && !has_nan(x, HW)) {
-      maxpool_2x2(g, y, am, x);
+    if (!has_nan(x, HW)) {
+      if (two)
+        maxpool_2x2(g, y, am, x);
+      else
+        maxpool_rows(g, y, am, x);
       continue;
     }
-    for (int oh = 0; oh < g->OH; oh++) {
-      int h0 = oh * g->stride - g->pad, h1 = h0 + g->K;
-      if (h0 < 0) h0 = 0;
-      if (h1 > g->H) h1 = g->H;
-      for (int ow = 0; ow < g->OW; ow++) {
-        int w0 = ow * g->stride - g->pad, w1 = w0 + g->K;
-        if (w0 < 0) w0 = 0;
-        if (w1 > g->W) w1 = g->W;
-        /* Padding is -inf, as PyTorch's. */
-        float best = -INFINITY;
-        int32_t at = h0 * g->W + w0;
-        for (int ih = h0; ih < h1; ih++)
-          for (int iw = w0; iw < w1; iw++) max_take(x[ih * g->W + iw], ih * g->W + iw, &best, &at);
-        y[oh * g->OW + ow] = best;
-        am[oh * g->OW + ow] = at;
-      }
-    }
+    for (int oh = 0; oh < g->OH; oh++)
+      for (int ow = 0; ow < g->OW; ow++) window_max(g, x, oh, ow, y + (size_t)oh * g->OW + ow, am + (size_t)oh * g->OW + ow);
   }
 }
 

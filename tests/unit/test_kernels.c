@@ -421,6 +421,45 @@ TEST(maxpool_nan_and_ties_both_paths) {
   ASSERT_EQ(am2[2], 7);
 }
 
+/* Planes without NaN take vector loops (2x2/2 and, for any other window, the interior columns of each row);
+ * every geometry against a window-by-window reference, values on a coarse grid so ties are common (the first
+ * maximum in row-major order wins): outputs and argmax identical. */
+TEST(maxpool_vector_paths_match_reference) {
+  dt_rng_init(&rng, 31, 0);
+  const int geoms[][6] = {{2, 2, 0, 7, 9, 2}, {3, 2, 1, 9, 11, 2}, {3, 2, 1, 12, 40, 1}, {3, 1, 1, 5, 6, 3},
+                          {2, 1, 0, 4, 5, 2}, {4, 3, 2, 10, 13, 2}, {3, 3, 0, 8, 8, 2}, {3, 2, 0, 3, 3, 1}};
+  for (size_t gi = 0; gi < sizeof geoms / sizeof geoms[0]; gi++) {
+    const int K = geoms[gi][0], S = geoms[gi][1], pad = geoms[gi][2], H = geoms[gi][3], W = geoms[gi][4];
+    const int C = geoms[gi][5];
+    dt_pool2d_geom g;
+    ASSERT_OK(dt_pool2d_geom_init(&g, 2, C, H, W, K, S, pad));
+    const size_t nx = (size_t)2 * C * H * W, ny = (size_t)2 * C * g.OH * g.OW;
+    float *x = randf(nx, -2, 2), *y = zeros(ny);
+    for (size_t i = 0; i < nx; i++) x[i] = floorf(x[i] * 2.0f); /* -4..3: ties */
+    int32_t *am = calloc(ny, sizeof(int32_t));
+    dt_maxpool2d_forward(&g, y, am, x);
+    for (int pl = 0; pl < 2 * C; pl++)
+      for (int oh = 0; oh < g.OH; oh++)
+        for (int ow = 0; ow < g.OW; ow++) {
+          float best = -INFINITY;
+          int at = -1;
+          for (int ih = oh * S - pad; ih < oh * S - pad + K; ih++)
+            for (int iw = ow * S - pad; iw < ow * S - pad + K; iw++)
+              if (ih >= 0 && ih < H && iw >= 0 && iw < W && (at < 0 || x[(size_t)pl * H * W + ih * W + iw] > best)) {
+                best = x[(size_t)pl * H * W + ih * W + iw];
+                at = ih * W + iw;
+              }
+          const size_t o = ((size_t)pl * g.OH + oh) * g.OW + ow;
+          if (y[o] != best || am[o] != at) {
+            fprintf(stderr, "  K %d stride %d pad %d %dx%d: out (%d, %d) %g at %d, want %g at %d\n", K, S, pad, H, W,
+                    oh, ow, y[o], am[o], best, at);
+            ASSERT(0);
+          }
+        }
+    free(x), free(y), free(am);
+  }
+}
+
 TEST(pool_geom_rejects) {
   dt_pool2d_geom g;
   ASSERT_STATUS(dt_pool2d_geom_init(&g, 1, 1, 4, 4, 2, 2, 2), DT_INVALID_ARGUMENT); /* pad > K/2 */
@@ -882,7 +921,7 @@ TEST(elementwise) {
 }
 
 TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_grad_threads), TEST_ENTRY(conv2d_direct_grad), TEST_ENTRY(conv2d_winograd), TEST_ENTRY(conv2d_exact), TEST_ENTRY(conv2d_geom_rejects),
-          TEST_ENTRY(pool_grad), TEST_ENTRY(pool_exact), TEST_ENTRY(maxpool_nan_and_ties_both_paths), TEST_ENTRY(pool_geom_rejects), TEST_ENTRY(batchnorm_grad),
+          TEST_ENTRY(pool_grad), TEST_ENTRY(pool_exact), TEST_ENTRY(maxpool_nan_and_ties_both_paths), TEST_ENTRY(maxpool_vector_paths_match_reference), TEST_ENTRY(pool_geom_rejects), TEST_ENTRY(batchnorm_grad),
           TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(batchnorm_long_planes_match_double), TEST_ENTRY(bn_relu_maxpool_fused_matches_composition), TEST_ENTRY(bn_relu_fused_matches_composition), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
           TEST_ENTRY(cross_entropy_grad), TEST_ENTRY(cross_entropy_rejects), TEST_ENTRY(topk_correct),
           TEST_ENTRY(dropout), TEST_ENTRY(elementwise))
