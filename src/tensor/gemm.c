@@ -5,7 +5,7 @@
  * an AVX-512 CPU on AVX2 kernels. There oneDNN's sgemm, which uses AVX-512, ran dtrain's shapes at 1.3-2.5x
  * OpenBLAS's speed (the convolutions' small GEMMs, a 2048-wide mlp, 2048^3; bench/sgemm_shapes), and whole
  * training steps faster (resnet20 1.05x, a 2048-wide mlp's GEMMs 1.5x). Against OpenBLAS's own AVX-512 kernels
- * it was 0.8-1.4x shape by shape and within 4% on whole steps, so there OpenBLAS stays. Hence: oneDNN where the
+ * it was 0.8-1.7x shape by shape and within 4% on whole steps, so there OpenBLAS stays. Hence: oneDNN where the
  * build has it, the CPU has AVX-512 and OpenBLAS runs narrower kernels; OpenBLAS everywhere else.
  * DT_SGEMM=openblas|onednn overrides the choice, to compare the two. Both run single-threaded inside the
  * callers' OpenMP regions and use the OpenMP thread budget outside them. */
