@@ -27,6 +27,7 @@
 
 static int onednn; /* chosen once (pthread_once): GEMMs are called from several threads */
 
+#ifdef DT_HAVE_DNNL
 /* OpenBLAS's kernel families that use AVX-512 (0.3.21's names). */
 static int openblas_avx512(void) {
   static const char *const wide[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
@@ -35,6 +36,7 @@ static int openblas_avx512(void) {
     if (strcasecmp(core, wide[i]) == 0) return 1;
   return 0;
 }
+#endif
 
 static void choose(void) {
 #ifdef DT_HAVE_DNNL
@@ -74,6 +76,7 @@ const char *dt_sgemm_name(void) {
 void dt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc) {
 #ifdef DT_HAVE_DNNL
+  /* oneDNN refuses before it writes C (bad arguments, no memory for its packing): OpenBLAS then multiplies. */
   if (use_onednn() && dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C,
                                  ldc) == dnnl_success)
     return;
