@@ -1,9 +1,10 @@
 /* Tests of the shared-memory backend: every collective x dtype x op against a
  * reference, in place and out of place, world sizes 1..5 (forked ranks, one
- * store served by the parent); then faults: a rank that exits, one that stops,
+ * store served by a helper process); then faults: a rank that exits, one that stops,
  * a mismatched collective, an abort from another thread, a setup timeout; and
  * no segment left in /dev/shm afterwards. */
 #include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -20,10 +21,55 @@
 
 #define TEST_SECRET "test-secret-0123456789abcdef0123456789abcdef"
 
-static dt_store_server *server;
 static int server_port;
 static char job_tag[64];
 static int run_counter;
+
+/* ---- the store, served by a helper process ------------------------------------- */
+
+/* The test process stays single-threaded: a store served by a thread of its own could hold a lock at the moment
+ * a world is forked (the sanitizer's allocator's, which it takes on every malloc and free), and the forked rank
+ * then waited for it forever. The helper serves until the write end of *stop is closed. */
+typedef struct store_proc {
+  pid_t pid;
+  int stop; /* write end: closing it stops the server */
+} store_proc;
+
+static int serve_store(store_proc *sp, int *port) {
+  int up[2], down[2];
+  if (pipe(up) != 0 || pipe(down) != 0) return -1;
+  fflush(stdout);
+  fflush(stderr);
+  const pid_t p = fork();
+  if (p < 0) return -1;
+  if (p == 0) {
+    close(up[0]);
+    close(down[1]);
+    dt_store_server *s = NULL;
+    int got = dt_store_server_start("127.0.0.1", 0, "t", TEST_SECRET, &s) == DT_OK ? dt_store_server_port(s) : -1;
+    if (got < 0) fprintf(stderr, "store server: %s\n", dt_last_error());
+    if (write(up[1], &got, sizeof got) != (ssize_t)sizeof got || got < 0) _exit(1);
+    char c;
+    while (read(down[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    dt_store_server_stop(s);
+    _exit(0);
+  }
+  close(up[1]);
+  close(down[0]);
+  int got = -1;
+  const ssize_t n = read(up[0], &got, sizeof got);
+  close(up[0]);
+  sp->pid = p;
+  sp->stop = down[1];
+  *port = got;
+  return n == (ssize_t)sizeof got && got > 0 ? 0 : -1;
+}
+
+static void stop_store(store_proc *sp) {
+  close(sp->stop);
+  waitpid(sp->pid, NULL, 0);
+}
 
 /* ---- forked worlds ------------------------------------------------------------ */
 
@@ -476,9 +522,10 @@ static int key_appears(int port, const char *key) {
 }
 
 TEST(two_jobs_with_the_same_tag_keep_their_own_segments) {
-  dt_store_server *other = NULL;
-  ASSERT_EQ(dt_store_server_start("127.0.0.1", 0, "t", TEST_SECRET, &other), DT_OK);
-  int ports[2] = {server_port, dt_store_server_port(other)};
+  store_proc other;
+  int other_port = -1;
+  ASSERT_EQ(serve_store(&other, &other_port), 0);
+  int ports[2] = {server_port, other_port};
   char prefix[128], key[160];
   snprintf(prefix, sizeof prefix, "test/%d/collide/shm", (int)getpid());
   snprintf(key, sizeof key, "%s/shm/segment", prefix);
@@ -504,7 +551,7 @@ TEST(two_jobs_with_the_same_tag_keep_their_own_segments) {
     waitpid(pids[i], &status, 0); /* each child has alarm(60) */
     codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 200 + WTERMSIG(status);
   }
-  dt_store_server_stop(other);
+  stop_store(&other);
   ASSERT(ok);
   for (int i = 0; i < 4; i++) ASSERT_EQ(codes[i], 0);
   ASSERT_EQ(shm_leftovers(), 0);
@@ -525,14 +572,13 @@ static const dt_test_case cases[] = {
 
 int main(int argc, char **argv) {
   snprintf(job_tag, sizeof job_tag, "test%d", (int)getpid());
-  dt_status st = dt_store_server_start("127.0.0.1", 0, "t", TEST_SECRET, &server);
-  if (st != DT_OK) {
-    fprintf(stderr, "store server: %s %s\n", dt_status_name(st), dt_last_error());
+  store_proc store;
+  if (serve_store(&store, &server_port) != 0) {
+    fprintf(stderr, "store server: could not start its process\n");
     return 1;
   }
-  server_port = dt_store_server_port(server);
   int rc = dt_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
-  dt_store_server_stop(server);
+  stop_store(&store);
   if (shm_leftovers() != 0) {
     fprintf(stderr, "segments of this test remain in /dev/shm\n");
     rc = 1;
