@@ -1381,5 +1381,9 @@ int main(int argc, char **argv) {
   const command *c = find_command(name);
   if (!c)
     return flags_usage_error("dtrain", "run 'dtrain help' for the list of commands", "unknown command '%s'", name);
+  /* Every command that multiplies (eval, recommend, bench scaling as well as train) reads DT_SGEMM: a bad value
+   * is refused up front, never taken as the default. */
+  dt_status st = strcmp(name, "help") && strcmp(name, "version") ? dt_sgemm_check() : DT_OK;
+  if (st != DT_OK) return runtime_error(st, NULL);
   return run_command(c, argc - used, argv + used);
 }

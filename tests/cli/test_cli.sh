@@ -269,6 +269,9 @@ if DT_SGEMM=mkl "$DTRAIN" train --model mlp --limit-train 64 --out "$tmp/blas2" 
   fail "DT_SGEMM=mkl accepted"
 fi
 grep -q "DT_SGEMM=mkl: expected auto, openblas or onednn" "$tmp/sg.err" || fail "DT_SGEMM=mkl: $(cat "$tmp/sg.err")"
+DT_SGEMM=mkl "$DTRAIN" eval --model mlp --weights "$tmp/blas/model.safetensors" >/dev/null 2>"$tmp/sg2.err" &&
+  fail "DT_SGEMM=mkl accepted by eval"
+grep -q "DT_SGEMM=mkl: expected" "$tmp/sg2.err" || fail "eval under DT_SGEMM=mkl: $(cat "$tmp/sg2.err")"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
