@@ -4,6 +4,7 @@
 #ifndef DT_TESTS_DIST_FORK_H
 #define DT_TESTS_DIST_FORK_H
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,46 +33,70 @@ typedef struct df_job {
   int status[DF_MAX_WORLD]; /* waitpid status */
 } df_job;
 
-/* The store runs in a process of its own: the test process stays single
+/* A store served by a process of its own: the test process stays single
  * threaded, so forking ranks from it is safe (a thread holding an allocator
- * lock at fork time would deadlock the child, as seen under ASan). */
-static pid_t df_store_pid;
-static int df_store_port;
+ * lock at fork time would deadlock the child, as seen under ASan). The helper
+ * serves until the write end `stop` is closed, or the test process dies. */
+typedef struct df_store_proc {
+  pid_t pid;
+  int stop; /* write end of the helper's pipe: closing it stops the server */
+  int port;
+} df_store_proc;
 
-static inline void df_stop_store(void) {
-  if (df_store_pid > 0) kill(df_store_pid, SIGKILL), waitpid(df_store_pid, NULL, 0);
-  df_store_pid = 0;
-}
-
-static inline int df_start_store(const char *run_id) {
-  if (df_store_pid > 0) return df_store_port;
-  int fds[2];
-  if (pipe(fds) != 0) exit(1);
+/* Starts the helper for run_id; 0 on success, -1 (said on stderr) otherwise. */
+static inline int df_store_proc_start(const char *run_id, df_store_proc *sp) {
+  int up[2], down[2];
+  if (pipe(up) != 0) return -1;
+  if (pipe(down) != 0) return close(up[0]), close(up[1]), -1;
   fflush(stdout);
   fflush(stderr);
-  pid_t p = fork();
+  const pid_t p = fork();
   if (p == 0) {
-    dt_store_server *srv;
-    close(fds[0]);
+    close(up[0]);
+    close(down[1]);
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-    if (dt_store_server_start("127.0.0.1", 0, run_id, TEST_SECRET, &srv) != DT_OK) {
-      fprintf(stderr, "cannot start a store: %s\n", dt_last_error());
-      _exit(1);
+    dt_store_server *srv = NULL;
+    int port = dt_store_server_start("127.0.0.1", 0, run_id, TEST_SECRET, &srv) == DT_OK ? dt_store_server_port(srv)
+                                                                                           : -1;
+    if (port < 0) fprintf(stderr, "cannot start a store: %s\n", dt_last_error());
+    if (write(up[1], &port, sizeof port) != (ssize_t)sizeof port || port < 0) _exit(1);
+    char c;
+    while (read(down[0], &c, 1) < 0 && errno == EINTR) {
     }
-    int port = dt_store_server_port(srv);
-    if (write(fds[1], &port, sizeof port) != (ssize_t)sizeof port) _exit(1);
-    close(fds[1]);
-    for (;;) pause(); /* until the test kills it */
+    dt_store_server_stop(srv);
+    _exit(0);
   }
-  close(fds[1]);
-  if (p < 0 || read(fds[0], &df_store_port, sizeof df_store_port) != (ssize_t)sizeof df_store_port) {
-    fprintf(stderr, "the store process did not start\n");
-    exit(1);
-  }
-  close(fds[0]);
-  df_store_pid = p;
+  close(up[1]);
+  close(down[0]);
+  int port = -1;
+  const ssize_t n = p < 0 ? 0 : read(up[0], &port, sizeof port);
+  close(up[0]);
+  sp->pid = p;
+  sp->stop = down[1];
+  sp->port = port;
+  if (n == (ssize_t)sizeof port && port > 0) return 0;
+  fprintf(stderr, "the store process did not start\n");
+  if (p > 0) close(down[1]), waitpid(p, NULL, 0);
+  return -1;
+}
+
+static inline void df_store_proc_stop(df_store_proc *sp) {
+  if (sp->pid <= 0) return;
+  close(sp->stop);
+  waitpid(sp->pid, NULL, 0);
+  sp->pid = 0;
+}
+
+/* The one store of a test program's jobs, started at first use, stopped at exit. */
+static df_store_proc df_store;
+
+static inline void df_stop_store(void) { df_store_proc_stop(&df_store); }
+
+static inline int df_start_store(const char *run_id) {
+  if (df_store.pid > 0) return df_store.port;
+  if (df_store_proc_start(run_id, &df_store) != 0) exit(1);
   atexit(df_stop_store);
-  return df_store_port;
+  return df_store.port;
 }
 
 /* Joins the group of the job as rank r (in a child). */

@@ -16,60 +16,16 @@
 #include <unistd.h>
 
 #include "dist/dist-impl.h"
+#include "dist_fork.h"
 #include "dist_values.h"
 #include "harness.h"
 
-#define TEST_SECRET "test-secret-0123456789abcdef0123456789abcdef"
 
 static int server_port;
 static char job_tag[64];
 static int run_counter;
 
 /* ---- the store, served by a helper process ------------------------------------- */
-
-/* The test process stays single-threaded: a store served by a thread of its own could hold a lock at the moment
- * a world is forked (the sanitizer's allocator's, which it takes on every malloc and free), and the forked rank
- * then waited for it forever. The helper serves until the write end of *stop is closed. */
-typedef struct store_proc {
-  pid_t pid;
-  int stop; /* write end: closing it stops the server */
-} store_proc;
-
-static int serve_store(store_proc *sp, int *port) {
-  int up[2], down[2];
-  if (pipe(up) != 0 || pipe(down) != 0) return -1;
-  fflush(stdout);
-  fflush(stderr);
-  const pid_t p = fork();
-  if (p < 0) return -1;
-  if (p == 0) {
-    close(up[0]);
-    close(down[1]);
-    dt_store_server *s = NULL;
-    int got = dt_store_server_start("127.0.0.1", 0, "t", TEST_SECRET, &s) == DT_OK ? dt_store_server_port(s) : -1;
-    if (got < 0) fprintf(stderr, "store server: %s\n", dt_last_error());
-    if (write(up[1], &got, sizeof got) != (ssize_t)sizeof got || got < 0) _exit(1);
-    char c;
-    while (read(down[0], &c, 1) < 0 && errno == EINTR) {
-    }
-    dt_store_server_stop(s);
-    _exit(0);
-  }
-  close(up[1]);
-  close(down[0]);
-  int got = -1;
-  const ssize_t n = read(up[0], &got, sizeof got);
-  close(up[0]);
-  sp->pid = p;
-  sp->stop = down[1];
-  *port = got;
-  return n == (ssize_t)sizeof got && got > 0 ? 0 : -1;
-}
-
-static void stop_store(store_proc *sp) {
-  close(sp->stop);
-  waitpid(sp->pid, NULL, 0);
-}
 
 /* ---- forked worlds ------------------------------------------------------------ */
 
@@ -522,10 +478,9 @@ static int key_appears(int port, const char *key) {
 }
 
 TEST(two_jobs_with_the_same_tag_keep_their_own_segments) {
-  store_proc other;
-  int other_port = -1;
-  ASSERT_EQ(serve_store(&other, &other_port), 0);
-  int ports[2] = {server_port, other_port};
+  df_store_proc other;
+  ASSERT_EQ(df_store_proc_start("t", &other), 0);
+  int ports[2] = {server_port, other.port};
   char prefix[128], key[160];
   snprintf(prefix, sizeof prefix, "test/%d/collide/shm", (int)getpid());
   snprintf(key, sizeof key, "%s/shm/segment", prefix);
@@ -551,7 +506,7 @@ TEST(two_jobs_with_the_same_tag_keep_their_own_segments) {
     waitpid(pids[i], &status, 0); /* each child has alarm(60) */
     codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 200 + WTERMSIG(status);
   }
-  stop_store(&other);
+  df_store_proc_stop(&other);
   ASSERT(ok);
   for (int i = 0; i < 4; i++) ASSERT_EQ(codes[i], 0);
   ASSERT_EQ(shm_leftovers(), 0);
@@ -572,13 +527,11 @@ static const dt_test_case cases[] = {
 
 int main(int argc, char **argv) {
   snprintf(job_tag, sizeof job_tag, "test%d", (int)getpid());
-  store_proc store;
-  if (serve_store(&store, &server_port) != 0) {
-    fprintf(stderr, "store server: could not start its process\n");
-    return 1;
-  }
+  df_store_proc store;
+  if (df_store_proc_start("t", &store) != 0) return 1;
+  server_port = store.port;
   int rc = dt_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
-  stop_store(&store);
+  df_store_proc_stop(&store);
   if (shm_leftovers() != 0) {
     fprintf(stderr, "segments of this test remain in /dev/shm\n");
     rc = 1;

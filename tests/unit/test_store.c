@@ -13,6 +13,7 @@
 #include "harness.h"
 
 #define TEST_SECRET "test-secret-0123456789abcdef0123456789abcdef"
+#include "dist_fork.h" /* df_store_proc: a store served by a helper process */
 
 static void sleep_s(double s) {
   struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -219,10 +220,11 @@ TEST(connect_times_out_naming_address) {
   ASSERT(strstr(dt_last_error(), addr) != NULL);
 }
 
+/* The server runs in a helper process, so this one forks its clients single-threaded. */
 TEST(two_processes_share_one_server) {
-  dt_store_server *srv;
-  ASSERT_OK(dt_store_server_start("127.0.0.1", 0, "job", TEST_SECRET, &srv));
-  int port = dt_store_server_port(srv);
+  df_store_proc srv;
+  ASSERT_EQ(df_store_proc_start("job", &srv), 0);
+  const int port = srv.port;
   pid_t kids[2];
   for (int r = 0; r < 2; r++) {
     kids[r] = fork();
@@ -271,7 +273,7 @@ TEST(two_processes_share_one_server) {
   int64_t x = 0;
   ASSERT_OK(dt_store_add(s, "joined", 0, &x));
   dt_store_close(s);
-  dt_store_server_stop(srv);
+  df_store_proc_stop(&srv);
   ASSERT(ok);
   ASSERT_EQ(x, 2);
 }

@@ -20,12 +20,12 @@
 #include <unistd.h>
 
 #include "dist/dist-impl.h"
+#include "dist_fork.h"
 #include "dist_values.h"
 #include "harness.h"
 
-#define TEST_SECRET "test-secret-0123456789abcdef0123456789abcdef"
-
-static dt_store_server *server;
+/* The store is served by a helper process (dist_fork.h): the test process forks its ranks single-threaded. */
+static df_store_proc server;
 static int server_port;
 static int run_counter;
 
@@ -696,11 +696,8 @@ TEST(a_stranger_on_the_listening_port_does_not_break_setup) {
 }
 
 static int setup(void) {
-  if (dt_store_server_start("127.0.0.1", 0, "t", TEST_SECRET, &server) != DT_OK) {
-    fprintf(stderr, "store server: %s\n", dt_last_error());
-    return 1;
-  }
-  server_port = dt_store_server_port(server);
+  if (df_store_proc_start("t", &server) != 0) return 1;
+  server_port = server.port;
   return 0;
 }
 
@@ -721,6 +718,6 @@ int main(int argc, char **argv) {
       TEST_ENTRY(a_stranger_on_the_listening_port_does_not_break_setup),
   };
   int rc = dt_test_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
-  dt_store_server_stop(server);
+  df_store_proc_stop(&server);
   return rc;
 }
