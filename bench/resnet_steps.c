@@ -1,7 +1,7 @@
 /* Training steps of a zoo model on random images (no data pipeline): images/s, and with a trace file the
  * per-layer spans that bench/resnet_profile.py sorts by layer kind.
  *
- *   resnet_steps [--amp bf16|fp16] MODEL BATCH SIDE STEPS [TRACE.json]
+ *   resnet_steps [--amp bf16|fp16] [--width W] MODEL BATCH SIDE STEPS [TRACE.json]
  *
  * A step is what the trainer does: forward, cross-entropy, zero_grad, backward, SGD (momentum 0.9) update.
  * One warm-up step is not counted. Prints one line per conv/linear layer with its forward FLOPs
@@ -43,15 +43,21 @@ int main(int argc, char **argv) {
     TRY("--amp", dt_amp_parse(argv[2], &amp));
     argv += 2, argc -= 2;
   }
+  int width = 0;
+  if (argc > 2 && strcmp(argv[1], "--width") == 0) { /* as dtrain train --width */
+    width = atoi(argv[2]);
+    argv += 2, argc -= 2;
+  }
   if (argc < 5) {
-    fprintf(stderr, "usage: resnet_steps [--amp bf16|fp16] MODEL BATCH SIDE STEPS [TRACE.json]\n");
+    fprintf(stderr, "usage: resnet_steps [--amp bf16|fp16] [--width W] MODEL BATCH SIDE STEPS [TRACE.json]\n");
     return 2;
   }
   const char *model = argv[1];
   const int batch = atoi(argv[2]), side = atoi(argv[3]), steps = atoi(argv[4]), classes = 10;
   const char *trace = argc > 5 ? argv[5] : NULL;
   if (batch < 1 || side < 1 || steps < 1) return fprintf(stderr, "resnet_steps: BATCH, SIDE, STEPS >= 1\n"), 2;
-  const dt_zoo_config cfg = {.ndim = 3, .input_shape = {3, side, side}, .outputs = classes, .dropout = -1.0f};
+  const dt_zoo_config cfg = {.ndim = 3, .input_shape = {3, side, side}, .outputs = classes, .dropout = -1.0f,
+                             .width = width};
   dt_model *m = NULL;
   TRY("zoo", dt_model_zoo_new(model, &cfg, &m));
   TRY("build", dt_model_build(m, batch, 1));

@@ -8,6 +8,12 @@ cores) and the load average before and after, then a table: training samples/s o
                            [--samples-resnet20 5120] [--samples-resnet18 320] [--data ../shared/data]
   bench/resnet_vs_torch.py --first-epoch [--models resnet20] [--modes single] [--epochs-schedule 20]
                            [--batch-size 128] [--label-smoothing 0]
+  bench/resnet_vs_torch.py --first-epoch --models resnet9
+
+resnet9 (at --width 32) runs its own recipe: batch 512, Nesterov, weight decay 5e-4, label smoothing 0.2, the lr
+rising linearly from 0 to 0.4 over 4 of 20 epochs and falling to 0 at the 20th (dtrain's --schedule linear
+--warmup-epochs 4): its first epoch, here, is the rise from 0 to 0.1 (--schedule linear with the epoch's steps as
+warm-up on dtrain's side, LambdaLR on PyTorch's).
 
 Cases: resnet20 on cifar10 (batch 128, --augment cifar; resnet32 and resnet56 alike, --samples-resnet20 images),
 resnet18 on imagenette-subset (batch 32, --augment imagenet); SGD lr 0.1 momentum 0.9 weight decay 5e-4. Throughput runs train on N training images drawn at
@@ -20,7 +26,7 @@ the same number."""
 import argparse, json, os, shutil, socket, statistics, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = {"resnet20": ("cifar10", "cifar", 128), "resnet32": ("cifar10", "cifar", 128), "resnet56": ("cifar10", "cifar", 128),
+CASES = {"resnet9": ("cifar10", "cifar", 512), "resnet20": ("cifar10", "cifar", 128), "resnet32": ("cifar10", "cifar", 128), "resnet56": ("cifar10", "cifar", 128),
          "resnet18": ("imagenette-subset", "imagenet", 32)}
 
 
@@ -63,6 +69,34 @@ def recipe(a, model, first_epoch):
     return r
 
 
+RESNET9_WIDTH, RESNET9_SMOOTHING = 32, 0.2
+
+
+def first_epoch_steps(a, r, ranks):
+    """Optimizer steps of one epoch over the whole training folder at batch r["batch"] a rank."""
+    train = os.path.join(r["data"], "train")
+    n = sum(len(os.listdir(os.path.join(train, c))) for c in os.listdir(train))
+    per_rank = -(-n // ranks)
+    return -(-per_rank // r["batch"])
+
+
+def dtrain_first_epoch(a, model, r, ranks):
+    """The recipe's first epoch as dtrain flags (see the module's doc)."""
+    if model == "resnet9":
+        return ["--nesterov", "--cache-images", "--schedule", "linear", "--warmup-steps",
+                str(first_epoch_steps(a, r, ranks)), "--label-smoothing", str(RESNET9_SMOOTHING)]
+    # the 20-epoch recipe's first epoch is its warm-up: LinearLR from lr/3, the same steps' lr
+    return ["--nesterov", "--schedule", "constant", "--warmup-epochs", "1", "--cache-images",
+            "--label-smoothing", str(a.label_smoothing)]
+
+
+def torch_first_epoch(a, model):
+    if model == "resnet9":
+        return ["--nesterov", "--schedule", "rise", "--label-smoothing", str(RESNET9_SMOOTHING)]
+    return ["--nesterov", "--schedule", "cosine", "--schedule-epochs", str(a.epochs_schedule), "--warmup-epochs",
+            "1", "--label-smoothing", str(a.label_smoothing)]
+
+
 def dtrain_once(a, model, mode, first_epoch):
     r = recipe(a, model, first_epoch)
     ranks = 2 if mode == "ddp" else 1
@@ -75,9 +109,10 @@ def dtrain_once(a, model, mode, first_epoch):
         cmd += ["--limit-train", str(r["limit_train"])]
     if r["limit_test"]:
         cmd += ["--limit-test", str(r["limit_test"])]
-    if first_epoch:  # the 20-epoch recipe's first epoch is its warm-up: LinearLR from lr/3, the same steps' lr
-        cmd += ["--nesterov", "--schedule", "constant", "--warmup-epochs", "1", "--cache-images",
-                "--label-smoothing", str(a.label_smoothing)]
+    if model == "resnet9":
+        cmd += ["--width", str(RESNET9_WIDTH)]
+    if first_epoch:
+        cmd += dtrain_first_epoch(a, model, r, ranks)
     if mode == "ddp":
         cmd = [os.path.join(a.build, "dtrun"), "--standalone", "--nproc-per-node", "2", "--"] + cmd + ["--strategy", "ddp"]
     try:
@@ -94,9 +129,10 @@ def torch_once(a, model, mode, first_epoch):
     cmd = ["/usr/bin/python3", os.path.join(HERE, "torch_resnet_worker.py"), "--data", r["data"], "--model", model,
            "--augment", r["preset"], "--threads", str(max(1, a.threads // ranks)), "--workers", str(a.workers),
            "--batch-size", str(r["batch"]), "--limit-train", str(r["limit_train"]), "--limit-test", str(r["limit_test"])]
+    if model == "resnet9":
+        cmd += ["--width", str(RESNET9_WIDTH)]
     if first_epoch:
-        cmd += ["--cosine", "--schedule-epochs", str(a.epochs_schedule), "--warmup-epochs", "1",
-                "--label-smoothing", str(a.label_smoothing)]
+        cmd += torch_first_epoch(a, model)
     if ranks == 1:
         out = run(cmd, env_for(a.threads), f"PyTorch {model}")
     else:

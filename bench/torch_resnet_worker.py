@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch + torchvision reference for bench/resnet_vs_torch.py: one process (or one DDP rank over gloo, when
-WORLD_SIZE > 1 is set as torchrun sets it) training resnet20 (He et al. 2016's CIFAR ResNet, as dtrain's zoo
-builds it) or torchvision's resnet18 on an image folder, with the transforms of dtrain's --augment presets, a
+WORLD_SIZE > 1 is set as torchrun sets it) training resnet20/32/56 (He et al. 2016's CIFAR ResNets), resnet9
+(Page's DAWNBench ResNet-9 at --width), as dtrain's zoo builds them, or torchvision's resnet18 on an image folder, with the transforms of dtrain's --augment presets, a
 DataLoader with --workers processes, SGD with momentum and weight decay. Rank 0 prints one JSON line.
 
 Figures are computed as dtrain computes them: train samples/s = samples of all ranks / rank 0's wall time of
@@ -67,8 +67,42 @@ class CifarResNet(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-def build(name, classes):
+class ConvBN(nn.Sequential):
+    def __init__(self, cin, cout):
+        super().__init__(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+
+class Stage(nn.Module):
+    """resnet9's stage: conv-BN-ReLU, 2x2 max pool, then x + res(x) (two conv-BN-ReLU) where it has one."""
+
+    def __init__(self, cin, cout, res):
+        super().__init__()
+        self.head = nn.Sequential(ConvBN(cin, cout), nn.MaxPool2d(2))
+        self.res = nn.Sequential(ConvBN(cout, cout), ConvBN(cout, cout)) if res else None
+
+    def forward(self, x):
+        x = self.head(x)
+        return x + self.res(x) if self.res is not None else x
+
+
+class ResNet9(nn.Module):
+    """The DAWNBench ResNet-9 at width w (stages w, 2w, 4w, 8w), global max pool, bias-free fc, logits x 0.125;
+    PyTorch's default initialisation, as dtrain's."""
+
+    def __init__(self, w, classes):
+        super().__init__()
+        self.body = nn.Sequential(ConvBN(3, w), Stage(w, 2 * w, True), Stage(2 * w, 4 * w, False),
+                                  Stage(4 * w, 8 * w, True), nn.AdaptiveMaxPool2d(1), nn.Flatten())
+        self.fc = nn.Linear(8 * w, classes, bias=False)
+
+    def forward(self, x):
+        return self.fc(self.body(x)) * 0.125
+
+
+def build(name, classes, width):
     depth = {"resnet20": 3, "resnet32": 5, "resnet56": 9}
+    if name == "resnet9":
+        return ResNet9(width or 64, classes)
     if name in depth:
         return CifarResNet(depth[name], classes)
     return getattr(torchvision.models, name)(num_classes=classes)
@@ -97,7 +131,11 @@ def main():
     ap.add_argument("--batch-size", type=int, default=128, help="per rank")
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--cosine", action="store_true", help="Nesterov momentum and a cosine schedule (per step)")
+    ap.add_argument("--width", type=int, default=0, help="resnet9: the first stage's channels (default 64)")
+    ap.add_argument("--nesterov", action="store_true")
+    ap.add_argument("--schedule", default="constant", choices=("constant", "cosine", "rise"),
+                    help="per step: cosine (after --warmup-epochs of LinearLR from lr/3, as dtrain's), or rise: "
+                    "from 0 to lr over the run (the first epoch of dtrain's --schedule linear warm-up)")
     ap.add_argument("--schedule-epochs", type=int, default=0, help="cosine: epochs the schedule spans (default --epochs)")
     ap.add_argument("--warmup-epochs", type=int, default=0, help="cosine: LinearLR from lr/3 first, as dtrain's")
     ap.add_argument("--limit-train", type=int, default=0)
@@ -120,21 +158,23 @@ def main():
     # kind of draw, another generator.
     pick = lambda ds, n: Subset(ds, sorted(random.Random(a.seed).sample(range(len(ds)), n))) if 0 < n < len(ds) else ds  # noqa: E731
     train_set, test_set = pick(train_set, a.limit_train), pick(test_set, a.limit_test)
-    model = build(a.model, 10)
+    model = build(a.model, 10, a.width)
     net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-4, nesterov=a.cosine)
+    opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-4, nesterov=a.nesterov)
     sampler = torch.utils.data.distributed.DistributedSampler(train_set, seed=a.seed) if world > 1 else None
     loader = DataLoader(train_set, batch_size=a.batch_size, shuffle=sampler is None, sampler=sampler,
                         num_workers=a.workers, persistent_workers=a.workers > 0, drop_last=False)
     warm, steps = a.warmup_epochs * len(loader), (a.schedule_epochs or a.epochs) * len(loader)
 
     def factor(s):  # dtrain's --warmup-epochs then --schedule cosine (SequentialLR of LinearLR and cosine)
+        if a.schedule == "rise":  # transformers' linear warm-up, as dtrain's --schedule linear --warmup-steps
+            return s / (a.epochs * len(loader))
         if s < warm:
             return 1 / 3 + (2 / 3) * s / warm
         t = min(s - warm, steps - warm)
         return 0.5 * (1 + math.cos(math.pi * t / max(steps - warm, 1)))
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor) if a.cosine else None
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor) if a.schedule != "constant" else None
     seen, train_time = 0, 0.0
     for epoch in range(a.epochs):
         if sampler is not None:

@@ -182,7 +182,7 @@ static int read_text_flags(const flag_args *p, const flag_spec *rows, int first,
 /* ---- train ------------------------------------------------------------------- */
 typedef enum train_flag {
   TRAIN_MODEL, TRAIN_HIDDEN, TRAIN_DROPOUT, TRAIN_FACTORS, TRAIN_EMBEDDING_L2, TRAIN_SPARSE_EMBEDDINGS,
-  TRAIN_ZERO_INIT_RESIDUAL, TRAIN_LAYERS, TRAIN_HIDDEN_SIZE, TRAIN_HEADS, TRAIN_INTERMEDIATE_SIZE, TRAIN_INIT_FROM,
+  TRAIN_ZERO_INIT_RESIDUAL, TRAIN_WIDTH, TRAIN_LAYERS, TRAIN_HIDDEN_SIZE, TRAIN_HEADS, TRAIN_INTERMEDIATE_SIZE, TRAIN_INIT_FROM,
   TRAIN_DATA, TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_AUGMENT, TRAIN_DATA_WORKERS,
   TRAIN_CACHE_IMAGES, TRAIN_SKIP_BAD_IMAGES, TRAIN_VOCAB, TRAIN_TEXT_COLUMN, TRAIN_TEXT_PAIR_COLUMN,
   TRAIN_LABEL_COLUMNS, TRAIN_LABEL_COLUMN, TRAIN_MAX_LEN, TRAIN_NO_LOWER_CASE, TRAIN_SKIP_BAD_ROWS,
@@ -242,6 +242,9 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
     [TRAIN_ZERO_INIT_RESIDUAL] = {"--zero-init-residual", NULL, FLAG_BOOL, "off: BN weights 1", NULL,
                                   .help = "resnets: start each residual block's last BatchNorm weight at 0, as "
                                   "torchvision's zero_init_residual=True (each block starts as the identity)"},
+    [TRAIN_WIDTH] = {"--width", "W", FLAG_POS_INT, "the model's own: 64 for resnet9, 16 for resnet20/32/56", "32",
+                     .help = "resnet9, resnet20, resnet32, resnet56: channels of the first stage; each later stage "
+                     "doubles them (resnet9 --width 32 is a quarter of its multiply-adds)"},
     [TRAIN_LAYERS] = {"--layers", "N", FLAG_POS_INT, "the preset's", "4",
                       .help = "bert models: encoder layers (num_hidden_layers)"},
     [TRAIN_HIDDEN_SIZE] = {"--hidden-size", "H", FLAG_POS_INT, "the preset's", "256",
@@ -510,6 +513,12 @@ static int train_model_flags(const flag_args *p, dt_train_config *cfg) {
       return flags_usage_error(p->prog, "use it with a resnet model (dtrain models)",
                                "--zero-init-residual applies only to the resnets, not %s", cfg->model);
     cfg->zero_init_residual = 1;
+  }
+  if (v[TRAIN_WIDTH].given) {
+    if (!dt_model_zoo_takes_width(cfg->model))
+      return flags_usage_error(p->prog, "use it with resnet9, resnet20, resnet32 or resnet56",
+                               "--width applies only to the models with a width to choose, not %s", cfg->model);
+    cfg->width = (int)v[TRAIN_WIDTH].i;
   }
   rc = train_embedding_flags(p, cfg);
   if (rc) return rc;

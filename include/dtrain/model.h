@@ -49,6 +49,8 @@ dt_status dt_model_add_adaptive_avgpool2d(dt_model *m, const char *name, int out
 dt_status dt_model_add_activation(dt_model *m, const char *name, dt_activation act);
 dt_status dt_model_add_dropout(dt_model *m, const char *name, float p);
 dt_status dt_model_add_flatten(dt_model *m, const char *name);
+/* y = factor * x, a fixed non-zero factor (no parameter). */
+dt_status dt_model_add_scale(dt_model *m, const char *name, float factor);
 /* Embeddings of an index input (n,): column k looks up row x[k] of table k
  * (rows[k], dim), "<names[k]>.weight" (torch.nn.Embedding, initialised
  * N(0, std^2)); the output (n * dim,) is the n rows side by side. l2 > 0 adds
@@ -172,6 +174,8 @@ typedef struct dt_zoo_config {
   float target_mean;        /* mf: the global bias's starting value (the training ratings' mean) */
   float l2;                 /* mf, ncf: L2 on the looked-up embedding rows (0: none) */
   int zero_init_residual;   /* resnets: each block's last BatchNorm starts with weight 0 (torchvision's flag) */
+  int width;                /* resnet9 and the CIFAR resnets: channels of the first stage, doubled by each later
+                             * stage (0: the model's own, 64 and 16) */
   /* bert: encoder layers, hidden size, heads, feed-forward size (0: the preset's); the input (3, L) and the
    * vocabulary size index_size[0] come from the data */
   int layers, hidden_size, heads, intermediate_size;
@@ -182,6 +186,8 @@ typedef struct dt_zoo_config {
 dt_status dt_model_zoo_new(const char *name, const dt_zoo_config *cfg, dt_model **out);
 /* Calls fn for every registered model, with a one-line description. */
 void dt_model_zoo_each(void (*fn)(const char *name, const char *doc, void *user), void *user);
+/* 1 when the model has a width to choose (dt_zoo_config.width); 0 otherwise or for an unknown name. */
+int dt_model_zoo_takes_width(const char *name);
 /* The tasks a model supports, as "classification, regression" into buf; DT_NOT_FOUND for an unknown name. */
 dt_status dt_model_zoo_tasks(const char *name, char *buf, size_t len);
 

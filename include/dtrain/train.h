@@ -51,6 +51,7 @@ typedef struct dt_train_config {
   float embedding_l2; /* mf, ncf: L2 on the looked-up embedding rows, weighted as the loss's mean; 0: off */
   int sparse_embeddings; /* update only the embedding rows a step touched (SparseAdam / sparse SGD) */
   int zero_init_residual; /* resnets: each block's last BN weight starts at 0 (torchvision's zero_init_residual) */
+  int width;              /* resnet9, resnet20/32/56: the first stage's channels; 0: the model's own */
   const char *init_from;  /* NULL: the model's initialisation; else pretrained weights by name (dt_model_init_from):
                            * a Hugging Face checkpoint directory or a safetensors file; not with resume */
   /* data */

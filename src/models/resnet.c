@@ -88,7 +88,10 @@ static dt_status check_input(const char *model, const resnet_arch *a, const dt_z
   return DT_OK;
 }
 
-static dt_status build(const char *model, const resnet_arch *a, const dt_zoo_config *cfg, dt_model **out) {
+static dt_status build(const char *model, const resnet_arch *arch, const dt_zoo_config *cfg, dt_model **out) {
+  resnet_arch w = *arch; /* the CIFAR resnets' --width: the first stage's planes, doubled by each later stage */
+  for (int s = 0; cfg->width && s < w.stages; s++) w.planes[s] = cfg->width << s;
+  const resnet_arch *a = &w;
   DT_CHECK(check_input(model, a, cfg));
   dt_model *m = NULL;
   dt_status st = DT_OK;

@@ -24,6 +24,7 @@ dt_status dt_zoo_build_ncf(const dt_zoo_config *cfg, dt_model **out);
 dt_status dt_zoo_build_resnet18(const dt_zoo_config *cfg, dt_model **out);
 dt_status dt_zoo_build_resnet34(const dt_zoo_config *cfg, dt_model **out);
 dt_status dt_zoo_build_resnet50(const dt_zoo_config *cfg, dt_model **out);
+dt_status dt_zoo_build_resnet9(const dt_zoo_config *cfg, dt_model **out);
 dt_status dt_zoo_build_resnet20(const dt_zoo_config *cfg, dt_model **out);
 dt_status dt_zoo_build_resnet32(const dt_zoo_config *cfg, dt_model **out);
 dt_status dt_zoo_build_resnet56(const dt_zoo_config *cfg, dt_model **out);

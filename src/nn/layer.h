@@ -188,6 +188,7 @@ extern const dt_layer_ops dt_adaptive_avgpool2d_ops;
 extern const dt_layer_ops dt_activation_ops;
 extern const dt_layer_ops dt_dropout_ops;
 extern const dt_layer_ops dt_flatten_ops;
+extern const dt_layer_ops dt_scale_ops;
 extern const dt_layer_ops dt_residual_begin_ops;
 extern const dt_layer_ops dt_residual_end_ops;
 extern const dt_layer_ops dt_residual_shortcut_ops;

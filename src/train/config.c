@@ -158,6 +158,8 @@ dt_status dt_train_config_check(const dt_train_config *c) {
   for (int k = 0; k < 4; k++)
     if (c->bert_dims[k] < 0 || c->bert_dims[k] > 1 << 16)
       return dt_error(DT_INVALID_ARGUMENT, "bert dimension %d = %d outside 0..65536 (0: the preset's)", k, c->bert_dims[k]);
+  if (c->width < 0 || c->width > 4096)
+    return dt_error(DT_INVALID_ARGUMENT, "width = %d outside 1..4096 (0: the model's own)", c->width);
   if (c->factors < 0) return dt_error(DT_INVALID_ARGUMENT, "factors = %d must be >= 1 (0: the model's default)", c->factors);
   if (bad_float(c->embedding_l2) || c->embedding_l2 < 0)
     return dt_error(DT_INVALID_ARGUMENT, "embedding l2 = %g must be finite and >= 0", (double)c->embedding_l2);
@@ -215,6 +217,7 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
   if (c->embedding_l2 > 0) RAW(",\"embedding_l2\":%g", (double)c->embedding_l2);
   if (c->sparse_embeddings) RAW(",\"sparse_embeddings\":true");
   if (c->zero_init_residual) RAW(",\"zero_init_residual\":true");
+  if (c->width) RAW(",\"width\":%d", c->width);
   if (c->bert_dims[0] || c->bert_dims[1] || c->bert_dims[2] || c->bert_dims[3])
     RAW(",\"bert_dims\":[%d,%d,%d,%d]", c->bert_dims[0], c->bert_dims[1], c->bert_dims[2], c->bert_dims[3]);
   if (c->init_from) STR("init_from", c->init_from);

@@ -27,6 +27,7 @@ typedef struct eval_plan {
   int outputs, l1, n_pos_weight;
   float pos_weight[DT_TRAIN_MAX_POS_WEIGHT];
   int factors;               /* mf, ncf: embedding width (0: the model's default) */
+  int width;                 /* resnet9, CIFAR resnets: the first stage's channels (0: the model's own) */
   int bert_dims[4];          /* bert: layers, hidden size, heads, feed-forward size (0: the preset's) */
   float dropout;             /* < 0: the model's default (the layers, not the rate, change the tensors' names) */
   dt_holdout holdout;        /* "split": leave-last-out, else the source's default */
@@ -61,6 +62,9 @@ dt_status dt_weights_arch_read(const char *path, const dt_safetensors *f, dt_wei
     return dt_error(DT_CORRUPT, "%s: metadata hidden=\"%.60s\" is not a list of widths", path, h);
   if (k && *k && ((a.factors = (int)strtol(k, &end, 10)) < 1 || *end))
     return dt_error(DT_CORRUPT, "%s: metadata factors=\"%.40s\" is not a positive width", path, k);
+  const char *w = dt_safetensors_meta(f, "width");
+  if (w && *w && ((a.width = (int)strtol(w, &end, 10)) < 1 || a.width > 4096 || *end))
+    return dt_error(DT_CORRUPT, "%s: metadata width=\"%.40s\" is not a width in 1..4096", path, w);
   const char *bd = dt_safetensors_meta(f, "bert_dims");
   int used = 0;
   if (bd && *bd &&
@@ -94,6 +98,7 @@ static dt_status plan_model(const dt_eval_config *cfg, const dt_safetensors *f, 
     memcpy(p->hidden, a.hidden, sizeof p->hidden);
   }
   p->factors = a.factors;
+  p->width = a.width;
   memcpy(p->bert_dims, a.bert_dims, sizeof p->bert_dims);
   p->dropout = a.dropout;
   return DT_OK;
@@ -350,7 +355,7 @@ static dt_status open_model(const dt_eval_config *cfg, const eval_plan *p, eval_
   const dt_task_config *tc = dt_task_config_of(s->task);
   dt_zoo_config zc = {.ndim = x->ndim, .outputs = tc->outputs, .task = tc->kind, .dropout = p->dropout,
                       .hidden = p->n_hidden ? p->hidden : NULL, .n_hidden = p->n_hidden, .n_index = info->n_index,
-                      .index_size = info->index_size, .factors = p->factors,
+                      .index_size = info->index_size, .factors = p->factors, .width = p->width,
                       .layers = p->bert_dims[0], .hidden_size = p->bert_dims[1], .heads = p->bert_dims[2],
                       .intermediate_size = p->bert_dims[3]};
   for (int d = 0; d < x->ndim; d++) zc.input_shape[d] = x->shape[d];

@@ -114,6 +114,10 @@ void dt_run_meta_fill(dt_run_meta *rm, const dt_run *r, const dt_epoch_metrics *
     snprintf(rm->factors, sizeof rm->factors, "%d", c->factors);
     rm->kv[rm->n++] = (dt_kv){"factors", rm->factors};
   }
+  if (c->width) {
+    snprintf(rm->width, sizeof rm->width, "%d", c->width);
+    rm->kv[rm->n++] = (dt_kv){"width", rm->width};
+  }
   if (c->bert_dims[0] || c->bert_dims[1] || c->bert_dims[2] || c->bert_dims[3]) {
     snprintf(rm->bert_dims, sizeof rm->bert_dims, "%d,%d,%d,%d", c->bert_dims[0], c->bert_dims[1], c->bert_dims[2],
              c->bert_dims[3]);

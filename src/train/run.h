@@ -171,7 +171,7 @@ dt_status dt_run_path(const dt_run *r, const char *name, char *buf, size_t len);
 #define DT_RUN_META_MAX 32
 typedef struct dt_run_meta {
   char hidden[256], epochs[32], seed[32], m0[32], m1[32], key0[40], key1[40], norm[64], dropout[32], outputs[16];
-  char pos_weight[1024], factors[16], bert_dims[48], val_fraction[32], image_mean[48], image_std[48];
+  char pos_weight[1024], factors[16], width[16], bert_dims[48], val_fraction[32], image_mean[48], image_std[48];
   dt_kv kv[DT_RUN_META_MAX]; /* room for the snapshot's 4 more */
   int n;
 } dt_run_meta;

@@ -70,13 +70,14 @@ dt_status dt_train_evaluate(dt_model *m, dt_forward_fn fwd, void *user, dt_loade
 dt_status dt_rank_score(const dt_ranking *rk, const int64_t *q, int nq, int batch, dt_forward_fn fwd, void *user,
                         int32_t *pairs, float *scores);
 
-/* The architecture a weights file records (metadata "hidden", "factors", "bert_dims", "dropout"), to rebuild its zoo
- * model: n_hidden 0, factors 0 and dropout -1 (the model's defaults) where not recorded; DT_CORRUPT
+/* The architecture a weights file records (metadata "hidden", "factors", "width", "bert_dims", "dropout"), to rebuild
+ * its zoo model: n_hidden 0, factors 0, width 0 and dropout -1 (the model's defaults) where not recorded; DT_CORRUPT
  * naming a malformed value. (eval_run.c) */
 typedef struct dt_weights_arch {
   int hidden[DT_TRAIN_MAX_HIDDEN];
   int n_hidden;
   int factors;
+  int width; /* "width": resnet9 and the CIFAR resnets' first stage (0: the model's own) */
   int bert_dims[4]; /* "bert_dims": layers, hidden size, heads, feed-forward size (0: the preset's) */
   float dropout;
 } dt_weights_arch;

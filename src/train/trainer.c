@@ -181,7 +181,7 @@ static dt_status open_model(dt_run *r) {
   dt_zoo_config zc = {.ndim = x->ndim, .outputs = info->outputs, .task = info->task, .dropout = c->dropout,
                       .hidden = c->n_hidden ? c->hidden : NULL, .n_hidden = c->n_hidden, .n_index = info->n_index,
                       .index_size = info->index_size, .factors = c->factors, .l2 = c->embedding_l2,
-                      .zero_init_residual = c->zero_init_residual, .layers = c->bert_dims[0],
+                      .zero_init_residual = c->zero_init_residual, .width = c->width, .layers = c->bert_dims[0],
                       .hidden_size = c->bert_dims[1], .heads = c->bert_dims[2], .intermediate_size = c->bert_dims[3]};
   for (int d = 0; d < x->ndim; d++) zc.input_shape[d] = x->shape[d];
   if (info->n_index && info->task == DT_TASK_REGRESSION) { /* mf's global bias starts at the training mean */

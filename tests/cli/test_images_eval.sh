@@ -5,6 +5,8 @@
 # (other inputs, other loss); config.json records "augment", and --resume on another preset is a
 # data change (refused without --allow-data-change); --limit-train/--limit-test draw a seeded random subset
 # of the class-sorted folder by default, first N on request, and a changed pick is a data change too.
+# resnet9 --width 4: config.json and the weights record the width, and eval rebuilds that width from them;
+# --width on a model without one is a usage error.
 set -u
 b=${DT_BUILD_DIR:?DT_BUILD_DIR must name the build directory}
 SRC=${DT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -66,6 +68,20 @@ none=$(sed -nE 's/.*loss ([0-9.]+)  top1 ([0-9.]+)%.*/\1 \2/p' "$tmp/eval_none.o
 run eval_bad 30 "$DTRAIN" eval --weights "$tmp/run/model.safetensors" --augment flip
 [ "$rc" = 2 ] && grep -q "not one of none/cifar/imagenet" "$tmp/eval_bad.err" && ok "--augment flip: usage error" ||
   { show eval_bad; fail "eval --augment flip: exit $rc"; }
+
+section "resnet9 --width 4: recorded, and eval builds that width"
+run r9 120 "$DTRAIN" train --model resnet9 --width 4 --data "$tmp/img" --augment cifar --epochs 1 --batch-size 8 \
+  --optimizer sgd --lr 0.05 --momentum 0.9 --nesterov --out "$tmp/r9" --progress none
+[ "$rc" = 0 ] || { show r9; fail "train resnet9 exit $rc"; }
+grep -q '"width":4' "$tmp/r9/config.json" && ok "config.json records the width" ||
+  fail "config.json records no width: $(cat "$tmp/r9/config.json")"
+run r9_eval 60 "$DTRAIN" eval --weights "$tmp/r9/model.safetensors"
+r9_got=$(sed -nE 's/.*loss ([0-9.]+)  top1 ([0-9.]+)%.*/\1 \2/p' "$tmp/r9_eval.out")
+[ "$rc" = 0 ] && [ "$r9_got" = "$(summary "$tmp/r9/summary.json")" ] && ok "eval rebuilds width 4 ($r9_got)" ||
+  { show r9_eval; fail "eval of resnet9 --width 4: rc $rc, '$r9_got'"; }
+run r9_bad 30 "$DTRAIN" train --model resnet18 --width 4 --data "$tmp/img" --out "$tmp/r18"
+[ "$rc" = 2 ] && grep -q -- "--width applies only to" "$tmp/r9_bad.err" && ok "--width with resnet18: usage error" ||
+  { show r9_bad; fail "--width with resnet18: exit $rc"; }
 
 section "resume on another preset is a data change"
 run resume 120 "$DTRAIN" train --model resnet20 --data "$tmp/img" --augment none --epochs 3 --batch-size 8 \

@@ -1,4 +1,4 @@
-/* Parity helper: resnet18 (2 x 3x64x64) and resnet20 (2 x 3x32x32), 10 classes: weights, batch, logits, loss,
+/* Parity helper: resnet18 (2 x 3x64x64), resnet20 and resnet9 at --width 16 (2 x 3x32x32), 10 classes: weights, batch, logits, loss,
  * every gradient and the BN statistics after a training step, and the evaluation logits, for test_resnet_torch.py.
  *
  *   dump_resnet OUT_PREFIX [--amp bf16|fp16|off]
@@ -102,8 +102,9 @@ static void wrap_autocast_layers(dt_model *m) {
 }
 
 /* One model: a training step (forward, loss, backward) and an evaluation forward on one random batch. */
-static int run(const char *model, int side, uint64_t seed, dt_amp amp) {
-  const dt_zoo_config cfg = {.ndim = 3, .input_shape = {3, side, side}, .outputs = CLASSES, .dropout = -1.0f};
+static int run(const char *model, int width, int side, uint64_t seed, dt_amp amp) {
+  const dt_zoo_config cfg = {
+      .ndim = 3, .input_shape = {3, side, side}, .outputs = CLASSES, .dropout = -1.0f, .width = width};
   dt_model *m = NULL;
   TRY("zoo", dt_model_zoo_new(model, &cfg, &m));
   TRY("build", dt_model_build(m, BATCH, seed));
@@ -151,7 +152,8 @@ int main(int argc, char **argv) {
   if (amp_arg) TRY("amp", dt_amp_parse(argv[3], &amp));
   int rc = dump_open(amp_arg ? 2 : argc, argv);
   if (rc) return rc;
-  rc = run("resnet18", 64, 18, amp);
-  if (!rc) rc = run("resnet20", 32, 20, amp);
+  rc = run("resnet18", 0, 64, 18, amp);
+  if (!rc) rc = run("resnet20", 0, 32, 20, amp);
+  if (!rc) rc = run("resnet9", 16, 32, 9, amp);
   return dump_close() || rc;
 }

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Parity of dtrain's resnet18 and resnet20 with torchvision: state_dict keys and shapes, training-mode logits,
+"""Parity of dtrain's resnet18, resnet20 and resnet9 (at --width 16) with torchvision and PyTorch: state_dict keys and shapes, training-mode logits,
 cross-entropy loss, every parameter gradient, the BN running statistics after the step, and evaluation-mode
 logits and loss, on dtrain's initial weights and batch (dump_resnet). resnet18 is torchvision's own
 (torchvision.models.resnet18, loaded with strict=True); resnet20 is not in torchvision and is written here from
-He et al. 2016 with torchvision's BasicBlock and 1x1-conv + BN projection shortcuts (option B).
+He et al. 2016 with torchvision's BasicBlock and 1x1-conv + BN projection shortcuts (option B); resnet9 is the
+DAWNBench ResNet-9, written here from Page's description with dtrain's names.
 Also checks that dtrain's initialisation has torchvision's distribution (kaiming_normal_ fan_out for convs,
-BN 1/0, Linear's default). Exit 77 only when torch or torchvision is missing (make deps installs both).
+BN 1/0, Linear's default; resnet9: PyTorch's defaults). Exit 77 only when torch or torchvision is missing (make deps installs both).
 """
 import math
 import sys
@@ -53,6 +54,52 @@ class CifarResNet(nn.Module):
         x = self.relu(self.bn1(self.conv1(x)))
         x = self.layer3(self.layer2(self.layer1(x)))
         return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+class Residual(nn.Module):
+    """resnet9's residual branch: two (3x3 conv, BN, ReLU), added to the input by the stage."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c)
+        self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return F.relu(self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))))
+
+
+class Stage(nn.Module):
+    """resnet9's stage: 3x3 conv, BN, ReLU, 2x2 max pool, then x + res(x) where it has one."""
+
+    def __init__(self, cin, cout, res):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(cout)
+        self.res = Residual(cout) if res else None
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
+        return x + self.res(x) if self.res is not None else x
+
+
+class ResNet9(nn.Module):
+    """The DAWNBench ResNet-9 (Page 2018) at width w: stages w, 2w, 4w, 8w, global max pool, fc without bias, x 0.125."""
+
+    def __init__(self, w, num_classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, w, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(w)
+        self.layer1 = Stage(w, 2 * w, True)
+        self.layer2 = Stage(2 * w, 4 * w, False)
+        self.layer3 = Stage(4 * w, 8 * w, True)
+        self.fc = nn.Linear(8 * w, num_classes, bias=False)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(torch.flatten(F.adaptive_max_pool2d(x, 1), 1)) * 0.125
 
 
 failures = []
@@ -118,6 +165,17 @@ def parity(name, m, t):
     check(p + "eval/loss", t[p + "eval/loss"][0], F.cross_entropy(ev, y).item(), 1e-5)
 
 
+def default_init(t):
+    """resnet9 keeps PyTorch's default initialisation: every conv and fc weight U(+-1/sqrt(fan_in)), filled."""
+    p = "resnet9/init/"
+    for k, v in t.items():
+        if k.startswith(p) and v.ndim in (2, 4):
+            bound = 1 / math.sqrt(v[0].size)
+            if np.max(np.abs(v)) > bound or np.max(np.abs(v)) < 0.9 * bound:
+                failures.append(f"{k}: outside U(+-{bound:.4g}) or far from filling it")
+    print("ok   resnet9 init: conv and fc U(+-1/sqrt(fan_in))" if not failures else "FAIL resnet9 init")
+
+
 def weights_load_and_predict(t):
     """dtrain's resnet18 weights load into a fresh torchvision resnet18 (strict) and give dtrain's eval logits."""
     m = torchvision.models.resnet18(num_classes=10)
@@ -170,6 +228,8 @@ def main():
     init_distribution(t)
     parity("resnet18", torchvision.models.resnet18(num_classes=10), t)
     parity("resnet20", CifarResNet(3), t)
+    default_init(t)
+    parity("resnet9", ResNet9(16), t)
     weights_load_and_predict(t)
     if failures:
         print("FAILED:", ", ".join(failures[:20]))

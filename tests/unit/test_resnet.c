@@ -1,5 +1,5 @@
-/* Tests of the resnets and their layers: torchvision's parameter counts and names, zero_init_residual, the
- * projection residual, padded max pool and adaptive average pool by finite differences, too-small inputs. */
+/* Tests of the resnets and their layers: torchvision's parameter counts and names, zero_init_residual, the width
+ * of resnet9 and the CIFAR resnets, the scale layer, the projection residual, padded max pool and adaptive average pool by finite differences, too-small inputs. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -42,6 +42,62 @@ TEST(parameter_counts_equal_torchvision) {
   }
 }
 
+/* --width: resnet9's stages w..8w, the CIFAR resnets' w..4w; counted in PyTorch (test_resnet_torch.py's ResNet9,
+ * torchvision's BasicBlock at 32/64/128 planes). The ImageNet resnets have fixed widths and refuse one. */
+TEST(width_sets_the_stages_channels) {
+  static const struct {
+    const char *name;
+    int width;
+    size_t params;
+  } want[] = {{"resnet9", 0, 6573120}, {"resnet9", 64, 6573120}, {"resnet9", 32, 1646112}, {"resnet20", 32, 1084586}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    dt_zoo_config cfg = {.ndim = 3, .input_shape = {3, 32, 32}, .outputs = 10, .dropout = -1.0f, .width = want[i].width};
+    dt_model *m = NULL;
+    ASSERT_OK(dt_model_zoo_new(want[i].name, &cfg, &m));
+    if (dt_model_num_params(m) != want[i].params)
+      FAIL_("%s width %d: %zu parameters, PyTorch has %zu", want[i].name, want[i].width, dt_model_num_params(m),
+            want[i].params);
+    dt_model_free(m);
+  }
+  ASSERT(dt_model_zoo_takes_width("resnet9") && dt_model_zoo_takes_width("resnet56"));
+  ASSERT(!dt_model_zoo_takes_width("resnet18") && !dt_model_zoo_takes_width("mlp") && !dt_model_zoo_takes_width("x"));
+  dt_zoo_config cfg = {.ndim = 3, .input_shape = {3, 32, 32}, .outputs = 10, .dropout = -1.0f, .width = 32};
+  dt_model *m = NULL;
+  ASSERT_STATUS(dt_model_zoo_new("resnet18", &cfg, &m), DT_USAGE);
+  ASSERT(strstr(dt_last_error(), "--width") != NULL);
+  cfg.input_shape[1] = 7; /* resnet9 pools three times */
+  ASSERT_STATUS(dt_model_zoo_new("resnet9", &cfg, &m), DT_USAGE);
+  ASSERT(strstr(dt_last_error(), "8x8") != NULL);
+  dt_clear_error();
+}
+
+/* Scale multiplies the output and the input gradient by its factor; zero or a non-finite factor is refused. */
+TEST(scale_layer_multiplies_both_ways) {
+  const int64_t shape[1] = {3};
+  dt_model *m = NULL;
+  ASSERT_OK(dt_model_new(1, shape, &m));
+  ASSERT_STATUS(dt_model_add_scale(m, "s", 0.0f), DT_INVALID_ARGUMENT);
+  ASSERT_STATUS(dt_model_add_scale(m, "s", NAN), DT_INVALID_ARGUMENT);
+  dt_clear_error();
+  ASSERT_OK(dt_model_add_linear(m, "fc", 2, 0));
+  ASSERT_OK(dt_model_add_scale(m, "scale", 0.125f));
+  ASSERT_OK(dt_model_build(m, 1, 3));
+  const float x[3] = {1, -2, 0.5f}, dy[2] = {1, -1};
+  const float *y;
+  ASSERT_OK(dt_model_forward(m, x, 1, &y));
+  const float *w = dt_model_params(m, NULL);
+  for (int o = 0; o < 2; o++) {
+    const float ref = 0.125f * (w[3 * o] * x[0] + w[3 * o + 1] * x[1] + w[3 * o + 2] * x[2]);
+    ASSERT(fabsf(y[o] - ref) <= 1e-6f);
+  }
+  dt_model_zero_grad(m);
+  ASSERT_OK(dt_model_backward(m, dy));
+  const float *g = dt_model_grads(m, NULL);
+  for (int o = 0; o < 2; o++)
+    for (int i = 0; i < 3; i++) ASSERT(fabsf(g[3 * o + i] - 0.125f * dy[o] * x[i]) <= 1e-6f);
+  dt_model_free(m);
+}
+
 /* state_dict order, names and shapes of the parts a resnet adds: stem, a projection, a bottleneck, fc. */
 TEST(names_and_shapes_follow_torchvision) {
   static const struct {
@@ -64,6 +120,11 @@ TEST(names_and_shapes_follow_torchvision) {
       {"resnet20", "layer1.2.bn2.bias", 1, {16}, -1},
       {"resnet20", "layer3.0.downsample.0.weight", 4, {64, 32, 1, 1}, -1},
       {"resnet20", "fc.bias", 1, {10}, -1},
+      {"resnet9", "bn1.num_batches_tracked", 0, {0}, 5},
+      {"resnet9", "layer1.conv.weight", 4, {128, 64, 3, 3}, 6},
+      {"resnet9", "layer1.res.conv2.weight", 4, {128, 128, 3, 3}, -1},
+      {"resnet9", "layer3.res.bn2.running_var", 1, {512}, -1},
+      {"resnet9", "fc.weight", 2, {10, 512}, -1}, /* no bias */
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     dt_model *m = NULL;
@@ -256,7 +317,8 @@ TEST(projection_residual_and_pools_match_finite_differences) {
   dt_model_free(m);
 }
 
-TEST_MAIN(TEST_ENTRY(parameter_counts_equal_torchvision), TEST_ENTRY(names_and_shapes_follow_torchvision),
+TEST_MAIN(TEST_ENTRY(parameter_counts_equal_torchvision), TEST_ENTRY(width_sets_the_stages_channels),
+          TEST_ENTRY(scale_layer_multiplies_both_ways), TEST_ENTRY(names_and_shapes_follow_torchvision),
           TEST_ENTRY(zero_init_residual_and_conv_init), TEST_ENTRY(too_small_input_is_a_clear_error),
           TEST_ENTRY(residual_shortcut_errors), TEST_ENTRY(padded_maxpool_pads_with_minus_infinity),
           TEST_ENTRY(adaptive_avgpool_bins_match_pytorch),
