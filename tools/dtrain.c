@@ -183,7 +183,7 @@ static int read_text_flags(const flag_args *p, const flag_spec *rows, int first,
 typedef enum train_flag {
   TRAIN_MODEL, TRAIN_HIDDEN, TRAIN_DROPOUT, TRAIN_FACTORS, TRAIN_EMBEDDING_L2, TRAIN_SPARSE_EMBEDDINGS,
   TRAIN_ZERO_INIT_RESIDUAL, TRAIN_WIDTH, TRAIN_LAYERS, TRAIN_HIDDEN_SIZE, TRAIN_HEADS, TRAIN_INTERMEDIATE_SIZE, TRAIN_INIT_FROM,
-  TRAIN_DATA, TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_AUGMENT, TRAIN_DATA_WORKERS,
+  TRAIN_DATA, TRAIN_SPLIT, TRAIN_NORMALIZE, TRAIN_AUGMENT, TRAIN_TTA, TRAIN_DATA_WORKERS,
   TRAIN_CACHE_IMAGES, TRAIN_SKIP_BAD_IMAGES, TRAIN_VOCAB, TRAIN_TEXT_COLUMN, TRAIN_TEXT_PAIR_COLUMN,
   TRAIN_LABEL_COLUMNS, TRAIN_LABEL_COLUMN, TRAIN_MAX_LEN, TRAIN_NO_LOWER_CASE, TRAIN_SKIP_BAD_ROWS,
   TRAIN_LIMIT_TRAIN, TRAIN_LIMIT_TEST, TRAIN_LIMIT_PICK,
@@ -215,6 +215,10 @@ static const flag_choice exchanges[] = {
     {"auto", DT_ROWS_AUTO}, {"dense", DT_ROWS_DENSE}, {"sparse", DT_ROWS_SPARSE}, {NULL, 0}};
 static const flag_choice augments[] = {
     {"none", DT_AUGMENT_NONE}, {"cifar", DT_AUGMENT_CIFAR}, {"imagenet", DT_AUGMENT_IMAGENET}, {NULL, 0}};
+static const flag_choice ttas[] = {{"none", DT_TTA_NONE}, {"flip", DT_TTA_FLIP}, {NULL, 0}};
+#define HELP_TTA                                                                                                      \
+  "images: test-time augmentation; flip scores each image by the mean of its logits and its mirror's (torchvision's " \
+  "hflip), two forwards per image"
 static const flag_choice limit_picks[] = {
     {"auto", DT_LIMIT_PICK_AUTO}, {"first", DT_LIMIT_PICK_FIRST}, {"random", DT_LIMIT_PICK_RANDOM}, {NULL, 0}};
 static const flag_choice holdouts[] = {{"random", DT_HOLDOUT_DEFAULT}, {"leave-last-out", DT_HOLDOUT_LAST}, {NULL, 0}};
@@ -277,6 +281,8 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                        "imagenet (train RandomResizedCrop(224) + RandomHorizontalFlip; test Resize(256) + "
                        "CenterCrop(224)), each normalised by default with its data set's per-channel mean and std; or "
                        "none (ToTensor only: every image must have one size)", .choices = augments},
+    [TRAIN_TTA] = {"--tta", "MODE", FLAG_CHOICE, "none", "flip", .help = HELP_TTA " (every evaluation of the run)",
+                   .choices = ttas},
     [TRAIN_DATA_WORKERS] = {"--data-workers", "N", FLAG_POS_INT, "1; image folders: one per 8 cores, 1 to 4", "2",
                             .help = "loader threads that read, decode and augment batches ahead of training (as "
                             "DataLoader(num_workers=N))"},
@@ -529,6 +535,7 @@ static int train_model_flags(const flag_args *p, dt_train_config *cfg) {
   if (v[TRAIN_SPLIT].given) cfg->holdout = (dt_holdout)v[TRAIN_SPLIT].choice;
   if (v[TRAIN_NORMALIZE].given) read_normalize(&v[TRAIN_NORMALIZE], &cfg->normalize);
   if (v[TRAIN_AUGMENT].given) cfg->augment = (dt_augment)v[TRAIN_AUGMENT].choice;
+  if (v[TRAIN_TTA].given) cfg->tta = (dt_tta)v[TRAIN_TTA].choice;
   if (v[TRAIN_DATA_WORKERS].given) cfg->data_workers = (int)v[TRAIN_DATA_WORKERS].i;
   cfg->cache_images = v[TRAIN_CACHE_IMAGES].given;
   cfg->skip_bad_images = v[TRAIN_SKIP_BAD_IMAGES].given;
@@ -794,10 +801,10 @@ static int train_run(dt_train_config *cfg) {
   FILE *out = cfg->progress;
   if (out) {
     fprintf(out,
-            "training %s on %s: %d epoch(s), batch %d, %s lr %g, %d thread(s) (%s), strategy %s, amp %s, out %s\n",
+            "training %s on %s: %d epoch(s), batch %d, %s lr %g, %d thread(s) (%s), strategy %s, amp %s%s, out %s\n",
             cfg->model, cfg->data, cfg->epochs, cfg->batch_size, dt_optim_kind_name(cfg->optim.kind), (double)cfg->lr,
             dt_get_threads(), dt_sgemm_name(), dt_strategy_name(cfg->strategy), dt_amp_path_name(cfg->amp),
-            cfg->out_dir);
+            cfg->tta == DT_TTA_FLIP ? ", test-time flip" : "", cfg->out_dir);
     fflush(out);
   }
   set_stop_handlers(on_stop_signal);
@@ -833,7 +840,7 @@ static int cmd_train(const flag_args *p) {
 
 /* ---- eval -------------------------------------------------------------------- */
 typedef enum eval_flag {
-  EVAL_WEIGHTS, EVAL_MODEL, EVAL_HIDDEN, EVAL_DATA, EVAL_SPLIT, EVAL_NORMALIZE, EVAL_AUGMENT, EVAL_VOCAB,
+  EVAL_WEIGHTS, EVAL_MODEL, EVAL_HIDDEN, EVAL_DATA, EVAL_SPLIT, EVAL_NORMALIZE, EVAL_AUGMENT, EVAL_TTA, EVAL_VOCAB,
   EVAL_TEXT_COLUMN, EVAL_TEXT_PAIR_COLUMN, EVAL_LABEL_COLUMNS, EVAL_LABEL_COLUMN, EVAL_MAX_LEN, EVAL_NO_LOWER_CASE,
   EVAL_SKIP_BAD_ROWS, EVAL_BATCH_SIZE, EVAL_THREADS, EVAL_LIMIT, EVAL_STRATEGY, EVAL_WORKERS, EVAL_COUNT
 } eval_flag;
@@ -859,6 +866,7 @@ static const flag_spec eval_flags[EVAL_COUNT] = {
                       .help = "RGB images: the training's transform preset, whose test transforms (and mean and "
                               "std, unless --normalize) apply: cifar, imagenet or none",
                       .choices = augments},
+    [EVAL_TTA] = {"--tta", "MODE", FLAG_CHOICE, "none", "flip", .help = HELP_TTA, .choices = ttas},
     [EVAL_VOCAB] = {"--vocab", "FILE", FLAG_STR, "from the file's metadata", VOCAB_EXAMPLE, .help = HELP_VOCAB},
     [EVAL_TEXT_COLUMN] = {"--text-column", "NAME", FLAG_STR, "from the file's metadata", "comment_text",
                           .help = HELP_TEXT_COLUMN},
@@ -898,6 +906,7 @@ static int eval_flags_read(const flag_args *p, dt_eval_config *cfg) {
   cfg->normalize_set = v[EVAL_NORMALIZE].given;
   if (v[EVAL_AUGMENT].given) cfg->augment = (dt_augment)v[EVAL_AUGMENT].choice;
   cfg->augment_set = v[EVAL_AUGMENT].given;
+  if (v[EVAL_TTA].given) cfg->tta = (dt_tta)v[EVAL_TTA].choice;
   if ((rc = read_text_flags(p, eval_flags, EVAL_VOCAB, cfg->data, &cfg->text))) return rc;
   if (v[EVAL_BATCH_SIZE].given) cfg->batch_size = (int)v[EVAL_BATCH_SIZE].i;
   if (v[EVAL_THREADS].given) cfg->threads = (int)v[EVAL_THREADS].i;
@@ -920,8 +929,9 @@ static int cmd_eval(const flag_args *p) {
   if (st == DT_USAGE) return flags_usage_error(p->prog, "see 'dtrain eval --help'", "%s", dt_last_error());
   if (st != DT_OK)
     return runtime_error(st, "check --weights and --data; --model and --hidden must match the training run");
-  printf("eval %s on %s %s (%lld samples): loss %.4f", r.model, r.data, cfg.split == DT_SPLIT_TEST ? "test" : "train",
-         (long long)r.samples, r.loss);
+  printf("eval %s on %s %s (%lld samples%s): loss %.4f", r.model, r.data,
+         cfg.split == DT_SPLIT_TEST ? "test" : "train", (long long)r.samples,
+         cfg.tta == DT_TTA_FLIP ? ", each with its mirror" : "", r.loss);
   for (int i = 0; i < r.metrics.n_eval; i++) {
     const dt_metric_desc *d = &r.metrics.eval[i];
     if (d->percent)

@@ -40,6 +40,10 @@ const char *dt_strategy_name(dt_strategy s);
 typedef enum dt_limit_pick { DT_LIMIT_PICK_AUTO = 0, DT_LIMIT_PICK_FIRST, DT_LIMIT_PICK_RANDOM } dt_limit_pick;
 const char *dt_limit_pick_name(dt_limit_pick p);
 
+/* Test-time augmentation of evaluation (--tta): none, or the mean of the outputs of each image and its mirror. */
+typedef enum dt_tta { DT_TTA_NONE = 0, DT_TTA_FLIP } dt_tta;
+const char *dt_tta_name(dt_tta t);
+
 typedef struct dt_train_config {
   /* model */
   const char *model;               /* zoo name ("fashioncnn", "mlp", ...) */
@@ -61,6 +65,7 @@ typedef struct dt_train_config {
   dt_normalize normalize; /* disabled: x / 255 */
   dt_holdout holdout;     /* ratings: the default (a random --val-fraction, 0.1) or leave-last-out */
   dt_augment augment;     /* RGB images: transform preset (and its mean/std unless normalize is enabled) */
+  dt_tta tta;             /* evaluation of images: none, or flip (the mean output of each image and its mirror) */
   int data_workers;       /* loader threads making batches; 0: dt_loader_config's default */
   int cache_images;       /* image folders: decode every image once into memory */
   int skip_bad_images;    /* image folders: leave out files that do not decode (counted in the summary) */
@@ -209,6 +214,7 @@ typedef struct dt_eval_config {
   int normalize_set;
   dt_augment augment;     /* RGB images: used when augment_set; otherwise from metadata "augment" (or none) */
   int augment_set;
+  dt_tta tta;             /* images: none, or flip (the mean output of each image and its mirror) */
   dt_text_options text;   /* text data: each one given overrides the file's metadata (vocab, text_column, ...) */
   int batch_size;         /* >= 1 */
   int threads;            /* 0: all cores */

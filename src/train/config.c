@@ -228,6 +228,7 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
   else
     RAW(",\"normalize\":null");
   if (c->augment != DT_AUGMENT_NONE) STR("augment", dt_augment_name(c->augment));
+  if (c->tta != DT_TTA_NONE) STR("tta", dt_tta_name(c->tta));
   if (c->data_workers) RAW(",\"data_workers\":%d", c->data_workers);
   if (c->cache_images) RAW(",\"cache_images\":true");
   if (c->skip_bad_images) RAW(",\"skip_bad_images\":true");

@@ -231,12 +231,14 @@ typedef struct eval_state {
   float *buf; /* dp: outputs of a whole batch */
   dt_metric_acc *acc;
   dt_prefix_sampler prefix;
+  dt_tta_forward tta;         /* forward, averaged over mirrors under --tta flip */
 } eval_state;
 
 static void eval_free(eval_state *s) {
   dt_free(s->rank_scores);
   dt_free(s->rank_pairs);
   dt_metric_acc_free(s->acc);
+  dt_tta_close(&s->tta);
   dt_free(s->buf);
   dt_dp_free(s->dp);
   dt_loader_free(s->loader);
@@ -428,8 +430,9 @@ dt_status dt_eval_run(const dt_eval_config *cfg, dt_eval_result *res) {
   if (st == DT_OK) st = check_ids(cfg, &p, &s);
   if (st == DT_OK) st = open_task(cfg, &p, &s);
   if (st == DT_OK) st = open_model(cfg, &p, &s);
+  if (st == DT_OK) st = dt_tta_open(&s.tta, cfg->tta, s.m, forward, &s);
   if (st == DT_OK) st = open_loader(cfg, &s);
-  if (st == DT_OK) st = dt_train_evaluate(s.m, forward, &s, s.loader, s.task, -1, s.acc, &seconds);
+  if (st == DT_OK) st = dt_train_evaluate(s.m, dt_tta_fn, &s.tta, s.loader, s.task, -1, s.acc, &seconds);
   if (st == DT_OK && s.ranking.n) st = eval_ranking(cfg, &s, &seconds);
   if (st == DT_OK) {
     dt_eval_result r;

@@ -122,6 +122,7 @@ struct dt_run {
   int n_history;
   int64_t history_cap;
   dt_metric_acc *epoch_acc, *eval_acc;
+  dt_tta_forward tta; /* the evaluation forward: the strategy's, averaged over mirrors under --tta flip */
   char config_json[8192];
   int clear_out;                   /* --overwrite found an earlier run's outputs: rank 0 deletes them before writing */
   char last_snapshot[4096];        /* the newest snapshot this run wrote ("" none): where the weights are if saving fails */

@@ -63,6 +63,24 @@ typedef dt_status (*dt_forward_fn)(void *user, const void *x, int n, const float
 dt_status dt_train_evaluate(dt_model *m, dt_forward_fn fwd, void *user, dt_loader *l, const dt_task *t, int64_t count,
                             dt_metric_acc *acc, double *seconds);
 
+/* Test-time augmentation (tta.c): dt_tta_fn is an evaluation forward that runs `inner` on the batch and, under
+ * DT_TTA_FLIP, on its mirror image (each (C, H, W) sample's rows reversed, torchvision's hflip) and gives the mean
+ * of the two outputs (logits); under DT_TTA_NONE it is inner itself. */
+typedef struct dt_tta_forward {
+  dt_tta mode;
+  dt_forward_fn inner;
+  void *inner_user;
+  int64_t rows, w;     /* a sample: rows (C * H) of w values */
+  int outputs;
+  float *flipped;      /* (cap, rows * w) */
+  float *mean;         /* (cap, outputs) */
+  int cap;
+} dt_tta_forward;
+/* DT_USAGE when mode mirrors and the model's samples are not f32 (C, H, W). */
+dt_status dt_tta_open(dt_tta_forward *t, dt_tta mode, const dt_model *m, dt_forward_fn inner, void *inner_user);
+dt_status dt_tta_fn(void *user, const void *x, int n, const float **out);
+void dt_tta_close(dt_tta_forward *t);
+
 /* Ranking evaluation (eval_rank.c): HR@K and NDCG@K at K = 10, the NCF paper's protocol. Scores the
  * candidates of queries q[0..nq) of rk into scores (nq, rk->per), batch pairs per forward through fwd;
  * pairs is (batch, 2) scratch. */

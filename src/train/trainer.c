@@ -34,6 +34,7 @@ static void run_free(dt_run *r) {
   r->strategy->free(r);
   dt_free(r->history);
   dt_metric_acc_free(r->eval_acc);
+  dt_tta_close(&r->tta);
   dt_metric_acc_free(r->epoch_acc);
   dt_free(r->dout);
   dt_free(r->rows);
@@ -230,6 +231,12 @@ static dt_status open_schedule(dt_run *r) {
   return dt_lr_schedule_check(s);
 }
 
+/* The strategy's evaluation forward as a dt_forward_fn. */
+static dt_status run_forward(void *user, const void *x, int n, const float **out) {
+  dt_run *r = user;
+  return r->strategy->forward(r, x, n, out);
+}
+
 static dt_status open_run(dt_run *r, dt_train_result *out) {
   const dt_train_config *c = r->cfg;
   DT_CHECK(dt_set_threads(c->threads));
@@ -250,6 +257,7 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
   DT_CHECK(dt_run_rank_open(r));
   DT_CHECK(open_task(r));
   DT_CHECK(open_model(r));
+  DT_CHECK(dt_tta_open(&r->tta, c->tta, r->model, run_forward, r));
   if (c->init_from) DT_CHECK(dt_run_init_from(r)); /* before DDP broadcasts rank 0's model */
   if (c->no_decay) DT_CHECK(dt_run_no_decay(r));
   DT_CHECK(r->strategy->make_loaders(r));
@@ -278,19 +286,13 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
 
 /* ---- the loop ------------------------------------------------------------------------------ */
 
-/* The strategy's evaluation forward as a dt_forward_fn. */
-static dt_status run_forward(void *user, const void *x, int n, const float **out) {
-  dt_run *r = user;
-  return r->strategy->forward(r, x, n, out);
-}
-
 /* One evaluation pass over this rank's part of the validation data into r->eval_acc (reduced by the caller). */
 static dt_status evaluate(dt_run *r, double *seconds) {
   dt_metric_acc_reset(r->eval_acc);
   if (!r->val) return DT_OK;
   double te = dt_trace_now_us();
   if (r->strategy->eval_start) DT_CHECK(r->strategy->eval_start(r));
-  DT_CHECK(dt_train_evaluate(r->model, run_forward, r, r->val_loader, r->task, r->my_val, r->eval_acc, seconds));
+  DT_CHECK(dt_train_evaluate(r->model, dt_tta_fn, &r->tta, r->val_loader, r->task, r->my_val, r->eval_acc, seconds));
   if (r->ranking.n) { /* not in *seconds: the inference figure is the evaluation's samples over their time */
     dt_model_set_training(r->model, 0);
     dt_status st = dt_run_rank_eval(r);

@@ -5,8 +5,9 @@
 # (other inputs, other loss); config.json records "augment", and --resume on another preset is a
 # data change (refused without --allow-data-change); --limit-train/--limit-test draw a seeded random subset
 # of the class-sorted folder by default, first N on request, and a changed pick is a data change too.
-# resnet9 --width 4: config.json and the weights record the width, and eval rebuilds that width from them;
-# --width on a model without one is a usage error.
+# resnet9 --width 4 --tta flip: config.json and the weights record the width, and eval rebuilds that width from
+# them; eval --tta flip reproduces the run's test figures (each image scored with its mirror), eval without it
+# gives others; --width on a model without one, and --tta flip on data that are not images, are usage errors.
 set -u
 b=${DT_BUILD_DIR:?DT_BUILD_DIR must name the build directory}
 SRC=${DT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -69,16 +70,25 @@ run eval_bad 30 "$DTRAIN" eval --weights "$tmp/run/model.safetensors" --augment 
 [ "$rc" = 2 ] && grep -q "not one of none/cifar/imagenet" "$tmp/eval_bad.err" && ok "--augment flip: usage error" ||
   { show eval_bad; fail "eval --augment flip: exit $rc"; }
 
-section "resnet9 --width 4: recorded, and eval builds that width"
+section "resnet9 --width 4 --tta flip: recorded, and eval builds that width"
 run r9 120 "$DTRAIN" train --model resnet9 --width 4 --data "$tmp/img" --augment cifar --epochs 1 --batch-size 8 \
-  --optimizer sgd --lr 0.05 --momentum 0.9 --nesterov --out "$tmp/r9" --progress none
+  --optimizer sgd --lr 0.05 --momentum 0.9 --nesterov --tta flip --out "$tmp/r9" --progress none
 [ "$rc" = 0 ] || { show r9; fail "train resnet9 exit $rc"; }
-grep -q '"width":4' "$tmp/r9/config.json" && ok "config.json records the width" ||
-  fail "config.json records no width: $(cat "$tmp/r9/config.json")"
-run r9_eval 60 "$DTRAIN" eval --weights "$tmp/r9/model.safetensors"
+grep -q '"width":4' "$tmp/r9/config.json" && grep -q '"tta":"flip"' "$tmp/r9/config.json" &&
+  ok "config.json records the width and the test-time flip" ||
+  fail "config.json records no width or tta: $(cat "$tmp/r9/config.json")"
+run r9_eval 60 "$DTRAIN" eval --weights "$tmp/r9/model.safetensors" --tta flip
 r9_got=$(sed -nE 's/.*loss ([0-9.]+)  top1 ([0-9.]+)%.*/\1 \2/p' "$tmp/r9_eval.out")
-[ "$rc" = 0 ] && [ "$r9_got" = "$(summary "$tmp/r9/summary.json")" ] && ok "eval rebuilds width 4 ($r9_got)" ||
-  { show r9_eval; fail "eval of resnet9 --width 4: rc $rc, '$r9_got'"; }
+[ "$rc" = 0 ] && [ "$r9_got" = "$(summary "$tmp/r9/summary.json")" ] && grep -q "each with its mirror" "$tmp/r9_eval.out" &&
+  ok "eval --tta flip rebuilds width 4 and gives the run's figures ($r9_got)" ||
+  { show r9_eval; fail "eval of resnet9 --width 4 --tta flip: rc $rc, '$r9_got'"; }
+run r9_plain 60 "$DTRAIN" eval --weights "$tmp/r9/model.safetensors"
+r9_plain=$(sed -nE 's/.*loss ([0-9.]+)  top1 ([0-9.]+)%.*/\1 \2/p' "$tmp/r9_plain.out")
+[ "$rc" = 0 ] && [ -n "$r9_plain" ] && [ "$r9_plain" != "$r9_got" ] && ok "eval without --tta scores otherwise ($r9_plain)" ||
+  { show r9_plain; fail "eval without --tta: rc $rc, '$r9_plain' should differ from '$r9_got'"; }
+run tta_bad 30 "$DTRAIN" train --model mlp --data synthetic:64 --tta flip --out "$tmp/tta_bad"
+[ "$rc" = 2 ] && grep -q "mirrors images (C, H, W)" "$tmp/tta_bad.err" && ok "--tta flip on vectors: usage error" ||
+  { show tta_bad; fail "--tta flip on vectors: exit $rc"; }
 run r9_bad 30 "$DTRAIN" train --model resnet18 --width 4 --data "$tmp/img" --out "$tmp/r18"
 [ "$rc" = 2 ] && grep -q -- "--width applies only to" "$tmp/r9_bad.err" && ok "--width with resnet18: usage error" ||
   { show r9_bad; fail "--width with resnet18: exit $rc"; }
