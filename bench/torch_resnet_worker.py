@@ -143,6 +143,8 @@ def main():
     ap.add_argument("--label-smoothing", type=float, default=0.0, help="cross-entropy's label_smoothing")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
+    if a.width and a.model != "resnet9":
+        sys.exit("torch_resnet_worker: --width applies to resnet9 only")
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     world = int(os.environ.get("WORLD_SIZE", "1"))

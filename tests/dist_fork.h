@@ -1,6 +1,6 @@
-/* Multi-process test scaffolding: the parent serves a store, forks `world`
- * children that each join a group through it, runs fn in every child and
- * collects exit codes (a child that hangs is killed at the deadline). */
+/* Multi-process test scaffolding: a helper process serves a store, the test
+ * forks `world` children that each join a group through it, runs fn in every
+ * child and collects exit codes (a child that hangs is killed at the deadline). */
 #ifndef DT_TESTS_DIST_FORK_H
 #define DT_TESTS_DIST_FORK_H
 
@@ -24,7 +24,7 @@
 #define DF_MAX_WORLD 8
 
 typedef struct df_job {
-  int port;            /* the parent's store */
+  int port;            /* the store (df_start_store's helper) */
   const char *run_id;
   int round;           /* distinct per job: keys never collide */
   const char *backend;
@@ -36,14 +36,15 @@ typedef struct df_job {
 /* A store served by a process of its own: the test process stays single
  * threaded, so forking ranks from it is safe (a thread holding an allocator
  * lock at fork time would deadlock the child, as seen under ASan). The helper
- * serves until the write end `stop` is closed, or the test process dies. */
+ * serves until the write end `stop` is closed and no forked child holds it
+ * any more, or the test process dies; df_store_proc_stop then kills it. */
 typedef struct df_store_proc {
   pid_t pid;
   int stop; /* write end of the helper's pipe: closing it stops the server */
   int port;
 } df_store_proc;
 
-/* Starts the helper for run_id; 0 on success, -1 (said on stderr) otherwise. */
+/* Starts the helper for run_id into *sp; 0 on success, -1 (said on stderr) otherwise. */
 static inline int df_store_proc_start(const char *run_id, df_store_proc *sp) {
   int up[2], down[2];
   if (pipe(up) != 0) return -1;
@@ -71,19 +72,24 @@ static inline int df_store_proc_start(const char *run_id, df_store_proc *sp) {
   int port = -1;
   const ssize_t n = p < 0 ? 0 : read(up[0], &port, sizeof port);
   close(up[0]);
-  sp->pid = p;
-  sp->stop = down[1];
-  sp->port = port;
-  if (n == (ssize_t)sizeof port && port > 0) return 0;
+  if (n == (ssize_t)sizeof port && port > 0) {
+    *sp = (df_store_proc){.pid = p, .stop = down[1], .port = port};
+    return 0;
+  }
   fprintf(stderr, "the store process did not start\n");
-  if (p > 0) close(down[1]), waitpid(p, NULL, 0);
+  close(down[1]);
+  if (p > 0) kill(p, SIGKILL), waitpid(p, NULL, 0);
   return -1;
 }
 
+/* Closes the helper's pipe and waits up to 2 s for it to stop the server and exit (children forked since hold the
+ * pipe too: one still alive keeps it serving), then kills it. */
 static inline void df_store_proc_stop(df_store_proc *sp) {
   if (sp->pid <= 0) return;
   close(sp->stop);
-  waitpid(sp->pid, NULL, 0);
+  pid_t done = 0;
+  for (int i = 0; i < 200 && (done = waitpid(sp->pid, NULL, WNOHANG)) == 0; i++) usleep(10000);
+  if (done == 0) kill(sp->pid, SIGKILL), waitpid(sp->pid, NULL, 0);
   sp->pid = 0;
 }
 

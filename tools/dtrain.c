@@ -246,9 +246,9 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
     [TRAIN_ZERO_INIT_RESIDUAL] = {"--zero-init-residual", NULL, FLAG_BOOL, "off: BN weights 1", NULL,
                                   .help = "resnets: start each residual block's last BatchNorm weight at 0, as "
                                   "torchvision's zero_init_residual=True (each block starts as the identity)"},
-    [TRAIN_WIDTH] = {"--width", "W", FLAG_POS_INT, "the model's own: 64 for resnet9, 16 for resnet20/32/56", "32",
+    [TRAIN_WIDTH] = {"--width", "W", FLAG_INT_RANGE, "the model's own: 64 for resnet9, 16 for resnet20/32/56", "32",
                      .help = "resnet9, resnet20, resnet32, resnet56: channels of the first stage; each later stage "
-                     "doubles them (resnet9 --width 32 is a quarter of its multiply-adds)"},
+                     "doubles them (resnet9 --width 32 is a quarter of its multiply-adds)", .lo = 1, .hi = 4096},
     [TRAIN_LAYERS] = {"--layers", "N", FLAG_POS_INT, "the preset's", "4",
                       .help = "bert models: encoder layers (num_hidden_layers)"},
     [TRAIN_HIDDEN_SIZE] = {"--hidden-size", "H", FLAG_POS_INT, "the preset's", "256",
@@ -840,7 +840,7 @@ static int cmd_train(const flag_args *p) {
 
 /* ---- eval -------------------------------------------------------------------- */
 typedef enum eval_flag {
-  EVAL_WEIGHTS, EVAL_MODEL, EVAL_HIDDEN, EVAL_DATA, EVAL_SPLIT, EVAL_NORMALIZE, EVAL_AUGMENT, EVAL_TTA, EVAL_VOCAB,
+  EVAL_WEIGHTS, EVAL_MODEL, EVAL_HIDDEN, EVAL_WIDTH, EVAL_DATA, EVAL_SPLIT, EVAL_NORMALIZE, EVAL_AUGMENT, EVAL_TTA, EVAL_VOCAB,
   EVAL_TEXT_COLUMN, EVAL_TEXT_PAIR_COLUMN, EVAL_LABEL_COLUMNS, EVAL_LABEL_COLUMN, EVAL_MAX_LEN, EVAL_NO_LOWER_CASE,
   EVAL_SKIP_BAD_ROWS, EVAL_BATCH_SIZE, EVAL_THREADS, EVAL_LIMIT, EVAL_STRATEGY, EVAL_WORKERS, EVAL_COUNT
 } eval_flag;
@@ -856,6 +856,8 @@ static const flag_spec eval_flags[EVAL_COUNT] = {
                     .help = "model from the zoo the weights belong to"},
     [EVAL_HIDDEN] = {"--hidden", "W1,W2,...", FLAG_WIDTHS, "from the file's metadata", "256,128",
                      .help = "hidden layer widths of mlp"},
+    [EVAL_WIDTH] = {"--width", "W", FLAG_INT_RANGE, "from the file's metadata, else the model's own", "32",
+                    .help = "resnet9, resnet20, resnet32, resnet56: the training's --width", .lo = 1, .hi = 4096},
     [EVAL_DATA] = {"--data", "SOURCE", FLAG_STR, "from the file's metadata, else fashion-mnist", "fashion-mnist",
                    .help = "dataset name or a directory of IDX files"},
     [EVAL_SPLIT] = {"--split", "NAME", FLAG_CHOICE, "test", "train",
@@ -866,7 +868,8 @@ static const flag_spec eval_flags[EVAL_COUNT] = {
                       .help = "RGB images: the training's transform preset, whose test transforms (and mean and "
                               "std, unless --normalize) apply: cifar, imagenet or none",
                       .choices = augments},
-    [EVAL_TTA] = {"--tta", "MODE", FLAG_CHOICE, "none", "flip", .help = HELP_TTA, .choices = ttas},
+    [EVAL_TTA] = {"--tta", "MODE", FLAG_CHOICE, "from the file's metadata, else none", "flip",
+                  .help = HELP_TTA " (none overrides a run's flip)", .choices = ttas},
     [EVAL_VOCAB] = {"--vocab", "FILE", FLAG_STR, "from the file's metadata", VOCAB_EXAMPLE, .help = HELP_VOCAB},
     [EVAL_TEXT_COLUMN] = {"--text-column", "NAME", FLAG_STR, "from the file's metadata", "comment_text",
                           .help = HELP_TEXT_COLUMN},
@@ -907,6 +910,8 @@ static int eval_flags_read(const flag_args *p, dt_eval_config *cfg) {
   if (v[EVAL_AUGMENT].given) cfg->augment = (dt_augment)v[EVAL_AUGMENT].choice;
   cfg->augment_set = v[EVAL_AUGMENT].given;
   if (v[EVAL_TTA].given) cfg->tta = (dt_tta)v[EVAL_TTA].choice;
+  cfg->tta_set = v[EVAL_TTA].given;
+  if (v[EVAL_WIDTH].given) cfg->width = (int)v[EVAL_WIDTH].i;
   if ((rc = read_text_flags(p, eval_flags, EVAL_VOCAB, cfg->data, &cfg->text))) return rc;
   if (v[EVAL_BATCH_SIZE].given) cfg->batch_size = (int)v[EVAL_BATCH_SIZE].i;
   if (v[EVAL_THREADS].given) cfg->threads = (int)v[EVAL_THREADS].i;

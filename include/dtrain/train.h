@@ -214,7 +214,9 @@ typedef struct dt_eval_config {
   int normalize_set;
   dt_augment augment;     /* RGB images: used when augment_set; otherwise from metadata "augment" (or none) */
   int augment_set;
-  dt_tta tta;             /* images: none, or flip (the mean output of each image and its mirror) */
+  dt_tta tta;             /* images: used when tta_set; otherwise from metadata "tta" (or none) */
+  int tta_set;
+  int width;              /* resnet9, CIFAR resnets: used when > 0; otherwise from metadata "width" (or the model's) */
   dt_text_options text;   /* text data: each one given overrides the file's metadata (vocab, text_column, ...) */
   int batch_size;         /* >= 1 */
   int threads;            /* 0: all cores */

@@ -166,6 +166,8 @@ dt_status dt_train_config_check(const dt_train_config *c) {
   if (c->sparse_embeddings) DT_CHECK(dt_optim_rows_check(&c->optim));
   if (c->augment != DT_AUGMENT_NONE && c->augment != DT_AUGMENT_CIFAR && c->augment != DT_AUGMENT_IMAGENET)
     return dt_error(DT_INVALID_ARGUMENT, "unknown augment preset %d", (int)c->augment);
+  if (c->tta != DT_TTA_NONE && c->tta != DT_TTA_FLIP)
+    return dt_error(DT_INVALID_ARGUMENT, "unknown test-time augmentation %d", (int)c->tta);
   if (c->data_workers < 0 || c->data_workers > DT_LOADER_MAX_WORKERS)
     return dt_error(DT_INVALID_ARGUMENT, "data workers = %d must be in 0..%d", c->data_workers, DT_LOADER_MAX_WORKERS);
   if (c->holdout != DT_HOLDOUT_DEFAULT && c->holdout != DT_HOLDOUT_LAST)

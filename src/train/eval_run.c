@@ -23,6 +23,7 @@ typedef struct eval_plan {
   int hidden[DT_TRAIN_MAX_HIDDEN], n_hidden;
   dt_normalize norm;
   dt_augment augment;        /* image transforms of the split (the test split: Normalize, and imagenet's center crop) */
+  dt_tta tta;                /* the caller's, else the file's "tta" (else none) */
   char task[24];             /* the task the weights were trained on ("" if not recorded) */
   int outputs, l1, n_pos_weight;
   float pos_weight[DT_TRAIN_MAX_POS_WEIGHT];
@@ -63,8 +64,10 @@ dt_status dt_weights_arch_read(const char *path, const dt_safetensors *f, dt_wei
   if (k && *k && ((a.factors = (int)strtol(k, &end, 10)) < 1 || *end))
     return dt_error(DT_CORRUPT, "%s: metadata factors=\"%.40s\" is not a positive width", path, k);
   const char *w = dt_safetensors_meta(f, "width");
-  if (w && *w && ((a.width = (int)strtol(w, &end, 10)) < 1 || a.width > 4096 || *end))
+  long wl = 0;
+  if (w && *w && ((wl = strtol(w, &end, 10)) < 1 || wl > 4096 || *end))
     return dt_error(DT_CORRUPT, "%s: metadata width=\"%.40s\" is not a width in 1..4096", path, w);
+  a.width = (int)wl;
   const char *bd = dt_safetensors_meta(f, "bert_dims");
   int used = 0;
   if (bd && *bd &&
@@ -89,6 +92,7 @@ static dt_status plan_model(const dt_eval_config *cfg, const dt_safetensors *f, 
   strcpy(p->model, name);
   p->n_hidden = cfg->n_hidden;
   memcpy(p->hidden, cfg->hidden, sizeof p->hidden);
+  p->width = cfg->width;
   p->dropout = -1.0f;
   if (!file_model || strcmp(file_model, name) != 0) return DT_OK;
   dt_weights_arch a;
@@ -98,7 +102,7 @@ static dt_status plan_model(const dt_eval_config *cfg, const dt_safetensors *f, 
     memcpy(p->hidden, a.hidden, sizeof p->hidden);
   }
   p->factors = a.factors;
-  p->width = a.width;
+  if (!p->width) p->width = a.width;
   memcpy(p->bert_dims, a.bert_dims, sizeof p->bert_dims);
   p->dropout = a.dropout;
   return DT_OK;
@@ -121,9 +125,23 @@ static dt_status plan_augment(const dt_eval_config *cfg, const dt_safetensors *f
                   cfg->weights, a);
 }
 
+/* Test-time augmentation: the caller's, else the training run's (the file's "tta"), so that eval scores as the
+ * run's evaluations did. */
+static dt_status plan_tta(const dt_eval_config *cfg, const dt_safetensors *f, eval_plan *p) {
+  p->tta = cfg->tta_set ? cfg->tta : DT_TTA_NONE;
+  const char *t = dt_safetensors_meta(f, "tta");
+  if (cfg->tta_set || !t || !*t) return DT_OK;
+  if (strcmp(t, dt_tta_name(DT_TTA_FLIP)) == 0) {
+    p->tta = DT_TTA_FLIP;
+    return DT_OK;
+  }
+  return dt_error(DT_CORRUPT, "%s: metadata tta=\"%.40s\" is not flip (give --tta)", cfg->weights, t);
+}
+
 /* Normalisation and data source: the caller's, else the file's (else none and fashion-mnist). */
 static dt_status plan_data(const dt_eval_config *cfg, const dt_safetensors *f, eval_plan *p) {
   DT_CHECK(plan_augment(cfg, f, p));
+  DT_CHECK(plan_tta(cfg, f, p));
   p->norm = cfg->normalize;
   const char *nz = dt_safetensors_meta(f, "normalize");
   if (!cfg->normalize_set) {
@@ -411,6 +429,10 @@ static dt_status check_config(const dt_eval_config *cfg) {
   if (!cfg || !cfg->weights) return dt_error(DT_INVALID_ARGUMENT, "no weights file to evaluate");
   if (cfg->batch_size < 1) return dt_error(DT_INVALID_ARGUMENT, "batch size = %d must be >= 1", cfg->batch_size);
   if (cfg->limit < 0) return dt_error(DT_INVALID_ARGUMENT, "limit = %lld must be >= 0", (long long)cfg->limit);
+  if (cfg->width < 0 || cfg->width > 4096)
+    return dt_error(DT_INVALID_ARGUMENT, "width = %d outside 1..4096 (0: the file's)", cfg->width);
+  if (cfg->tta_set && cfg->tta != DT_TTA_NONE && cfg->tta != DT_TTA_FLIP)
+    return dt_error(DT_INVALID_ARGUMENT, "unknown test-time augmentation %d", (int)cfg->tta);
   if (cfg->n_hidden < 0 || cfg->n_hidden > DT_TRAIN_MAX_HIDDEN)
     return dt_error(DT_INVALID_ARGUMENT, "%d hidden layers: at most %d", cfg->n_hidden, DT_TRAIN_MAX_HIDDEN);
   return DT_OK;
@@ -430,7 +452,7 @@ dt_status dt_eval_run(const dt_eval_config *cfg, dt_eval_result *res) {
   if (st == DT_OK) st = check_ids(cfg, &p, &s);
   if (st == DT_OK) st = open_task(cfg, &p, &s);
   if (st == DT_OK) st = open_model(cfg, &p, &s);
-  if (st == DT_OK) st = dt_tta_open(&s.tta, cfg->tta, s.m, forward, &s);
+  if (st == DT_OK) st = dt_tta_open(&s.tta, p.tta, s.m, forward, &s);
   if (st == DT_OK) st = open_loader(cfg, &s);
   if (st == DT_OK) st = dt_train_evaluate(s.m, dt_tta_fn, &s.tta, s.loader, s.task, -1, s.acc, &seconds);
   if (st == DT_OK && s.ranking.n) st = eval_ranking(cfg, &s, &seconds);

@@ -114,6 +114,7 @@ void dt_run_meta_fill(dt_run_meta *rm, const dt_run *r, const dt_epoch_metrics *
     snprintf(rm->factors, sizeof rm->factors, "%d", c->factors);
     rm->kv[rm->n++] = (dt_kv){"factors", rm->factors};
   }
+  if (c->tta != DT_TTA_NONE) rm->kv[rm->n++] = (dt_kv){"tta", dt_tta_name(c->tta)};
   if (c->width) {
     snprintf(rm->width, sizeof rm->width, "%d", c->width);
     rm->kv[rm->n++] = (dt_kv){"width", rm->width};

@@ -5,9 +5,9 @@
 # (other inputs, other loss); config.json records "augment", and --resume on another preset is a
 # data change (refused without --allow-data-change); --limit-train/--limit-test draw a seeded random subset
 # of the class-sorted folder by default, first N on request, and a changed pick is a data change too.
-# resnet9 --width 4 --tta flip: config.json and the weights record the width, and eval rebuilds that width from
-# them; eval --tta flip reproduces the run's test figures (each image scored with its mirror), eval without it
-# gives others; --width on a model without one, and --tta flip on data that are not images, are usage errors.
+# resnet9 --width 4 --tta flip: config.json and the weights record the width and the flip, and eval with no
+# flags rebuilds that width and reproduces the run's test figures (each image scored with its mirror); --tta none
+# gives others, --width 8 another model; --width on a model without one, and --tta flip on data that are not images, are usage errors.
 set -u
 b=${DT_BUILD_DIR:?DT_BUILD_DIR must name the build directory}
 SRC=${DT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -79,13 +79,18 @@ grep -q '"width":4' "$tmp/r9/config.json" && grep -q '"tta":"flip"' "$tmp/r9/con
   fail "config.json records no width or tta: $(cat "$tmp/r9/config.json")"
 run r9_eval 60 "$DTRAIN" eval --weights "$tmp/r9/model.safetensors" --tta flip
 r9_got=$(sed -nE 's/.*loss ([0-9.]+)  top1 ([0-9.]+)%.*/\1 \2/p' "$tmp/r9_eval.out")
-[ "$rc" = 0 ] && [ "$r9_got" = "$(summary "$tmp/r9/summary.json")" ] && grep -q "each with its mirror" "$tmp/r9_eval.out" &&
-  ok "eval --tta flip rebuilds width 4 and gives the run's figures ($r9_got)" ||
+[ "$rc" = 0 ] && [ -n "$r9_got" ] && [ "$r9_got" = "$(summary "$tmp/r9/summary.json")" ] &&
+  grep -q "each with its mirror" "$tmp/r9_eval.out" &&
+  ok "eval takes width 4 and the flip from the metadata: the run's figures ($r9_got)" ||
   { show r9_eval; fail "eval of resnet9 --width 4 --tta flip: rc $rc, '$r9_got'"; }
-run r9_plain 60 "$DTRAIN" eval --weights "$tmp/r9/model.safetensors"
+run r9_plain 60 "$DTRAIN" eval --weights "$tmp/r9/model.safetensors" --tta none
 r9_plain=$(sed -nE 's/.*loss ([0-9.]+)  top1 ([0-9.]+)%.*/\1 \2/p' "$tmp/r9_plain.out")
-[ "$rc" = 0 ] && [ -n "$r9_plain" ] && [ "$r9_plain" != "$r9_got" ] && ok "eval without --tta scores otherwise ($r9_plain)" ||
-  { show r9_plain; fail "eval without --tta: rc $rc, '$r9_plain' should differ from '$r9_got'"; }
+[ "$rc" = 0 ] && [ -n "$r9_plain" ] && [ "$r9_plain" != "$r9_got" ] && ! grep -q "mirror" "$tmp/r9_plain.out" &&
+  ok "eval --tta none scores otherwise ($r9_plain)" ||
+  { show r9_plain; fail "eval --tta none: rc $rc, '$r9_plain' should differ from '$r9_got'"; }
+run r9_width 60 "$DTRAIN" eval --weights "$tmp/r9/model.safetensors" --width 8
+[ "$rc" = 1 ] && grep -q "shape" "$tmp/r9_width.err" && ok "eval --width 8 overrides the metadata (shapes differ: exit 1)" ||
+  { show r9_width; fail "eval --width 8 on width-4 weights: exit $rc"; }
 run tta_bad 30 "$DTRAIN" train --model mlp --data synthetic:64 --tta flip --out "$tmp/tta_bad"
 [ "$rc" = 2 ] && grep -q "mirrors images (C, H, W)" "$tmp/tta_bad.err" && ok "--tta flip on vectors: usage error" ||
   { show tta_bad; fail "--tta flip on vectors: exit $rc"; }

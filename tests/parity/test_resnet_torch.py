@@ -167,13 +167,13 @@ def parity(name, m, t):
 
 def default_init(t):
     """resnet9 keeps PyTorch's default initialisation: every conv and fc weight U(+-1/sqrt(fan_in)), filled."""
-    p = "resnet9/init/"
+    p, before = "resnet9/init/", len(failures)
     for k, v in t.items():
         if k.startswith(p) and v.ndim in (2, 4):
             bound = 1 / math.sqrt(v[0].size)
             if np.max(np.abs(v)) > bound or np.max(np.abs(v)) < 0.9 * bound:
                 failures.append(f"{k}: outside U(+-{bound:.4g}) or far from filling it")
-    print("ok   resnet9 init: conv and fc U(+-1/sqrt(fan_in))" if not failures else "FAIL resnet9 init")
+    print("ok   resnet9 init: conv and fc U(+-1/sqrt(fan_in))" if len(failures) == before else "FAIL resnet9 init")
 
 
 def weights_load_and_predict(t):

@@ -68,6 +68,9 @@ TEST(width_sets_the_stages_channels) {
   cfg.input_shape[1] = 7; /* resnet9 pools three times */
   ASSERT_STATUS(dt_model_zoo_new("resnet9", &cfg, &m), DT_USAGE);
   ASSERT(strstr(dt_last_error(), "8x8") != NULL);
+  cfg.input_shape[1] = 64; /* and ends in a global max pool: 8x4 would not be global */
+  ASSERT_STATUS(dt_model_zoo_new("resnet9", &cfg, &m), DT_USAGE);
+  ASSERT(strstr(dt_last_error(), "square") != NULL && strstr(dt_last_error(), "64x32") != NULL);
   dt_clear_error();
 }
 
@@ -151,10 +154,11 @@ TEST(names_and_shapes_follow_torchvision) {
 /* Each block's last BN weight is 0 with zero_init_residual (bn2 of a BasicBlock, bn3 of a Bottleneck), 1 otherwise;
  * convs ~ N(0, 2/fan_out). */
 TEST(zero_init_residual_and_conv_init) {
-  const char *models[] = {"resnet20", "resnet50"};
-  const char *last[] = {"layer2.1.bn2.weight", "layer2.1.bn3.weight"};
-  const char *other[] = {"layer2.1.bn1.weight", "layer2.1.bn2.weight"};
-  for (int k = 0; k < 2; k++)
+  const char *models[] = {"resnet20", "resnet50", "resnet9"};
+  const char *last[] = {"layer2.1.bn2.weight", "layer2.1.bn3.weight", "layer3.res.bn2.weight"};
+  const char *other[] = {"layer2.1.bn1.weight", "layer2.1.bn2.weight", "layer3.res.bn1.weight"};
+  const char *keep[] = {"layer2.0.downsample.1.weight", "layer2.0.downsample.1.weight", "layer3.bn.weight"};
+  for (int k = 0; k < 3; k++)
     for (int zero = 0; zero <= 1; zero++) {
       dt_model *m = NULL;
       ASSERT_OK(zoo(models[k], 3, 32, 32, 10, zero, &m));
@@ -165,8 +169,8 @@ TEST(zero_init_residual_and_conv_init) {
       const float *wa = dt_model_tensor_data(m, a), *wb = dt_model_tensor_data(m, b);
       ASSERT(wa[0] == (zero ? 0.0f : 1.0f) && wa[5] == wa[0]);
       ASSERT(wb[0] == 1.0f);
-      /* downsample.1 is not a block's last BN: it stays 1 */
-      ASSERT_OK(dt_model_find_tensor(m, "layer2.0.downsample.1.weight", &a));
+      /* not a block's last BN (a projection's, resnet9's stage head): it stays 1 */
+      ASSERT_OK(dt_model_find_tensor(m, keep[k], &a));
       ASSERT(((const float *)dt_model_tensor_data(m, a))[0] == 1.0f);
       if (k == 0 && !zero) { /* layer3.1.conv1 (64, 64, 3, 3): std sqrt(2 / 576) */
         ASSERT_OK(dt_model_find_tensor(m, "layer3.1.conv1.weight", &a));

@@ -20,12 +20,9 @@
 #include "dist_values.h"
 #include "harness.h"
 
-
-static int server_port;
+static int server_port; /* the store, served by a helper process (dist_fork.h) */
 static char job_tag[64];
 static int run_counter;
-
-/* ---- the store, served by a helper process ------------------------------------- */
 
 /* ---- forked worlds ------------------------------------------------------------ */
 
