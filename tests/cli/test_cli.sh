@@ -95,14 +95,14 @@ usage "dtrain help: unknown command 'nope'" help nope
 [ $? -eq 2 ] || fail "dtrain without a command should exit 2"
 
 # ---- help: every flag of the parser, with defaults, and the DT_* tunables ------------
-train_flags="--model --hidden --dropout --factors --embedding-l2 --sparse-embeddings --zero-init-residual --layers --hidden-size --heads --intermediate-size --init-from --data --split --normalize --augment --data-workers --cache-images --skip-bad-images --vocab --text-column --text-pair-column --label-columns --label-column --max-len --no-lower-case --skip-bad-rows --limit-train --limit-test --limit-pick --epochs --batch-size
+train_flags="--model --hidden --dropout --factors --embedding-l2 --sparse-embeddings --zero-init-residual --width --layers --hidden-size --heads --intermediate-size --init-from --data --split --normalize --augment --tta --data-workers --cache-images --skip-bad-images --vocab --text-column --text-pair-column --label-columns --label-column --max-len --no-lower-case --skip-bad-rows --limit-train --limit-test --limit-pick --epochs --batch-size
 --optimizer --lr --momentum --dampening --nesterov --weight-decay --no-decay --betas --eps --schedule --step-size --gamma
 --min-lr --warmup-epochs --warmup-steps --clip-grad-norm --amp --label-smoothing --loss --pos-weight --val-fraction --val-data
 --threads --seed --out --progress --quiet
 --strategy --workers --accumulate --backend --master --bucket-cap-mb --first-bucket-mb --broadcast-buffers
 --find-unused-parameters --comm-hook --embedding-exchange --timeout --save-every --save-every-steps --keep --save-on-interrupt --resume
 --allow-data-change --overwrite --tensorboard --tensorboard-all-ranks --log-every --trace"
-eval_flags="--weights --model --hidden --data --split --normalize --augment --vocab --text-column --text-pair-column --label-columns --label-column --max-len --no-lower-case --skip-bad-rows --batch-size --threads --limit --strategy --workers"
+eval_flags="--weights --model --hidden --width --data --split --normalize --augment --tta --vocab --text-column --text-pair-column --label-columns --label-column --max-len --no-lower-case --skip-bad-rows --batch-size --threads --limit --strategy --workers"
 recommend_flags="--weights --user --top --data --json --threads"
 check_help() { # command, expected flags
   local cmd=$1 want=$2
