@@ -6,7 +6,7 @@ layers (loss, zero_grad, optimizer); the convolutions' GFLOP/s and their fractio
 Peak = cores x clock x 32 fp32 FLOP/cycle (two 256-bit FMA pipes: AVX2 + FMA, as Zen 2/3; 16 with AVX alone,
 64 with AVX-512); the clock is /proc/cpuinfo's "cpu MHz" (a VM reports its nominal clock), or --ghz.
 
-Usage: bench/resnet_profile.py [--build build] [--steps N] [--threads T] [--ghz G] MODEL BATCH SIDE
+Usage: bench/resnet_profile.py [--build build] [--steps N] [--threads T] [--ghz G] [--width W] MODEL BATCH SIDE
 e.g.   bench/resnet_profile.py resnet20 128 32;  bench/resnet_profile.py resnet18 32 224"""
 import argparse
 import collections
@@ -37,6 +37,7 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--ghz", type=float, default=0)
+    ap.add_argument("--width", type=int, default=0, help="resnet9, CIFAR resnets: as dtrain train --width")
     ap.add_argument("--build", default=os.environ.get("DT_BUILD_DIR", "build"))
     a = ap.parse_args()
     name, ghz, simd, per_cycle = cpu()
@@ -47,7 +48,8 @@ def main():
     env = dict(os.environ, DT_NUM_THREADS=str(a.threads), OMP_WAIT_POLICY="passive")
     with tempfile.TemporaryDirectory() as tmp:
         tr = os.path.join(tmp, "trace.json")
-        out = subprocess.run([os.path.join(a.build, "bench", "resnet_steps"), a.model, str(a.batch), str(a.side),
+        width = ["--width", str(a.width)] if a.width else []
+        out = subprocess.run([os.path.join(a.build, "bench", "resnet_steps")] + width + [a.model, str(a.batch), str(a.side),
                               str(a.steps), tr], env=env, check=True, capture_output=True, text=True).stdout
         events = json.load(open(tr))
     flops = {}
