@@ -936,7 +936,7 @@ static int cmd_eval(const flag_args *p) {
     return runtime_error(st, "check --weights and --data; --model and --hidden must match the training run");
   printf("eval %s on %s %s (%lld samples%s): loss %.4f", r.model, r.data,
          cfg.split == DT_SPLIT_TEST ? "test" : "train", (long long)r.samples,
-         cfg.tta == DT_TTA_FLIP ? ", each with its mirror" : "", r.loss);
+         r.tta == DT_TTA_FLIP ? ", each with its mirror" : "", r.loss);
   for (int i = 0; i < r.metrics.n_eval; i++) {
     const dt_metric_desc *d = &r.metrics.eval[i];
     if (d->percent)

@@ -232,6 +232,7 @@ typedef struct dt_eval_result {
   double seconds, samples_per_s;
   char model[64];          /* the model evaluated */
   char data[512];          /* the dataset it was evaluated on */
+  dt_tta tta;              /* the test-time augmentation applied (the caller's, else the weights') */
 } dt_eval_result;
 
 void dt_eval_config_default(dt_eval_config *cfg);

@@ -467,6 +467,7 @@ dt_status dt_eval_run(const dt_eval_config *cfg, dt_eval_result *res) {
     r.samples_per_s = seconds > 0 ? (double)r.samples / seconds : 0;
     snprintf(r.model, sizeof r.model, "%s", p.model);
     snprintf(r.data, sizeof r.data, "%s", p.data);
+    r.tta = p.tta;
     *res = r;
   }
   eval_free(&s);

@@ -77,7 +77,7 @@ run r9 120 "$DTRAIN" train --model resnet9 --width 4 --data "$tmp/img" --augment
 grep -q '"width":4' "$tmp/r9/config.json" && grep -q '"tta":"flip"' "$tmp/r9/config.json" &&
   ok "config.json records the width and the test-time flip" ||
   fail "config.json records no width or tta: $(cat "$tmp/r9/config.json")"
-run r9_eval 60 "$DTRAIN" eval --weights "$tmp/r9/model.safetensors" --tta flip
+run r9_eval 60 "$DTRAIN" eval --weights "$tmp/r9/model.safetensors"
 r9_got=$(sed -nE 's/.*loss ([0-9.]+)  top1 ([0-9.]+)%.*/\1 \2/p' "$tmp/r9_eval.out")
 [ "$rc" = 0 ] && [ -n "$r9_got" ] && [ "$r9_got" = "$(summary "$tmp/r9/summary.json")" ] &&
   grep -q "each with its mirror" "$tmp/r9_eval.out" &&
@@ -91,6 +91,17 @@ r9_plain=$(sed -nE 's/.*loss ([0-9.]+)  top1 ([0-9.]+)%.*/\1 \2/p' "$tmp/r9_plai
 run r9_width 60 "$DTRAIN" eval --weights "$tmp/r9/model.safetensors" --width 8
 [ "$rc" = 1 ] && grep -q "shape" "$tmp/r9_width.err" && ok "eval --width 8 overrides the metadata (shapes differ: exit 1)" ||
   { show r9_width; fail "eval --width 8 on width-4 weights: exit $rc"; }
+# Under DDP each rank flips its share of the test images and the exact reduction adds them up: the same figures
+# as one process scoring the saved weights.
+timeout -k 2 120 "$b/dtrun" --standalone --nproc-per-node 2 -- "$DTRAIN" train --strategy ddp --model resnet9 \
+  --width 4 --data "$tmp/img" --augment cifar --epochs 1 --batch-size 4 --tta flip --out "$tmp/r9ddp" \
+  --progress none >"$tmp/r9ddp.out" 2>"$tmp/r9ddp.err" </dev/null
+rc=$?
+run r9ddp_eval 60 "$DTRAIN" eval --weights "$tmp/r9ddp/model.safetensors"
+r9ddp=$(sed -nE 's/.*loss ([0-9.]+)  top1 ([0-9.]+)%.*/\1 \2/p' "$tmp/r9ddp_eval.out")
+[ -n "$r9ddp" ] && [ "$r9ddp" = "$(summary "$tmp/r9ddp/summary.json")" ] && grep -q "each with its mirror" "$tmp/r9ddp_eval.out" &&
+  ok "ddp x2 --tta flip: the run's figures are one process's ($r9ddp)" ||
+  { show r9ddp; show r9ddp_eval; fail "ddp --tta flip: train rc $rc, eval '$r9ddp' vs $(summary "$tmp/r9ddp/summary.json" 2>&1)"; }
 run tta_bad 30 "$DTRAIN" train --model mlp --data synthetic:64 --tta flip --out "$tmp/tta_bad"
 [ "$rc" = 2 ] && grep -q "mirrors images (C, H, W)" "$tmp/tta_bad.err" && ok "--tta flip on vectors: usage error" ||
   { show tta_bad; fail "--tta flip on vectors: exit $rc"; }
