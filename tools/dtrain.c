@@ -13,6 +13,7 @@
 #include "cmd_tokenize.h"
 #include "dtrain/dtrain.h"
 #include "flags.h"
+#include "stop_signals.h"
 
 /* Exit codes: 0 success, 1 runtime failure, 2 usage error, 128 + signal interrupted (130 SIGINT, 143 SIGTERM). */
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = FLAGS_EXIT_USAGE, EXIT_INTERRUPTED = 128 };
@@ -741,25 +742,6 @@ static int train_output_flags(const flag_args *p, int rank, dt_train_config *cfg
   return 0;
 }
 
-/* The first stop signal; SIGTERM counts as Ctrl-C because schedulers (Slurm's --signal, scancel, preemption)
- * and launchers send it before they kill: the run stops at a step boundary and can save a snapshot. */
-static volatile sig_atomic_t stop_signal;
-
-static void on_stop_signal(int sig) {
-  if (!stop_signal) stop_signal = sig;
-  dt_train_request_stop(); /* SA_RESETHAND: a second one of the same signal ends the process at once */
-}
-
-static void set_stop_handlers(void (*handler)(int)) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = handler;
-  sa.sa_flags = handler == SIG_DFL ? 0 : SA_RESETHAND;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-}
-
 /* "test <metric>" lines, or why there are none. */
 static void print_test_metrics(FILE *f, const dt_train_result *r) {
   if (isnan(r->test_loss)) {
@@ -807,14 +789,16 @@ static int train_run(dt_train_config *cfg) {
             cfg->tta == DT_TTA_FLIP ? ", test-time flip" : "", cfg->out_dir);
     fflush(out);
   }
-  set_stop_handlers(on_stop_signal);
+  /* SIGTERM counts as Ctrl-C: schedulers (Slurm's --signal, scancel, preemption) and launchers send it before
+   * they kill, so the run stops at a step boundary and can save a snapshot. */
+  stop_signals_arm(1);
   dt_train_result res;
   dt_status st = dt_train_run(cfg, &res);
-  set_stop_handlers(SIG_DFL);
+  stop_signals_arm(0);
   if (st != DT_OK) return runtime_error(st, NULL);
   if (out) print_train_summary(cfg, &res, out);
   if (res.interrupted) {
-    const int sig = stop_signal ? stop_signal : SIGINT;
+    const int sig = stop_signals_first() ? stop_signals_first() : SIGINT;
     fprintf(stderr, "dtrain: interrupted after %lld step(s) by %s; metrics and weights are in %s%s\n",
             (long long)res.steps, sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg->out_dir,
             cfg->save_on_interrupt ? " (continue with --resume auto)" : "");
@@ -828,6 +812,7 @@ static int cmd_train(const flag_args *p) {
   dt_train_config_default(&cfg);
   char out_dir[256];
   int rank = 0, rc;
+  if (stop_signals_start() != 0) return 1; /* first: no other thread may exist yet */
   if ((rc = train_model_flags(p, &cfg)) || (rc = train_task_flags(p, &cfg)) || (rc = train_optimizer_flags(p, &cfg)) ||
       (rc = train_schedule_flags(p, &cfg)) || (rc = train_strategy_flags(p, &cfg)) || (rc = train_rank(&cfg, &rank)) ||
       (rc = train_snapshot_flags(p, &cfg)) || (rc = train_output_flags(p, rank, &cfg, out_dir, sizeof out_dir)))

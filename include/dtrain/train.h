@@ -196,8 +196,14 @@ typedef struct dt_train_result {
 dt_status dt_train_run(const dt_train_config *cfg, dt_train_result *res);
 
 /* Asks a running dt_train_run to stop at the next step boundary (it still
- * evaluates, writes metrics and weights). Async-signal-safe: call it from a
- * SIGINT handler. The request stays until dt_train_clear_stop. */
+ * evaluates, writes metrics and weights). Async-signal-safe and thread-safe.
+ * The request stays until dt_train_clear_stop.
+ * Where the f32 GEMM is oneDNN's (AVX-512 CPUs; the banner says "oneDNN
+ * sgemm"), do not let a signal handler run on a thread that trains: oneDNN's
+ * JIT kernels point the stack pointer into the heap, where the kernel then
+ * writes the signal frame (oneDNN issue 4845). Block SIGINT/SIGTERM before
+ * starting threads and take them with sigwait in a thread of their own that
+ * calls this, as dtrain's tools/stop_signals.c does. */
 void dt_train_request_stop(void);
 int dt_train_stop_requested(void);
 void dt_train_clear_stop(void);

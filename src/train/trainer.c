@@ -1,6 +1,6 @@
 /* The training loop: open the run, epochs of steps through a strategy, evaluation, hooks on every event. */
 #include <math.h>
-#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -9,11 +9,11 @@
 #include "dtrain/trace.h"
 #include "train/run.h"
 
-static volatile sig_atomic_t stop_requested;
+static atomic_int stop_requested; /* lock-free: set from a signal handler or another thread */
 
-void dt_train_request_stop(void) { stop_requested = 1; }
-int dt_train_stop_requested(void) { return stop_requested != 0; }
-void dt_train_clear_stop(void) { stop_requested = 0; }
+void dt_train_request_stop(void) { atomic_store(&stop_requested, 1); }
+int dt_train_stop_requested(void) { return atomic_load(&stop_requested) != 0; }
+void dt_train_clear_stop(void) { atomic_store(&stop_requested, 0); }
 
 /* In the order they see every event. */
 static const dt_run_hook *const hooks[] = {&dt_hook_progress, &dt_hook_metrics, &dt_hook_tensorboard,
@@ -348,7 +348,7 @@ static dt_status train_epoch(dt_run *r, epoch_state *es, int64_t *step) {
   for (;;) {
     if (micro == 0) { /* a stop ends the epoch at a step boundary, on every rank alike */
       int stop;
-      DT_CHECK(r->strategy->agree_stop(r, stop_requested != 0, &stop));
+      DT_CHECK(r->strategy->agree_stop(r, dt_train_stop_requested(), &stop));
       if (stop) {
         es->interrupted = 1;
         return DT_OK;
@@ -471,7 +471,7 @@ static dt_status run_epochs(dt_run *r, dt_train_result *out, double *train_time,
     }
     EACH_HOOK(epoch_end, r, &m, complete);
   }
-  if (stop_requested) out->interrupted = 1;
+  if (dt_train_stop_requested()) out->interrupted = 1;
   return DT_OK;
 }
 

@@ -236,6 +236,23 @@ for _ in $(seq 200); do # until the first epoch row is there (at most 20 s)
   [ -f "$tmp/int/metrics.csv" ] && [ "$(wc -l <"$tmp/int/metrics.csv")" -ge 2 ] && break
   sleep 0.1
 done
+# No thread of the run may take the signal with a handler: the kernel would write the signal frame below a
+# compute thread's stack pointer, which oneDNN's sgemm points into the heap. Every thread blocks SIGINT and
+# SIGTERM (bits 1 and 14 of SigBlk) but "dt-signals", which takes them with sigwait (the kernel unblocks the
+# signals it waits for while it waits).
+n_threads=0 n_taker=0
+for t in /proc/"$bg_pid"/task/*; do
+  blk=$(sed -n 's/^SigBlk:[[:space:]]*//p' "$t/status" 2>/dev/null) || continue
+  [ -n "$blk" ] || continue
+  n_threads=$((n_threads + 1))
+  if [ "$(cat "$t/comm" 2>/dev/null)" = dt-signals ]; then
+    n_taker=$((n_taker + 1))
+  elif [ $((0x$blk & 0x4002)) -ne $((0x4002)) ]; then
+    fail "SIGINT/SIGTERM not blocked in thread $t ($(cat "$t/comm" 2>/dev/null), SigBlk $blk)"
+  fi
+done
+[ "$n_taker" -eq 1 ] || fail "expected one dt-signals thread, saw $n_taker"
+[ "$n_threads" -ge 3 ] || fail "expected the main, signal and compute threads, saw $n_threads"
 kill -INT "$bg_pid"
 for _ in $(seq 200); do kill -0 "$bg_pid" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$bg_pid" 2>/dev/null; then
