@@ -6,6 +6,11 @@ count with time and bus bandwidth of each, and the ratios dtrain/MPI
 (busbw: > 1 is dtrain faster; time: < 1 is dtrain faster).
 
   bench/allreduce_vs_mpi.py [--build build] [--ranks 2,4] [-b 8] [-e 64M] [-f 4] [--reps 3] [--backends shm,tcp]
+                            [--bind-to none|core]
+
+--bind-to core binds both sides the same way (rank R to core R modulo the
+cores: dtrun --bind-to core, mpirun --bind-to core:overload-allowed); the
+default none leaves placement to the kernel on both.
 
 Each configuration runs --reps times, interleaved (dtrain shm, MPI shm,
 dtrain tcp, MPI tcp, then again), and every cell is the median.
@@ -53,6 +58,8 @@ def main():
     ap.add_argument("-n", default="100")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--backends", default="shm,tcp", help="comma list of shm, tcp (one alone halves the run)")
+    ap.add_argument("--bind-to", default="none", choices=("none", "core"),
+                    help="none: the kernel places ranks; core: rank R on core R mod cores, on both sides")
     args = ap.parse_args()
     backends = args.backends.split(",")
     if not backends or any(x not in ("shm", "tcp") for x in backends):
@@ -69,11 +76,13 @@ def main():
         runs = {}
         for _ in range(args.reps):
             for backend in backends:
-                out = run([os.path.join(b, "dtrun"), "--standalone", "--nproc-per-node", str(n), "--",
+                out = run([os.path.join(b, "dtrun"), "--standalone", "--nproc-per-node", str(n),
+                           "--bind-to", args.bind_to, "--",
                            os.path.join(b, "dtrain"), "bench", "allreduce", "--backend", backend] + sizes, env)
                 runs.setdefault("dtrain " + backend, []).append(parse(out))
                 if have_mpi:
-                    base = [mpirun, "--allow-run-as-root", "--oversubscribe", "-n", str(n), "--bind-to", "none"]
+                    bind = "none" if args.bind_to == "none" else "core:overload-allowed"
+                    base = [mpirun, "--allow-run-as-root", "--oversubscribe", "-n", str(n), "--bind-to", bind]
                     btl = ["--mca", "btl", "vader,self"] if backend == "shm" else \
                         ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo", "--mca", "pml", "ob1"]
                     runs.setdefault("MPI " + backend, []).append(parse(run(base + btl + [ref] + sizes, env)))
@@ -83,8 +92,8 @@ def main():
             for size in set().union(*[set(t) for t in tables]):
                 vals = [t[size] for t in tables if size in t]
                 cols[k][size] = tuple(statistics.median(v[i] for v in vals) for i in range(4))
-        print("\n## %d ranks, float sum, out of place: time (us) and bus bandwidth (GB/s), median of %d\n"
-              % (n, args.reps))
+        print("\n## %d ranks, float sum, out of place: time (us) and bus bandwidth (GB/s), median of %d, bound to %s\n"
+              % (n, args.reps, args.bind_to))
         names = [k for k in ("dtrain shm", "MPI shm", "dtrain tcp", "MPI tcp") if k in cols]
         head = "| size (B) | " + " | ".join("%s us | %s GB/s" % (k, k) for k in names)
         pairs = [x for x in backends if have_mpi]

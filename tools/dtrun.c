@@ -50,6 +50,7 @@ typedef struct options {
   const char *run_id;
   const char *secret_file;
   int threads; /* 0: cores / nproc */
+  int bind;    /* BIND_NONE, BIND_CORE */
   double timeout; /* s */
   double grace;   /* s */
   char **prog;    /* NULL-terminated argv of the program */
@@ -57,8 +58,11 @@ typedef struct options {
 
 typedef enum flag_id {
   F_STANDALONE, F_NNODES, F_NODE_RANK, F_MASTER_ADDR, F_MASTER_PORT, F_NPROC, F_MAX_RESTARTS,
-  F_MONITOR, F_LOG_DIR, F_RUN_ID, F_SECRET_FILE, F_THREADS, F_TIMEOUT, F_GRACE, F_COUNT
+  F_MONITOR, F_LOG_DIR, F_RUN_ID, F_SECRET_FILE, F_THREADS, F_BIND, F_TIMEOUT, F_GRACE, F_COUNT
 } flag_id;
+
+enum { BIND_NONE, BIND_CORE };
+static const flag_choice binds[] = {{"none", BIND_NONE}, {"core", BIND_CORE}, {NULL, 0}};
 
 /* --nnodes and --nproc-per-node are text here: their MIN:MAX and auto|cpu forms are read in parse_args. */
 static const flag_spec flags[F_COUNT] = {
@@ -96,6 +100,10 @@ static const flag_spec flags[F_COUNT] = {
                    .expect = "a positive thread count",
                    .help = "compute threads per worker (OMP_NUM_THREADS, DT_NUM_THREADS); default: "
                            "max(1, cores/K) unless the variables are set"},
+    [F_BIND] = {"--bind-to", "WHAT", FLAG_CHOICE, .alias = "--bind_to", .choices = binds,
+                .help = "none (default, as torchrun: the kernel places every thread) or core (as mpirun's "
+                        "--bind-to core): local worker R may run only on usable cores R*T .. R*T+T-1, T its "
+                        "thread count, wrapping round when the workers need more cores than there are"},
     [F_TIMEOUT] = {"--timeout", "S", FLAG_FLOAT_RANGE, .lo = 0.001, .hi = 1e7,
                    .expect = "a positive number of seconds",
                    .help = "seconds to wait for the other nodes to join, start a round or finish "
@@ -113,7 +121,8 @@ static void print_help(FILE *f) {
   fprintf(f,
           "usage: dtrun [--standalone | --nnodes N --node-rank R --master-addr A --master-port P]\n"
           "             [--nproc-per-node K] [--max-restarts M] [--monitor-interval S] [--log-dir D]\n"
-          "             [--run-id ID] [--secret-file PATH] [--threads-per-proc T] [--timeout S] [--grace S]\n"
+          "             [--run-id ID] [--secret-file PATH] [--threads-per-proc T] [--bind-to WHAT]\n"
+          "             [--timeout S] [--grace S]\n"
           "             -- PROGRAM [ARGS...]\n"
           "\n"
           "Starts K workers of PROGRAM (looked up in PATH) on this node, the way torchrun does, and\n"
@@ -219,6 +228,7 @@ static int read_values(const flag_value *v, options *o) {
   o->log_dir = v[F_LOG_DIR].raw;
   o->secret_file = v[F_SECRET_FILE].raw;
   o->threads = (int)v[F_THREADS].i;
+  o->bind = v[F_BIND].given ? v[F_BIND].choice : BIND_NONE;
   o->grace = v[F_GRACE].given ? v[F_GRACE].f : 5;
   o->timeout = v[F_TIMEOUT].f;
   long t;
@@ -698,6 +708,21 @@ static int make_dirs(const char *path) {
   return 0;
 }
 
+/* --bind-to core: the cores of local worker `local`, `per` of dtrun's usable cores taken in order from
+ * local * per, wrapping round. 0 under --bind-to none: the worker keeps dtrun's cores. */
+static int worker_cores(const agent *a, int local, cpu_set_t *out) {
+  cpu_set_t all;
+  if (a->o.bind != BIND_CORE || sched_getaffinity(0, sizeof all, &all) != 0) return 0;
+  int ids[CPU_SETSIZE], n = 0;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &all)) ids[n++] = c;
+  if (n == 0) return 0;
+  const int per = a->threads_dt < n ? a->threads_dt : n;
+  CPU_ZERO(out);
+  for (int j = 0; j < per; j++) CPU_SET(ids[((long)local * per + j) % n], out);
+  return 1;
+}
+
 /* Starts one worker. 0, or -1 with a message (exec failure reported by the child). */
 static int start_worker(agent *a, worker *w) {
   int out[2] = {-1, -1}, err[2] = {-1, -1}, exec_pipe[2] = {-1, -1};
@@ -715,6 +740,8 @@ static int start_worker(agent *a, worker *w) {
     goto fail;
   }
   char **env = worker_env(a, w);
+  cpu_set_t cores;
+  const int bind = worker_cores(a, w->local_rank, &cores);
   fflush(stdout);
   fflush(stderr);
   pid_t agent_pid = getpid();
@@ -742,6 +769,12 @@ static int start_worker(agent *a, worker *w) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
+    if (bind && sched_setaffinity(0, sizeof cores, &cores) != 0) {
+      int e = -errno; /* negative: the binding failed, not exec */
+      ssize_t r = write(exec_pipe[1], &e, sizeof e);
+      (void)r;
+      _exit(127);
+    }
     dup2(out[1], 1);
     dup2(err[1], 2);
     environ = env;
@@ -771,7 +804,11 @@ static int start_worker(agent *a, worker *w) {
   fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
   fcntl(err[0], F_SETFL, fcntl(err[0], F_GETFL) | O_NONBLOCK);
   if (r == (ssize_t)sizeof e) {
-    fprintf(stderr, "dtrun: cannot run '%s': %s\n", a->o.prog[0], strerror(e));
+    if (e < 0)
+      fprintf(stderr, "dtrun: cannot bind local worker %d to its cores (--bind-to core): %s\n", w->local_rank,
+              strerror(-e));
+    else
+      fprintf(stderr, "dtrun: cannot run '%s': %s\n", a->o.prog[0], strerror(e));
     int st = 0;
     observe_exit(pid, 1, &st); /* reaped by stop_workers after its sweep */
     w->running = 0;

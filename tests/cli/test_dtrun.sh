@@ -70,6 +70,31 @@ has envthr "$tmp/envthr.out" "[rank 1]: OMP_NUM_THREADS=5"
 has envthr "$tmp/envthr.out" "[rank 0]: DT_NUM_THREADS=5"
 has envthr "$tmp/envthr.out" "[rank 0]: DT_RUN_ID=myjob"
 
+# --bind-to core: local worker R runs on usable cores R*T .. R*T+T-1 (wrapping round), the default leaves them all.
+cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+first_cpu=$(python3 -c 'import os; print(min(os.sched_getaffinity(0)))' 2>/dev/null || echo 0)
+ncpu=$(python3 -c 'import os; print(len(os.sched_getaffinity(0)))' 2>/dev/null || nproc)
+run bind --nproc-per-node 3 --threads-per-proc 1 --bind-to core -- \
+  bash -c 'echo "cpus $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"'
+expect_rc bind 0
+python3 - "$tmp/bind.out" <<'PY' || fail "--bind-to core: $(cat "$tmp/bind.out")"
+import os, sys
+usable = sorted(os.sched_getaffinity(0))
+got = {}
+for line in open(sys.argv[1]):
+    r = int(line.split("]")[0].split()[1])
+    got[r] = line.split("cpus ")[1].strip()
+want = {r: str(usable[r % len(usable)]) for r in range(3)}
+sys.exit(0 if got == want else 1)
+PY
+run unbound --nproc-per-node 2 -- bash -c 'echo "cpus $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"'
+has unbound "$tmp/unbound.out" "[rank 1]: cpus $cpus"
+if [ "$ncpu" -ge 2 ]; then # two threads each: worker 0 gets the first two usable cores
+  run bind2 --nproc-per-node 1 --threads-per-proc 2 --bind-to core -- \
+    bash -c 'python3 -c "import os; print(\"n\", len(os.sched_getaffinity(0)), min(os.sched_getaffinity(0)))"'
+  has bind2 "$tmp/bind2.out" "[rank 0]: n 2 $first_cpu"
+fi
+
 # ---- output: prefixes on the right stream, partial last lines, --log-dir -------------------------
 run out --nproc-per-node 2 -- bash -c 'echo "out $RANK"; echo "err $RANK" >&2; printf "tail $RANK"'
 expect_rc out 0
@@ -343,11 +368,12 @@ usage "--nnodes 2 needs --node-rank" --nnodes 2 --master-addr h --master-port 12
 usage "--nnodes 2 needs --master-port" --nnodes 2 --node-rank 0 --master-addr h -- true
 usage "--timeout needs a value" --timeout
 usage "elastic node ranges" --nnodes 1:2 -- true
+usage "--bind-to: 'socket' is not one of none/core" --bind-to socket -- true
 "$DTRUN" --help >"$tmp/help.out" 2>&1
 rc=$?
 expect_rc help 0
 for f in --standalone --nnodes --node-rank --master-addr --master-port --nproc-per-node --max-restarts \
-  --monitor-interval --log-dir --run-id --threads-per-proc --timeout --grace; do
+  --monitor-interval --log-dir --run-id --threads-per-proc --bind-to --timeout --grace; do
   has help "$tmp/help.out" "$f"
 done
 
