@@ -1,6 +1,6 @@
 /* `dtrain bench scaling`: runs the same `dtrain train` job as child processes
- * with 1..N workers (DDP processes under dtrun, DataParallel threads) and one
- * single-process baseline, reads each run's summary.json and prints speedup,
+ * with 1..N workers (DDP processes under dtrun, DataParallel threads), one
+ * single-process baseline and, for 2..N, that many baselines at once, reads each run's summary.json and prints speedup,
  * scaling efficiency and, for DDP, how much of the all-reduce time was hidden
  * behind backward. Every run gets its own --out under one temporary directory,
  * removed at the end. */
@@ -120,9 +120,8 @@ static void last_line(const char *path, char *out, size_t cap) {
   fclose(f);
 }
 
-/* Runs argv with stdout and stderr into log; returns the wait status, or -1
- * (errno set) when it could not be started or waited for. */
-static int run_child(const argv_buf *b, const char *log) {
+/* Starts argv with stdout and stderr into log; returns its pid, or -1 (errno set). */
+static pid_t start_child(const argv_buf *b, const char *log) {
   int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return -1;
   fflush(NULL);
@@ -144,6 +143,11 @@ static int run_child(const argv_buf *b, const char *log) {
     _exit(127);
   }
   close(fd);
+  return pid;
+}
+
+/* The wait status of pid, or -1 (errno set). */
+static int wait_child(pid_t pid) {
   int status;
   while (waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) return -1;
@@ -156,8 +160,9 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
   return 0;
 }
 
-typedef enum strategy { S_SINGLE, S_DDP, S_DP } strategy;
-static const char *const strategy_names[] = {"single", "ddp", "dp"};
+/* S_INDEP: k single-process runs at once that never communicate, the ceiling of k workers on this machine. */
+typedef enum strategy { S_SINGLE, S_DDP, S_DP, S_INDEP } strategy;
+static const char *const strategy_names[] = {"single", "ddp", "dp", "indep"};
 
 typedef struct job {
   const bench_scaling_args *a;
@@ -181,7 +186,7 @@ static void build_cmd(const job *j, strategy s, int k, char *out_dir, size_t out
   arg(b, j->dtrain);
   arg(b, "train");
   arg(b, "--strategy");
-  arg(b, strategy_names[s]);
+  arg(b, strategy_names[s == S_INDEP ? S_SINGLE : s]);
   arg(b, "--model");
   arg(b, j->model);
   if (j->a->hidden) {
@@ -217,34 +222,71 @@ static void build_cmd(const job *j, strategy s, int k, char *out_dir, size_t out
   arg(b, out_dir);
 }
 
-/* One run: 0 and *r filled, or -1 after printing the error line. */
-static int run_one(const job *j, strategy s, int k, run_result *r) {
+/* A started run's command, output directory and log. */
+typedef struct child {
+  pid_t pid;
+  char out_dir[PATH_MAX], log[PATH_MAX + 16], cmd[2048];
+} child;
+
+static void start_run(const job *j, strategy s, int k, child *c) {
   argv_buf b;
-  char out_dir[PATH_MAX], log[PATH_MAX + 16], cmd[2048], tail[512], why[PATH_MAX + 128];
-  build_cmd(j, s, k, out_dir, sizeof out_dir, &b);
-  snprintf(log, sizeof log, "%s.log", out_dir);
-  argv_text(&b, cmd, sizeof cmd);
-  fprintf(stderr, "bench scaling: %s x%d ...", strategy_names[s], k);
-  fflush(stderr);
-  int status = run_child(&b, log);
+  build_cmd(j, s, k, c->out_dir, sizeof c->out_dir, &b);
+  snprintf(c->log, sizeof c->log, "%s.log", c->out_dir);
+  argv_text(&b, c->cmd, sizeof c->cmd);
+  c->pid = start_child(&b, c->log);
+}
+
+/* Waits for a started run: 0 and *r filled, or -1 after printing the error line. */
+static int finish_run(const child *c, run_result *r) {
+  char tail[512], why[PATH_MAX + 128];
+  int status = c->pid < 0 ? -1 : wait_child(c->pid);
   if (status == -1) {
-    fprintf(stderr, "\ndtrain: bench scaling: cannot run '%s': %s\n", cmd, strerror(errno));
+    fprintf(stderr, "\ndtrain: bench scaling: cannot run '%s': %s\n", c->cmd, strerror(errno));
     return -1;
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    last_line(log, tail, sizeof tail);
+    last_line(c->log, tail, sizeof tail);
     if (WIFSIGNALED(status))
-      fprintf(stderr, "\ndtrain: bench scaling: '%s' was killed by signal %d%s%s\n", cmd, WTERMSIG(status),
+      fprintf(stderr, "\ndtrain: bench scaling: '%s' was killed by signal %d%s%s\n", c->cmd, WTERMSIG(status),
               *tail ? ": " : "", tail);
     else
-      fprintf(stderr, "\ndtrain: bench scaling: '%s' exited with status %d%s%s\n", cmd, WEXITSTATUS(status),
+      fprintf(stderr, "\ndtrain: bench scaling: '%s' exited with status %d%s%s\n", c->cmd, WEXITSTATUS(status),
               *tail ? ": " : "", tail);
     return -1;
   }
-  if (read_summary(out_dir, r, why, sizeof why) != 0) {
-    fprintf(stderr, "\ndtrain: bench scaling: '%s': %s\n", cmd, why);
+  if (read_summary(c->out_dir, r, why, sizeof why) != 0) {
+    fprintf(stderr, "\ndtrain: bench scaling: '%s': %s\n", c->cmd, why);
     return -1;
   }
+  return 0;
+}
+
+/* One run (k workers of strategy s), or for S_INDEP k single runs at once: their samples/s summed, the other
+ * figures the first one's. 0 and *r filled, or -1 after printing the error line. */
+static int run_one(const job *j, strategy s, int k, run_result *r) {
+  const int n = s == S_INDEP ? k : 1;
+  child *c = calloc((size_t)n, sizeof *c);
+  if (!c) {
+    fprintf(stderr, "dtrain: bench scaling: out of memory\n");
+    return -1;
+  }
+  fprintf(stderr, "bench scaling: %s x%d ...", strategy_names[s], k);
+  fflush(stderr);
+  for (int i = 0; i < n; i++) start_run(j, s, s == S_INDEP ? 100 * k + i : k, &c[i]);
+  int rc = 0;
+  double train = 0, infer = 0;
+  for (int i = 0; i < n; i++) { /* every child is waited for, also after a failure */
+    run_result ri;
+    if (finish_run(&c[i], &ri) != 0) {
+      rc = -1;
+      continue;
+    }
+    if (i == 0) *r = ri;
+    train += ri.train_sps, infer += ri.infer_sps;
+  }
+  free(c);
+  if (rc != 0) return -1;
+  r->train_sps = train, r->infer_sps = infer;
   fprintf(stderr, " %.0f samples/s\n", r->train_sps);
   return 0;
 }
@@ -330,7 +372,8 @@ int bench_scaling_run(const bench_scaling_args *a) {
          j.batch, j.threads);
   printf("# speedup: train samples/s over 'single' (one worker); efficiency = speedup / workers; ddp: rank 0's\n"
          "# all-reduce time waited for (comm s) and in total (allred s), hidden = share behind backward;\n"
-         "# cpu/wall: CPU seconds per wall second of (rank 0's) process, well below its threads when cores were shared\n");
+         "# cpu/wall: CPU seconds per wall second of (rank 0's) process, well below its threads when cores were shared;\n"
+         "# indep: k single runs at once that never communicate (samples/s summed), what k workers can reach here\n");
   printf("%-8s %7s %7s %13s %13s %9s %11s %9s %7s %7s %8s %8s %7s %8s\n", "strategy", "workers", "threads",
          "train samp/s", "infer samp/s", "speedup", "efficiency", "compute s", "data s", "comm s", "allred s",
          "hidden", "top-1 %", "cpu/wall");
@@ -346,6 +389,10 @@ int bench_scaling_run(const bench_scaling_args *a) {
     print_row("ddp", k, j.threads, &r, base.train_sps);
     if (run_one(&j, S_DP, k, &r) != 0) goto done;
     print_row("dp", k, j.threads, &r, base.train_sps);
+    if (k > 1) {
+      if (run_one(&j, S_INDEP, k, &r) != 0) goto done;
+      print_row("indep", k, j.threads, &r, base.train_sps);
+    }
   }
   rc = 0;
 

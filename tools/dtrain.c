@@ -1333,8 +1333,11 @@ static const command commands[] = {
      "Trains the same job once with one worker (the baseline), then for 1..--max-workers workers\n"
      "as DDP processes under dtrun and as DataParallel threads, and prints for each: train and\n"
      "inference samples/s, speedup over one worker, scaling efficiency (speedup / workers) and,\n"
-     "for ddp, the all-reduce time and the share of it hidden behind backward. Flags after --\n"
-     "go to every run's 'dtrain train' (text data, a validation split, an optimizer). Examples:\n"
+     "for ddp, the all-reduce time and the share of it hidden behind backward. For 2..N it also\n"
+     "runs N single-worker jobs at once that never communicate (row 'indep', samples/s summed):\n"
+     "what N workers can reach on this machine, the ceiling to read ddp's and dp's speedups against.\n"
+     "Flags after -- go to every run's 'dtrain train' (text data, a validation split, an optimizer).\n"
+     "Examples:\n"
      "  dtrain bench scaling --model fashioncnn --max-workers 2\n"
      "  dtrain bench scaling --model bert-mini --data tweets.csv -- --vocab vocab.txt \\\n"
      "      --text-column tweet --label-column class --max-len 64",

@@ -228,6 +228,19 @@ grep -q '^  model = mlp$' "$tmp/inspect.out" || fail "inspect: no model metadata
 cmp -s <(cut -d, -f1-8 "$csv") <(cut -d, -f1-8 "$tmp/run2/metrics.csv") \
   || fail "same seed, different metrics: $(cat "$csv" "$tmp/run2/metrics.csv")"
 
+# bench scaling: single, ddp and dp rows for 1 and 2 workers, and "indep" (two single runs at once, never
+# communicating): the same seeded job as the single run, so the same top-1 (speeds are not asserted).
+"$DTRAIN" bench scaling --model mlp --hidden 16 --max-workers 2 --limit-train 640 --batch-size 32 -- \
+  --limit-test 200 >"$tmp/scaling.out" 2>"$tmp/scaling.err" || fail "bench scaling failed: $(tail -3 "$tmp/scaling.err")"
+top1() { awk -v s="$1" -v w="$2" '$1 == s && $2 == w { print $(NF - 1) }' "$tmp/scaling.out"; }
+sps() { awk -v s="$1" -v w="$2" '$1 == s && $2 == w { print $4 }' "$tmp/scaling.out"; }
+[ -n "$(top1 indep 2)" ] && [ "$(top1 indep 2)" = "$(top1 single 1)" ] ||
+  fail "bench scaling: indep x2 top-1 '$(top1 indep 2)' vs single '$(top1 single 1)': $(cat "$tmp/scaling.out")"
+for row in "ddp 1" "dp 1" "ddp 2" "dp 2"; do
+  [ -n "$(sps $row)" ] || fail "bench scaling: no '$row' row: $(cat "$tmp/scaling.out")"
+done
+[ -n "$(sps indep 2)" ] || fail "bench scaling: no 'indep 2' row: $(cat "$tmp/scaling.out")"
+
 # Ctrl-C: stops at a step boundary, writes metrics and weights, exits 130
 "$DTRAIN" train --model mlp --hidden 32 --epochs 1000 --batch-size 50 --limit-train 2000 --limit-test 200 \
   --threads 2 --out "$tmp/int" --progress none >"$tmp/int.out" 2>"$tmp/int.err" &
