@@ -9,8 +9,9 @@ count with time and bus bandwidth of each, and the ratios dtrain/MPI
                             [--bind-to none|core]
 
 --bind-to core binds both sides the same way (rank R to core R modulo the
-cores: dtrun --bind-to core, mpirun --bind-to core:overload-allowed); the
-default none leaves placement to the kernel on both.
+cores: dtrun --bind-to core, mpirun --map-by core --bind-to
+core:overload-allowed; alike where each core has one logical CPU, as on the
+machines measured); the default none leaves placement to the kernel on both.
 
 Each configuration runs --reps times, interleaved (dtrain shm, MPI shm,
 dtrain tcp, MPI tcp, then again), and every cell is the median.
@@ -81,8 +82,9 @@ def main():
                            os.path.join(b, "dtrain"), "bench", "allreduce", "--backend", backend] + sizes, env)
                 runs.setdefault("dtrain " + backend, []).append(parse(out))
                 if have_mpi:
-                    bind = "none" if args.bind_to == "none" else "core:overload-allowed"
-                    base = [mpirun, "--allow-run-as-root", "--oversubscribe", "-n", str(n), "--bind-to", bind]
+                    bind = ["--bind-to", "none"] if args.bind_to == "none" else \
+                        ["--map-by", "core", "--bind-to", "core:overload-allowed"]
+                    base = [mpirun, "--allow-run-as-root", "--oversubscribe", "-n", str(n)] + bind
                     btl = ["--mca", "btl", "vader,self"] if backend == "shm" else \
                         ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo", "--mca", "pml", "ob1"]
                     runs.setdefault("MPI " + backend, []).append(parse(run(base + btl + [ref] + sizes, env)))

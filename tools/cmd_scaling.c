@@ -1,9 +1,9 @@
 /* `dtrain bench scaling`: runs the same `dtrain train` job as child processes
  * with 1..N workers (DDP processes under dtrun, DataParallel threads), one
- * single-process baseline and, for 2..N, that many baselines at once, reads each run's summary.json and prints speedup,
- * scaling efficiency and, for DDP, how much of the all-reduce time was hidden
- * behind backward. Every run gets its own --out under one temporary directory,
- * removed at the end. */
+ * single-process baseline and, for 2..N, that many baselines at once, reads
+ * each run's summary.json and prints speedup, scaling efficiency and, for
+ * DDP, how much of the all-reduce time was hidden behind backward. Every run
+ * gets its own --out under one temporary directory, removed at the end. */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <fcntl.h>
@@ -225,6 +225,7 @@ static void build_cmd(const job *j, strategy s, int k, char *out_dir, size_t out
 /* A started run's command, output directory and log. */
 typedef struct child {
   pid_t pid;
+  int err; /* errno of a failed start */
   char out_dir[PATH_MAX], log[PATH_MAX + 16], cmd[2048];
 } child;
 
@@ -234,14 +235,16 @@ static void start_run(const job *j, strategy s, int k, child *c) {
   snprintf(c->log, sizeof c->log, "%s.log", c->out_dir);
   argv_text(&b, c->cmd, sizeof c->cmd);
   c->pid = start_child(&b, c->log);
+  c->err = c->pid < 0 ? errno : 0;
 }
 
-/* Waits for a started run: 0 and *r filled, or -1 after printing the error line. */
-static int finish_run(const child *c, run_result *r) {
+/* Waits for a started run: 0 and *r filled, or -1 after printing the error line unless quiet. */
+static int finish_run(const child *c, run_result *r, int quiet) {
   char tail[512], why[PATH_MAX + 128];
   int status = c->pid < 0 ? -1 : wait_child(c->pid);
+  if (quiet && (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)) return -1;
   if (status == -1) {
-    fprintf(stderr, "\ndtrain: bench scaling: cannot run '%s': %s\n", c->cmd, strerror(errno));
+    fprintf(stderr, "\ndtrain: bench scaling: cannot run '%s': %s\n", c->cmd, strerror(c->pid < 0 ? c->err : errno));
     return -1;
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -255,7 +258,7 @@ static int finish_run(const child *c, run_result *r) {
     return -1;
   }
   if (read_summary(c->out_dir, r, why, sizeof why) != 0) {
-    fprintf(stderr, "\ndtrain: bench scaling: '%s': %s\n", c->cmd, why);
+    if (!quiet) fprintf(stderr, "\ndtrain: bench scaling: '%s': %s\n", c->cmd, why);
     return -1;
   }
   return 0;
@@ -275,9 +278,9 @@ static int run_one(const job *j, strategy s, int k, run_result *r) {
   for (int i = 0; i < n; i++) start_run(j, s, s == S_INDEP ? 100 * k + i : k, &c[i]);
   int rc = 0;
   double train = 0, infer = 0;
-  for (int i = 0; i < n; i++) { /* every child is waited for, also after a failure */
+  for (int i = 0; i < n; i++) { /* every child is waited for, also after a failure; the first one is told */
     run_result ri;
-    if (finish_run(&c[i], &ri) != 0) {
+    if (finish_run(&c[i], &ri, rc != 0) != 0) {
       rc = -1;
       continue;
     }

@@ -25,7 +25,8 @@ typedef struct bench_scaling_args {
  * inference samples/s, speedup over the baseline, efficiency (speedup / k),
  * and for ddp the time spent in all-reduce and the share of it hidden behind
  * backward; for k >= 2 also k baseline runs at once that never communicate
- * (row "indep": their samples/s summed, the ceiling of k workers here). Progress goes to stderr, the table to stdout. Returns an exit code:
+ * (row "indep": their samples/s summed, the ceiling of k workers here).
+ * Progress goes to stderr, the table to stdout. Returns an exit code:
  * 0 success, 1 failure (one line "dtrain: ..." on stderr naming the failed
  * command and its exit status). */
 int bench_scaling_run(const bench_scaling_args *a);

@@ -812,7 +812,7 @@ static int cmd_train(const flag_args *p) {
   dt_train_config_default(&cfg);
   char out_dir[256];
   int rank = 0, rc;
-  if (stop_signals_start() != 0) return 1; /* first: no other thread may exist yet */
+  if (stop_signals_start() != 0) return EXIT_RUNTIME; /* first: no other thread may exist yet */
   if ((rc = train_model_flags(p, &cfg)) || (rc = train_task_flags(p, &cfg)) || (rc = train_optimizer_flags(p, &cfg)) ||
       (rc = train_schedule_flags(p, &cfg)) || (rc = train_strategy_flags(p, &cfg)) || (rc = train_rank(&cfg, &rank)) ||
       (rc = train_snapshot_flags(p, &cfg)) || (rc = train_output_flags(p, rank, &cfg, out_dir, sizeof out_dir)))

@@ -102,8 +102,9 @@ static const flag_spec flags[F_COUNT] = {
                            "max(1, cores/K) unless the variables are set"},
     [F_BIND] = {"--bind-to", "WHAT", FLAG_CHOICE, .alias = "--bind_to", .choices = binds,
                 .help = "none (default, as torchrun: the kernel places every thread) or core (as mpirun's "
-                        "--bind-to core): local worker R may run only on usable cores R*T .. R*T+T-1, T its "
-                        "thread count, wrapping round when the workers need more cores than there are"},
+                        "--bind-to core, counting logical CPUs): local worker R may run only on the usable CPUs "
+                        "R*T .. R*T+T-1 in order, T its compute threads, wrapping round when the workers need "
+                        "more than there are"},
     [F_TIMEOUT] = {"--timeout", "S", FLAG_FLOAT_RANGE, .lo = 0.001, .hi = 1e7,
                    .expect = "a positive number of seconds",
                    .help = "seconds to wait for the other nodes to join, start a round or finish "
@@ -373,6 +374,7 @@ typedef struct agent {
   dt_store_server *server;
   dt_store *store; /* NULL on one node: the agents need no agreement */
   int threads_omp, threads_dt;
+  int bind_threads; /* cores per worker under --bind-to core */
   const char *omp_user, *dt_threads_user, *wait_policy_user;
   int round;
   worker *w;
@@ -708,16 +710,23 @@ static int make_dirs(const char *path) {
   return 0;
 }
 
-/* --bind-to core: the cores of local worker `local`, `per` of dtrun's usable cores taken in order from
- * local * per, wrapping round. 0 under --bind-to none: the worker keeps dtrun's cores. */
+/* --bind-to core: the CPUs of local worker `local`, `per` of dtrun's usable logical CPUs taken in order from
+ * index local * per, wrapping round. 0 under --bind-to none: the worker keeps dtrun's CPUs. */
 static int worker_cores(const agent *a, int local, cpu_set_t *out) {
   cpu_set_t all;
-  if (a->o.bind != BIND_CORE || sched_getaffinity(0, sizeof all, &all) != 0) return 0;
+  if (a->o.bind != BIND_CORE) return 0;
+  if (sched_getaffinity(0, sizeof all, &all) != 0) {
+    static int said;
+    if (!said++)
+      fprintf(stderr, "dtrun: --bind-to core: cannot read this process's cores (%s); workers run unbound\n",
+              strerror(errno));
+    return 0;
+  }
   int ids[CPU_SETSIZE], n = 0;
   for (int c = 0; c < CPU_SETSIZE; c++)
     if (CPU_ISSET(c, &all)) ids[n++] = c;
   if (n == 0) return 0;
-  const int per = a->threads_dt < n ? a->threads_dt : n;
+  const int per = a->bind_threads < n ? a->bind_threads : n;
   CPU_ZERO(out);
   for (int j = 0; j < per; j++) CPU_SET(ids[((long)local * per + j) % n], out);
   return 1;
@@ -1239,10 +1248,12 @@ int main(int argc, char **argv) {
   a->omp_user = v && *v ? v : NULL;
   v = getenv("DT_NUM_THREADS");
   a->dt_threads_user = v && *v ? v : NULL;
-  if (!a->dt_threads_user && a->omp_user) { /* keep the two budgets the same */
-    long long t;
-    if (flags_int(a->omp_user, 1, 65536, &t) == 0) a->threads_dt = (int)t;
-  }
+  long long t;
+  if (!o->threads && !a->dt_threads_user && a->omp_user && flags_int(a->omp_user, 1, 65536, &t) == 0)
+    a->threads_dt = (int)t; /* keep the two budgets the same */
+  /* --bind-to core: a core per compute thread the worker will run (DT_NUM_THREADS as it receives it) */
+  a->bind_threads = a->threads_dt;
+  if (!o->threads && a->dt_threads_user && flags_int(a->dt_threads_user, 1, 65536, &t) == 0) a->bind_threads = (int)t;
   v = getenv("OMP_WAIT_POLICY");
   a->wait_policy_user = v && *v ? v : NULL;
   a->w = calloc((size_t)o->nproc, sizeof *a->w);

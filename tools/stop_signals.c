@@ -15,8 +15,8 @@ static const int taken[] = {SIGINT, SIGTERM};
 #define N_TAKEN (int)(sizeof taken / sizeof taken[0])
 
 static atomic_int armed, first;
-static atomic_int seen[N_TAKEN];     /* how many of each the armed run received */
-static int was_ignored[N_TAKEN];     /* inherited SIG_IGN (a background job's SIGINT): unarmed, stays ignored */
+static atomic_int seen[N_TAKEN]; /* how many of each the armed run received */
+static int was_ignored[N_TAKEN]; /* inherited SIG_IGN (a background job's SIGINT): unarmed, stays ignored */
 
 static void taken_set(sigset_t *s) {
   sigemptyset(s);
@@ -47,9 +47,11 @@ static void take(int sig) {
   dt_train_request_stop();
 }
 
-/* Runs only on a thread that existed before stop_signals_start (none in dtrain: a library that started threads
- * at load time would own one). Installing it also makes the disposition "caught", which Linux needs to keep a
- * blocked signal pending where the inherited one was SIG_IGN. Everything take() calls is async-signal-safe. */
+/* Runs only on a thread that existed before stop_signals_start, which none does with the OpenMP build of
+ * OpenBLAS that make deps installs (its pthread build starts workers when it loads: they would take a signal
+ * here, on their own stacks, which is safe since oneDNN never runs on them). Installing it also makes the
+ * disposition "caught", which Linux needs to keep a blocked signal pending where the inherited one was SIG_IGN.
+ * Everything take() calls is async-signal-safe. */
 static void on_signal(int sig) { take(sig); }
 
 static void *taker(void *arg) {
@@ -67,7 +69,8 @@ static void *taker(void *arg) {
 int stop_signals_start(void) {
   sigset_t s;
   taken_set(&s);
-  for (int i = 0; i < N_TAKEN; i++) {
+  int e = pthread_sigmask(SIG_BLOCK, &s, NULL); /* first: a signal from here on waits for the taker */
+  for (int i = 0; e == 0 && i < N_TAKEN; i++) {
     struct sigaction old, sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -75,7 +78,6 @@ int stop_signals_start(void) {
     sigaction(taken[i], &sa, &old);
     was_ignored[i] = old.sa_handler == SIG_IGN;
   }
-  int e = pthread_sigmask(SIG_BLOCK, &s, NULL);
   pthread_t t;
   if (e == 0) e = pthread_create(&t, NULL, taker, NULL);
   if (e == 0) e = pthread_detach(t);

@@ -70,29 +70,35 @@ has envthr "$tmp/envthr.out" "[rank 1]: OMP_NUM_THREADS=5"
 has envthr "$tmp/envthr.out" "[rank 0]: DT_NUM_THREADS=5"
 has envthr "$tmp/envthr.out" "[rank 0]: DT_RUN_ID=myjob"
 
-# --bind-to core: local worker R runs on usable cores R*T .. R*T+T-1 (wrapping round), the default leaves them all.
+# --bind-to core: local worker R runs on the usable CPUs R*T .. R*T+T-1 (wrapping round), in the order of dtrun's
+# own affinity (a taskset on dtrun narrows them); the default leaves them all; T follows the worker's DT_NUM_THREADS.
 cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
-first_cpu=$(python3 -c 'import os; print(min(os.sched_getaffinity(0)))' 2>/dev/null || echo 0)
-ncpu=$(python3 -c 'import os; print(len(os.sched_getaffinity(0)))' 2>/dev/null || nproc)
-run bind --nproc-per-node 3 --threads-per-proc 1 --bind-to core -- \
-  bash -c 'echo "cpus $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"'
-expect_rc bind 0
-python3 - "$tmp/bind.out" <<'PY' || fail "--bind-to core: $(cat "$tmp/bind.out")"
-import os, sys
-usable = sorted(os.sched_getaffinity(0))
+show_cpus='echo "cpus $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"'
+bind_check() { # NAME OUT TEXT...: rank R printed the R-th expected CPU list (expected lists wrap round)
+  python3 - "$@" <<'PY' || fail "$1: expected cpus ${*:3} by rank: $(cat "$2")"
+import sys
+want = sys.argv[3:]
 got = {}
-for line in open(sys.argv[1]):
-    r = int(line.split("]")[0].split()[1])
-    got[r] = line.split("cpus ")[1].strip()
-want = {r: str(usable[r % len(usable)]) for r in range(3)}
-sys.exit(0 if got == want else 1)
+for line in open(sys.argv[2]):
+    got[int(line.split("]")[0].split()[1])] = line.split("cpus ")[1].strip()
+sys.exit(0 if got and all(got[r] == want[r % len(want)] for r in got) else 1)
 PY
-run unbound --nproc-per-node 2 -- bash -c 'echo "cpus $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"'
+}
+usable=$(python3 -c 'import os; print(" ".join(map(str, sorted(os.sched_getaffinity(0)))))')
+run bind --nproc-per-node 3 --threads-per-proc 1 --bind-to core -- bash -c "$show_cpus"
+expect_rc bind 0
+bind_check bind "$tmp/bind.out" $usable
+run unbound --nproc-per-node 2 -- bash -c "$show_cpus"
 has unbound "$tmp/unbound.out" "[rank 1]: cpus $cpus"
-if [ "$ncpu" -ge 2 ]; then # two threads each: worker 0 gets the first two usable cores
-  run bind2 --nproc-per-node 1 --threads-per-proc 2 --bind-to core -- \
-    bash -c 'python3 -c "import os; print(\"n\", len(os.sched_getaffinity(0)), min(os.sched_getaffinity(0)))"'
-  has bind2 "$tmp/bind2.out" "[rank 0]: n 2 $first_cpu"
+last=${usable##* }
+if [ "$last" != "${usable%% *}" ]; then
+  # dtrun under taskset -c LAST: every worker on LAST (not CPU 0, 1, ... by local rank)
+  timeout -k 2 20 taskset -c "$last" "$DTRUN" --nproc-per-node 2 --bind-to core -- bash -c "$show_cpus" \
+    >"$tmp/bindts.out" 2>&1 </dev/null || fail "--bind-to core under taskset: $(cat "$tmp/bindts.out")"
+  bind_check bindts "$tmp/bindts.out" "$last"
+  # one worker gets every core as its budget, but a DT_NUM_THREADS=1 of the user's runs one thread: one CPU
+  DT_NUM_THREADS=1 run bind1 --nproc-per-node 1 --bind-to core -- bash -c "$show_cpus"
+  has bind1 "$tmp/bind1.out" "[rank 0]: cpus ${usable%% *}"
 fi
 
 # ---- output: prefixes on the right stream, partial last lines, --log-dir -------------------------
