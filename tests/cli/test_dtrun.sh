@@ -69,6 +69,9 @@ run envthr --nproc_per_node 2 --threads-per-proc 5 --run-id myjob -- bash "$W" e
 has envthr "$tmp/envthr.out" "[rank 1]: OMP_NUM_THREADS=5"
 has envthr "$tmp/envthr.out" "[rank 0]: DT_NUM_THREADS=5"
 has envthr "$tmp/envthr.out" "[rank 0]: DT_RUN_ID=myjob"
+OMP_NUM_THREADS=7 run envboth --nproc-per-node 1 --threads-per-proc 3 -- bash "$W" env # the flag wins for both
+has envboth "$tmp/envboth.out" "[rank 0]: OMP_NUM_THREADS=3"
+has envboth "$tmp/envboth.out" "[rank 0]: DT_NUM_THREADS=3"
 
 # --bind-to core: local worker R runs on the usable CPUs R*T .. R*T+T-1 (wrapping round), in the order of dtrun's
 # own affinity (a taskset on dtrun narrows them); the default leaves them all; T follows the worker's DT_NUM_THREADS.
