@@ -375,8 +375,9 @@ int bench_scaling_run(const bench_scaling_args *a) {
          j.batch, j.threads);
   printf("# speedup: train samples/s over 'single' (one worker); efficiency = speedup / workers; ddp: rank 0's\n"
          "# all-reduce time waited for (comm s) and in total (allred s), hidden = share behind backward;\n"
-         "# cpu/wall: CPU seconds per wall second of (rank 0's) process, well below its threads when cores were shared;\n"
-         "# indep: k single runs at once that never communicate (samples/s summed), what k workers can reach here\n");
+         "# cpu/wall: CPU seconds per wall second of (rank 0's) process, well below its threads when cores were\n"
+         "# shared; indep: k single runs at once that never communicate (samples/s summed), the ceiling of k\n"
+         "# workers on this machine\n");
   printf("%-8s %7s %7s %13s %13s %9s %11s %9s %7s %7s %8s %8s %7s %8s\n", "strategy", "workers", "threads",
          "train samp/s", "infer samp/s", "speedup", "efficiency", "compute s", "data s", "comm s", "allred s",
          "hidden", "top-1 %", "cpu/wall");
