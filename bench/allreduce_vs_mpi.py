@@ -3,7 +3,8 @@
 MPI_Allreduce on shared memory (btl vader) and TCP loopback (btl tcp), same
 sizes, same iteration rule, same ranks, in one run. Prints one table per rank
 count with time and bus bandwidth of each, and the ratios dtrain/MPI
-(busbw: > 1 is dtrain faster; time: < 1 is dtrain faster).
+(busbw: > 1 is dtrain faster; time: < 1 is dtrain faster), then each side's
+CPU seconds per GB all-reduced (out of place, mean over ranks).
 
   bench/allreduce_vs_mpi.py [--build build] [--ranks 2,4] [-b 8] [-e 64M] [-f 4] [--reps 3] [--backends shm,tcp]
                             [--bind-to none|core]
@@ -33,7 +34,7 @@ def run(cmd, env=None):
 
 
 def parse(table):
-    """size -> (out-of-place time us, out-of-place busbw, in-place time, in-place busbw)"""
+    """size -> (out-of-place time us, out-of-place busbw, in-place time, in-place busbw, CPU s per GB or nan)"""
     rows = {}
     for line in (table or "").splitlines():
         f = line.split()
@@ -45,7 +46,8 @@ def parse(table):
                 continue
         if len(f) < 13 or not f[0].isdigit():
             continue
-        rows[int(f[0])] = (float(f[5]), float(f[7]), float(f[9]), float(f[11]))
+        rows[int(f[0])] = (float(f[5]), float(f[7]), float(f[9]), float(f[11]),
+                           float(f[13]) if len(f) > 13 else float("nan"))
     return rows
 
 
@@ -93,7 +95,7 @@ def main():
             cols[k] = {}
             for size in set().union(*[set(t) for t in tables]):
                 vals = [t[size] for t in tables if size in t]
-                cols[k][size] = tuple(statistics.median(v[i] for v in vals) for i in range(4))
+                cols[k][size] = tuple(statistics.median(v[i] for v in vals) for i in range(5))
         print("\n## %d ranks, float sum, out of place: time (us) and bus bandwidth (GB/s), median of %d, bound to %s\n"
               % (n, args.reps, args.bind_to))
         names = [k for k in ("dtrain shm", "MPI shm", "dtrain tcp", "MPI tcp") if k in cols]
@@ -101,8 +103,9 @@ def main():
         pairs = [x for x in backends if have_mpi]
         for x in pairs:
             head += " | %s busbw ratio | %s time ratio" % (x, x)
+        head += "".join(" | %s cpu s/GB" % k for k in names)
         print(head + " |")
-        print("|" + "---|" * (1 + 2 * len(names) + 2 * len(pairs)))
+        print("|" + "---|" * (1 + 3 * len(names) + 2 * len(pairs)))
         for size in sorted(set().union(*[set(v) for v in cols.values()])):
             cells = []
             for k in names:
@@ -113,6 +116,9 @@ def main():
                 return "%.2f" % (ra[i] / rc[i]) if ra and rc and rc[i] > 0 else "-"
             for x in pairs:
                 cells += [ratio("dtrain " + x, "MPI " + x, 1), ratio("dtrain " + x, "MPI " + x, 0)]
+            for k in names:
+                r = cols[k].get(size)
+                cells.append("%.3f" % r[4] if r and r[4] == r[4] else "-")
             print("| %d | %s |" % (size, " | ".join(cells)))
 
 

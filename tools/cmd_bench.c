@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cmd_bench.h"
 #include "core/impl.h"
@@ -96,31 +97,42 @@ static int iters_for(size_t bytes, int iters) {
   return n > (size_t)iters ? iters : n < (size_t)lo ? lo : (int)n;
 }
 
-/* Seconds per call of iters all-reduces (slowest rank), after warmup calls. */
+/* CPU seconds this process has used (all its threads: the backend's, a communication thread's). */
+static double process_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Seconds per call of iters all-reduces (slowest rank), after warmup calls, and the CPU seconds a rank spent per
+ * GB all-reduced (mean over ranks; waiting that spins counts: on shared cores it is compute taken away). */
 static dt_status time_loop(dt_group *g, const void *send, void *recv, size_t count, const bench_allreduce_args *a,
-                           double *per_call) {
+                           double *per_call, double *cpu_per_gb) {
   for (int i = 0; i < a->warmup; i++) TRY(dt_allreduce(g, send, recv, count, a->dtype, a->op, NULL));
   TRY(dt_barrier(g, NULL));
-  int iters = iters_for(count * dt_dtype_size(a->dtype), a->iters);
-  double t0 = dt_time_now();
+  const size_t bytes = count * dt_dtype_size(a->dtype);
+  int iters = iters_for(bytes, a->iters);
+  double t0 = dt_time_now(), c0 = process_cpu_s();
   for (int i = 0; i < iters; i++) TRY(dt_allreduce(g, send, recv, count, a->dtype, a->op, NULL));
-  double t = (dt_time_now() - t0) / iters;
+  double t = (dt_time_now() - t0) / iters, cpu = process_cpu_s() - c0;
   TRY(dt_allreduce(g, &t, &t, 1, DT_F64, DT_MAX, NULL));
+  TRY(dt_allreduce(g, &cpu, &cpu, 1, DT_F64, DT_AVG, NULL));
   *per_call = t;
+  *cpu_per_gb = bytes ? cpu / ((double)bytes * iters / 1e9) : 0;
   return DT_OK;
 }
 
-/* One half of a row: time (us), algbw, busbw, #wrong. */
+/* One half of a row: time (us), algbw, busbw, #wrong; and the CPU seconds per GB. */
 static dt_status run_half(dt_group *g, void *send, void *recv, size_t count, int inplace,
-                          const bench_allreduce_args *a, double *busbw_out, long long *wrong_out, char *cols,
-                          size_t len) {
+                          const bench_allreduce_args *a, double *busbw_out, long long *wrong_out, double *cpu_per_gb,
+                          char *cols, size_t len) {
   int world = dt_group_size(g), rank = dt_group_rank(g);
   size_t bytes = count * dt_dtype_size(a->dtype);
   void *src = inplace ? recv : send;
   long long wrong = 0;
   fill(src, count, a->dtype, rank);
   double t;
-  TRY(time_loop(g, src, recv, count, a, &t));
+  TRY(time_loop(g, src, recv, count, a, &t, cpu_per_gb));
   if (a->check) {
     fill(src, count, a->dtype, rank);
     TRY(dt_allreduce(g, src, recv, count, a->dtype, a->op, NULL));
@@ -161,10 +173,10 @@ dt_status bench_allreduce_run(const bench_allreduce_args *a) {
            world, dt_group_local_size(g), dt_group_backend(g), type_name(a->dtype), dt_redop_name(a->op), a->iters,
            a->warmup);
     printf("#%82s%34s\n", "out-of-place", "in-place");
-    printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count", "type", "redop", "root",
-           "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-    printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
-           "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+    printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s %8s\n", "size", "count", "type", "redop", "root",
+           "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "cpu");
+    printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s %8s\n", "(B)", "(elements)", "", "", "", "(us)",
+           "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(s/GB)");
     fflush(stdout);
   }
   double bus_sum = 0;
@@ -173,14 +185,14 @@ dt_status bench_allreduce_run(const bench_allreduce_args *a) {
   for (size_t bytes = a->min_bytes; bytes <= a->max_bytes;) {
     size_t count = bytes / es;
     char oop[64], inp[64];
-    double bus_o, bus_i;
+    double bus_o, bus_i, cpu_o, cpu_i;
     long long w_o = 0, w_i = 0;
-    st = run_half(g, send, recv, count, 0, a, &bus_o, &w_o, oop, sizeof oop);
-    if (st == DT_OK) st = run_half(g, send, recv, count, 1, a, &bus_i, &w_i, inp, sizeof inp);
+    st = run_half(g, send, recv, count, 0, a, &bus_o, &w_o, &cpu_o, oop, sizeof oop);
+    if (st == DT_OK) st = run_half(g, send, recv, count, 1, a, &bus_i, &w_i, &cpu_i, inp, sizeof inp);
     if (st != DT_OK) goto out;
     if (rank == 0) {
-      printf(" %11zu %12zu %8s %6s %6d%s%s\n", count * es, count, type_name(a->dtype), dt_redop_name(a->op), -1, oop,
-             inp);
+      printf(" %11zu %12zu %8s %6s %6d%s%s %8.3f\n", count * es, count, type_name(a->dtype), dt_redop_name(a->op), -1,
+             oop, inp, cpu_o);
       fflush(stdout);
     }
     wrong_total += w_o + w_i;

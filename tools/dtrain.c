@@ -1325,7 +1325,9 @@ static const command commands[] = {
      "Times all-reduce from -b to -e bytes (x -f per row), out of place and in place, on every\n"
      "rank of the job, and rank 0 prints the nccl-tests table: size, count, type, redop, root,\n"
      "time per call (the slowest rank's), algbw = bytes / time, busbw = algbw * 2(n-1)/n, and\n"
-     "#wrong with --check; then '# Avg bus bandwidth'. Example:\n"
+     "#wrong with --check, and a last column 'cpu': the CPU seconds a rank's process spent per GB\n"
+     "all-reduced out of place (the mean over ranks; a spinning wait counts); then '# Avg bus\n"
+     "bandwidth'. Example:\n"
      "  dtrun --standalone --nproc-per-node 2 -- dtrain bench allreduce -b 8 -e 64M -f 2 --check",
      bench_flags, BENCH_COUNT, 0, 0, cmd_bench_allreduce},
     {"bench scaling", "the same training with 1..N workers (ddp and dp): speedup and efficiency",

@@ -16,7 +16,10 @@ for backend in shm tcp; do
     -b 8 -e 1M -f 16 -n 5 -w 1 --check >"$t/out" 2>"$t/err"
   rc=$?
   check "$backend: exit 0" test $rc -eq 0
-  check "$backend: header names the columns" grep -q "size .*count .*type .*redop .*root .*time .*algbw .*busbw .*#wrong" "$t/out"
+  check "$backend: header names the columns" grep -q "size .*count .*type .*redop .*root .*time .*algbw .*busbw .*#wrong .*cpu" "$t/out"
+  # the cpu column: CPU seconds per GB, positive on every row
+  check "$backend: a positive cpu s/GB on every row" awk '/^\[rank 0\]: +[0-9]+ +[0-9]+ +float/ { n++; if (!($NF > 0)) bad++ }
+    END { exit !(n == 5 && !bad) }' "$t/out"
   rows=$(grep -cE '^\[rank 0\]: +[0-9]+ +[0-9]+ +float +sum +-1 ' "$t/out")
   check "$backend: one row per size (8 B .. 512 KiB by 16: 5 rows, got $rows)" test "$rows" -eq 5
   check "$backend: no wrong values" grep -q "Out of bounds values : 0 OK" "$t/out"
