@@ -189,8 +189,8 @@ section "4 a task killed with SIGKILL"
 rank_pid() { # the pid of the dtrain task with SLURM_PROCID=$1 whose SLURM_JOB_ID is $2
   local p
   for p in $(pgrep -x dtrain); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$2" &&
-      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_PROCID=$1" && { echo "$p"; return; }
+    tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "SLURM_JOB_ID=$2" &&
+      tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "SLURM_PROCID=$1" && { echo "$p"; return; }
   done
 }
 killed_run() { # NAME SRUN-FLAGS...: srun -n 2 in the background, rank 1 killed at epoch 2; exit in $rc, seconds in $secs
@@ -210,7 +210,7 @@ killed_run() { # NAME SRUN-FLAGS...: srun -n 2 in the background, rank 1 killed 
   wait_for "$spid" 30
   secs=$(awk -v s="$t0" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }')
   for i in $(seq 50); do [ -z "$(squeue -h -j "$job" 2>/dev/null)" ] && break; sleep 0.1; done
-  left=$(for p in $(pgrep -x dtrain); do tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$job" && echo "$p"; done)
+  left=$(for p in $(pgrep -x dtrain); do tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "SLURM_JOB_ID=$job" && echo "$p"; done)
   shm=$(ls /dev/shm | grep "^dt-slurm-$job\." || true)
 }
 killed_run killed
@@ -286,7 +286,7 @@ else
       t0=$(date +%s.%N)
       wait_for "$spid" 40
       secs=$(awk -v s="$t0" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }')
-      ours() { for p in $(pgrep -x dtrain); do tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_CONF=$SLURM_CONF" && echo "$p"; done; }
+      ours() { for p in $(pgrep -x dtrain); do tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "SLURM_CONF=$SLURM_CONF" && echo "$p"; done; }
       for i in $(seq 100); do [ -z "$(ours)" ] && break; sleep 0.1; done
       left=$(ours | tr '\n' ' ')
       if [ $rc -ne 0 ] && awk -v s="$secs" 'BEGIN { exit !(s < 20) }' && [ -z "$left" ] &&
