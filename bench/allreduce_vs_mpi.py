@@ -51,6 +51,18 @@ def parse(table):
     return rows
 
 
+def cpu_line():
+    model, flags = "?", set()
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name") and model == "?":
+            model = line.split(":", 1)[1].strip()
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+    want = ["avx2", "fma", "avx512f", "avx512_bf16"]
+    return "# CPU: %s; %s; %d online CPUs" % (model, " ".join(f + ("+" if f in flags else "-") for f in want),
+                                              os.cpu_count() or 0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.environ.get("DT_BUILD_DIR", "build"))
@@ -74,6 +86,7 @@ def main():
     have_mpi = mpirun and os.path.exists(ref)
     if not have_mpi:
         print("# Open MPI (mpirun, build/bench/mpi_allreduce) not found: printing dtrain's figures alone")
+    print(cpu_line())
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for n in [int(x) for x in args.ranks.split(",")]:
         runs = {}

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "cmd_bench.h"
+#include "cpu_line.h"
 #include "core/impl.h"
 #include "dtrain/dtrain.h"
 
@@ -172,6 +173,7 @@ dt_status bench_allreduce_run(const bench_allreduce_args *a) {
     printf("# dtrain bench allreduce: %d ranks (%d on this host), backend %s, %s %s, %d iterations after %d warmup\n",
            world, dt_group_local_size(g), dt_group_backend(g), type_name(a->dtype), dt_redop_name(a->op), a->iters,
            a->warmup);
+    print_cpu_line(stdout); /* rank 0's host */
     printf("#%82s%34s\n", "out-of-place", "in-place");
     printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s %8s\n", "size", "count", "type", "redop", "root",
            "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "cpu");

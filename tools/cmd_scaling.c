@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cmd_scaling.h"
+#include "cpu_line.h"
 
 #define MAX_ARGS 96 /* the runs' own flags and the extra ones after -- */
 #define NUM_LEN 24
@@ -373,6 +374,7 @@ int bench_scaling_run(const bench_scaling_args *a) {
   printf("# %s%s%s on %s, %d epoch(s), %s train samples, batch %d per worker, %d thread(s) per worker\n", j.model,
          a->hidden ? " " : "", a->hidden ? a->hidden : "", a->data ? a->data : "the default data", j.epochs, samples,
          j.batch, j.threads);
+  print_cpu_line(stdout);
   printf("# speedup: train samples/s over 'single' (one worker); efficiency = speedup / workers; ddp: rank 0's\n"
          "# all-reduce time waited for (comm s) and in total (allred s), hidden = share behind backward;\n"
          "# cpu/wall: CPU seconds per wall second of (rank 0's) process, well below its threads when cores were\n"

@@ -26,6 +26,7 @@ for backend in shm tcp; do
   check "$backend: closing average" grep -q "# Avg bus bandwidth" "$t/out"
   check "$backend: only rank 0 prints the table" bash -c "! grep -q '^\[rank [12]\]: .*Avg bus' '$t/out'"
   check "$backend: the banner names the backend" grep -q "backend $backend" "$t/out"
+  check "$backend: the table names the CPU" grep -qE "^\[rank 0\]: # CPU: .*; avx2[+-] .*; [0-9]+ online CPUs" "$t/out"
 done
 
 for d in f64 bf16 f16 i32 i64; do

@@ -240,6 +240,8 @@ for row in "ddp 1" "dp 1" "ddp 2" "dp 2"; do
   [ -n "$(sps $row)" ] || fail "bench scaling: no '$row' row: $(cat "$tmp/scaling.out")"
 done
 [ -n "$(sps indep 2)" ] || fail "bench scaling: no 'indep 2' row: $(cat "$tmp/scaling.out")"
+grep -qE "^# CPU: .*; avx2[+-] .*; [0-9]+ online CPUs" "$tmp/scaling.out" ||
+  fail "bench scaling: no '# CPU:' line: $(head -3 "$tmp/scaling.out")"
 
 # Ctrl-C: stops at a step boundary, writes metrics and weights, exits 130
 "$DTRAIN" train --model mlp --hidden 32 --epochs 1000 --batch-size 50 --limit-train 2000 --limit-test 200 \
