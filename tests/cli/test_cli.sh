@@ -288,9 +288,9 @@ bg_pid=
 [ -s "$tmp/int/model.safetensors" ] || fail "SIGINT: no weights written"
 grep -q "interrupted" "$tmp/int.err" || fail "SIGINT: no note on stderr: $(cat "$tmp/int.err")"
 
-# A second Ctrl-C ends the run at once: no weights, no note. The first has been taken 0.2 s before (two signals
-# closer than the signal thread's wake-up would merge into one); it comes early in epoch 2's training (seconds
-# long), and the stop's evaluation of 10,000 samples by a convolutional model outlasts the gap several times.
+# A second Ctrl-C ends the run at once: no weights, no note. It is sent once the first has been taken (two
+# signals pending at once merge into one); the first comes early in epoch 2's training (seconds long), and the
+# stop's evaluation of 10,000 samples by a convolutional model outlasts the moments between them by far.
 "$DTRAIN" train --model fashioncnn --epochs 1000 --batch-size 50 --limit-train 10000 --limit-test 10000 \
   --threads 2 --out "$tmp/int2" --progress none >"$tmp/int2.out" 2>"$tmp/int2.err" &
 bg_pid=$!
@@ -299,7 +299,11 @@ for _ in $(seq 200); do
   sleep 0.1
 done
 kill -INT "$bg_pid"
-sleep 0.2
+for _ in $(seq 50); do # until the signal thread has taken it (no SIGINT pending for the process: ShdPnd bit 1)
+  pnd=$(sed -n 's/^ShdPnd:[[:space:]]*//p' /proc/"$bg_pid"/status 2>/dev/null)
+  [ -n "$pnd" ] && [ $((0x$pnd & 2)) -eq 0 ] && break
+  sleep 0.1
+done
 kill -INT "$bg_pid"
 for _ in $(seq 200); do kill -0 "$bg_pid" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$bg_pid" 2>/dev/null && { fail "dtrain did not end within 20 s of a second SIGINT"; kill -9 "$bg_pid"; }
