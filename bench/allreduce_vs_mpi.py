@@ -24,6 +24,9 @@ import statistics
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from synthetic_vs_torch import cpu_line  # noqa: E402
+
 
 def run(cmd, env=None):
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, timeout=900)
@@ -51,18 +54,6 @@ def parse(table):
     return rows
 
 
-def cpu_line():
-    model, flags = "?", set()
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name") and model == "?":
-            model = line.split(":", 1)[1].strip()
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-    want = ["avx2", "fma", "avx512f", "avx512_bf16"]
-    return "# CPU: %s; %s; %d online CPUs" % (model, " ".join(f + ("+" if f in flags else "-") for f in want),
-                                              os.cpu_count() or 0)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.environ.get("DT_BUILD_DIR", "build"))
@@ -86,7 +77,7 @@ def main():
     have_mpi = mpirun and os.path.exists(ref)
     if not have_mpi:
         print("# Open MPI (mpirun, build/bench/mpi_allreduce) not found: printing dtrain's figures alone")
-    print(cpu_line())
+    print("# CPU: " + cpu_line())
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for n in [int(x) for x in args.ranks.split(",")]:
         runs = {}

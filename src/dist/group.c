@@ -128,12 +128,20 @@ static void trace_coll(const dt_coll *c, double t0_us, dt_status s) {
 }
 
 /* Runs w (state RUNNING, lock not held) and records the result. */
+/* A collective of a one-rank group: its result is its input (the mean of one value, one rank's block, the
+ * root's own buffer), so no backend is asked: a copy where send and recv differ. */
+static dt_status run_alone(const dt_coll *c) {
+  if (c->kind == DT_COLL_BARRIER || c->kind == DT_COLL_BROADCAST || !c->count || c->send == c->recv) return DT_OK;
+  memmove(c->recv, c->send, c->count * dt_dtype_size(c->dtype));
+  return DT_OK;
+}
+
 static void work_run(dt_group *g, dt_work *w) {
   dt_coll c = w->c;
   const double trace_t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
   double t0 = dt_time_now();
   c.deadline = t0 + g->timeout_s;
-  dt_status s = dt_backend_run(g->backend, &c);
+  dt_status s = g->size == 1 ? run_alone(&c) : dt_backend_run(g->backend, &c);
   if (s == DT_OK && w->divisor > 1) {
     if (c.kind == DT_COLL_ALLREDUCE) {
       dt_reduce_scale(c.recv, c.count, c.dtype, w->divisor);
@@ -328,11 +336,13 @@ static dt_status submit(dt_group *g, const dt_coll *c, dt_work **out) {
   else
     g->head = w;
   g->tail = w;
-  /* A blocking call runs the work itself when the queue is idle. */
-  if (out) pthread_cond_signal(&g->cv_queue);
+  /* A blocking call runs the work itself when the queue is idle; so does every call of a one-rank group, whose
+   * collectives are local copies: no communication thread to wake for them. */
+  if (out && g->size > 1) pthread_cond_signal(&g->cv_queue);
   pthread_mutex_unlock(&g->mu);
   if (out) {
     *out = w;
+    if (g->size == 1) (void)dt_work_wait(w, 0); /* its status stays in w for the caller's own wait */
     return DT_OK;
   }
   dt_status s = dt_work_wait(w, 0);

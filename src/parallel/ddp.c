@@ -374,8 +374,7 @@ static void launch(dt_ddp *d, int i) {
   if (b->rows) {
     st = dt_ddp_rows_launch(b->rows, d->g, d->m, d->grads, d->cfg.rows_exchange, &b->work, &b->bytes);
   } else if (d->cfg.comm_hook == DT_COMM_HOOK_NONE) {
-    /* One rank: the mean of one value is that value, bit for bit; no work queued, no thread woken. */
-    st = d->world == 1 ? DT_OK : dt_allreduce(d->g, g, g, b->count, DT_F32, DT_AVG, &b->work);
+    st = dt_allreduce(d->g, g, g, b->count, DT_F32, DT_AVG, &b->work);
   } else {
     /* Divided before the cast, so a sum of world values near the f16 limit
      * cannot overflow (the result, the mean, is what has to fit). */

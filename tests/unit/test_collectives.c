@@ -85,7 +85,8 @@ TEST(tcp_every_collective_world_1_to_5) {
 TEST(auto_picks_shm_on_one_host) { ASSERT_EQ(run_backend("auto", 3, 0), 0); }
 
 /* Twenty all-reduces in flight at once, waited for in reverse order: each
- * completes with its own result, in issue order (sequence numbers 1..20). */
+ * completes with its own result, in issue order (sequence numbers 1..20).
+ * A one-rank group completes each at submit. */
 static int async_child(df_job *j, int r, int world, void *arg) {
   (void)arg;
   dt_group *g;
@@ -98,6 +99,10 @@ static int async_child(df_job *j, int r, int world, void *arg) {
     for (int i = 0; i < COUNT; i++) buf[k][i] = (float)(k + r);
     if (dt_allreduce(g, buf[k], buf[k], COUNT, DT_F32, DT_SUM, &w[k]) != DT_OK) return 3;
     if (dt_work_seq(w[k]) != (uint64_t)k + 1) bad = 1;
+    if (world == 1 && !dt_work_test(w[k])) { /* one rank: run at submit, no communication thread woken */
+      fprintf(stderr, "world 1: all-reduce %d not complete when submitted\n", k);
+      bad = 1;
+    }
   }
   for (int k = N - 1; k >= 0; k--) {
     if (dt_work_wait(w[k], 0) != DT_OK) {
@@ -123,6 +128,9 @@ TEST(async_work_handles_complete_in_issue_order) {
     df_job j = {.port = df_start_store(RUN_ID), .run_id = RUN_ID, .round = next_round++, .backend = backends[b],
                 .timeout_s = 60};
     ASSERT_EQ(df_run(&j, 3, async_child, NULL), 0);
+    df_job one = {.port = df_start_store(RUN_ID), .run_id = RUN_ID, .round = next_round++, .backend = backends[b],
+                  .timeout_s = 60};
+    ASSERT_EQ(df_run(&one, 1, async_child, NULL), 0);
   }
 }
 
