@@ -6,13 +6,15 @@
 #include "nn/layer.h"
 #include "tensor/kernels.h"
 
-/* The layer's weights as the GEMMs read them: rounded under amp (the context's copy), else the master f32. */
+/* The layer's weights as the GEMMs read them: rounded under amp (the context's copy; the master block where the
+ * native GEMMs round them, io->gemm_rounds), else the master f32. */
 static inline const float *dt_amp_weights(const dt_layer_io *io) {
   return io->amp != DT_AMP_OFF ? io->lowp_params : io->params;
 }
-/* x (n) as an operand: rounded into scratch block `slot` (0: the input, 1: the incoming gradient) under amp. */
+/* x (n) as an operand: rounded into scratch block `slot` (0: the input, 1: the incoming gradient) under amp; the
+ * input as it is where the native GEMMs round it (io->gemm_rounds). */
 static inline const float *dt_amp_operand(const dt_layer_io *io, int slot, const float *x, size_t n) {
-  if (io->amp == DT_AMP_OFF || !x) return x;
+  if (io->amp == DT_AMP_OFF || !x || (slot == 0 && io->gemm_rounds)) return x;
   dt_lowp_round_copy(io->amp, io->amp_scratch[slot], x, n);
   return io->amp_scratch[slot];
 }

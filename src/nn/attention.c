@@ -147,6 +147,7 @@ const dt_layer_ops dt_self_attention_ops = {.kind = "SelfAttention",
                                             .ws_bytes = attn_ws_bytes,
                                             .forward = attn_forward,
                                             .backward = attn_backward,
+                                            .gemm_operands = 1,
                                             .backward_needs_train_forward = 0};
 
 dt_status dt_model_add_self_attention(dt_model *m, const char *name, int heads, float p, int input_rows,

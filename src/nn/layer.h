@@ -90,8 +90,11 @@ typedef struct dt_layer_io {
   uint64_t seed;       /* the build seed */
   uint64_t stream;     /* dropout stream: mix(rng stream, layer index, step) */
   dt_amp amp;          /* mixed precision: the autocast layers round their operands and results (nn/amp.h) */
-  const float *lowp_params; /* amp: this layer's block of the context's parameters rounded to the grid */
+  const float *lowp_params; /* amp: this layer's block of the context's parameters rounded to the grid (the master
+                             * block where gemm_rounds) */
   float *amp_scratch[2];    /* amp: the rounded copies of an input and an incoming gradient (the largest layer's) */
+  int gemm_rounds;          /* amp: the native GEMMs round this layer's weights and input as they pack them, so
+                             * neither is rounded beforehand (ops->gemm_operands, dt_amp_native_gemm) */
   float loss_weight;   /* each sample's weight in the loss being differentiated (1/batch for a mean) */
   dt_row_set *rows[DT_LAYER_MAX_TENSORS]; /* row tables: the touched rows of tensor k; else NULL */
 } dt_layer_io;
@@ -113,6 +116,9 @@ typedef struct dt_layer_ops {
   int forward_view; /* 1: the output is the input's floats as they are (a residual begin), but backward does
                      * work of its own: the executor aliases the two activations and skips forward only */
   const char *(*label)(const dt_layer *l); /* optional: the kind as the summary prints it ("ReLU") */
+  int gemm_operands; /* 1: under amp the weights and the input reach only dt_lowp_gemm, and biases only through
+                      * dt_linear_forward (which rounds them): where the GEMMs are native and round as they pack,
+                      * the executor rounds neither beforehand (a pass over each saved; same bits) */
 } dt_layer_ops;
 
 struct dt_layer {

@@ -49,7 +49,8 @@ static void linear_backward(const dt_layer *l, const dt_layer_io *io, const floa
 }
 
 const dt_layer_ops dt_linear_ops = {
-    .kind = "Linear", .infer = linear_infer, .forward = linear_forward, .backward = linear_backward};
+    .kind = "Linear", .infer = linear_infer, .forward = linear_forward, .backward = linear_backward,
+    .gemm_operands = 1};
 
 dt_status dt_model_add_linear(dt_model *m, const char *name, int out_features, int bias) {
   if (out_features < 1)

@@ -590,6 +590,11 @@ void dt_model_ctx_set_loss_weight(dt_model_ctx *c, float w) {
   if (c) c->loss_weight = w;
 }
 
+/* Under amp: whether layer l's GEMMs round its weights and input themselves (native kernels that round as they pack). */
+static int gemm_rounds(const dt_layer *l, dt_amp amp) {
+  return amp != DT_AMP_OFF && l->ops->gemm_operands && dt_amp_native_gemm(amp);
+}
+
 /* Zeroes the arena: row tables only at their touched rows, the rest whole. */
 void dt_model_ctx_zero_grad(const dt_model *m, dt_model_ctx *c) {
   if (!m || !c || !m->n_params) return;
@@ -645,14 +650,25 @@ static void fill_io(dt_model *m, dt_model_ctx *c, int i, dt_layer_io *io) {
   io->seed = m->seed;
   io->stream = mix64(mix64(mix64(c->rng_stream) ^ (uint64_t)i) ^ c->step);
   io->amp = c->amp;
+  io->gemm_rounds = gemm_rounds(l, c->amp);
   if (c->amp != DT_AMP_OFF) {
-    io->lowp_params = c->lowp_params + l->param_off;
+    io->lowp_params = (io->gemm_rounds ? m->params : c->lowp_params) + l->param_off;
     io->amp_scratch[0] = c->amp_scratch;
     io->amp_scratch[1] = c->amp_scratch + c->amp_floats;
   }
   io->loss_weight = c->loss_weight > 0 ? c->loss_weight : 1.0f / (float)c->batch;
   for (int k = 0; k < l->n_tensors; k++)
     if (l->t[k].rows_id >= 0) io->rows[k] = &c->rows[l->t[k].rows_id];
+}
+
+/* Autocast's cast of the parameters, once per forward: each layer's block rounded into the context's copy, but for
+ * the layers whose GEMMs round their weights as they read them. */
+static void round_params(const dt_model *m, dt_model_ctx *c) {
+  for (int i = 0; i < m->n_layers; i++) {
+    const dt_layer *l = &m->layers[i];
+    if (l->n_params && !gemm_rounds(l, c->amp))
+      dt_lowp_round_copy(c->amp, c->lowp_params + l->param_off, m->params + l->param_off, l->n_params);
+  }
 }
 
 /* The amp buffers: the rounded parameters and two blocks the size of the largest activation at max_batch. */
@@ -712,7 +728,7 @@ dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const void *x, int 
   if (c->has_seq)
     DT_CHECK(dt_seq_layout_fill(&c->seq, x, batch, m->seq_rows, (int)m->sample_shape[1], m->seq_mask_row));
   c->fused_forward = !c->no_fusion;
-  if (c->amp != DT_AMP_OFF) dt_lowp_round_copy(c->amp, c->lowp_params, m->params, m->n_params);
+  if (c->amp != DT_AMP_OFF) round_params(m, c);
   const double trace_t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
   for (int i = 0; i < m->n_layers; i++) {
     if (aliases_input(&m->layers[i])) continue;

@@ -86,9 +86,10 @@ void dt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const 
 }
 
 void dt_linear_forward(dt_amp amp, float *out, const float *inp, const float *w, const float *b, int B, int I, int O) {
-  /* out (B, O): start from the bias rows, then out += inp (B, I) @ w^T (I, O) */
+  /* out (B, O): start from the bias rows (autocast's: rounded, here, where the layer passes the master bias to
+   * GEMMs that round the weights themselves; rounding is idempotent), then out += inp (B, I) @ w^T (I, O) */
   if (b) {
-    for (int r = 0; r < B; r++) memcpy(out + (size_t)r * O, b, (size_t)O * sizeof(float));
+    for (int r = 0; r < B; r++) dt_lowp_round_copy(amp, out + (size_t)r * O, b, (size_t)O);
   }
   dt_lowp_gemm(amp, 0, 1, B, O, I, 1.0f, inp, I, w, I, b ? 1.0f : 0.0f, out, O);
 }

@@ -5,7 +5,7 @@
  *
  * Why oneDNN: Debian's OpenBLAS (0.3.21) is built without sbgemm, and on the machine this was written on
  * oneDNN's bf16 matmul ran 2.7-3.8x OpenBLAS's sgemm on the mlp's shapes (2 threads), more than a kernel of our
- * own would reach soon. Where the build has no oneDNN or the CPU no AVX512_BF16, dt_gemm_bf16_native() is 0 and
+ * own would reach soon. Where the build has no oneDNN or the CPU no AVX512_BF16, dt_gemm_bf16_onednn_available() is 0 and
  * callers take the f32 GEMM. */
 #include <pthread.h>
 #include <stdlib.h>
@@ -61,7 +61,7 @@ static void native_init(void) {
            __builtin_cpu_supports("avx512vl") && engine_ready();
 }
 
-int dt_gemm_bf16_native(void) {
+int dt_gemm_bf16_onednn_available(void) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, native_init);
   return native;
@@ -161,9 +161,9 @@ static char *thread_buffer(size_t n) {
 /* The packed bytes of a (rows, cols) bf16 operand, rounded up to 64 so what follows stays aligned. */
 static size_t packed_bytes(int rows, int cols) { return ((size_t)rows * cols * sizeof(uint16_t) + 63) & ~(size_t)63; }
 
-int dt_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                 int ldb, float beta, float *C, int ldc) {
-  if (M <= 0 || N <= 0 || K <= 0 || !dt_gemm_bf16_native()) return 0;
+int dt_gemm_bf16_onednn(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                        int ldb, float beta, float *C, int ldc) {
+  if (M <= 0 || N <= 0 || K <= 0 || !dt_gemm_bf16_onednn_available()) return 0;
   const gemm_key key = {ta, tb, M, N, K, 0, 0, ldc, alpha, beta}; /* packed: lda, ldb are the shape's */
   gemm_entry e;
   int temp;
@@ -200,10 +200,10 @@ int dt_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *
 
 #else
 
-int dt_gemm_bf16_native(void) { return 0; }
+int dt_gemm_bf16_onednn_available(void) { return 0; }
 
-int dt_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                 int ldb, float beta, float *C, int ldc) {
+int dt_gemm_bf16_onednn(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                        int ldb, float beta, float *C, int ldc) {
   (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta;
   (void)C, (void)ldc;
   return 0;

@@ -23,14 +23,19 @@ void dt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const 
               const float *B, int ldb, float beta, float *C, int ldc);
 
 /* dt_sgemm for autocast's low-precision products, operands on mode's grid: bf16 multiplies natively where
- * dt_amp_native_gemm(mode) (gemm_lowp.c), everything else (and DT_AMP_OFF) is dt_sgemm. */
+ * dt_amp_native_gemm(mode) (lowp.c chooses the kernel), everything else (and DT_AMP_OFF) is dt_sgemm. */
 void dt_lowp_gemm(dt_amp mode, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc);
-/* The native bf16 GEMM (gemm_lowp.c): 1 when the build has oneDNN and the CPU AVX512_BF16. dt_gemm_bf16 packs A
- * and B to bf16 (round to nearest even) and multiplies with f32 sums; it returns 0, C untouched, when it cannot. */
-int dt_gemm_bf16_native(void);
-int dt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                 int ldb, float beta, float *C, int ldc);
+/* The native bf16 GEMMs, dt_sgemm's contract with A and B rounded to bf16 (round to nearest even) and f32 sums;
+ * each returns 0, C untouched, when it cannot run (empty shapes, no memory, the CPU or build lacks it).
+ * _own (gemm_bf16.c): dtrain's vdpbf16ps kernels, where the CPU has AVX512_BF16.
+ * _onednn (gemm_lowp.c): oneDNN's bf16 matmul, where the build has oneDNN and the CPU AVX512_BF16. */
+int dt_gemm_bf16_own_available(void);
+int dt_gemm_bf16_own(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc);
+int dt_gemm_bf16_onednn_available(void);
+int dt_gemm_bf16_onednn(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                        const float *B, int ldb, float beta, float *C, int ldc);
 
 /* out (B, O) = inp (B, I) @ w^T + b;  w (O, I) as torch.nn.Linear;  b (O) or NULL; the GEMM as amp runs it */
 void dt_linear_forward(dt_amp amp, float *out, const float *inp, const float *w, const float *b, int B, int I, int O);

@@ -50,55 +50,81 @@ static void round_fp16_emulated(float *dst, const float *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = fp16_value(src[i]);
 }
 
-/* The dispatch point: what each mode runs on this CPU, chosen once from its features. bf16 with AVX512_BF16 (and
- * oneDNN in the build) multiplies natively (gemm_lowp.c); every other case is the emulation, f32 GEMMs on values
- * rounded to the grid. Rounding is the same code on both paths: the native GEMMs take operands already on it. */
+/* The dispatch point: what each mode runs on this CPU, chosen once from its features and DT_AMP_KERNELS. bf16 with
+ * AVX512_BF16 multiplies natively: our own GEMM (gemm_bf16.c), or oneDNN's bf16 matmul (gemm_lowp.c) when asked
+ * for, to compare; every other case is the emulation, f32 GEMMs on values rounded to the grid. Rounding is the same
+ * code on every path: the native GEMMs take operands already on it. */
+typedef int (*lowp_gemm_fn)(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                            const float *B, int ldb, float beta, float *C, int ldc);
 typedef struct lowp_path {
   void (*round)(float *dst, const float *src, size_t n); /* dst may be src */
-  int native_gemm;
+  lowp_gemm_fn gemm; /* NULL: dt_sgemm (the emulation); 0 returned: declined, dt_sgemm takes over */
   const char *name;
 } lowp_path;
 
-/* DT_AMP_KERNELS=emulated keeps a native CPU on the emulation (to compare the two); dt_amp_kernels_check
- * validates the value at start-up. */
-static int emulation_forced(void) {
+static const char *const kernel_choices[] = {"auto", "own", "onednn", "emulated"};
+enum { KERNELS_AUTO, KERNELS_OWN, KERNELS_ONEDNN, KERNELS_EMULATED, KERNEL_CHOICES };
+
+static int kernels_asked(void) {
   const char *v = "auto";
   (void)dt_tunable_str("DT_AMP_KERNELS", &v);
-  return strcmp(v, "emulated") == 0;
-}
-
-static int bf16_native; /* chosen once (pthread_once): layers ask from several threads */
-static void bf16_native_init(void) { bf16_native = !emulation_forced() && dt_gemm_bf16_native(); }
-
-static const lowp_path *path_of(dt_amp mode) {
-  static const lowp_path bf16 = {round_bf16_emulated, 0, "bf16 emulated (f32 GEMMs on the bf16 grid)"};
-  static const lowp_path bf16_native_path = {round_bf16_emulated, 1, "bf16 native (oneDNN bf16 matmul for Linear, "
-                                             "Conv2d's GEMMs and attention's projections; the rest f32 on the grid)"};
-  static const lowp_path fp16 = {round_fp16_emulated, 0, "fp16 emulated (f32 GEMMs on the fp16 grid)"};
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  if (mode == DT_AMP_BF16) {
-    pthread_once(&once, bf16_native_init);
-    return bf16_native ? &bf16_native_path : &bf16;
-  }
-  return mode == DT_AMP_FP16 ? &fp16 : NULL;
+  for (int i = 0; i < KERNEL_CHOICES; i++)
+    if (strcmp(v, kernel_choices[i]) == 0) return i;
+  return KERNELS_AUTO; /* dt_amp_kernels_check refused it at start-up */
 }
 
 dt_status dt_amp_kernels_check(void) {
   const char *v = "auto";
   DT_CHECK(dt_tunable_str("DT_AMP_KERNELS", &v));
-  if (strcmp(v, "auto") && strcmp(v, "emulated"))
-    return dt_error(DT_INVALID_ARGUMENT, "DT_AMP_KERNELS=%s: expected auto or emulated", v);
+  int i = 0;
+  while (i < KERNEL_CHOICES && strcmp(v, kernel_choices[i])) i++;
+  if (i == KERNEL_CHOICES)
+    return dt_error(DT_INVALID_ARGUMENT, "DT_AMP_KERNELS=%s: expected auto, own, onednn or emulated", v);
+  if (i == KERNELS_OWN && !dt_gemm_bf16_own_available())
+    return dt_error(DT_INVALID_ARGUMENT, "DT_AMP_KERNELS=own: this CPU has no AVX512_BF16");
+  if (i == KERNELS_ONEDNN && !dt_gemm_bf16_onednn_available())
+    return dt_error(DT_INVALID_ARGUMENT, "DT_AMP_KERNELS=onednn: needs AVX512_BF16 and a build with oneDNN "
+                    "(apt-get install libdnnl-dev)");
   return DT_OK;
+}
+
+static const lowp_path *bf16_path; /* chosen once (pthread_once): layers ask from several threads */
+static void bf16_choose(void) {
+  static const lowp_path emulated = {round_bf16_emulated, NULL, "bf16 emulated (f32 GEMMs on the bf16 grid)"};
+  static const lowp_path own = {round_bf16_emulated, dt_gemm_bf16_own,
+                                "bf16 native (dtrain's vdpbf16ps GEMM for Linear, Conv2d's GEMMs and attention's "
+                                "projections; the rest f32 on the grid)"};
+  static const lowp_path onednn = {round_bf16_emulated, dt_gemm_bf16_onednn,
+                                   "bf16 native (oneDNN bf16 matmul for Linear, Conv2d's GEMMs and attention's "
+                                   "projections; the rest f32 on the grid)"};
+  const int k = kernels_asked();
+  if (k == KERNELS_ONEDNN && dt_gemm_bf16_onednn_available())
+    bf16_path = &onednn;
+  else if (k != KERNELS_EMULATED && dt_gemm_bf16_own_available())
+    bf16_path = &own;
+  else
+    bf16_path = &emulated;
+}
+
+static const lowp_path *path_of(dt_amp mode) {
+  static const lowp_path fp16 = {round_fp16_emulated, NULL, "fp16 emulated (f32 GEMMs on the fp16 grid)"};
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  if (mode == DT_AMP_BF16) {
+    pthread_once(&once, bf16_choose);
+    return bf16_path;
+  }
+  return mode == DT_AMP_FP16 ? &fp16 : NULL;
 }
 
 int dt_amp_native_gemm(dt_amp mode) {
   const lowp_path *p = path_of(mode);
-  return p && p->native_gemm;
+  return p && p->gemm;
 }
 
 void dt_lowp_gemm(dt_amp mode, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc) {
-  if (dt_amp_native_gemm(mode) && dt_gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
+  const lowp_path *p = path_of(mode);
+  if (p && p->gemm && p->gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
   dt_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

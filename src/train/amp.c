@@ -44,8 +44,7 @@ dt_status dt_run_amp_open(dt_run *r) {
     DT_LOG_WARN("train", "%s is emulated on this CPU: expect it to be slower than f32", name);
   else
     DT_LOG_WARN("train", "this CPU has native %s but this run emulates it (%s): expect it to be slower than f32",
-                name, amp == DT_AMP_FP16 ? "dtrain has no native fp16 kernels yet"
-                      : dt_gemm_bf16_native() ? "DT_AMP_KERNELS=emulated" : "built without oneDNN");
+                name, amp == DT_AMP_FP16 ? "dtrain has no native fp16 kernels yet" : "DT_AMP_KERNELS=emulated");
   return DT_OK;
 }
 

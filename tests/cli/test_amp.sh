@@ -14,7 +14,7 @@
 #     after 2 epochs, and ddp world 2 = world 1 within 1e-5. SGD: a last-bit difference in an f32 sum (ranks add in
 #     another order) can move a bf16-rounded operand by a whole bf16 ulp, and AdamW's normalised steps turn that
 #     into 1e-2 of weight difference where SGD keeps it near 1e-6;
-#  6. native bf16 (AVX512_BF16 + oneDNN) within rounding of the emulation (DT_AMP_KERNELS=emulated).
+#  6. native bf16 (AVX512_BF16: our kernel, and oneDNN's) within rounding of the emulation (DT_AMP_KERNELS=emulated).
 set -u
 b=${DT_BUILD_DIR:?DT_BUILD_DIR must name the build directory}
 SRC=${DT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -178,10 +178,11 @@ train bertw2 2 "${BERT[@]}" --batch-size 8 --amp bf16
 within "bert ddp world 2 = world 1 under bf16" bertw1 bertw2 1e-5
 
 section "6 native bf16 = the emulation, up to the order of sums"
-# Where the CPU has AVX512_BF16 (and the build oneDNN) --amp bf16 multiplies natively; DT_AMP_KERNELS=emulated
-# runs the f32 emulation on the same grid. fashioncnn on 2 threads multiplies from both at once (its convolution
-# GEMMs): 16 SGD steps apart the two stay within 3e-2 (measured 3e-3; with oneDNN's shared scratchpad between
-# threads, 0.23). Where the CPU has no native bf16 both runs are the emulation and must be bit-identical.
+# Where the CPU has AVX512_BF16 --amp bf16 multiplies natively (dtrain's own kernel; DT_AMP_KERNELS=onednn takes
+# oneDNN's where the build has it); DT_AMP_KERNELS=emulated runs the f32 emulation on the same grid. fashioncnn on
+# 2 threads multiplies from both at once (its convolution GEMMs): 16 SGD steps apart the two stay within 3e-2
+# (measured 3e-3; with oneDNN's shared scratchpad between threads, 0.23). Where the CPU has no native bf16 both
+# runs are the emulation and must be bit-identical.
 CNN=(train --model fashioncnn --data fashion-mnist --limit-train 1024 --limit-test 64 --epochs 1 --batch-size 64
   --lr 0.01 --threads 2 --progress none --amp bf16)
 run_ok cnn_auto 120 "$DTRAIN" "${CNN[@]}" --out "$tmp/cnn_auto"
@@ -190,14 +191,24 @@ if grep -q "amp bf16 native" "$tmp/cnn_auto.out"; then
   within "fashioncnn native bf16 within 3e-2 of the emulation" cnn_emul cnn_auto 3e-2
   grep -q "amp bf16 emulated" "$tmp/cnn_emul.out" && ok "DT_AMP_KERNELS=emulated names the emulation" ||
     fail "DT_AMP_KERNELS=emulated: banner $(grep -o 'amp bf16[^,]*' "$tmp/cnn_emul.out")"
+  grep -q "amp bf16 native (dtrain's vdpbf16ps GEMM" "$tmp/cnn_auto.out" && ok "auto takes dtrain's own bf16 GEMM" ||
+    fail "auto: banner $(grep -o 'amp bf16[^,]*' "$tmp/cnn_auto.out")"
   DT_AMP_KERNELS=emulated train berte single "${BERT[@]}" --batch-size 16 --amp bf16
   within "bert native bf16 within 1e-3 of the emulation" berte bert16 1e-3
+  run cnn_dnnl 120 env DT_AMP_KERNELS=onednn "$DTRAIN" "${CNN[@]}" --out "$tmp/cnn_dnnl"
+  if [ $rc -eq 0 ]; then
+    grep -q "amp bf16 native (oneDNN" "$tmp/cnn_dnnl.out" && ok "DT_AMP_KERNELS=onednn names oneDNN" ||
+      fail "DT_AMP_KERNELS=onednn: banner $(grep -o 'amp bf16[^,]*' "$tmp/cnn_dnnl.out")"
+    within "fashioncnn oneDNN bf16 within 3e-2 of the emulation" cnn_emul cnn_dnnl 3e-2
+  elif grep -q "DT_AMP_KERNELS=onednn: needs AVX512_BF16 and a build with oneDNN" "$tmp/cnn_dnnl.err"; then
+    ok "DT_AMP_KERNELS=onednn refused in a build without oneDNN"
+  else fail "DT_AMP_KERNELS=onednn: exit $rc"; show cnn_dnnl; fi
 else
   same_tensors "$tmp/cnn_auto/model.safetensors" "$tmp/cnn_emul/model.safetensors" &&
     ok "no native bf16 here (skipped the comparison): both runs emulate, bit-identical" || fail "two emulations differ"
 fi
 run bad_kernels 10 env DT_AMP_KERNELS=fast "$DTRAIN" "${CNN[@]}" --out "$tmp/bad_kernels"
-[ $rc -ne 0 ] && grep -q "DT_AMP_KERNELS=fast: expected auto or emulated" "$tmp/bad_kernels.err" &&
+[ $rc -ne 0 ] && grep -q "DT_AMP_KERNELS=fast: expected auto, own, onednn or emulated" "$tmp/bad_kernels.err" &&
   ok "a bad DT_AMP_KERNELS: $(tail -1 "$tmp/bad_kernels.err")" || { fail "DT_AMP_KERNELS=fast: exit $rc"; show bad_kernels; }
 
 cleanup_tmp

@@ -116,8 +116,22 @@ static void eighths(float *x, size_t n, uint32_t seed) {
   }
 }
 
-/* C (M, ldc = N + 3) by dt_gemm_bf16 against dt_sgemm: 0 when equal (the 3 columns past N untouched), else 1. */
-static int bf16_gemm_case(int ta, int tb, int M, int N, int K, float alpha, float beta, uint32_t seed) {
+/* The native bf16 GEMMs: ours (vdpbf16ps) and oneDNN's, each tested where the CPU and build have it. */
+typedef int (*bf16_gemm_fn)(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                            const float *B, int ldb, float beta, float *C, int ldc);
+typedef struct bf16_kernel {
+  const char *name;
+  int (*available)(void);
+  bf16_gemm_fn gemm;
+} bf16_kernel;
+static const bf16_kernel bf16_kernels[] = {
+    {"own", dt_gemm_bf16_own_available, dt_gemm_bf16_own},
+    {"oneDNN", dt_gemm_bf16_onednn_available, dt_gemm_bf16_onednn},
+};
+
+/* C (M, ldc = N + 3) by gemm against dt_sgemm: 0 when equal (the 3 columns past N untouched), else 1. */
+static int bf16_gemm_case(bf16_gemm_fn gemm, int ta, int tb, int M, int N, int K, float alpha, float beta,
+                          uint32_t seed) {
   const int lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3;
   const size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
   float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b), *c = malloc(nc * sizeof *c),
@@ -127,43 +141,93 @@ static int bf16_gemm_case(int ta, int tb, int M, int N, int K, float alpha, floa
     eighths(a, na, seed), eighths(b, nb, seed + 1), eighths(c, nc, seed + 2);
     memcpy(want, c, nc * sizeof *c);
     dt_sgemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, want, ldc);
-    bad = !dt_gemm_bf16(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc) || memcmp(c, want, nc * sizeof *c);
+    bad = !gemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc) || memcmp(c, want, nc * sizeof *c);
   }
   free(a), free(b), free(c), free(want);
   return bad;
 }
 
+/* Shapes that reach every edge of our kernel's blocking (14 x 32 blocks of C, 256 pairs of k, 8 panels packed in
+ * one sweep): one element; fewer rows and columns than a block; an odd K; more than one block of k (K 600) and
+ * more than one sweep of panels (N 520); products large enough to run on several threads. */
 TEST(native_bf16_gemm_matches_f32_on_the_grid) {
-  if (!dt_gemm_bf16_native()) {
-    fprintf(stderr, "  skipped: no native bf16 GEMM here (no AVX512_BF16, or built without oneDNN)\n");
-    return;
-  }
-  static const int shapes[][3] = {{1, 1, 1}, {5, 7, 3}, {33, 17, 70}, {64, 300, 129}, {16, 1024, 144}};
-  for (int s = 0; s < 5; s++)
-    for (int t = 0; t < 4; t++) {
-      ASSERT_EQ(bf16_gemm_case(t >> 1, t & 1, shapes[s][0], shapes[s][1], shapes[s][2], 1.0f, 0.0f, 7u * s + t), 0);
-      ASSERT_EQ(bf16_gemm_case(t >> 1, t & 1, shapes[s][0], shapes[s][1], shapes[s][2], 0.5f, 1.0f, 9u * s + t), 0);
+  static const int shapes[][3] = {{1, 1, 1},       {5, 7, 3},       {33, 17, 70},   {64, 300, 129},
+                                  {16, 1024, 144}, {70, 520, 600}, {29, 45, 1031}, {300, 33, 17}};
+  const int n = (int)(sizeof shapes / sizeof shapes[0]);
+  for (size_t k = 0; k < sizeof bf16_kernels / sizeof bf16_kernels[0]; k++) {
+    const bf16_kernel *kn = &bf16_kernels[k];
+    if (!kn->available()) {
+      fprintf(stderr, "  skipped %s: not on this CPU or build (AVX512_BF16; oneDNN for its kernel)\n", kn->name);
+      continue;
     }
-  ASSERT_EQ(dt_gemm_bf16(0, 0, 0, 4, 4, 1.0f, NULL, 4, NULL, 4, 0.0f, NULL, 4), 0); /* empty: refused, not run */
+    for (int s = 0; s < n; s++)
+      for (int t = 0; t < 4; t++) {
+        const int *d = shapes[s];
+        ASSERT_MSG(!bf16_gemm_case(kn->gemm, t >> 1, t & 1, d[0], d[1], d[2], 1.0f, 0.0f, 7u * s + t), kn->name);
+        ASSERT_MSG(!bf16_gemm_case(kn->gemm, t >> 1, t & 1, d[0], d[1], d[2], 0.5f, 1.0f, 9u * s + t), kn->name);
+      }
+    ASSERT_EQ(kn->gemm(0, 0, 0, 4, 4, 1.0f, NULL, 4, NULL, 4, 0.0f, NULL, 4), 0); /* empty: refused, not run */
+  }
 }
 
 /* The convolutions multiply from every thread at once: one shape and several, each result checked. This does not
  * reproduce the shared-scratchpad race gemm_lowp.c guards against (with oneDNN's own scratchpad it still passed,
  * measured); cli/test_amp.sh section 6, fashioncnn on 2 threads against the emulation, is what catches that. */
 TEST(native_bf16_gemm_from_many_threads) {
-  if (!dt_gemm_bf16_native()) {
-    fprintf(stderr, "  skipped: no native bf16 GEMM here\n");
-    return;
-  }
-  int bad = 0;
+  for (size_t k = 0; k < sizeof bf16_kernels / sizeof bf16_kernels[0]; k++) {
+    const bf16_kernel *kn = &bf16_kernels[k];
+    if (!kn->available()) {
+      fprintf(stderr, "  skipped %s: not on this CPU or build\n", kn->name);
+      continue;
+    }
+    int bad = 0;
 #pragma omp parallel for num_threads(2) schedule(dynamic, 1) reduction(+ : bad)
-  for (int i = 0; i < 32; i++) { /* fashioncnn's second convolution's products, (OC, R) x (R, cols) and back */
-    const int cols = 144 * (4 + i % 5);
-    bad += bf16_gemm_case(0, 0, 64, cols, 288, 1.0f, 0.0f, i);
-    bad += bf16_gemm_case(0, 1, 64, 288, cols, 1.0f, 1.0f, i + 1);
-    bad += bf16_gemm_case(1, 0, 288, cols, 64, 1.0f, 0.0f, i + 2);
+    for (int i = 0; i < 32; i++) { /* fashioncnn's second convolution's products, (OC, R) x (R, cols) and back */
+      const int cols = 144 * (4 + i % 5);
+      bad += bf16_gemm_case(kn->gemm, 0, 0, 64, cols, 288, 1.0f, 0.0f, i);
+      bad += bf16_gemm_case(kn->gemm, 0, 1, 64, 288, cols, 1.0f, 1.0f, i + 1);
+      bad += bf16_gemm_case(kn->gemm, 1, 0, 288, cols, 64, 1.0f, 0.0f, i + 2);
+    }
+    ASSERT_MSG(bad == 0, kn->name);
   }
-  ASSERT_EQ(bad, 0);
+}
+
+/* Floats off the bf16 grid: x * (1 + 2^-12), so every rounding the autocast skips or forgets shows. */
+static void off_grid(float *x, size_t n, uint32_t seed) {
+  eighths(x, n, seed);
+  for (size_t i = 0; i < n; i++) x[i] = x[i] * (1.0f + 1.0f / 4096.0f) + 1e-3f * (float)(i % 5);
+}
+
+/* A Linear layer under bf16 autocast, where the native GEMMs round the weights and input as they pack them (the
+ * executor then rounds neither beforehand), computes what autocast does with every operand rounded first: the
+ * same bits, whatever the kernel (on a CPU without native bf16 both sides are the emulation). */
+TEST(linear_autocast_rounds_every_operand) {
+  enum { B = 6, I = 40, O = 24 };
+  dt_model *m = NULL;
+  const int64_t shape[1] = {I};
+  ASSERT_OK(dt_model_new(1, shape, &m));
+  ASSERT_OK(dt_model_add_linear(m, "fc", O, 1));
+  ASSERT_OK(dt_model_build(m, B, 1));
+  ASSERT_OK(dt_model_ctx_set_amp(m, dt_model_default_ctx(m), DT_AMP_BF16));
+  size_t np = 0;
+  float *params = dt_model_params(m, &np);
+  ASSERT_EQ(np, (size_t)O * I + O);
+  float x[B * I], dy[B * O], xr[B * I], dyr[B * O], pr[O * I + O], want[B * O], dw[O * I + O], dx[B * I];
+  off_grid(params, np, 3), off_grid(x, B * I, 4), off_grid(dy, B * O, 5);
+  for (size_t i = 0; i < np; i++) pr[i] = dt_round_bf16(params[i]);
+  for (int i = 0; i < B * I; i++) xr[i] = dt_round_bf16(x[i]);
+  for (int i = 0; i < B * O; i++) dyr[i] = dt_round_bf16(dy[i]);
+  const float *y = NULL;
+  ASSERT_OK(dt_model_forward(m, x, B, &y));
+  dt_linear_forward(DT_AMP_BF16, want, xr, pr, pr + O * I, B, I, O);
+  for (int i = 0; i < B * O; i++) want[i] = dt_round_bf16(want[i]);
+  ASSERT_MSG(memcmp(y, want, sizeof want) == 0, "forward");
+  dt_model_zero_grad(m);
+  ASSERT_OK(dt_model_backward(m, dy));
+  memset(dw, 0, sizeof dw);
+  dt_linear_backward(DT_AMP_BF16, dx, dw, dw + O * I, dyr, xr, pr, B, I, O);
+  ASSERT_MSG(memcmp(dt_model_grads(m, NULL), dw, sizeof dw) == 0, "weight and bias gradients");
+  dt_model_free(m);
 }
 
 /* The dispatch: fp16 and off always multiply in f32 (here exactly dt_sgemm's result). */
@@ -182,4 +246,5 @@ TEST(lowp_gemm_dispatch) {
 
 TEST_MAIN(TEST_ENTRY(bf16_round_to_nearest_even), TEST_ENTRY(fp16_round_to_nearest_even), TEST_ENTRY(round_buffers),
           TEST_ENTRY(round_long_buffers_as_each_value), TEST_ENTRY(native_bf16_gemm_matches_f32_on_the_grid),
-          TEST_ENTRY(native_bf16_gemm_from_many_threads), TEST_ENTRY(lowp_gemm_dispatch), TEST_ENTRY(scaler_rules))
+          TEST_ENTRY(native_bf16_gemm_from_many_threads), TEST_ENTRY(linear_autocast_rounds_every_operand),
+          TEST_ENTRY(lowp_gemm_dispatch), TEST_ENTRY(scaler_rules))
