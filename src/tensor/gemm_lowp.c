@@ -1,12 +1,13 @@
-/* The GEMMs autocast runs in bf16, natively: operands packed to bf16 with AVX512_BF16's conversion and multiplied
- * by oneDNN's matmul (its brgemm kernels: vdpbf16ps, or AMX tiles where the CPU has them), f32 accumulation.
- * The operands reaching here are already on the bf16 grid, so packing loses nothing and the result equals the
- * emulation's f32 GEMM on the same values up to the order of the sums.
+/* oneDNN's bf16 matmul as a native bf16 GEMM for autocast (DT_AMP_KERNELS=onednn): operands packed to bf16 with
+ * AVX512_BF16's conversion and multiplied by oneDNN's brgemm kernels (vdpbf16ps, or AMX tiles where the CPU has
+ * them), f32 accumulation. The conversion rounds to nearest even, so operands off the grid are rounded as autocast
+ * would (the layers that let the GEMM round them pass them so), and the result equals the emulation's f32 GEMM on
+ * the rounded values up to the order of the sums.
  *
- * Why oneDNN: Debian's OpenBLAS (0.3.21) is built without sbgemm, and on the machine this was written on
- * oneDNN's bf16 matmul ran 2.7-3.8x OpenBLAS's sgemm on the mlp's shapes (2 threads), more than a kernel of our
- * own would reach soon. Where the build has no oneDNN or the CPU no AVX512_BF16, dt_gemm_bf16_onednn_available() is 0 and
- * callers take the f32 GEMM. */
+ * dtrain's own kernel (gemm_bf16.c) is the default: on a Zen 5 EPYC it matched or passed this one on whole training
+ * steps (bench/gemm_bf16_shapes, bench/amp_vs_f32.py). This one stays to compare against, and for CPUs with AMX,
+ * whose tiles ours does not use. Where the build has no oneDNN or the CPU no AVX512_BF16,
+ * dt_gemm_bf16_onednn_available() is 0. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>

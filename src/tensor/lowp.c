@@ -1,6 +1,7 @@
 /* Low-precision grids for mixed precision: f32 buffers rounded in place to bf16 / fp16 (round to nearest even),
  * and the run-time dispatch point that names the path a CPU takes. */
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/impl.h"
@@ -121,11 +122,36 @@ int dt_amp_native_gemm(dt_amp mode) {
   return p && p->gemm;
 }
 
+/* A stored matrix (rows, cols; row stride ld) rounded into a new packed one (ld = cols); NULL without memory. */
+static float *rounded_copy(const lowp_path *p, const float *x, int rows, int cols, int ld) {
+  float *y = malloc((size_t)rows * cols * sizeof *y);
+  if (y)
+    for (int r = 0; r < rows; r++) p->round(y + (size_t)r * cols, x + (size_t)r * ld, (size_t)cols);
+  return y;
+}
+
+/* Where a native kernel declines (it found no memory for its packing): the emulation, on rounded copies of the
+ * operands, since the layers that let the native GEMMs round (dt_layer_ops.gemm_operands) pass them unrounded. */
+static void emulate_rounded(const lowp_path *p, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                            int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+  float *a = rounded_copy(p, A, ar, ac, lda), *b = rounded_copy(p, B, br, bc, ldb);
+  if (!a || !b) {
+    DT_LOG_ERROR("amp", "out of memory for a %d x %d x %d low-precision GEMM's operands", M, N, K);
+    abort(); /* no result can be given, and a layer's forward cannot fail here */
+  }
+  dt_sgemm(ta, tb, M, N, K, alpha, a, ac, b, bc, beta, C, ldc);
+  free(a);
+  free(b);
+}
+
 void dt_lowp_gemm(dt_amp mode, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc) {
   const lowp_path *p = path_of(mode);
-  if (p && p->gemm && p->gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
-  dt_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (!p || !p->gemm || M <= 0 || N <= 0 || K <= 0)
+    dt_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else if (!p->gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+    emulate_rounded(p, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void dt_lowp_round(dt_amp mode, float *x, size_t n) { dt_lowp_round_copy(mode, x, x, n); }
