@@ -106,10 +106,7 @@ static dt_status attn_forward(const dt_layer *l, const dt_layer_io *io, const fl
   const float *x = dt_amp_operand(io, 0, in, n), *pw = dt_amp_weights(io);
   dt_linear_forward(io->amp, w.q, x, tensor(l, pw, Q_W), tensor(l, pw, Q_B), N, H, H);
   dt_linear_forward(io->amp, w.k, x, tensor(l, pw, K_W), tensor(l, pw, K_B), N, H, H);
-  dt_linear_forward(io->amp, w.v, x, tensor(l, pw, V_W), tensor(l, pw, V_B), N, H, H);
-  dt_amp_result(io, w.q, n);
-  dt_amp_result(io, w.k, n);
-  dt_amp_result(io, w.v, n);
+  dt_linear_forward(io->amp, w.v, x, tensor(l, pw, V_W), tensor(l, pw, V_B), N, H, H); /* each rounded there */
   *w.drop = dropout_of(l, io);
   dt_attention_forward(out, w.prob, w.scratch, p->scratch_threads, w.q, w.k, w.v, w.drop, &g);
   return DT_OK;

@@ -32,8 +32,7 @@ static dt_status linear_forward(const dt_layer *l, const dt_layer_io *io, const 
   int I = (int)l->in_shape[l->in_ndim - 1], O = p->out_features;
   const float *w = dt_amp_weights(io), *b = p->bias ? w + (size_t)O * I : NULL; /* b: added before the rounding */
   dt_linear_forward(io->amp, out, dt_amp_operand(io, 0, in, dt_layer_in_elems(l, io)), w, b,
-                    dt_layer_rows(l, io), I, O);
-  dt_amp_result(io, out, dt_layer_out_elems(l, io));
+                    dt_layer_rows(l, io), I, O); /* out rounded there: autocast's result */
   return DT_OK;
 }
 
@@ -44,8 +43,7 @@ static void linear_backward(const dt_layer *l, const dt_layer_io *io, const floa
   float *dw = io->grads, *db = p->bias ? io->grads + (size_t)O * I : NULL;
   const float *g = dt_amp_operand(io, 1, dout, dt_layer_out_elems(l, io));
   dt_linear_backward(io->amp, dinp, dw, db, g, dt_amp_operand(io, 0, in, dt_layer_in_elems(l, io)), dt_amp_weights(io),
-                     dt_layer_rows(l, io), I, O);
-  dt_amp_result(io, dinp, dt_layer_in_elems(l, io));
+                     dt_layer_rows(l, io), I, O); /* dinp rounded there */
 }
 
 const dt_layer_ops dt_linear_ops = {

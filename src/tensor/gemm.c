@@ -91,12 +91,12 @@ void dt_linear_forward(dt_amp amp, float *out, const float *inp, const float *w,
   if (b) {
     for (int r = 0; r < B; r++) dt_lowp_round_copy(amp, out + (size_t)r * O, b, (size_t)O);
   }
-  dt_lowp_gemm(amp, 0, 1, B, O, I, 1.0f, inp, I, w, I, b ? 1.0f : 0.0f, out, O);
+  dt_lowp_gemm_round(amp, 0, 1, B, O, I, 1.0f, inp, I, w, I, b ? 1.0f : 0.0f, out, O);
 }
 
 void dt_linear_backward(dt_amp amp, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, int B, int I, int O) {
-  if (dinp) dt_lowp_gemm(amp, 0, 0, B, I, O, 1.0f, dout, O, w, I, 0.0f, dinp, I); /* (B, O) @ (O, I) */
+  if (dinp) dt_lowp_gemm_round(amp, 0, 0, B, I, O, 1.0f, dout, O, w, I, 0.0f, dinp, I); /* (B, O) @ (O, I) */
   if (dw) dt_lowp_gemm(amp, 1, 0, O, I, B, 1.0f, dout, O, inp, I, 1.0f, dw, I);   /* (O, B) @ (B, I), += */
   if (db) {
     for (int r = 0; r < B; r++) {

@@ -132,10 +132,24 @@ static void pack_along_panels(uint32_t *dst, int W, const operand *x, int first,
     }
 }
 
-/* C's block (rows <= MR, cols <= NR) = alpha * the products of kp pairs of A's panel a and B's panel b + beta * C
- * (C not read when beta is 0). */
+/* What becomes of a block's sums: C = alpha * sums + beta * C (C not read when beta is 0), rounded to the bf16 grid
+ * when round (autocast's low-precision result, as dt_round_bf16 rounds: to nearest even, NaN kept quiet). */
+typedef struct epilogue {
+  float alpha, beta;
+  int round;
+} epilogue;
+
+BF16_TARGET static inline __m512 round_bf16(__m512 y) {
+  const __m512i u = _mm512_castps_si512(y), top = _mm512_set1_epi32((int)0xffff0000u);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i even = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), top);
+  const __m512i quiet = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)), top);
+  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(even, _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q), quiet));
+}
+
+/* C's block (rows <= MR, cols <= NR) from the products of kp pairs of A's panel a and B's panel b, as e says. */
 BF16_TARGET static void microkernel(int kp, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, int rows,
-                                    int cols, float alpha, float beta) {
+                                    int cols, const epilogue *e) {
   __m512 c0[MR], c1[MR];
 #pragma GCC unroll 14
   for (int r = 0; r < MR; r++) c0[r] = c1[r] = _mm512_setzero_ps();
@@ -149,8 +163,8 @@ BF16_TARGET static void microkernel(int kp, const uint32_t *a, const uint32_t *b
     }
   }
   const __mmask16 m0 = first_lanes(cols), m1 = first_lanes(cols - 16 < 0 ? 0 : cols - 16);
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  const int read = beta != 0.0f;
+  const __m512 va = _mm512_set1_ps(e->alpha), vb = _mm512_set1_ps(e->beta);
+  const int read = e->beta != 0.0f;
 #pragma GCC unroll 14
   for (int r = 0; r < MR; r++) {
     if (r >= rows) break;
@@ -160,6 +174,7 @@ BF16_TARGET static void microkernel(int kp, const uint32_t *a, const uint32_t *b
       y0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), y0);
       y1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), y1);
     }
+    if (e->round) y0 = round_bf16(y0), y1 = round_bf16(y1);
     _mm512_mask_storeu_ps(cr, m0, y0);
     _mm512_mask_storeu_ps(cr + 16, m1, y1);
   }
@@ -171,7 +186,8 @@ typedef struct product {
   int M, N, K2, mp, np; /* pairs of k; panels of A and of B */
   int group;            /* B's panels a thread packs at a time, when threads split B (B_GROUP_BYTES of them) */
   uint32_t *pa, *pb;    /* A's mp panels of K2 x MR; B's np panels of K2 x NR, or a group per thread */
-  float alpha, beta, *c;
+  epilogue e;
+  float *c;
   size_t ldc;
 } product;
 
@@ -199,8 +215,7 @@ static void pack_shared(const product *g, int t, int nt) {
 static void block(const product *g, int ip, int jp, const uint32_t *b) {
   const int r0 = ip * MR, c0 = jp * NR;
   const int rows = g->M - r0 < MR ? g->M - r0 : MR, cols = g->N - c0 < NR ? g->N - c0 : NR;
-  microkernel(g->K2, g->pa + (size_t)ip * g->K2 * MR, b, g->c + (size_t)r0 * g->ldc + c0, g->ldc, rows, cols,
-              g->alpha, g->beta);
+  microkernel(g->K2, g->pa + (size_t)ip * g->K2 * MR, b, g->c + (size_t)r0 * g->ldc + c0, g->ldc, rows, cols, &g->e);
 }
 
 /* Thread t of nt's share of C's blocks (after pack_shared and a barrier), B's panel outermost so one stays in L2
@@ -243,11 +258,11 @@ int dt_gemm_bf16_own_available(void) {
          __builtin_cpu_supports("avx512vl");
 }
 
-int dt_gemm_bf16_own(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                     int ldb, float beta, float *C, int ldc) {
+static int gemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C,
+                int ldc, epilogue e) {
   if (M <= 0 || N <= 0 || K <= 0 || !dt_gemm_bf16_own_available()) return 0;
   product g = {operand_of(ta, M, K, A, lda), operand_of(!tb, N, K, B, ldb), M, N, pairs_of(K), panels_of(M, MR),
-               panels_of(N, NR), 1, NULL, NULL, alpha, beta, C, (size_t)ldc};
+               panels_of(N, NR), 1, NULL, NULL, e, C, (size_t)ldc};
   const size_t panel_b = (size_t)g.K2 * NR;
   g.group = B_GROUP_BYTES / (panel_b * sizeof(uint32_t)) > 1 ? (int)(B_GROUP_BYTES / (panel_b * sizeof(uint32_t))) : 1;
   const int threads = 2.0 * M * N * K >= 4e6 && !omp_in_parallel() ? omp_get_max_threads() : 1;
@@ -266,6 +281,16 @@ int dt_gemm_bf16_own(int ta, int tb, int M, int N, int K, float alpha, const flo
   return 1;
 }
 
+int dt_gemm_bf16_own(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                     int ldb, float beta, float *C, int ldc) {
+  return gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, (epilogue){alpha, beta, 0});
+}
+
+int dt_gemm_bf16_own_round(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                           const float *B, int ldb, float beta, float *C, int ldc) {
+  return gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, (epilogue){alpha, beta, 1});
+}
+
 #else
 
 int dt_gemm_bf16_own_available(void) { return 0; }
@@ -275,6 +300,11 @@ int dt_gemm_bf16_own(int ta, int tb, int M, int N, int K, float alpha, const flo
   (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta;
   (void)C, (void)ldc;
   return 0;
+}
+
+int dt_gemm_bf16_own_round(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                           const float *B, int ldb, float beta, float *C, int ldc) {
+  return dt_gemm_bf16_own(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 #endif

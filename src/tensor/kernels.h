@@ -26,6 +26,10 @@ void dt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const 
  * dt_amp_native_gemm(mode) (lowp.c chooses the kernel), everything else (and DT_AMP_OFF) is dt_sgemm. */
 void dt_lowp_gemm(dt_amp mode, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc);
+/* dt_lowp_gemm, then C rounded to mode's grid (autocast's low-precision result): in the same pass where the kernel
+ * can (our bf16 GEMM rounds as it stores), else a rounding pass over C after it. */
+void dt_lowp_gemm_round(dt_amp mode, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                        int lda, const float *B, int ldb, float beta, float *C, int ldc);
 /* The native bf16 GEMMs, dt_sgemm's contract with A and B rounded to bf16 (round to nearest even) and f32 sums;
  * each returns 0, C untouched, when it cannot run (empty shapes, no memory, the CPU or build lacks it).
  * _own (gemm_bf16.c): dtrain's vdpbf16ps kernels, where the CPU has AVX512_BF16.
@@ -33,13 +37,17 @@ void dt_lowp_gemm(dt_amp mode, int trans_a, int trans_b, int M, int N, int K, fl
 int dt_gemm_bf16_own_available(void);
 int dt_gemm_bf16_own(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                      const float *B, int ldb, float beta, float *C, int ldc);
+/* dt_gemm_bf16_own with C rounded to the bf16 grid as it is stored. */
+int dt_gemm_bf16_own_round(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                           const float *B, int ldb, float beta, float *C, int ldc);
 int dt_gemm_bf16_onednn_available(void);
 int dt_gemm_bf16_onednn(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                         const float *B, int ldb, float beta, float *C, int ldc);
 
-/* out (B, O) = inp (B, I) @ w^T + b;  w (O, I) as torch.nn.Linear;  b (O) or NULL; the GEMM as amp runs it */
+/* out (B, O) = inp (B, I) @ w^T + b;  w (O, I) as torch.nn.Linear;  b (O) or NULL; the GEMM as amp runs it,
+ * out rounded to amp's grid (autocast's result) */
 void dt_linear_forward(dt_amp amp, float *out, const float *inp, const float *w, const float *b, int B, int I, int O);
-/* dinp (B, I) = dout @ w;  dw (O, I) += dout^T @ inp;  db (O) += sum_b dout */
+/* dinp (B, I) = dout @ w (rounded to amp's grid);  dw (O, I) += dout^T @ inp;  db (O) += sum_b dout */
 void dt_linear_backward(dt_amp amp, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, int B, int I, int O);
 

@@ -59,7 +59,8 @@ typedef int (*lowp_gemm_fn)(int ta, int tb, int M, int N, int K, float alpha, co
                             const float *B, int ldb, float beta, float *C, int ldc);
 typedef struct lowp_path {
   void (*round)(float *dst, const float *src, size_t n); /* dst may be src */
-  lowp_gemm_fn gemm; /* NULL: dt_sgemm (the emulation); 0 returned: declined, dt_sgemm takes over */
+  lowp_gemm_fn gemm;       /* NULL: dt_sgemm (the emulation); 0 returned: declined (see dt_lowp_gemm) */
+  lowp_gemm_fn gemm_round; /* the same, rounding C as it stores; NULL: gemm and a rounding pass */
   const char *name;
 } lowp_path;
 
@@ -91,11 +92,11 @@ dt_status dt_amp_kernels_check(void) {
 
 static const lowp_path *bf16_path; /* chosen once (pthread_once): layers ask from several threads */
 static void bf16_choose(void) {
-  static const lowp_path emulated = {round_bf16_emulated, NULL, "bf16 emulated (f32 GEMMs on the bf16 grid)"};
-  static const lowp_path own = {round_bf16_emulated, dt_gemm_bf16_own,
+  static const lowp_path emulated = {round_bf16_emulated, NULL, NULL, "bf16 emulated (f32 GEMMs on the bf16 grid)"};
+  static const lowp_path own = {round_bf16_emulated, dt_gemm_bf16_own, dt_gemm_bf16_own_round,
                                 "bf16 native (dtrain's vdpbf16ps GEMM for Linear, Conv2d's GEMMs and attention's "
                                 "projections; the rest f32 on the grid)"};
-  static const lowp_path onednn = {round_bf16_emulated, dt_gemm_bf16_onednn,
+  static const lowp_path onednn = {round_bf16_emulated, dt_gemm_bf16_onednn, NULL,
                                    "bf16 native (oneDNN bf16 matmul for Linear, Conv2d's GEMMs and attention's "
                                    "projections; the rest f32 on the grid)"};
   const int k = kernels_asked();
@@ -108,7 +109,7 @@ static void bf16_choose(void) {
 }
 
 static const lowp_path *path_of(dt_amp mode) {
-  static const lowp_path fp16 = {round_fp16_emulated, NULL, "fp16 emulated (f32 GEMMs on the fp16 grid)"};
+  static const lowp_path fp16 = {round_fp16_emulated, NULL, NULL, "fp16 emulated (f32 GEMMs on the fp16 grid)"};
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   if (mode == DT_AMP_BF16) {
     pthread_once(&once, bf16_choose);
@@ -152,6 +153,17 @@ void dt_lowp_gemm(dt_amp mode, int trans_a, int trans_b, int M, int N, int K, fl
     dt_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else if (!p->gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
     emulate_rounded(p, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void dt_lowp_gemm_round(dt_amp mode, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                        int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  const lowp_path *p = path_of(mode);
+  if (p && p->gemm_round && M > 0 && N > 0 && K > 0 &&
+      p->gemm_round(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+    return;
+  dt_lowp_gemm(mode, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (p)
+    for (int r = 0; r < M; r++) p->round(C + (size_t)r * ldc, C + (size_t)r * ldc, (size_t)N);
 }
 
 void dt_lowp_round(dt_amp mode, float *x, size_t n) { dt_lowp_round_copy(mode, x, x, n); }

@@ -212,22 +212,63 @@ TEST(linear_autocast_rounds_every_operand) {
   size_t np = 0;
   float *params = dt_model_params(m, &np);
   ASSERT_EQ(np, (size_t)O * I + O);
-  float x[B * I], dy[B * O], xr[B * I], dyr[B * O], pr[O * I + O], want[B * O], dw[O * I + O], dx[B * I];
+  float x[B * I], dy[B * O], xr[B * I], dyr[B * O], pr[O * I + O], want[B * O], dw[O * I + O];
   off_grid(params, np, 3), off_grid(x, B * I, 4), off_grid(dy, B * O, 5);
   for (size_t i = 0; i < np; i++) pr[i] = dt_round_bf16(params[i]);
   for (int i = 0; i < B * I; i++) xr[i] = dt_round_bf16(x[i]);
   for (int i = 0; i < B * O; i++) dyr[i] = dt_round_bf16(dy[i]);
   const float *y = NULL;
   ASSERT_OK(dt_model_forward(m, x, B, &y));
-  dt_linear_forward(DT_AMP_BF16, want, xr, pr, pr + O * I, B, I, O);
+  for (int r = 0; r < B; r++) memcpy(want + r * O, pr + O * I, O * sizeof(float));
+  dt_lowp_gemm(DT_AMP_BF16, 0, 1, B, O, I, 1.0f, xr, I, pr, I, 1.0f, want, O);
   for (int i = 0; i < B * O; i++) want[i] = dt_round_bf16(want[i]);
   ASSERT_MSG(memcmp(y, want, sizeof want) == 0, "forward");
   dt_model_zero_grad(m);
   ASSERT_OK(dt_model_backward(m, dy));
   memset(dw, 0, sizeof dw);
-  dt_linear_backward(DT_AMP_BF16, dx, dw, dw + O * I, dyr, xr, pr, B, I, O);
+  dt_lowp_gemm(DT_AMP_BF16, 1, 0, O, I, B, 1.0f, dyr, O, xr, I, 1.0f, dw, I);
+  for (int r = 0; r < B; r++)
+    for (int o = 0; o < O; o++) dw[O * I + o] += dyr[r * O + o];
   ASSERT_MSG(memcmp(dt_model_grads(m, NULL), dw, sizeof dw) == 0, "weight and bias gradients");
   dt_model_free(m);
+}
+
+/* dt_lowp_gemm_round (our kernel rounds C as it stores it) equals dt_lowp_gemm and then a rounding pass, bit for
+ * bit, on operands off the grid, with beta 0 and 1, a NaN and an infinity among the products, and C's edges. */
+TEST(gemm_round_equals_gemm_then_rounding) {
+  static const int shapes[][3] = {{1, 1, 1}, {15, 33, 7}, {64, 300, 129}};
+  for (int s = 0; s < 3; s++)
+    for (int t = 0; t < 8; t++) {
+      const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], ta = t & 1, tb = (t >> 1) & 1, acc = t >> 2;
+      const int lda = ta ? M : K, ldb = tb ? K : N, ldc = N + 1;
+      const size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * ldc;
+      float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b), *c = malloc(nc * sizeof *c),
+            *want = malloc(nc * sizeof *c);
+      ASSERT(a && b && c && want);
+      off_grid(a, na, 11u * s + t), off_grid(b, nb, 13u * s + t), off_grid(c, nc, 17u * s + t);
+      if (na > 2) a[na / 2] = NAN, a[na / 3] = INFINITY;
+      memcpy(want, c, nc * sizeof *c);
+      dt_lowp_gemm(DT_AMP_BF16, ta, tb, M, N, K, 0.5f, a, lda, b, ldb, acc ? 1.0f : 0.0f, want, ldc);
+      for (int r = 0; r < M; r++) dt_lowp_round(DT_AMP_BF16, want + (size_t)r * ldc, (size_t)N);
+      dt_lowp_gemm_round(DT_AMP_BF16, ta, tb, M, N, K, 0.5f, a, lda, b, ldb, acc ? 1.0f : 0.0f, c, ldc);
+      ASSERT(memcmp(c, want, nc * sizeof *c) == 0);
+      free(a), free(b), free(c), free(want);
+    }
+  /* The rounding alone: A = 0 and beta 1 leave C's own values to be rounded (but -0, which + 0 makes +0): ties to
+   * even both ways, a NaN whose payload would carry into the exponent, infinities, subnormals, the largest float. */
+  static const uint32_t bits[] = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x7f800001u, 0xff80ffffu, 0x7f800000u,
+                                  0x00008000u, 0x00018000u, 0x7f7fffffu, 0x3f80ffffu, 0x3f807fffu, 0xff800000u};
+  enum { NB = sizeof bits / sizeof bits[0] };
+  float a[2] = {0}, b[2 * NB], c[NB], want[NB];
+  off_grid(b, 2 * NB, 3);
+  memcpy(c, bits, sizeof c);
+  dt_lowp_gemm_round(DT_AMP_BF16, 0, 0, 1, NB, 2, 1.0f, a, 2, b, NB, 1.0f, c, NB);
+  for (int i = 0; i < NB; i++) {
+    float v;
+    memcpy(&v, &bits[i], sizeof v);
+    want[i] = dt_round_bf16(v);
+  }
+  ASSERT(memcmp(c, want, sizeof c) == 0);
 }
 
 /* The dispatch: fp16 and off always multiply in f32 (here exactly dt_sgemm's result). */
@@ -247,4 +288,5 @@ TEST(lowp_gemm_dispatch) {
 TEST_MAIN(TEST_ENTRY(bf16_round_to_nearest_even), TEST_ENTRY(fp16_round_to_nearest_even), TEST_ENTRY(round_buffers),
           TEST_ENTRY(round_long_buffers_as_each_value), TEST_ENTRY(native_bf16_gemm_matches_f32_on_the_grid),
           TEST_ENTRY(native_bf16_gemm_from_many_threads), TEST_ENTRY(linear_autocast_rounds_every_operand),
+          TEST_ENTRY(gemm_round_equals_gemm_then_rounding),
           TEST_ENTRY(lowp_gemm_dispatch), TEST_ENTRY(scaler_rules))
