@@ -23,6 +23,17 @@ dt_status dt_alloc_array(size_t n, size_t size, const char *what, void **out) {
   return DT_OK;
 }
 
+dt_status dt_alloc_array_unset(size_t n, size_t size, const char *what, void **out) {
+  size_t bytes;
+  void *p = NULL;
+  if (dt_mul_overflow(n, size, &bytes) || DT_ALIGN_UP(bytes ? bytes : 1) < bytes)
+    return dt_error(DT_OUT_OF_MEMORY, "%s: %zu x %zu bytes overflows", what, n, size);
+  if (posix_memalign(&p, DT_ALIGN, DT_ALIGN_UP(bytes ? bytes : 1)) != 0)
+    return dt_error(DT_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", what, bytes);
+  *out = p;
+  return DT_OK;
+}
+
 dt_status dt_grow_array(void **arr, int64_t *cap, int64_t used, int64_t need, int64_t first, size_t size,
                         const char *what) {
   if (need <= *cap) return DT_OK;

@@ -680,8 +680,10 @@ dt_status dt_model_ctx_set_amp(dt_model *m, dt_model_ctx *c, dt_amp mode) {
       if (m->layers[i].out_numel > biggest) biggest = m->layers[i].out_numel;
     const size_t floats = biggest * (size_t)c->max_batch;
     float *params = NULL, *scratch = NULL;
-    DT_CHECK(dt_alloc_array(m->n_params ? m->n_params : 1, sizeof(float), "amp parameters", (void **)&params));
-    dt_status st = dt_alloc_array(2 * floats, sizeof(float), "amp operands", (void **)&scratch);
+    /* not zeroed: each forward writes the blocks it reads (and a layer its operands before it reads them), and the
+     * blocks of the layers whose GEMMs round their own weights (gemm_rounds) are never written, so never resident */
+    DT_CHECK(dt_alloc_array_unset(m->n_params ? m->n_params : 1, sizeof(float), "amp parameters", (void **)&params));
+    dt_status st = dt_alloc_array_unset(2 * floats, sizeof(float), "amp operands", (void **)&scratch);
     if (st != DT_OK) {
       dt_free(params);
       return st;
