@@ -5,9 +5,11 @@
 
 Models: fashioncnn on Fashion-MNIST (batch 64, 4096 samples) and two GEMM-bound mlps (784-1024-1024-10, batch 128,
 and 784-2048-2048-10, batch 256; 16384 samples), one epoch each, SGD lr 0.01. Every cell is the best of --reps
-runs (samples/s of the training epoch; peak RSS of the process). dtrain's bf16 runs twice: as it runs on this CPU
-(native where it has AVX512_BF16) and with DT_AMP_KERNELS=emulated. Then test top-1 of f32 and bf16 after
---accuracy-epochs on all 60,000 samples (0: skipped). Prints the CPU model and its relevant flags first.
+runs (samples/s of the training epoch; peak RSS of the process), every variant once per round, rounds in turn.
+dtrain's bf16 runs three ways: as it runs on this CPU (native where it has AVX512_BF16: dtrain's own kernel), with
+DT_AMP_KERNELS=onednn (oneDNN's bf16 matmul, '-' where the build or CPU has none) and with DT_AMP_KERNELS=emulated.
+Then test top-1 of f32 and bf16 after --accuracy-epochs on all 60,000 samples (0: skipped). Prints the CPU model
+and its relevant flags first.
 """
 import argparse
 import json
@@ -82,9 +84,18 @@ def torch_run(model, n, batch, amp, threads):
     return float(sps), int(rss)
 
 
-def best(f, reps):
-    runs = [f() for _ in range(reps)]
-    return max(r[0] for r in runs), min(r[1] for r in runs)
+def best_alternating(runs, reps):
+    """Every variant once per round, rounds repeated (a machine's speed drifts over minutes: alternating keeps the
+    ratios fair); per variant the best samples/s and the lowest peak RSS, or None where it cannot run (oneDNN's
+    kernel in a build without oneDNN)."""
+    got = {k: [] for k in runs}
+    for _ in range(reps):
+        for k, f in runs.items():
+            try:
+                got[k].append(f())
+            except subprocess.CalledProcessError:
+                pass
+    return {k: (max(r[0] for r in v), min(r[1] for r in v)) if v else None for k, v in got.items()}
 
 
 def path_line(build):
@@ -108,19 +119,24 @@ def main():
     model, flags = cpu_line()
     print(f"CPU: {model}; {flags}; {a.threads} threads")
     print(f"dtrain: {path_line(a.build)}")
-    print(f"{'model':12s} {'dtrain f32':>11s} {'dt bf16':>8s} {'(emul.)':>8s} {'bf16/f32':>8s} {'torch f32':>10s} "
-          f"{'torch bf16':>11s} {'bf16/f32':>8s} {'dt/torch bf16':>13s}  peak RSS MiB (dt f32, dt bf16, torch f32, torch bf16)")
+    print(f"{'model':12s} {'dtrain f32':>11s} {'dt bf16':>8s} {'(oneDNN)':>8s} {'(emul.)':>8s} {'bf16/f32':>8s} "
+          f"{'torch f32':>10s} {'torch bf16':>11s} {'bf16/f32':>8s} {'dt/torch bf16':>13s}  "
+          f"peak RSS MiB (dt f32, dt bf16, torch f32, torch bf16)")
     mib = lambda b: b / 2**20
     with tempfile.TemporaryDirectory() as tmp:
         for name, (args, n, batch) in MODELS.items():
-            d32 = best(lambda: dtrain_run(a.build, args, n, batch, "off", a.threads, tmp), a.reps)
-            d16 = best(lambda: dtrain_run(a.build, args, n, batch, "bf16", a.threads, tmp), a.reps)
-            emu = best(lambda: dtrain_run(a.build, args, n, batch, "bf16", a.threads, tmp, "emulated"), a.reps)
-            t32 = best(lambda: torch_run(name, n, batch, "off", a.threads), a.reps)
-            t16 = best(lambda: torch_run(name, n, batch, "bf16", a.threads), a.reps)
-            print(f"{name:12s} {d32[0]:11.0f} {d16[0]:8.0f} {emu[0]:8.0f} {d16[0] / d32[0]:8.2f} {t32[0]:10.0f} "
-                  f"{t16[0]:11.0f} {t16[0] / t32[0]:8.2f} {d16[0] / t16[0]:13.2f}  {mib(d32[1]):.0f}, {mib(d16[1]):.0f}, "
-                  f"{mib(t32[1]):.0f}, {mib(t16[1]):.0f}")
+            runs = {"d32": lambda: dtrain_run(a.build, args, n, batch, "off", a.threads, tmp),
+                    "d16": lambda: dtrain_run(a.build, args, n, batch, "bf16", a.threads, tmp),
+                    "dnnl": lambda: dtrain_run(a.build, args, n, batch, "bf16", a.threads, tmp, "onednn"),
+                    "emu": lambda: dtrain_run(a.build, args, n, batch, "bf16", a.threads, tmp, "emulated"),
+                    "t32": lambda: torch_run(name, n, batch, "off", a.threads),
+                    "t16": lambda: torch_run(name, n, batch, "bf16", a.threads)}
+            r = best_alternating(runs, a.reps)
+            dnnl = f"{r['dnnl'][0]:8.0f}" if r["dnnl"] else f"{'-':>8s}"
+            print(f"{name:12s} {r['d32'][0]:11.0f} {r['d16'][0]:8.0f} {dnnl} {r['emu'][0]:8.0f} "
+                  f"{r['d16'][0] / r['d32'][0]:8.2f} {r['t32'][0]:10.0f} {r['t16'][0]:11.0f} "
+                  f"{r['t16'][0] / r['t32'][0]:8.2f} {r['d16'][0] / r['t16'][0]:13.2f}  {mib(r['d32'][1]):.0f}, "
+                  f"{mib(r['d16'][1]):.0f}, {mib(r['t32'][1]):.0f}, {mib(r['t16'][1]):.0f}")
         if a.accuracy_epochs > 0:
             print(f"# test top-1 % after {a.accuracy_epochs} epoch(s) on all 60,000 samples (seed 0)")
             for name, (args, _, batch) in MODELS.items():

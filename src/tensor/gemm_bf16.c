@@ -1,7 +1,10 @@
 /* Our bf16 GEMM for AVX512_BF16 CPUs: C (M, N) = alpha * op(A) @ op(B) + beta * C with the operands rounded to bf16
  * and the products summed in f32 by vdpbf16ps, which multiplies two bf16 pairs and adds both products to an f32
- * lane. Where oneDNN's bf16 matmul (its kernels tuned for Intel cores) ran 1.1-1.7x its own f32 sgemm on a Zen 5
- * EPYC, whose vdpbf16ps does twice the work of an f32 FMA per cycle, this runs about 1.8x (bench/gemm_bf16_shapes).
+ * lane: twice an f32 FMA's work per instruction, at the same rate on a Zen 5 EPYC (440 against 220 GFLOP/s a core).
+ * Why our own: it needs no library (Debian's OpenBLAS has no sbgemm; oneDNN is optional), it rounds the operands as
+ * it packs them and C as it stores it, which spares autocast's layers their rounding passes, and on whole training
+ * steps it runs as fast as oneDNN's bf16 matmul or faster (bench/amp_vs_f32.py; the GEMMs alone,
+ * bench/gemm_bf16_shapes, 0.7-1.2x oneDNN's shape by shape, docs/benchmarks.md).
  *
  * The layout, as BLIS and OpenBLAS lay out their GEMMs:
  *  - A is packed in panels of MR rows, B in panels of NR columns; within a panel, k runs in pairs (the two values

@@ -289,13 +289,15 @@ bg_pid=
 grep -q "interrupted" "$tmp/int.err" || fail "SIGINT: no note on stderr: $(cat "$tmp/int.err")"
 
 # A second Ctrl-C ends the run at once: no weights, no note. It is sent once the first has been taken (two
-# signals pending at once merge into one); the first comes early in epoch 2's training (seconds long), and the
-# stop's evaluation of 10,000 samples by a convolutional model outlasts the moments between them by far.
+# signals pending at once merge into one); the first comes once epoch 2's training has made progress (a progress
+# line; stopped before an epoch's first step, a run has nothing to evaluate and ends at once, which lost this
+# test the race under load), and the stop's evaluation of 10,000 samples by a convolutional model outlasts the
+# moments between the two signals by far.
 "$DTRAIN" train --model fashioncnn --epochs 1000 --batch-size 50 --limit-train 10000 --limit-test 10000 \
-  --threads 2 --out "$tmp/int2" --progress none >"$tmp/int2.out" 2>"$tmp/int2.err" &
+  --threads 2 --out "$tmp/int2" --progress plain >"$tmp/int2.out" 2>"$tmp/int2.err" &
 bg_pid=$!
-for _ in $(seq 200); do
-  [ -f "$tmp/int2/metrics.csv" ] && [ "$(wc -l <"$tmp/int2/metrics.csv")" -ge 2 ] && break
+for _ in $(seq 300); do
+  grep -q "^epoch 2/1000  step" "$tmp/int2.out" && break
   sleep 0.1
 done
 kill -INT "$bg_pid"
