@@ -7,14 +7,16 @@
  * bench/gemm_bf16_shapes, 0.7-1.2x oneDNN's shape by shape, docs/benchmarks.md).
  *
  * The layout, as BLIS and OpenBLAS lay out their GEMMs:
- *  - A is packed in panels of MR rows, B in panels of NR columns; within a panel, k runs in pairs (the two values
- *    vdpbf16ps takes together) and each pair of k holds the panel's MR (NR) values side by side: A's as 32-bit
- *    units a broadcast reads, B's as two 64-byte vectors. Padding rows, columns and an odd K's last k are zeros.
+ *  - A is packed in panels of MR rows, B in panels of NR columns, k in pairs (the two values vdpbf16ps takes
+ *    together, as one 32-bit unit), padded to blocks of 16 pairs. B's panel holds per pair of k its NR columns side
+ *    by side (two 64-byte vectors); A's holds per block of 16 pairs each row's 16 pairs side by side (the unit a
+ *    broadcast reads). Padding rows, columns and pairs are zeros.
  *  - The microkernel keeps an MR x NR block of C in 28 vector registers over all of k, with the pair of A's values
  *    broadcast and B's two vectors loaded per pair of k.
- *  - Packing converts f32 to bf16 (round to nearest even, exact for operands already on the grid) in the same pass.
- *    Operands whose pairs of k lie along their rows (A as stored, B transposed) are transposed 16 x 16 in
- *    registers; the others interleave two rows.
+ *  - Packing converts f32 to bf16 (round to nearest even) in the same pass. An A stored with k along its rows (as
+ *    activations are) packs as it is converted; a B stored so (a weight in the forward) and an A stored with k
+ *    across its rows (a weight gradient's dY^T) are transposed 16 x 16 in registers; a B stored with k across its
+ *    rows interleaves two rows.
  * Large products run on the thread budget: the threads pack A's panels together, then share C's blocks by ranges of
  * B's panels, each thread packing its own B panels a group at a time just before it multiplies them. */
 #include <stdlib.h>
@@ -49,16 +51,33 @@ static operand operand_of(int trans, int rows, int K, const float *p, int ld) {
 }
 
 static inline int pairs_of(int K) { return (K + 1) / 2; }
+/* Pairs of k as packed: rounded up to blocks of 16 (A's layout goes by such blocks), the added pairs zero. */
+static inline int packed_pairs(int K) { return (pairs_of(K) + 15) & ~15; }
 static inline int panels_of(int rows, int w) { return (rows + w - 1) / w; }
-static inline __mmask16 first_lanes(int n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1); }
+static inline __mmask16 first_lanes(int n) {
+  return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+static inline int clamp_rows(int n, int span) { return n < 0 ? 0 : n < span ? n : span; }
 
 /* Row `row` of an along operand from k: its 32 floats k..k+31 (zeros past K) as 16 bf16 pairs. */
 BF16_TARGET static inline __m512i pairs_along(const operand *x, int row, int k) {
-  const float *s = x->p + (size_t)row * x->ld + k;
+  const float *s = x->p + (size_t)row * x->ld;
   const int n = x->K - k;
-  const __m512 lo = _mm512_maskz_loadu_ps(first_lanes(n), s);
-  const __m512 hi = n > 16 ? _mm512_maskz_loadu_ps(first_lanes(n - 16), s + 16) : _mm512_setzero_ps();
+  const __m512 lo = n > 0 ? _mm512_maskz_loadu_ps(first_lanes(n), s + k) : _mm512_setzero_ps();
+  const __m512 hi = n > 16 ? _mm512_maskz_loadu_ps(first_lanes(n - 16), s + k + 16) : _mm512_setzero_ps();
   return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); /* bf16 0..15 from lo, 16..31 from hi: k order, pairs in 32 bits */
+}
+
+/* Pair p of k of an across operand's rows r0..r0+w-1 (w <= 16; zeros past w and past K): the stored rows 2p and
+ * 2p + 1 interleaved into 16 pairs. */
+BF16_TARGET static inline __m512i pairs_across(const operand *x, int p, int r0, int w) {
+  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                              22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __mmask16 m = first_lanes(w);
+  __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+  if (2 * p < x->K) lo = _mm512_maskz_loadu_ps(m, x->p + (size_t)(2 * p) * x->ld + r0);
+  if (2 * p + 1 < x->K) hi = _mm512_maskz_loadu_ps(m, x->p + (size_t)(2 * p + 1) * x->ld + r0);
+  return _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
 }
 
 /* Transposes 16 vectors of 16 32-bit lanes in place: r[i] lane j <-> r[j] lane i. */
@@ -89,49 +108,61 @@ BF16_TARGET static void transpose16(__m512i r[16]) {
   }
 }
 
-/* Rows x0..x0+w-1 of X into `span` (w <= span <= 16) lanes of each pair's row of dst (stride W), zeros past w;
- * k along the rows: 16 rows x 16 pairs transposed in registers. */
-BF16_TARGET static void pack_along(uint32_t *dst, int W, const operand *x, int x0, int w, int span) {
-  const int K2 = pairs_of(x->K);
-  const __mmask16 keep = first_lanes(span);
-  for (int p0 = 0; p0 < K2; p0 += 16) {
-    __m512i r[16];
-    for (int i = 0; i < 16; i++) r[i] = i < w ? pairs_along(x, x0 + i, 2 * p0) : _mm512_setzero_si512();
-    transpose16(r);
-    for (int q = 0; q < 16 && p0 + q < K2; q++) _mm512_mask_storeu_epi32(dst + (size_t)(p0 + q) * W, keep, r[q]);
+/* B's panels: per pair of k a row of NR values (two vectors), packed_pairs(K) rows. */
+
+/* Panel `panel` of an along B (k along the stored rows): 16 rows x 16 pairs at a time, transposed in registers. */
+BF16_TARGET static void pack_b_along(uint32_t *dst, const operand *x, int panel) {
+  const int kp = packed_pairs(x->K);
+  for (int x0 = 0; x0 < NR; x0 += 16) {
+    const int r0 = panel * NR + x0, w = clamp_rows(x->rows - r0, 16);
+    for (int p0 = 0; p0 < kp; p0 += 16) {
+      __m512i r[16];
+      for (int i = 0; i < 16; i++) r[i] = i < w ? pairs_along(x, r0 + i, 2 * p0) : _mm512_setzero_si512();
+      transpose16(r);
+      for (int q = 0; q < 16; q++) _mm512_store_si512(dst + (size_t)(p0 + q) * NR + x0, r[q]);
+    }
   }
 }
 
-static inline int clamp_rows(int n, int span) { return n < 0 ? 0 : n < span ? n : span; }
-
-/* Panels first..first+count-1 of X (each W rows, the last zero-padded) into dst, panel after panel, where k runs
- * across the stored rows: two stored rows interleaved per pair of k. 16 pairs at a time across all the panels, so
- * the 32 stored rows read stay in L2 and each panel receives 16 contiguous rows of pairs. */
-BF16_TARGET static void pack_across(uint32_t *dst, int W, const operand *x, int first, int count) {
-  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
-                                              22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  const int K2 = pairs_of(x->K);
-  for (int p0 = 0; p0 < K2; p0 += 16)
+/* Panels first..first+count-1 of an across B (k across the stored rows), panel after panel: 16 pairs at a time
+ * across all the panels, so the 32 stored rows read stay in L2 and each panel receives 16 contiguous rows. */
+BF16_TARGET static void pack_b_across(uint32_t *dst, const operand *x, int first, int count) {
+  const int kp = packed_pairs(x->K);
+  for (int p0 = 0; p0 < kp; p0 += 16)
     for (int j = 0; j < count; j++)
-      for (int x0 = 0; x0 < W; x0 += 16) {
-        const int r0 = (first + j) * W + x0, span = W - x0 < 16 ? W - x0 : 16;
-        const __mmask16 load = first_lanes(clamp_rows(x->rows - r0, span)), keep = first_lanes(span);
-        uint32_t *d = dst + ((size_t)j * K2 + p0) * W + x0;
-        for (int p = p0; p < p0 + 16 && p < K2; p++, d += W) {
-          const float *s0 = x->p + (size_t)(2 * p) * x->ld + r0;
-          const __m512 lo = _mm512_maskz_loadu_ps(load, s0);
-          const __m512 hi = 2 * p + 1 < x->K ? _mm512_maskz_loadu_ps(load, s0 + x->ld) : _mm512_setzero_ps();
-          _mm512_mask_storeu_epi32(d, keep, _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(hi, lo)));
-        }
+      for (int x0 = 0; x0 < NR; x0 += 16) {
+        const int r0 = (first + j) * NR + x0, w = clamp_rows(x->rows - r0, 16);
+        for (int p = p0; p < p0 + 16; p++)
+          _mm512_store_si512(dst + ((size_t)j * kp + p) * NR + x0, pairs_across(x, p, r0, w));
       }
 }
 
-/* The same panels where k runs along the stored rows: each panel by 16-row blocks (pack_along). */
-static void pack_along_panels(uint32_t *dst, int W, const operand *x, int first, int count) {
-  for (int j = 0; j < count; j++)
-    for (int x0 = 0; x0 < W; x0 += 16) {
-      const int r0 = (first + j) * W + x0, span = W - x0 < 16 ? W - x0 : 16;
-      pack_along(dst + (size_t)j * pairs_of(x->K) * W + x0, W, x, r0, clamp_rows(x->rows - r0, span), span);
+/* A's panels: per block of 16 pairs of k, MR rows of 16 pairs each (a row's pairs side by side, so an A stored with
+ * k along its rows packs without a transpose, and the microkernel reads row r's pair q at r * 16 + q). */
+
+/* Panel `panel` of an along A: each row's 32 values of k at a time converted in place. */
+BF16_TARGET static void pack_a_along(uint32_t *dst, const operand *x, int panel) {
+  const int kp = packed_pairs(x->K);
+  for (int r = 0; r < MR; r++) {
+    const int row = panel * MR + r;
+    for (int p0 = 0; p0 < kp; p0 += 16)
+      _mm512_storeu_si512(dst + ((size_t)p0 * MR + (size_t)r * 16),
+                          row < x->rows ? pairs_along(x, row, 2 * p0) : _mm512_setzero_si512());
+  }
+}
+
+/* Panels first..first+count-1 of an across A: per block of 16 pairs, the interleaved pairs of the panel's rows
+ * transposed in registers so each row's 16 pairs lie together. */
+BF16_TARGET static void pack_a_across(uint32_t *dst, const operand *x, int first, int count) {
+  const int kp = packed_pairs(x->K);
+  for (int p0 = 0; p0 < kp; p0 += 16)
+    for (int j = 0; j < count; j++) {
+      const int r0 = (first + j) * MR;
+      __m512i v[16];
+      for (int q = 0; q < 16; q++) v[q] = pairs_across(x, p0 + q, r0, clamp_rows(x->rows - r0, MR));
+      transpose16(v);
+      uint32_t *d = dst + (size_t)j * kp * MR + (size_t)p0 * MR;
+      for (int r = 0; r < MR; r++) _mm512_storeu_si512(d + (size_t)r * 16, v[r]);
     }
 }
 
@@ -150,21 +181,23 @@ BF16_TARGET static inline __m512 round_bf16(__m512 y) {
   return _mm512_castsi512_ps(_mm512_mask_mov_epi32(even, _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q), quiet));
 }
 
-/* C's block (rows <= MR, cols <= NR) from the products of kp pairs of A's panel a and B's panel b, as e says. */
+/* C's block (rows <= MR, cols <= NR) from the products of kp (a multiple of 16) pairs of A's panel a and B's panel
+ * b, as e says. */
 BF16_TARGET static void microkernel(int kp, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, int rows,
                                     int cols, const epilogue *e) {
   __m512 c0[MR], c1[MR];
 #pragma GCC unroll 14
   for (int r = 0; r < MR; r++) c0[r] = c1[r] = _mm512_setzero_ps();
-  for (int p = 0; p < kp; p++, a += MR, b += NR) {
-    const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
+  for (int p0 = 0; p0 < kp; p0 += 16, a += 16 * MR)
+    for (int q = 0; q < 16; q++, b += NR) {
+      const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
 #pragma GCC unroll 14
-    for (int r = 0; r < MR; r++) {
-      const __m512bh ar = (__m512bh)_mm512_set1_epi32((int)a[r]);
-      c0[r] = _mm512_dpbf16_ps(c0[r], ar, b0);
-      c1[r] = _mm512_dpbf16_ps(c1[r], ar, b1);
+      for (int r = 0; r < MR; r++) {
+        const __m512bh ar = (__m512bh)_mm512_set1_epi32((int)a[r * 16 + q]);
+        c0[r] = _mm512_dpbf16_ps(c0[r], ar, b0);
+        c1[r] = _mm512_dpbf16_ps(c1[r], ar, b1);
+      }
     }
-  }
   const __mmask16 m0 = first_lanes(cols), m1 = first_lanes(cols - 16 < 0 ? 0 : cols - 16);
   const __m512 va = _mm512_set1_ps(e->alpha), vb = _mm512_set1_ps(e->beta);
   const int read = e->beta != 0.0f;
@@ -186,9 +219,9 @@ BF16_TARGET static void microkernel(int kp, const uint32_t *a, const uint32_t *b
 /* The packed operands and C, shared by the threads of one product. */
 typedef struct product {
   operand a, b;
-  int M, N, K2, mp, np; /* pairs of k; panels of A and of B */
+  int M, N, kp, mp, np; /* pairs of k as packed (packed_pairs); panels of A and of B */
   int group;            /* B's panels a thread packs at a time, when threads split B (B_GROUP_BYTES of them) */
-  uint32_t *pa, *pb;    /* A's mp panels of K2 x MR; B's np panels of K2 x NR, or a group per thread */
+  uint32_t *pa, *pb;    /* A's mp panels of kp x MR; B's np panels of kp x NR, or a group per thread */
   epilogue e;
   float *c;
   size_t ldc;
@@ -201,24 +234,37 @@ static inline int share(int n, int t, int nt) { return (int)((long)n * t / nt); 
  * by ranges of A's panels with B packed by all before. */
 static inline int split_by_b(const product *g, int nt) { return g->np >= 4 * nt || g->mp < nt; }
 
-static void pack_panels(uint32_t *dst, int W, const operand *x, int first, int count) {
-  if (count > 0) (x->along ? pack_along_panels : pack_across)(dst, W, x, first, count);
+/* A's panels first..first+count-1 into their place in g->pa. */
+static void pack_a(const product *g, int first, int count) {
+  uint32_t *dst = g->pa + (size_t)first * g->kp * MR;
+  if (!g->a.along)
+    pack_a_across(dst, &g->a, first, count);
+  else
+    for (int j = 0; j < count; j++) pack_a_along(dst + (size_t)j * g->kp * MR, &g->a, first + j);
+}
+
+/* B's panels first..first+count-1 into dst, one after the other. */
+static void pack_b(uint32_t *dst, const product *g, int first, int count) {
+  if (!g->b.along)
+    pack_b_across(dst, &g->b, first, count);
+  else
+    for (int j = 0; j < count; j++) pack_b_along(dst + (size_t)j * g->kp * NR, &g->b, first + j);
 }
 
 /* Thread t of nt's share of the panels every thread reads: A's, and B's when the threads split A. */
 static void pack_shared(const product *g, int t, int nt) {
   int lo = share(g->mp, t, nt), hi = share(g->mp, t + 1, nt);
-  pack_panels(g->pa + (size_t)lo * g->K2 * MR, MR, &g->a, lo, hi - lo);
+  pack_a(g, lo, hi - lo);
   if (split_by_b(g, nt)) return;
   lo = share(g->np, t, nt), hi = share(g->np, t + 1, nt);
-  pack_panels(g->pb + (size_t)lo * g->K2 * NR, NR, &g->b, lo, hi - lo);
+  pack_b(g->pb + (size_t)lo * g->kp * NR, g, lo, hi - lo);
 }
 
 /* C's block (ip, jp) from A's panel ip and B's panel jp (packed at b). */
 static void block(const product *g, int ip, int jp, const uint32_t *b) {
   const int r0 = ip * MR, c0 = jp * NR;
   const int rows = g->M - r0 < MR ? g->M - r0 : MR, cols = g->N - c0 < NR ? g->N - c0 : NR;
-  microkernel(g->K2, g->pa + (size_t)ip * g->K2 * MR, b, g->c + (size_t)r0 * g->ldc + c0, g->ldc, rows, cols, &g->e);
+  microkernel(g->kp, g->pa + (size_t)ip * g->kp * MR, b, g->c + (size_t)r0 * g->ldc + c0, g->ldc, rows, cols, &g->e);
 }
 
 /* Thread t of nt's share of C's blocks (after pack_shared and a barrier), B's panel outermost so one stays in L2
@@ -226,18 +272,18 @@ static void block(const product *g, int ip, int jp, const uint32_t *b) {
  * block in L1) measured 10-20% slower here, C's blocks then travelling to and from L3 once per block of k. */
 static void multiply_share(const product *g, int t, int nt) {
   if (split_by_b(g, nt)) {
-    uint32_t *mine = g->pb + (size_t)t * g->group * g->K2 * NR;
+    uint32_t *mine = g->pb + (size_t)t * g->group * g->kp * NR;
     const int lo = share(g->np, t, nt), hi = share(g->np, t + 1, nt);
     for (int j0 = lo; j0 < hi; j0 += g->group) {
       const int count = hi - j0 < g->group ? hi - j0 : g->group;
-      pack_panels(mine, NR, &g->b, j0, count);
+      pack_b(mine, g, j0, count);
       for (int j = 0; j < count; j++)
-        for (int ip = 0; ip < g->mp; ip++) block(g, ip, j0 + j, mine + (size_t)j * g->K2 * NR);
+        for (int ip = 0; ip < g->mp; ip++) block(g, ip, j0 + j, mine + (size_t)j * g->kp * NR);
     }
   } else {
     const int lo = share(g->mp, t, nt), hi = share(g->mp, t + 1, nt);
     for (int jp = 0; jp < g->np; jp++)
-      for (int ip = lo; ip < hi; ip++) block(g, ip, jp, g->pb + (size_t)jp * g->K2 * NR);
+      for (int ip = lo; ip < hi; ip++) block(g, ip, jp, g->pb + (size_t)jp * g->kp * NR);
   }
 }
 
@@ -264,12 +310,12 @@ int dt_gemm_bf16_own_available(void) {
 static int gemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C,
                 int ldc, epilogue e) {
   if (M <= 0 || N <= 0 || K <= 0 || !dt_gemm_bf16_own_available()) return 0;
-  product g = {operand_of(ta, M, K, A, lda), operand_of(!tb, N, K, B, ldb), M, N, pairs_of(K), panels_of(M, MR),
+  product g = {operand_of(ta, M, K, A, lda), operand_of(!tb, N, K, B, ldb), M, N, packed_pairs(K), panels_of(M, MR),
                panels_of(N, NR), 1, NULL, NULL, e, C, (size_t)ldc};
-  const size_t panel_b = (size_t)g.K2 * NR;
+  const size_t panel_b = (size_t)g.kp * NR;
   g.group = B_GROUP_BYTES / (panel_b * sizeof(uint32_t)) > 1 ? (int)(B_GROUP_BYTES / (panel_b * sizeof(uint32_t))) : 1;
   const int threads = 2.0 * M * N * K >= 4e6 && !omp_in_parallel() ? omp_get_max_threads() : 1;
-  const size_t na = (size_t)g.mp * g.K2 * MR, all_b = g.np * panel_b, groups = (size_t)threads * g.group * panel_b;
+  const size_t na = (size_t)g.mp * g.kp * MR, all_b = g.np * panel_b, groups = (size_t)threads * g.group * panel_b;
   uint32_t *buf = thread_buffer((na + (all_b > groups ? all_b : groups)) * sizeof(uint32_t));
   if (!buf) return 0;
   g.pb = buf; /* B first: its panels' 128-byte rows stay 64-aligned */
