@@ -84,17 +84,18 @@ def torch_run(model, n, batch, amp, threads):
     return float(sps), int(rss)
 
 
-def best_alternating(runs, reps):
+def best_alternating(runs, reps, optional=("dnnl",)):
     """Every variant once per round, rounds repeated (a machine's speed drifts over minutes: alternating keeps the
-    ratios fair); per variant the best samples/s and the lowest peak RSS, or None where it cannot run (oneDNN's
-    kernel in a build without oneDNN)."""
+    ratios fair); per variant the best samples/s and the lowest peak RSS, or None where an optional variant cannot
+    run (oneDNN's kernel in a build without oneDNN); any other failure ends the benchmark."""
     got = {k: [] for k in runs}
     for _ in range(reps):
         for k, f in runs.items():
             try:
                 got[k].append(f())
             except subprocess.CalledProcessError:
-                pass
+                if k not in optional:
+                    raise
     return {k: (max(r[0] for r in v), min(r[1] for r in v)) if v else None for k, v in got.items()}
 
 

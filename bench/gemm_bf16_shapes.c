@@ -67,7 +67,7 @@ static double gflops(gemm_fn f, const shape *s, const float *a, const float *b, 
   return flop * calls / t[reps / 2] / 1e9;
 }
 
-/* Values already on the bf16 grid, as autocast hands them over. */
+/* Values on the bf16 grid (as Conv2d hands them over; Linear's may be off it, which costs the packing nothing). */
 static float *filled(size_t n, int mod) {
   float *p = malloc(n * sizeof *p);
   if (p)

@@ -1395,9 +1395,10 @@ int main(int argc, char **argv) {
   const command *c = find_command(name);
   if (!c)
     return flags_usage_error("dtrain", "run 'dtrain help' for the list of commands", "unknown command '%s'", name);
-  /* Every command that multiplies (eval, recommend, bench scaling as well as train) reads DT_SGEMM: a bad value
-   * is refused up front, never taken as the default. */
-  dt_status st = strcmp(name, "help") && strcmp(name, "version") ? dt_sgemm_check() : DT_OK;
+  /* Every command that multiplies (eval, recommend, bench scaling as well as train) reads DT_SGEMM and, under
+   * --amp, DT_AMP_KERNELS: a bad value is refused up front, never taken as the default. */
+  dt_status st = DT_OK;
+  if (strcmp(name, "help") && strcmp(name, "version") && (st = dt_sgemm_check()) == DT_OK) st = dt_amp_kernels_check();
   if (st != DT_OK) return runtime_error(st, NULL);
   return run_command(c, argc - used, argv + used);
 }

@@ -68,11 +68,14 @@ dt_status dt_amp_parse(const char *s, dt_amp *out);
  * rounded operands (DT_OUT_OF_MEMORY). */
 dt_status dt_model_ctx_set_amp(dt_model *m, dt_model_ctx *c, dt_amp mode);
 /* The path mode takes on this CPU ("bf16 emulated (...)"), for the run banner; 1 when the CPU has native support
- * (dt_amp_cpu_native) and when dtrain's GEMMs use it (dt_amp_native_gemm: bf16 with AVX512_BF16 and oneDNN). */
+ * (dt_amp_cpu_native) and when dtrain's GEMMs use it (dt_amp_native_gemm: bf16 on a CPU with AVX512_BF16, unless
+ * DT_AMP_KERNELS=emulated). */
 const char *dt_amp_path_name(dt_amp mode);
 int dt_amp_cpu_native(dt_amp mode);
 int dt_amp_native_gemm(dt_amp mode);
-/* DT_AMP_KERNELS (auto: native where it can; emulated: the emulation everywhere) checked: DT_INVALID_ARGUMENT. */
+/* DT_AMP_KERNELS checked (auto: native where it can, dtrain's kernel or oneDNN's on AMX CPUs; own: dtrain's; onednn:
+ * oneDNN's; emulated: the emulation everywhere): DT_INVALID_ARGUMENT for another value or a kernel this CPU or
+ * build lacks. dt_model_ctx_set_amp checks it too. */
 dt_status dt_amp_kernels_check(void);
 
 /* Dropout masks of c derive from (seed, stream, layer, step). */

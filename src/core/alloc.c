@@ -1,14 +1,22 @@
-/* Checked, 64-byte aligned, zeroed allocation. */
+/* Checked, 64-byte aligned allocation: zeroed, or not (for buffers written before they are read), and each thread's
+ * reusable scratch. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/impl.h"
 
+/* bytes (at least 1) rounded up to the alignment, into *out; 0 on success. */
+static int aligned_block(size_t bytes, void **out, size_t *rounded) {
+  const size_t n = DT_ALIGN_UP(bytes ? bytes : 1);
+  *rounded = n;
+  return n < bytes || posix_memalign(out, DT_ALIGN, n) != 0;
+}
+
 dt_status dt_alloc(size_t bytes, void **out) {
   void *p = NULL;
-  size_t n = DT_ALIGN_UP(bytes ? bytes : 1);
-  if (n < bytes || posix_memalign(&p, DT_ALIGN, n) != 0)
-    return dt_error(DT_OUT_OF_MEMORY, "cannot allocate %zu bytes", bytes);
+  size_t n;
+  if (aligned_block(bytes, &p, &n)) return dt_error(DT_OUT_OF_MEMORY, "cannot allocate %zu bytes", bytes);
   memset(p, 0, n);
   *out = p;
   return DT_OK;
@@ -24,13 +32,11 @@ dt_status dt_alloc_array(size_t n, size_t size, const char *what, void **out) {
 }
 
 dt_status dt_alloc_array_unset(size_t n, size_t size, const char *what, void **out) {
-  size_t bytes;
-  void *p = NULL;
-  if (dt_mul_overflow(n, size, &bytes) || DT_ALIGN_UP(bytes ? bytes : 1) < bytes)
+  size_t bytes, rounded;
+  if (dt_mul_overflow(n, size, &bytes))
     return dt_error(DT_OUT_OF_MEMORY, "%s: %zu x %zu bytes overflows", what, n, size);
-  if (posix_memalign(&p, DT_ALIGN, DT_ALIGN_UP(bytes ? bytes : 1)) != 0)
+  if (aligned_block(bytes, out, &rounded))
     return dt_error(DT_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", what, bytes);
-  *out = p;
   return DT_OK;
 }
 
@@ -49,3 +55,24 @@ dt_status dt_grow_array(void **arr, int64_t *cap, int64_t used, int64_t need, in
 }
 
 void dt_free(void *p) { free(p); }
+
+/* The thread's scratch: the buffer itself in thread-local storage (read on every call), and registered under a
+ * key whose destructor frees it when the thread exits (worker threads come and go with DP runs). */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static void scratch_key_make(void) { (void)pthread_key_create(&scratch_key, free); }
+
+void *dt_thread_scratch(size_t n) {
+  static _Thread_local void *buf;
+  static _Thread_local size_t cap;
+  if (n <= cap) return buf;
+  pthread_once(&scratch_once, scratch_key_make);
+  void *p = NULL;
+  size_t rounded;
+  if (aligned_block(n, &p, &rounded)) return NULL;
+  free(buf);
+  buf = p;
+  cap = n;
+  (void)pthread_setspecific(scratch_key, p);
+  return p;
+}

@@ -62,9 +62,13 @@ int dt_log_on(dt_log_level level, const char *subsys);
 /* n * size bytes, 64-byte aligned, zeroed; DT_OUT_OF_MEMORY (with the size and
  * what for) on overflow or failure. */
 dt_status dt_alloc_array(size_t n, size_t size, const char *what, void **out);
-/* The same, not zeroed: for a buffer written before it is read. The pages of a large block that are never written
- * (it comes fresh from the kernel) take no memory. Freed with dt_free. */
+/* The same, not zeroed: for a buffer written before it is read. A large block normally comes fresh from the kernel
+ * (glibc maps it), and its pages never written then take no memory. Freed with dt_free. */
 dt_status dt_alloc_array_unset(size_t n, size_t size, const char *what, void **out);
+/* This thread's scratch of at least n bytes, 64-byte aligned, for a kernel's work within one call (the bf16 GEMMs'
+ * packed operands): kept and reused, grown as needed (what it held is then lost), freed when the thread exits;
+ * NULL without memory. */
+void *dt_thread_scratch(size_t n);
 /* Room for `need` elements of `size` bytes in *arr (doubling *cap from `first`,
  * keeping the first `used`); *arr and *cap change only on success. */
 dt_status dt_grow_array(void **arr, int64_t *cap, int64_t used, int64_t need, int64_t first, size_t size,

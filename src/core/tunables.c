@@ -25,7 +25,7 @@ static const tunable tunables[] = {
     {"DT_TRACE_MAX_EVENTS", "2000000", 1, "events a trace keeps per process (about 150 bytes each); later ones are counted as dropped"},
     {"DT_AMP_INIT_SCALE_LOG2", "16", 1, "--amp fp16: log2 of the loss scaler's initial scale (0 to 127; GradScaler's 65536)"},
     {"DT_AMP_GROWTH_INTERVAL", "2000", 1, "--amp fp16: consecutive finite steps before the loss scale doubles (>= 1)"},
-    {"DT_AMP_KERNELS", "auto", 0, "--amp bf16: auto = native bf16 GEMMs where the CPU has AVX512_BF16 (dtrain's own), own = the same (an error without AVX512_BF16), onednn = oneDNN's bf16 matmul (an error without it), emulated = the f32 emulation everywhere"},
+    {"DT_AMP_KERNELS", "auto", 0, "--amp bf16: auto = native bf16 GEMMs where the CPU has AVX512_BF16 (dtrain's own), own = the same (refused on a CPU without AVX512_BF16), onednn = oneDNN's bf16 matmul (refused without AVX512_BF16 or a build with oneDNN; auto takes it on CPUs with AMX), emulated = the f32 emulation everywhere"},
     {"DT_SGEMM", "auto", 0, "f32 GEMMs: auto = oneDNN's sgemm where the build has oneDNN, the CPU AVX-512 and OpenBLAS runs AVX2 kernels, else OpenBLAS; openblas; onednn"},
     {"DT_STORE_SERVED", "0", 1, "1 when a launcher (dtrun) serves the store; rank 0 then connects instead of serving"},
 };

@@ -118,7 +118,9 @@ typedef struct dt_layer_ops {
   const char *(*label)(const dt_layer *l); /* optional: the kind as the summary prints it ("ReLU") */
   int gemm_operands; /* 1: under amp the weights and the input reach only dt_lowp_gemm, and biases only through
                       * dt_linear_forward (which rounds them): where the GEMMs are native and round as they pack,
-                      * the executor rounds neither beforehand (a pass over each saved; same bits) */
+                      * the executor rounds neither beforehand (a pass over each saved; the same bits, but for f32
+                      * subnormals, which the hardware conversion flushes to zero where rounding makes the largest
+                      * of them 2^-126) */
 } dt_layer_ops;
 
 struct dt_layer {

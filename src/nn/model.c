@@ -674,6 +674,8 @@ static void round_params(const dt_model *m, dt_model_ctx *c) {
 /* The amp buffers: the rounded parameters and two blocks the size of the largest activation at max_batch. */
 dt_status dt_model_ctx_set_amp(dt_model *m, dt_model_ctx *c, dt_amp mode) {
   if (!m || !c) return dt_error(DT_INVALID_ARGUMENT, "dt_model_ctx_set_amp: NULL argument");
+  if (mode != DT_AMP_OFF) DT_CHECK(dt_amp_kernels_check());
+  if (mode != c->amp) c->have_forward = 0; /* a backward needs a forward of its own mode (its rounded copies) */
   if (mode != DT_AMP_OFF && !c->lowp_params) {
     size_t biggest = m->sample_numel;
     for (int i = 0; i < m->n_layers; i++)

@@ -303,20 +303,6 @@ static void multiply_share(const product *g, int t, int nt) {
   }
 }
 
-/* This thread's buffer of n bytes, 64-aligned (kept for the thread's life, grown as needed). */
-static void *thread_buffer(size_t n) {
-  static _Thread_local void *buf;
-  static _Thread_local size_t cap;
-  if (n > cap) {
-    void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
-    if (!p) return NULL;
-    free(buf);
-    buf = p;
-    cap = n;
-  }
-  return buf;
-}
-
 int dt_gemm_bf16_own_available(void) {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
@@ -326,16 +312,20 @@ int dt_gemm_bf16_own_available(void) {
 static int gemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C,
                 int ldc, epilogue e) {
   if (M <= 0 || N <= 0 || K <= 0 || !dt_gemm_bf16_own_available()) return 0;
-  product g = {operand_of(ta, M, K, A, lda), operand_of(!tb, N, K, B, ldb), M, N, packed_pairs(K), panels_of(M, MR),
-               panels_of(N, NR), 1, NULL, NULL, e, C, (size_t)ldc};
-  const size_t panel_b = (size_t)g.kp * NR;
-  g.group = B_GROUP_BYTES / (panel_b * sizeof(uint32_t)) > 1 ? (int)(B_GROUP_BYTES / (panel_b * sizeof(uint32_t))) : 1;
+  product g = {.a = operand_of(ta, M, K, A, lda), .b = operand_of(!tb, N, K, B, ldb), .M = M, .N = N,
+               .kp = packed_pairs(K), .mp = panels_of(M, MR), .np = panels_of(N, NR), .e = e, .c = C,
+               .ldc = (size_t)ldc};
   const int threads = 2.0 * M * N * K >= 4e6 && !omp_in_parallel() ? omp_get_max_threads() : 1;
-  const size_t na = (size_t)g.mp * g.kp * MR, all_b = g.np * panel_b, groups = (size_t)threads * g.group * panel_b;
-  uint32_t *buf = thread_buffer((na + (all_b > groups ? all_b : groups)) * sizeof(uint32_t));
+  const size_t panel_b = (size_t)g.kp * NR, fit = B_GROUP_BYTES / (panel_b * sizeof(uint32_t));
+  const int share_b = (g.np + threads - 1) / threads; /* no thread packs more of B than its share */
+  g.group = fit < 1 ? 1 : fit < (size_t)share_b ? (int)fit : share_b;
+  /* B: all its panels (threads split A) or a group per thread (threads split B), whichever is larger */
+  const size_t na = (size_t)g.mp * g.kp * MR, all_b = g.np * panel_b, group_b = (size_t)threads * g.group * panel_b;
+  const size_t nb = all_b > group_b ? all_b : group_b;
+  uint32_t *buf = dt_thread_scratch((na + nb) * sizeof(uint32_t));
   if (!buf) return 0;
   g.pb = buf; /* B first: its panels' 128-byte rows stay 64-aligned */
-  g.pa = buf + (all_b > groups ? all_b : groups);
+  g.pa = buf + nb;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();

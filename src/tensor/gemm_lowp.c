@@ -145,20 +145,6 @@ static void pack_rows(uint16_t *dst, const float *src, int rows, int cols, int l
   for (int r = 0; r < rows; r++) pack_row(dst + (size_t)r * cols, src + (size_t)r * ld, cols);
 }
 
-/* This thread's buffer of n bytes, 64-aligned (kept for the thread's life, grown as needed). */
-static char *thread_buffer(size_t n) {
-  static _Thread_local char *buf;
-  static _Thread_local size_t cap;
-  if (n > cap) {
-    char *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
-    if (!p) return NULL;
-    free(buf);
-    buf = p;
-    cap = n;
-  }
-  return buf;
-}
-
 /* The packed bytes of a (rows, cols) bf16 operand, rounded up to 64 so what follows stays aligned. */
 static size_t packed_bytes(int rows, int cols) { return ((size_t)rows * cols * sizeof(uint16_t) + 63) & ~(size_t)63; }
 
@@ -173,7 +159,7 @@ int dt_gemm_bf16_onednn(int ta, int tb, int M, int N, int K, float alpha, const 
   packed_dims(ta, M, K, &ar, &ac);
   packed_dims(tb, K, N, &br, &bc);
   const size_t na = packed_bytes(ar, ac), nb = packed_bytes(br, bc);
-  char *buf = thread_buffer(na + nb + e.scratch_bytes);
+  char *buf = dt_thread_scratch(na + nb + e.scratch_bytes);
   dnnl_memory_t am = NULL, bm = NULL, cm = NULL, sm = NULL;
   dnnl_stream_t st = NULL;
   int ok = buf && !dnnl_memory_create(&am, &e.a, cache.engine, buf) &&

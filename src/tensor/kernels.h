@@ -22,8 +22,9 @@
 void dt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
 
-/* dt_sgemm for autocast's low-precision products, operands on mode's grid: bf16 multiplies natively where
- * dt_amp_native_gemm(mode) (lowp.c chooses the kernel), everything else (and DT_AMP_OFF) is dt_sgemm. */
+/* dt_sgemm for autocast's low-precision products: bf16 multiplies natively where dt_amp_native_gemm(mode) (lowp.c
+ * chooses the kernel), rounding the operands as it packs them, so they may be off the grid there; everything else
+ * (and DT_AMP_OFF) is dt_sgemm on operands the caller rounded. */
 void dt_lowp_gemm(dt_amp mode, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc);
 /* dt_lowp_gemm, then C rounded to mode's grid (autocast's low-precision result): in the same pass where the kernel

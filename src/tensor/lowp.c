@@ -1,6 +1,7 @@
 /* Low-precision grids for mixed precision: f32 buffers rounded in place to bf16 / fp16 (round to nearest even),
  * and the run-time dispatch point that names the path a CPU takes. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,8 +54,9 @@ static void round_fp16_emulated(float *dst, const float *src, size_t n) {
 
 /* The dispatch point: what each mode runs on this CPU, chosen once from its features and DT_AMP_KERNELS. bf16 with
  * AVX512_BF16 multiplies natively: our own GEMM (gemm_bf16.c), or oneDNN's bf16 matmul (gemm_lowp.c) when asked
- * for, to compare; every other case is the emulation, f32 GEMMs on values rounded to the grid. Rounding is the same
- * code on every path: the native GEMMs take operands already on it. */
+ * for or where the CPU has AMX (whose tiles only oneDNN uses); every other case is the emulation, f32 GEMMs on
+ * values rounded to the grid. Both native GEMMs round their operands as they pack them (layers that rely on it
+ * pass them unrounded: dt_layer_ops.gemm_operands); the rounding loop is the same code on every path. */
 typedef int (*lowp_gemm_fn)(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                             const float *B, int ldb, float beta, float *C, int ldc);
 typedef struct lowp_path {
@@ -64,22 +66,23 @@ typedef struct lowp_path {
   const char *name;
 } lowp_path;
 
-static const char *const kernel_choices[] = {"auto", "own", "onednn", "emulated"};
 enum { KERNELS_AUTO, KERNELS_OWN, KERNELS_ONEDNN, KERNELS_EMULATED, KERNEL_CHOICES };
+static const char *const kernel_choices[KERNEL_CHOICES] = {
+    [KERNELS_AUTO] = "auto", [KERNELS_OWN] = "own", [KERNELS_ONEDNN] = "onednn", [KERNELS_EMULATED] = "emulated"};
 
-static int kernels_asked(void) {
-  const char *v = "auto";
-  (void)dt_tunable_str("DT_AMP_KERNELS", &v);
-  for (int i = 0; i < KERNEL_CHOICES; i++)
-    if (strcmp(v, kernel_choices[i]) == 0) return i;
-  return KERNELS_AUTO; /* dt_amp_kernels_check refused it at start-up */
+/* DT_AMP_KERNELS as one of the choices; KERNEL_CHOICES for anything else (*v: the value). */
+static int kernels_asked(const char **v) {
+  *v = "auto";
+  (void)dt_tunable_str("DT_AMP_KERNELS", v);
+  int i = 0;
+  while (i < KERNEL_CHOICES && strcmp(*v, kernel_choices[i])) i++;
+  return i;
 }
 
 dt_status dt_amp_kernels_check(void) {
-  const char *v = "auto";
+  const char *v;
   DT_CHECK(dt_tunable_str("DT_AMP_KERNELS", &v));
-  int i = 0;
-  while (i < KERNEL_CHOICES && strcmp(v, kernel_choices[i])) i++;
+  const int i = kernels_asked(&v);
   if (i == KERNEL_CHOICES)
     return dt_error(DT_INVALID_ARGUMENT, "DT_AMP_KERNELS=%s: expected auto, own, onednn or emulated", v);
   if (i == KERNELS_OWN && !dt_gemm_bf16_own_available())
@@ -99,8 +102,11 @@ static void bf16_choose(void) {
   static const lowp_path onednn = {round_bf16_emulated, dt_gemm_bf16_onednn, NULL,
                                    "bf16 native (oneDNN bf16 matmul for Linear, Conv2d's GEMMs and attention's "
                                    "projections; the rest f32 on the grid)"};
-  const int k = kernels_asked();
-  if (k == KERNELS_ONEDNN && dt_gemm_bf16_onednn_available())
+  const char *v;
+  const int k = kernels_asked(&v); /* checked before any run (dt_amp_kernels_check): anything else is auto */
+  __builtin_cpu_init();
+  const int amx = __builtin_cpu_supports("amx-bf16");
+  if ((k == KERNELS_ONEDNN || (k != KERNELS_OWN && k != KERNELS_EMULATED && amx)) && dt_gemm_bf16_onednn_available())
     bf16_path = &onednn;
   else if (k != KERNELS_EMULATED && dt_gemm_bf16_own_available())
     bf16_path = &own;
@@ -132,16 +138,21 @@ static float *rounded_copy(const lowp_path *p, const float *x, int rows, int col
 }
 
 /* Where a native kernel declines (it found no memory for its packing): the emulation, on rounded copies of the
- * operands, since the layers that let the native GEMMs round (dt_layer_ops.gemm_operands) pass them unrounded. */
+ * operands, since the layers that let the native GEMMs round (dt_layer_ops.gemm_operands) pass them unrounded;
+ * without memory for those either, the f32 GEMM on the operands as they are, said once (a forward cannot fail). */
 static void emulate_rounded(const lowp_path *p, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                             int lda, const float *B, int ldb, float beta, float *C, int ldc) {
   const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-  float *a = rounded_copy(p, A, ar, ac, lda), *b = rounded_copy(p, B, br, bc, ldb);
-  if (!a || !b) {
-    DT_LOG_ERROR("amp", "out of memory for a %d x %d x %d low-precision GEMM's operands", M, N, K);
-    abort(); /* no result can be given, and a layer's forward cannot fail here */
+  float *a = rounded_copy(p, A, ar, ac, lda), *b = a ? rounded_copy(p, B, br, bc, ldb) : NULL;
+  if (a && b) {
+    dt_sgemm(ta, tb, M, N, K, alpha, a, ac, b, bc, beta, C, ldc);
+  } else {
+    static atomic_int said;
+    if (!atomic_exchange(&said, 1))
+      DT_LOG_WARN("amp", "out of memory for a %d x %d x %d low-precision GEMM: it (and any like it) ran in f32 on "
+                  "unrounded operands", M, N, K);
+    dt_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
-  dt_sgemm(ta, tb, M, N, K, alpha, a, ac, b, bc, beta, C, ldc);
   free(a);
   free(b);
 }

@@ -45,6 +45,7 @@ static int bad_float(float x) { return !isfinite(x); }
 dt_status dt_train_config_check(const dt_train_config *c) {
   if (!c) return dt_error(DT_INVALID_ARGUMENT, "no training configuration");
   DT_CHECK(dt_sgemm_check());
+  DT_CHECK(dt_amp_kernels_check());
   if (!c->model || !*c->model) return dt_error(DT_INVALID_ARGUMENT, "no model name");
   if (!c->data || !*c->data) return dt_error(DT_INVALID_ARGUMENT, "no data source");
   if (c->epochs < 1) return dt_error(DT_INVALID_ARGUMENT, "epochs = %d must be >= 1", c->epochs);

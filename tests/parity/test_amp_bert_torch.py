@@ -14,7 +14,7 @@ input gradient anyway.)
 
 The bf16 bound: as test_amp_torch.py's, 1e-2 of each tensor's largest magnitude (2.5 bf16 ulp): both sides round the
 same operands at the same points but sum in other orders, so a value next to a rounding boundary can land one ulp
-apart and travel on. Measured (native oneDNN bf16 and DT_AMP_KERNELS=emulated alike): logits and loss identical,
+apart and travel on. Measured (native bf16, dtrain's kernel and oneDNN's, and DT_AMP_KERNELS=emulated alike): logits and loss identical,
 gradients within 7e-7. The key bias's gradient is 0 in exact arithmetic (softmax ignores a shift of a row): what is
 left is dK's rounding noise, bounded absolutely by 1e-2 of the key weight gradient's largest magnitude. The test can
 fail: f32, and the contract less the scores' or the probabilities' rounding (each moves some gradient by 0.5-0.6%,

@@ -25,7 +25,7 @@ rounding turns into an ulp in the odd element only. Compared, per model:
 - bf16, 1e-2 of each tensor's largest magnitude (test_amp_torch.py's bound, 2.5 bf16 ulp: a value within f32 noise of
   a rounding boundary lands an ulp apart): each layer's output and input gradient under the contract; the logits
   (the fc's own output), the loss, every parameter gradient.
-Measured, native (oneDNN bf16 GEMMs after im2col) and DT_AMP_KERNELS=emulated (f32 GEMMs, direct 3x3 kernels on
+Measured, native (bf16 GEMMs after im2col, dtrain's and oneDNN's) and DT_AMP_KERNELS=emulated (f32 GEMMs, direct 3x3 kernels on
 rounded values) alike: logits and loss identical; glue within 3e-7; layer outputs and input gradients within 3.3e-3
 (an ulp at a large element; 15-60 of ~400k elements differ, on dtrain's own operands); weight gradients within
 3e-4, BatchNorm's within 4e-7.

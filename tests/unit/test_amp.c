@@ -147,12 +147,13 @@ static int bf16_gemm_case(bf16_gemm_fn gemm, int ta, int tb, int M, int N, int K
   return bad;
 }
 
-/* Shapes that reach every edge of our kernel's blocking (14 x 32 blocks of C, 256 pairs of k, 8 panels packed in
- * one sweep): one element; fewer rows and columns than a block; an odd K; more than one block of k (K 600) and
- * more than one sweep of panels (N 520); products large enough to run on several threads. */
+/* Shapes that reach every edge of the kernels' blocking (ours: blocks of C of 14 x 32, k in blocks of 16 pairs, a
+ * kernel per even row count for A's last panel): one element; fewer rows and columns than a block; an odd K; K
+ * past several blocks of pairs; products large enough to run on several threads, split by B's panels (N 300, 520)
+ * and by A's (M 448, N 64); and, below, every row count of a last panel (M 15 to 28). */
 TEST(native_bf16_gemm_matches_f32_on_the_grid) {
-  static const int shapes[][3] = {{1, 1, 1},       {5, 7, 3},       {33, 17, 70},   {64, 300, 129},
-                                  {16, 1024, 144}, {70, 520, 600}, {29, 45, 1031}, {300, 33, 17}};
+  static const int shapes[][3] = {{1, 1, 1},     {5, 7, 3},       {33, 17, 70},   {64, 300, 129}, {16, 1024, 144},
+                                  {70, 520, 600}, {29, 45, 1031}, {300, 33, 17}, {448, 64, 256}};
   const int n = (int)(sizeof shapes / sizeof shapes[0]);
   for (size_t k = 0; k < sizeof bf16_kernels / sizeof bf16_kernels[0]; k++) {
     const bf16_kernel *kn = &bf16_kernels[k];
@@ -166,6 +167,7 @@ TEST(native_bf16_gemm_matches_f32_on_the_grid) {
         ASSERT_MSG(!bf16_gemm_case(kn->gemm, t >> 1, t & 1, d[0], d[1], d[2], 1.0f, 0.0f, 7u * s + t), kn->name);
         ASSERT_MSG(!bf16_gemm_case(kn->gemm, t >> 1, t & 1, d[0], d[1], d[2], 0.5f, 1.0f, 9u * s + t), kn->name);
       }
+    for (int M = 15; M <= 28; M++) ASSERT_MSG(!bf16_gemm_case(kn->gemm, M & 1, 0, M, 40, 35, 1.0f, 1.0f, M), kn->name);
     ASSERT_EQ(kn->gemm(0, 0, 0, 4, 4, 1.0f, NULL, 4, NULL, 4, 0.0f, NULL, 4), 0); /* empty: refused, not run */
   }
 }
