@@ -2,9 +2,9 @@
  * and the products summed in f32 by vdpbf16ps, which multiplies two bf16 pairs and adds both products to an f32
  * lane: twice an f32 FMA's work per instruction, at the same rate on a Zen 5 EPYC (440 against 220 GFLOP/s a core).
  * Why our own: it needs no library (Debian's OpenBLAS has no sbgemm; oneDNN is optional), it rounds the operands as
- * it packs them and C as it stores it, which spares autocast's layers their rounding passes, and on whole training
- * steps it runs as fast as oneDNN's bf16 matmul or faster (bench/amp_vs_f32.py; the GEMMs alone,
- * bench/gemm_bf16_shapes, 0.7-1.2x oneDNN's shape by shape, docs/benchmarks.md).
+ * it packs them and C as it stores it, which spares autocast's layers their rounding passes, and it runs about as
+ * fast as oneDNN's bf16 matmul: 0.91-1.28x on dtrain's shapes on two threads (bench/gemm_bf16_shapes), 0.93-1.05x on
+ * whole training steps (bench/amp_vs_f32.py; docs/benchmarks.md).
  *
  * The layout, as BLIS and OpenBLAS lay out their GEMMs:
  *  - A is packed in panels of MR rows, B in panels of NR columns, k in pairs (the two values vdpbf16ps takes
