@@ -9,12 +9,8 @@
 
 #include "cpu_line.h"
 #include "dtrain/dtrain.h"
+#include "gemm_timing.h"
 #include "tensor/kernels.h"
-
-typedef struct shape {
-  const char *what;
-  int ta, tb, M, N, K;
-} shape;
 
 static const shape shapes[] = {
     {"mlp 1024 forward (batch 128)", 0, 1, 128, 1024, 1024},
@@ -31,8 +27,6 @@ static const shape shapes[] = {
     {"square 2048^3", 0, 0, 2048, 2048, 2048},
 };
 
-typedef int (*gemm_fn)(const shape *s, const float *a, const float *b, float *c);
-
 static int by_f32(const shape *s, const float *a, const float *b, float *c) {
   dt_sgemm(s->ta, s->tb, s->M, s->N, s->K, 1.0f, a, s->ta ? s->M : s->K, b, s->tb ? s->K : s->N, 0.0f, c, s->N);
   return 1;
@@ -46,26 +40,7 @@ static int by_onednn(const shape *s, const float *a, const float *b, float *c) {
                              0.0f, c, s->N);
 }
 
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
-/* GFLOP/s: median over reps of `calls` back-to-back products (about 20 ms of work each); 0 if f declines. */
-static double gflops(gemm_fn f, const shape *s, const float *a, const float *b, float *c, int reps) {
-  const double flop = 2.0 * s->M * s->N * s->K;
-  int calls = (int)(2e9 * 0.02 / flop);
-  if (calls < 1) calls = 1;
-  double t[64];
-  if (!f(s, a, b, c)) return 0;
-  for (int r = 0; r < reps; r++) {
-    const double t0 = dt_time_now();
-    for (int i = 0; i < calls; i++) f(s, a, b, c);
-    t[r] = dt_time_now() - t0;
-  }
-  qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-  return flop * calls / t[reps / 2] / 1e9;
-}
 
 /* Values on the bf16 grid (as Conv2d hands them over; Linear's may be off it, which costs the packing nothing). */
 static float *filled(size_t n, int mod) {

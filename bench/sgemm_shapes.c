@@ -8,14 +8,10 @@
 #include <stdlib.h>
 
 #include "dtrain/dtrain.h"
+#include "gemm_timing.h"
 #include "tensor/kernels.h"
 
 #include <cblas.h> /* after kernels.h: its <complex.h> defines I */
-
-typedef struct shape {
-  const char *what;
-  int ta, tb, M, N, K;
-} shape;
 
 static const shape shapes[] = {
     {"resnet20 stride-2 conv forward (w @ col)", 0, 0, 32, 256, 144},
@@ -30,36 +26,17 @@ static const shape shapes[] = {
     {"square 2048^3", 0, 0, 2048, 2048, 2048},
 };
 
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
-typedef void (*gemm_fn)(const shape *s, const float *a, const float *b, float *c);
-
-static void by_openblas(const shape *s, const float *a, const float *b, float *c) {
+static int by_openblas(const shape *s, const float *a, const float *b, float *c) {
   cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans, s->M, s->N, s->K,
               1.0f, a, s->ta ? s->M : s->K, b, s->tb ? s->K : s->N, 0.0f, c, s->N);
+  return 1;
 }
-static void by_dtrain(const shape *s, const float *a, const float *b, float *c) {
+static int by_dtrain(const shape *s, const float *a, const float *b, float *c) {
   dt_sgemm(s->ta, s->tb, s->M, s->N, s->K, 1.0f, a, s->ta ? s->M : s->K, b, s->tb ? s->K : s->N, 0.0f, c, s->N);
+  return 1;
 }
 
-/* GFLOP/s: median over reps of `calls` back-to-back products (about 20 ms of work each). */
-static double gflops(gemm_fn f, const shape *s, const float *a, const float *b, float *c, int reps) {
-  const double flop = 2.0 * s->M * s->N * s->K;
-  int calls = (int)(2e9 * 0.02 / flop);
-  if (calls < 1) calls = 1;
-  double t[64];
-  f(s, a, b, c);
-  for (int r = 0; r < reps; r++) {
-    const double t0 = dt_time_now();
-    for (int i = 0; i < calls; i++) f(s, a, b, c);
-    t[r] = dt_time_now() - t0;
-  }
-  qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-  return flop * calls / t[reps / 2] / 1e9;
-}
 
 static float *filled(size_t n, int mod) {
   float *p = malloc(n * sizeof *p);
