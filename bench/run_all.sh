@@ -14,6 +14,12 @@ echo "## and on the kernels it picks for this CPU itself"
 "$build/bench/sgemm_shapes"
 env -u OPENBLAS_CORETYPE "$build/bench/sgemm_shapes"
 echo
+echo "## bf16 GEMMs (dtrain's own, oneDNN's) vs the f32 GEMM on dtrain's shapes (CPUs with AVX512_BF16 only)"
+"$build/bench/gemm_bf16_shapes" || echo "(skipped: no AVX512_BF16 on this CPU)"
+echo
+echo "## mixed precision: f32 vs --amp bf16 (dtrain's kernel, oneDNN's, the emulation) vs PyTorch's CPU autocast"
+DT_BUILD_DIR=$build /usr/bin/python3 "$here/amp_vs_f32.py" --reps "${REPS:-3}"
+echo
 echo "## fashioncnn, Fashion-MNIST, batch 64, SGD momentum 0.9, one epoch: dtrain vs PyTorch"
 DT_BUILD_DIR=$build /usr/bin/python3 "$here/train_vs_torch.py" --reps "${REPS:-3}"
 echo
