@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make bench: every benchmark, side by side with its reference, on this machine.
-# Long (about 10-15 minutes on 2 cores); results go to stdout: copy them into docs/benchmarks.md.
+# Long (about 20-30 minutes on 2 cores); results go to stdout: copy them into docs/benchmarks.md.
 set -euo pipefail
 build=${1:-build}
 here=$(cd "$(dirname "$0")" && pwd)
