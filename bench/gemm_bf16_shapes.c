@@ -77,7 +77,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "gemm_bf16_shapes: out of memory\n");
       return 1;
     }
-    const int threads[2] = {budget, 1}; /* the budget first: oneDNN fixes its threads when it makes a shape's primitive */
+    /* the budget first: oneDNN fixes its threads when it makes a shape's primitive */
+    const int threads[2] = {budget, 1};
     for (int k = 0; k < (budget > 1 ? 2 : 1); k++) {
       dt_set_threads(threads[k]);
       const double f = gflops(by_f32, s, a, b, c, reps), d = gflops(by_onednn, s, a, b, c, reps),
