@@ -127,7 +127,6 @@ static void trace_coll(const dt_coll *c, double t0_us, dt_status s) {
   dt_trace_span("comm", dt_coll_name(c->kind), t0_us, dt_trace_now_us(), args);
 }
 
-/* Runs w (state RUNNING, lock not held) and records the result. */
 /* A collective of a one-rank group: its result is its input (the mean of one value, one rank's block, the
  * root's own buffer), so no backend is asked: a copy where send and recv differ. */
 static dt_status run_alone(const dt_coll *c) {
@@ -136,6 +135,7 @@ static dt_status run_alone(const dt_coll *c) {
   return DT_OK;
 }
 
+/* Runs w (state RUNNING, lock not held) and records the result. */
 static void work_run(dt_group *g, dt_work *w) {
   dt_coll c = w->c;
   const double trace_t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
