@@ -121,6 +121,8 @@ dt_status dt_model_forward(dt_model *m, const void *x, int batch, const float **
  * ACCUMULATES parameter gradients into the gradient arena (see dt_model_zero_grad). */
 dt_status dt_model_backward(dt_model *m, const float *dout);
 void dt_model_zero_grad(dt_model *m);
+/* dt_model_ctx_zero_grad_deferred on the model's own context: the next backward writes the gradients. */
+void dt_model_zero_grad_deferred(dt_model *m);
 
 /* Gradient-ready events: during backward, as soon as a layer's parameter gradients
  * are final, fn(user, offset, count) is called (on the thread running backward)

@@ -33,9 +33,17 @@ dt_model_ctx *dt_model_default_ctx(dt_model *m);
  * until its next forward. */
 dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const void *x, int batch, const float **out);
 dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout);
-/* c's gradient arena (n_params floats, owned by c); backward accumulates into it. */
+/* c's gradient arena (n_params floats, owned by c); backward accumulates into it. Gradients a deferred zero_grad
+ * left unwritten are cleared before it returns. */
 float *dt_model_ctx_grads(dt_model_ctx *c);
 void dt_model_ctx_zero_grad(const dt_model *m, dt_model_ctx *c);
+/* zero_grad without its pass over the arena (PyTorch's zero_grad(set_to_none=True)): row tables are cleared now,
+ * every other gradient counts as zero but keeps its stale floats until the next backward writes it (Linear and
+ * attention assign theirs, sparing their GEMMs a read of the block; other layers' blocks are cleared just before
+ * their backward). The arena reads as after dt_model_ctx_zero_grad once a backward has run, or through
+ * dt_model_ctx_grads / dt_model_grads, which clear what is still deferred; a pointer kept from before holds
+ * stale floats until then. */
+void dt_model_ctx_zero_grad_deferred(const dt_model *m, dt_model_ctx *c);
 
 /* Each sample's weight in the loss the next backwards differentiate (a mean
  * over a batch of B: 1/B; accumulation and data-parallel slices scale it);

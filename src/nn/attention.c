@@ -112,12 +112,14 @@ static dt_status attn_forward(const dt_layer *l, const dt_layer_io *io, const fl
   return DT_OK;
 }
 
-/* One projection's share: dinp (+)= dY W, dW += dY^T in, db += sum dY (W and in as the forward read them). */
+/* One projection's share: dinp (+)= dY W, dW += dY^T in, db += sum dY (W and in as the forward read them; = for
+ * both where the gradients are deferred zeros). */
 static void proj_backward(const dt_layer *l, const dt_layer_io *io, int wk, const float *dy, const float *in,
                           float *dinp, int accumulate, int N, int H) {
   const float *w = tensor(l, dt_amp_weights(io), wk);
   if (dinp) dt_lowp_gemm(io->amp, 0, 0, N, H, H, 1.0f, dy, H, w, H, accumulate ? 1.0f : 0.0f, dinp, H);
-  dt_linear_backward(io->amp, NULL, io->grads + l->t[wk].off, io->grads + l->t[wk + 1].off, dy, in, NULL, N, H, H);
+  dt_linear_backward(io->amp, NULL, io->grads + l->t[wk].off, io->grads + l->t[wk + 1].off, dy, in, NULL, N, H, H,
+                     io->grads_unset);
 }
 
 static void attn_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
@@ -145,6 +147,7 @@ const dt_layer_ops dt_self_attention_ops = {.kind = "SelfAttention",
                                             .forward = attn_forward,
                                             .backward = attn_backward,
                                             .gemm_operands = 1,
+                                            .assigns_grads = 1, /* each projection's dW and db: proj_backward */
                                             .backward_needs_train_forward = 0};
 
 dt_status dt_model_add_self_attention(dt_model *m, const char *name, int heads, float p, int input_rows,

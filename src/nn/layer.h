@@ -96,13 +96,15 @@ typedef struct dt_layer_io {
   int gemm_rounds;          /* amp: the native GEMMs round this layer's weights and input as they pack them, so
                              * neither is rounded beforehand (ops->gemm_operands, dt_amp_native_gemm) */
   float loss_weight;   /* each sample's weight in the loss being differentiated (1/batch for a mean) */
+  int grads_unset;     /* backward: the layer's gradients are deferred zeros (dt_model_ctx_zero_grad_deferred) holding
+                        * stale values, to be written, not added to (set only for kinds with ops->assigns_grads) */
   dt_row_set *rows[DT_LAYER_MAX_TENSORS]; /* row tables: the touched rows of tensor k; else NULL */
 } dt_layer_io;
 
 /* A layer kind. infer runs at add time: reads l->in_*, sets l->out_*, declares
  * tensors (dt_layer_declare); a bad input shape is DT_SHAPE_MISMATCH naming
  * the layer and the shapes. forward writes out (batch, out_numel) from in;
- * backward writes dinp (= ; NULL to skip) and ACCUMULATES parameter gradients. */
+ * backward writes dinp (= ; NULL to skip) and ACCUMULATES parameter gradients (or writes them: assigns_grads). */
 typedef struct dt_layer_ops {
   const char *kind; /* "Conv2d", as torchsummary prints it */
   dt_status (*infer)(dt_layer *l);
@@ -121,6 +123,9 @@ typedef struct dt_layer_ops {
                       * the executor rounds neither beforehand (a pass over each saved; the same bits, but for f32
                       * subnormals, which the hardware conversion flushes to zero where rounding makes the largest
                       * of them 2^-126) */
+  int assigns_grads; /* 1: backward writes every parameter gradient of the layer when io->grads_unset (as PyTorch's
+                      * first backward after zero_grad(set_to_none=True) assigns .grad): the executor then skips
+                      * clearing the block first, and its GEMMs skip reading it; else it clears it */
 } dt_layer_ops;
 
 struct dt_layer {

@@ -43,12 +43,12 @@ static void linear_backward(const dt_layer *l, const dt_layer_io *io, const floa
   float *dw = io->grads, *db = p->bias ? io->grads + (size_t)O * I : NULL;
   const float *g = dt_amp_operand(io, 1, dout, dt_layer_out_elems(l, io));
   dt_linear_backward(io->amp, dinp, dw, db, g, dt_amp_operand(io, 0, in, dt_layer_in_elems(l, io)), dt_amp_weights(io),
-                     dt_layer_rows(l, io), I, O); /* dinp rounded there */
+                     dt_layer_rows(l, io), I, O, io->grads_unset); /* dinp rounded there */
 }
 
 const dt_layer_ops dt_linear_ops = {
     .kind = "Linear", .infer = linear_infer, .forward = linear_forward, .backward = linear_backward,
-    .gemm_operands = 1};
+    .gemm_operands = 1, .assigns_grads = 1};
 
 dt_status dt_model_add_linear(dt_model *m, const char *name, int out_features, int bias) {
   if (out_features < 1)

@@ -72,6 +72,9 @@ struct dt_model_ctx {
   float loss_weight; /* > 0: each sample's weight in the loss (else 1/batch) */
   dt_row_set *rows;  /* (n_tables) rows touched since zero_grad */
   void *rows_block;
+  const dt_model *model;  /* the model it runs (dt_model_ctx_grads clears deferred blocks by its layers) */
+  unsigned char *unset;   /* (n_layers): 1 while layer i's dense gradients are deferred zeros (zero_grad_deferred) */
+  int any_unset;
   dt_seq_layout seq; /* packed sequences: the last forward's layout (off, sq_off: max_batch + 1 each) */
   int has_seq;
   dt_amp amp;         /* mixed precision of the forwards and backwards (dt_model_ctx_set_amp) */
@@ -534,6 +537,8 @@ dt_status dt_model_ctx_new(dt_model *m, int max_batch, int update_buffers, dt_mo
   DT_CHECK_GOTO(dt_alloc_array(m->n_params ? m->n_params : 1, sizeof(float), "gradient arena", (void **)&c->grads),
                 st, fail);
   DT_CHECK_GOTO(rows_new(m, c), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)n + 1, 1, "deferred gradients", (void **)&c->unset), st, fail);
+  c->model = m;
   if (m->seq_rows) {
     DT_CHECK_GOTO(dt_alloc_array((size_t)max_batch + 1, sizeof(int32_t), "sequence offsets", (void **)&c->seq.off),
                   st, fail);
@@ -555,6 +560,7 @@ void dt_model_ctx_free(dt_model_ctx *c) {
   dt_free(c->seq.sq_off);
   dt_free(c->rows_block);
   dt_free(c->rows);
+  dt_free(c->unset);
   dt_free(c->grads);
   dt_free(c->gbuf[1]);
   dt_free(c->gbuf[0]);
@@ -566,7 +572,6 @@ void dt_model_ctx_free(dt_model_ctx *c) {
 }
 
 dt_model_ctx *dt_model_default_ctx(dt_model *m) { return m ? m->ctx : NULL; }
-float *dt_model_ctx_grads(dt_model_ctx *c) { return c ? c->grads : NULL; }
 void dt_model_ctx_set_rng_stream(dt_model_ctx *c, uint64_t stream) {
   if (c) c->rng_stream = stream;
 }
@@ -595,14 +600,13 @@ static int gemm_rounds(const dt_layer *l, dt_amp amp) {
   return amp != DT_AMP_OFF && l->ops->gemm_operands && dt_amp_native_gemm(amp);
 }
 
-/* Zeroes the arena: row tables only at their touched rows, the rest whole. */
-void dt_model_ctx_zero_grad(const dt_model *m, dt_model_ctx *c) {
-  if (!m || !c || !m->n_params) return;
+/* Zeroes the arena: row tables only at their touched rows, the rest whole (dense: also what lies between). */
+static void zero_grad(const dt_model *m, dt_model_ctx *c, int dense) {
   size_t at = 0;
   for (int k = 0; k < m->n_tables; k++) {
     const row_table *t = &m->tables[k];
     dt_row_set *s = &c->rows[k];
-    memset(c->grads + at, 0, (t->off - at) * sizeof(float));
+    if (dense) memset(c->grads + at, 0, (t->off - at) * sizeof(float));
     for (int64_t i = 0; i < s->n; i++) {
       memset(c->grads + t->off + (size_t)s->list[i] * (size_t)t->width, 0, (size_t)t->width * sizeof(float));
       s->mark[s->list[i]] = 0;
@@ -610,7 +614,46 @@ void dt_model_ctx_zero_grad(const dt_model *m, dt_model_ctx *c) {
     s->n = s->refs = 0;
     at = t->off + (size_t)(t->rows * t->width);
   }
-  memset(c->grads + at, 0, (m->n_params - at) * sizeof(float));
+  if (dense) memset(c->grads + at, 0, (m->n_params - at) * sizeof(float));
+}
+
+void dt_model_ctx_zero_grad(const dt_model *m, dt_model_ctx *c) {
+  if (!m || !c || !m->n_params) return;
+  zero_grad(m, c, 1);
+  memset(c->unset, 0, (size_t)m->n_layers);
+  c->any_unset = 0;
+}
+
+/* Layer i's gradients but its row tables' (the dense part of its block) set to zero; no longer deferred. */
+static void clear_deferred(const dt_model *m, dt_model_ctx *c, int i) {
+  const dt_layer *l = &m->layers[i];
+  for (int k = 0; k < l->n_tensors; k++)
+    if (l->t[k].place == DT_PLACE_PARAM && !l->t[k].row_table)
+      memset(c->grads + l->param_off + l->t[k].off, 0, l->t[k].numel * sizeof(float));
+  c->unset[i] = 0;
+}
+
+/* Every deferred block cleared: the arena as an eager zero_grad and the backwards since would have left it. */
+static void settle_grads(const dt_model *m, dt_model_ctx *c) {
+  if (!c->any_unset) return;
+  for (int i = 0; i < m->n_layers; i++)
+    if (c->unset[i]) clear_deferred(m, c, i);
+  c->any_unset = 0;
+}
+
+/* Row tables as zero_grad clears them; every other gradient deferred (the layers' dense blocks; what lies between
+ * them is never written, so stays zero). */
+void dt_model_ctx_zero_grad_deferred(const dt_model *m, dt_model_ctx *c) {
+  if (!m || !c || !m->n_params) return;
+  zero_grad(m, c, 0);
+  for (int i = 0; i < m->n_layers; i++)
+    if (m->layers[i].n_params) c->unset[i] = 1, c->any_unset = 1;
+}
+
+float *dt_model_ctx_grads(dt_model_ctx *c) {
+  if (!c) return NULL;
+  settle_grads(c->model, c);
+  return c->grads;
 }
 
 int dt_model_num_row_tables(const dt_model *m) { return m ? m->n_tables : 0; }
@@ -754,11 +797,19 @@ dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const void *x, int 
   return DT_OK;
 }
 
-/* Runs the backward of layer first (first == last) or of the fused group first..last. */
+/* Runs the backward of layer first (first == last) or of the fused group first..last. A layer whose gradients are
+ * deferred zeros writes them where its kind can (ops->assigns_grads, run alone), else finds them cleared. */
 static void backward_unit(dt_model *m, dt_model_ctx *c, int first, int last, const float *dout, float *dinp) {
   const dt_layer *l = &m->layers[first];
   dt_layer_io io[DT_FUSION_MAX_LAYERS];
-  for (int k = 0; k <= last - first; k++) fill_io(m, c, first + k, &io[k]);
+  for (int k = 0; k <= last - first; k++) {
+    fill_io(m, c, first + k, &io[k]);
+    if (!c->unset[first + k]) continue;
+    if (first == last && l->ops->assigns_grads)
+      io[k].grads_unset = 1, c->unset[first] = 0;
+    else
+      clear_deferred(m, c, first + k);
+  }
   if (first < last)
     m->fusion[first]->backward(l, io, c->act + first, dout, dinp);
   else
@@ -805,6 +856,7 @@ dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout)
     which ^= 1;
   }
   if (c->want_input_grad) c->input_grad = cur;
+  settle_grads(m, c); /* layers the backward did not reach */
   return DT_OK;
 }
 
@@ -831,6 +883,9 @@ dt_status dt_model_backward(dt_model *m, const float *dout) {
 void dt_model_zero_grad(dt_model *m) {
   if (m) dt_model_ctx_zero_grad(m, m->ctx);
 }
+void dt_model_zero_grad_deferred(dt_model *m) {
+  if (m) dt_model_ctx_zero_grad_deferred(m, m->ctx);
+}
 void dt_model_on_grad_ready(dt_model *m, dt_grad_ready_fn fn, void *user) {
   if (m) dt_model_ctx_on_grad_ready(m->ctx, fn, user);
 }
@@ -843,7 +898,7 @@ float *dt_model_params(dt_model *m, size_t *count) {
 }
 float *dt_model_grads(dt_model *m, size_t *count) {
   if (count) *count = m && m->built ? m->n_params : 0;
-  return m && m->built ? m->ctx->grads : NULL;
+  return m && m->built ? dt_model_ctx_grads(m->ctx) : NULL;
 }
 float *dt_model_buffers(dt_model *m, size_t *count) {
   if (count) *count = m && m->built ? m->n_buffers : 0;

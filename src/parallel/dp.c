@@ -91,7 +91,7 @@ static void run_train(dp_worker *wk) {
   const void *y = (const char *)d->target + (size_t)wk->lo * d->target_bytes;
   const float *logits = NULL;
   dt_status st;
-  dt_model_ctx_zero_grad(m, wk->ctx);
+  dt_model_ctx_zero_grad_deferred(m, wk->ctx); /* the backward below writes them */
   dt_model_ctx_set_loss_weight(wk->ctx, 1.0f / (float)d->batch); /* as the dlogits scaling below */
   if ((st = dt_model_ctx_forward(m, wk->ctx, x, wk->n, &logits)) != DT_OK) goto fail;
   if ((st = dt_task_loss(d->task, logits, y, wk->n, 1, &wk->loss, wk->dlogits)) != DT_OK) goto fail;
@@ -384,6 +384,7 @@ dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const void *x, const v
   dt_status st = first_error(d, "dt_dp_train_step");
   if (st == DT_OK) {
     touch_rows(d); /* the union of touched rows, which the reduce sums */
+    (void)dt_model_grads(d->m, NULL); /* the reduce adds to the model's arena: clears a deferred zero_grad's blocks */
     dispatch(d, DP_JOB_REDUCE); /* the model's gradients change only when every slice ran */
   }
   set_blas_for_workers(d, 0);

@@ -27,6 +27,11 @@
 
 static int onednn; /* chosen once (pthread_once): GEMMs are called from several threads */
 
+/* Below this many elements one thread does a bias pass (a parallel region costs more than it saves); the
+ * columns of the bias gradient a thread sums at a time. */
+#define PAR_MIN 65536
+#define DB_COLUMNS 256
+
 #ifdef DT_HAVE_DNNL
 /* OpenBLAS's kernel families that use AVX-512 (0.3.21's names). */
 static int openblas_avx512(void) {
@@ -89,19 +94,27 @@ void dt_linear_forward(dt_amp amp, float *out, const float *inp, const float *w,
   /* out (B, O): start from the bias rows (autocast's: rounded, here, where the layer passes the master bias to
    * GEMMs that round the weights themselves; rounding is idempotent), then out += inp (B, I) @ w^T (I, O) */
   if (b) {
-    for (int r = 0; r < B; r++) dt_lowp_round_copy(amp, out + (size_t)r * O, b, (size_t)O);
+    dt_lowp_round_copy(amp, out, b, (size_t)O);
+#pragma omp parallel for if ((size_t)B * O >= PAR_MIN) schedule(static)
+    for (int r = 1; r < B; r++) memcpy(out + (size_t)r * O, out, (size_t)O * sizeof *out);
   }
   dt_lowp_gemm_round(amp, 0, 1, B, O, I, 1.0f, inp, I, w, I, b ? 1.0f : 0.0f, out, O);
 }
 
 void dt_linear_backward(dt_amp amp, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                        const float *w, int B, int I, int O) {
+                        const float *w, int B, int I, int O, int assign) {
   if (dinp) dt_lowp_gemm_round(amp, 0, 0, B, I, O, 1.0f, dout, O, w, I, 0.0f, dinp, I); /* (B, O) @ (O, I) */
-  if (dw) dt_lowp_gemm(amp, 1, 0, O, I, B, 1.0f, dout, O, inp, I, 1.0f, dw, I);   /* (O, B) @ (B, I), += */
+  if (dw) dt_lowp_gemm(amp, 1, 0, O, I, B, 1.0f, dout, O, inp, I, assign ? 0.0f : 1.0f, dw, I); /* (O, B) @ (B, I) */
   if (db) {
-    for (int r = 0; r < B; r++) {
-      const float *row = dout + (size_t)r * O;
-      for (int o = 0; o < O; o++) db[o] += row[o];
+    if (assign) memset(db, 0, (size_t)O * sizeof *db); /* then the sum in the same order, to the same bits */
+    /* threads by blocks of columns, each summed over the rows in order: the bits of one thread's sum */
+#pragma omp parallel for if ((size_t)B * O >= PAR_MIN) schedule(static)
+    for (int o0 = 0; o0 < O; o0 += DB_COLUMNS) {
+      const int o1 = o0 + DB_COLUMNS < O ? o0 + DB_COLUMNS : O;
+      for (int r = 0; r < B; r++) {
+        const float *row = dout + (size_t)r * O;
+        for (int o = o0; o < o1; o++) db[o] += row[o];
+      }
     }
   }
 }

@@ -48,9 +48,10 @@ int dt_gemm_bf16_onednn(int trans_a, int trans_b, int M, int N, int K, float alp
 /* out (B, O) = inp (B, I) @ w^T + b;  w (O, I) as torch.nn.Linear;  b (O) or NULL; the GEMM as amp runs it,
  * out rounded to amp's grid (autocast's result) */
 void dt_linear_forward(dt_amp amp, float *out, const float *inp, const float *w, const float *b, int B, int I, int O);
-/* dinp (B, I) = dout @ w (rounded to amp's grid);  dw (O, I) += dout^T @ inp;  db (O) += sum_b dout */
+/* dinp (B, I) = dout @ w (rounded to amp's grid);  dw (O, I) += dout^T @ inp;  db (O) += sum_b dout; with assign,
+ * dw and db are written (=), their contents never read */
 void dt_linear_backward(dt_amp amp, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                        const float *w, int B, int I, int O);
+                        const float *w, int B, int I, int O, int assign);
 
 /* ---- conv2d (im2col + GEMM) ---------------------------------------------- */
 typedef struct dt_conv2d_geom {

@@ -43,14 +43,30 @@ static inline float fp16_value(float x) {
   return bits_f32(sign | r);
 }
 
-static void round_bf16_emulated(float *dst, const float *src, size_t n) {
+static void round_bf16_span(float *dst, const float *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = bits_f32(bf16_bits(f32_bits(src[i])));
 }
 float dt_round_fp16(float x) { return fp16_value(x); }
 
-static void round_fp16_emulated(float *dst, const float *src, size_t n) {
+static void round_fp16_span(float *dst, const float *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = fp16_value(src[i]);
 }
+
+/* Below PAR_MIN elements one thread rounds it all, with no parallel region (even one thread's costs a call into
+ * the OpenMP runtime, and callers round many short rows: a bias per row of a batch, attention's heads); above, the
+ * threads take blocks of ROUND_BLOCK. */
+#define PAR_MIN 65536
+#define ROUND_BLOCK 16384
+static void round_by(void (*span)(float *, const float *, size_t), float *dst, const float *src, size_t n) {
+  if (n < PAR_MIN) {
+    span(dst, src, n);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (size_t b = 0; b < n; b += ROUND_BLOCK) span(dst + b, src + b, n - b < ROUND_BLOCK ? n - b : ROUND_BLOCK);
+}
+static void round_bf16_emulated(float *dst, const float *src, size_t n) { round_by(round_bf16_span, dst, src, n); }
+static void round_fp16_emulated(float *dst, const float *src, size_t n) { round_by(round_fp16_span, dst, src, n); }
 
 /* The dispatch point: what each mode runs on this CPU, chosen once from its features and DT_AMP_KERNELS. bf16 with
  * AVX512_BF16 multiplies natively: our own GEMM (gemm_bf16.c), or oneDNN's bf16 matmul (gemm_lowp.c) when asked

@@ -360,7 +360,7 @@ static dt_status train_epoch(dt_run *r, epoch_state *es, int64_t *step) {
     if (dt_trace_enabled()) dt_trace_span("train", "wait for data", tw, dt_trace_now_us(), NULL);
     if (b.size == 0) return DT_OK;
     const int last = micro == c->accumulate - 1 || es->seen + b.size >= my_train;
-    if (micro == 0) dt_model_zero_grad(r->model);
+    if (micro == 0) dt_model_zero_grad_deferred(r->model); /* the step's first backward writes the gradients */
     float loss = 0;
     double sums[DT_TASK_MAX_SUMS] = {0};
     DT_CHECK(r->strategy->train_batch(r, &b, last, &loss, sums));

@@ -28,7 +28,7 @@ static void linear_case(void) {
   float *dy = randf((size_t)B * O, -1, 1), *y = zeros((size_t)B * O), *dx = zeros((size_t)B * I);
   float *dw = zeros((size_t)O * I), *db = zeros(O);
   dt_linear_forward(DT_AMP_OFF, y, x, w, b, B, I, O);
-  dt_linear_backward(DT_AMP_OFF, dx, dw, db, dy, x, w, B, I, O);
+  dt_linear_backward(DT_AMP_OFF, dx, dw, db, dy, x, w, B, I, O, 0);
   PUTF("linear.x", x, B, I);
   PUTF("linear.w", w, O, I);
   PUTF("linear.b", b, O);

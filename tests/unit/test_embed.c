@@ -279,6 +279,15 @@ TEST(touched_rows_listed_once_refs_count_lookups_zero_grad_clears) {
   const unsigned char users23[USERS] = {0, 0, 1, 1, 0, 0, 0};
   ASSERT(same_set(t.list, t.n, users23, USERS));
   ASSERT_EQ(t.refs, 2);
+  /* a deferred zero_grad clears the touched rows and their marks at once, as zero_grad does */
+  ASSERT(!all_zero(g, n));
+  dt_model_zero_grad_deferred(m);
+  for (int k = 0; k < 4; k++) {
+    dt_model_ctx_rows(m, c, k, &t);
+    ASSERT_EQ(t.n, 0);
+    ASSERT_EQ(t.refs, 0);
+  }
+  ASSERT(all_zero(dt_model_grads(m, NULL), n));
   dt_model_free(m);
 }
 

@@ -90,7 +90,7 @@ TEST(linear_grad) {
   double ref = k.b[0];
   for (int i = 0; i < 4; i++) ref += (double)k.x[i] * k.w[i];
   ASSERT_NEAR(y[0], ref, 1e-6);
-  dt_linear_backward(DT_AMP_OFF, dx, dw, db, dy, k.x, k.w, 3, 4, 5);
+  dt_linear_backward(DT_AMP_OFF, dx, dw, db, dy, k.x, k.w, 3, 4, 5, 0);
   fd_spec s = {lin_fwd, &k, y, dy, 15, 1e-2, 1e-4};
   ASSERT_EQ(fd_check("dx", &s, k.x, dx, 12), 0);
   ASSERT_EQ(fd_check("dw", &s, k.w, dw, 20), 0);
@@ -99,12 +99,18 @@ TEST(linear_grad) {
   float *dx2 = zeros(12), *dw2 = zeros(20), *db2 = zeros(5);
   memcpy(dw2, dw, 20 * sizeof(float));
   memcpy(db2, db, 5 * sizeof(float));
-  dt_linear_backward(DT_AMP_OFF, dx2, dw2, db2, dy, k.x, k.w, 3, 4, 5);
+  dt_linear_backward(DT_AMP_OFF, dx2, dw2, db2, dy, k.x, k.w, 3, 4, 5, 0);
   for (int i = 0; i < 20; i++) ASSERT_NEAR(dw2[i], 2 * dw[i], 1e-6);
   for (int i = 0; i < 5; i++) ASSERT_NEAR(db2[i], 2 * db[i], 1e-6);
   for (int i = 0; i < 12; i++) ASSERT_EQ(dx2[i] == dx[i], 1);
+  /* assign: dw and db written over whatever they held (NaN here), to the bits of a sum into zeros */
+  for (int i = 0; i < 20; i++) dw2[i] = NAN;
+  for (int i = 0; i < 5; i++) db2[i] = NAN;
+  dt_linear_backward(DT_AMP_OFF, dx2, dw2, db2, dy, k.x, k.w, 3, 4, 5, 1);
+  ASSERT_EQ(memcmp(dw2, dw, 20 * sizeof(float)), 0);
+  ASSERT_EQ(memcmp(db2, db, 5 * sizeof(float)), 0);
   /* NULL gradients are skipped; no bias */
-  dt_linear_backward(DT_AMP_OFF, NULL, NULL, NULL, dy, k.x, k.w, 3, 4, 5);
+  dt_linear_backward(DT_AMP_OFF, NULL, NULL, NULL, dy, k.x, k.w, 3, 4, 5, 0);
   float *bias = k.b;
   k.b = NULL;
   lin_fwd(&k, y);

@@ -534,6 +534,46 @@ TEST(fused_bn_relu_pool_matches_layer_by_layer) {
   dt_model_free(m);
 }
 
+/* A deferred zero_grad leaves the arena's floats (NaN here) for the next backward to write: Linear assigns its
+ * gradients, BatchNorm (in fused groups) and Conv2d find their blocks cleared first. The gradients are the bits of
+ * an eager zero_grad's, after one backward and after a second that accumulates; read through the accessor with no
+ * backward since, the arena is zero. */
+TEST(deferred_zero_grad_gives_the_eager_gradients) {
+  enum { B = 4 };
+  dt_model *m = NULL;
+  ASSERT_OK(fashioncnn(0.0f, &m));
+  ASSERT_OK(dt_model_build(m, B, 5));
+  dt_model_ctx *eager = NULL, *deferred = NULL;
+  ASSERT_OK(dt_model_ctx_new(m, B, 0, &eager));
+  ASSERT_OK(dt_model_ctx_new(m, B, 0, &deferred));
+  static float x[B * 784], dout[B * 10];
+  fill_uniform(x, B * 784, 10, -1, 1);
+  fill_uniform(dout, B * 10, 11, -1, 1);
+  const size_t n = dt_model_num_params(m);
+  float *ge = dt_model_ctx_grads(eager), *gd = dt_model_ctx_grads(deferred);
+  for (size_t i = 0; i < n; i++) ge[i] = gd[i] = NAN;
+  const float *y;
+  ASSERT_OK(dt_model_ctx_forward(m, eager, x, B, &y));
+  ASSERT_OK(dt_model_ctx_forward(m, deferred, x, B, &y));
+  dt_model_ctx_zero_grad(m, eager);
+  dt_model_ctx_zero_grad_deferred(m, deferred);
+  for (int pass = 0; pass < 2; pass++) {
+    ASSERT_OK(dt_model_ctx_backward(m, eager, dout));
+    ASSERT_OK(dt_model_ctx_backward(m, deferred, dout));
+    ASSERT(memcmp(ge, gd, n * sizeof(float)) == 0);
+  }
+  for (size_t i = 0; i < n; i++) gd[i] = NAN;
+  dt_model_ctx_zero_grad_deferred(m, deferred);
+  ASSERT(isnan(gd[0])); /* not cleared yet */
+  ASSERT(dt_model_ctx_grads(deferred) == gd);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < n; i++) nonzero += gd[i] != 0.0f;
+  ASSERT_EQ(nonzero, 0);
+  dt_model_ctx_free(eager);
+  dt_model_ctx_free(deferred);
+  dt_model_free(m);
+}
+
 /* Flatten is a view: its output aliases its input (no copy); gradients pass through it unchanged, and as
  * the lowest layer it still hands back an input gradient of its own. */
 TEST(flatten_is_a_zero_copy_view) {
@@ -759,6 +799,7 @@ TEST_MAIN(TEST_ENTRY(fashioncnn_tensor_names_order_shapes_and_count), TEST_ENTRY
           TEST_ENTRY(model_gradient_matches_finite_differences), TEST_ENTRY(batchnorm_train_and_eval),
           TEST_ENTRY(dropout_masks_follow_seed_stream_and_step), TEST_ENTRY(error_cases_name_layers_and_numbers),
           TEST_ENTRY(mlp_zoo_model_and_summary), TEST_ENTRY(second_context_shares_parameters),
-          TEST_ENTRY(fused_bn_relu_pool_matches_layer_by_layer), TEST_ENTRY(flatten_is_a_zero_copy_view),
+          TEST_ENTRY(fused_bn_relu_pool_matches_layer_by_layer),
+          TEST_ENTRY(deferred_zero_grad_gives_the_eager_gradients), TEST_ENTRY(flatten_is_a_zero_copy_view),
           TEST_ENTRY(avgpool2d_layer_matches_reference),
           TEST_ENTRY(fusion_plan_matches_only_the_pattern), TEST_ENTRY(fused_relu_rows_keep_nan_semantics))
