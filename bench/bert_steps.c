@@ -76,7 +76,8 @@ int main(int argc, char **argv) {
     TRY("--amp", dt_amp_parse(argv[2], &amp));
     argv += 2, argc -= 2;
   }
-  if (argc < 6)
+  /* --amp goes first; a trace path that looks like a flag is a misplaced one, not a file to write */
+  if (argc < 6 || argc > 7 || (argc == 7 && argv[6][0] == '-') || (strcmp(argv[5], "train") && strcmp(argv[5], "infer")))
     return fprintf(stderr, "usage: bert_steps [--amp bf16|fp16] MODEL BATCH SEQ_LEN STEPS train|infer [TRACE.json]\n"), 2;
   const int B = atoi(argv[2]), L = atoi(argv[3]), steps = atoi(argv[4]), train = strcmp(argv[5], "train") == 0;
   const char *trace = argc > 6 ? argv[6] : NULL;
@@ -112,7 +113,7 @@ int main(int argc, char **argv) {
     TRY("forward", dt_model_forward(m, x, B, &y));
     TRY("loss", dt_loss_cross_entropy(y, labels, B, CLASSES, 0.0f, &loss, dlogits));
     if (train) {
-      dt_model_zero_grad(m);
+      dt_model_zero_grad_deferred(m); /* as the trainer */
       TRY("backward", dt_model_backward(m, dlogits));
       TRY("step", dt_optim_step(opt, params, dt_model_grads(m, NULL), 2e-5f));
     }

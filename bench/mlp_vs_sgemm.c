@@ -72,7 +72,7 @@ static double mlp_gflops(int batch, int steps_per_rep) {
     for (int s = 0; s < steps_per_rep; s++) {
       const float *out;
       float loss;
-      dt_model_zero_grad(m);
+      dt_model_zero_grad_deferred(m); /* as the trainer */
       if (check(dt_model_forward(m, x, batch, &out), "forward") ||
           check(dt_loss_cross_entropy(out, y, batch, 10, 0, &loss, dl), "loss") ||
           check(dt_model_backward(m, dl), "backward") || check(dt_optim_step(o, p, g, 0.01f), "step"))

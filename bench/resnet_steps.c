@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
     width = atoi(argv[2]);
     argv += 2, argc -= 2;
   }
-  if (argc < 5) {
+  if (argc < 5 || argc > 6 || (argc == 6 && argv[5][0] == '-')) { /* flags first: a trailing one is misplaced */
     fprintf(stderr, "usage: resnet_steps [--amp bf16|fp16] [--width W] MODEL BATCH SIDE STEPS [TRACE.json]\n");
     return 2;
   }
@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
     float loss;
     TRY("forward", dt_model_forward(m, x, batch, &y));
     TRY("loss", dt_loss_cross_entropy(y, labels, batch, classes, 0.0f, &loss, dlogits));
-    dt_model_zero_grad(m);
+    dt_model_zero_grad_deferred(m); /* as the trainer */
     TRY("backward", dt_model_backward(m, dlogits));
     TRY("step", dt_optim_step(opt, params, dt_model_grads(m, NULL), 0.01f));
     const double dt = dt_time_now() - t0;
