@@ -34,7 +34,8 @@ dt_model_ctx *dt_model_default_ctx(dt_model *m);
 dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const void *x, int batch, const float **out);
 dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout);
 /* c's gradient arena (n_params floats, owned by c); backward accumulates into it. Gradients a deferred zero_grad
- * left unwritten are cleared before it returns. */
+ * left unwritten are cleared before it returns (so it writes then: not to be called from several threads on a
+ * context whose deferred zero_grad no backward has followed). */
 float *dt_model_ctx_grads(dt_model_ctx *c);
 void dt_model_ctx_zero_grad(const dt_model *m, dt_model_ctx *c);
 /* zero_grad without its pass over the arena (PyTorch's zero_grad(set_to_none=True)): row tables are cleared now,

@@ -1,5 +1,6 @@
 /* Low-precision grids for mixed precision: f32 buffers rounded in place to bf16 / fp16 (round to nearest even),
  * and the run-time dispatch point that names the path a CPU takes. */
+#include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -52,13 +53,13 @@ static void round_fp16_span(float *dst, const float *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = fp16_value(src[i]);
 }
 
-/* Below PAR_MIN elements one thread rounds it all, with no parallel region (even one thread's costs a call into
- * the OpenMP runtime, and callers round many short rows: a bias per row of a batch, attention's heads); above, the
- * threads take blocks of ROUND_BLOCK. */
+/* Below PAR_MIN elements, or inside a parallel region (attention's heads), the calling thread rounds it all with no
+ * region of its own (even one thread's costs a call into the OpenMP runtime, and callers round many short rows: a
+ * bias per row of a batch); above, the threads take blocks of ROUND_BLOCK. */
 #define PAR_MIN 65536
 #define ROUND_BLOCK 16384
 static void round_by(void (*span)(float *, const float *, size_t), float *dst, const float *src, size_t n) {
-  if (n < PAR_MIN) {
+  if (n < PAR_MIN || omp_in_parallel()) {
     span(dst, src, n);
     return;
   }

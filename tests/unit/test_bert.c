@@ -4,6 +4,7 @@
 
 #include "core/impl.h"
 #include "dtrain/loss.h"
+#include "deferred_grads.h"
 #include "harness.h"
 #include "model_grad_check.h"
 
@@ -127,6 +128,29 @@ TEST(padding_changes_nothing) {
   dt_model_free(m);
 }
 
+/* A deferred zero_grad gives an eager one's gradients (tests/deferred_grads.h) through attention (which assigns its
+ * projections' gradients), LayerNorm, the embeddings' row tables and dense tensors, FirstToken and Linear, with
+ * dropout in training mode; in f32 and bf16. */
+TEST(deferred_zero_grad_gives_the_eager_gradients) {
+  enum { L = 8, B = 2 };
+  dt_model *m = NULL;
+  ASSERT_OK(bert("bert-tiny", 50, L, 2, 16, 2, &m));
+  ASSERT_OK(dt_model_build(m, B, 9));
+  int32_t x[B * 3 * L] = {0};
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < L; t++) {
+      const int live = b == 0 || t < 5;
+      x[b * 3 * L + t] = live ? 2 + 3 * t + b : 0;
+      x[b * 3 * L + 2 * L + t] = live;
+    }
+  const float dout[B * 2] = {0.3f, -0.3f, -0.2f, 0.2f};
+  for (int k = 0; k < 2; k++) {
+    const char *why = deferred_grads_differ(m, B, x, dout, k ? DT_AMP_BF16 : DT_AMP_OFF);
+    ASSERT_MSG(why == NULL, why);
+  }
+  dt_model_free(m);
+}
+
 TEST(bad_shapes_and_ids_are_clear_errors) {
   dt_model *m = NULL;
   ASSERT_STATUS(bert("bert-mini", 100, 16, 2, 250, 4, &m), DT_USAGE); /* 250 is not a multiple of 4 heads */
@@ -151,5 +175,6 @@ TEST(bad_shapes_and_ids_are_clear_errors) {
 }
 
 TEST_MAIN(TEST_ENTRY(parameter_counts_equal_hugging_face), TEST_ENTRY(encoder_layer_matches_finite_differences),
+          TEST_ENTRY(deferred_zero_grad_gives_the_eager_gradients),
           TEST_ENTRY(attention_dropout_matches_finite_differences),
           TEST_ENTRY(padding_changes_nothing), TEST_ENTRY(bad_shapes_and_ids_are_clear_errors))
