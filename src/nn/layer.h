@@ -73,6 +73,16 @@ typedef struct dt_seq_layout {
   int64_t *sq_off;   /* (batch + 1): sum over earlier samples of length^2 (the attention blocks' offsets) */
 } dt_seq_layout;
 
+/* The gradient-ready announcement of one layer's parameter gradients (dt_model_ctx_on_grad_ready): made by the
+ * layer itself where its kind can finish them before computing dinp (dt_layer_grads_final), else by the executor
+ * after its backward. */
+typedef struct dt_grads_final {
+  void (*fn)(void *user, size_t offset, size_t count);
+  void *user;
+  size_t offset, count; /* the layer's block of the gradient arena */
+  int done;
+} dt_grads_final;
+
 /* Everything a layer's forward/backward may touch for one call. */
 typedef struct dt_layer_io {
   const float *params; /* this layer's block of the parameter arena */
@@ -99,7 +109,18 @@ typedef struct dt_layer_io {
   int grads_unset;     /* backward: the layer's gradients are deferred zeros (dt_model_ctx_zero_grad_deferred) holding
                         * stale values, to be written, not added to (set only for kinds with ops->assigns_grads) */
   dt_row_set *rows[DT_LAYER_MAX_TENSORS]; /* row tables: the touched rows of tensor k; else NULL */
+  dt_grads_final *final; /* backward, a layer run alone: where it announces its parameter gradients early, or NULL */
 } dt_layer_io;
+
+/* In backward: the layer's parameter gradients are final and will not be touched again in this backward. A kind
+ * that computes them before dinp (Linear) says so then, so data-parallel training starts reducing them while dinp
+ * is computed; the executor announces every other layer's after its backward. */
+static inline void dt_layer_grads_final(const dt_layer_io *io) {
+  dt_grads_final *f = io->final;
+  if (!f || f->done) return;
+  f->done = 1;
+  if (f->fn) f->fn(f->user, f->offset, f->count);
+}
 
 /* A layer kind. infer runs at add time: reads l->in_*, sets l->out_*, declares
  * tensors (dt_layer_declare); a bad input shape is DT_SHAPE_MISMATCH naming

@@ -41,9 +41,13 @@ static void linear_backward(const dt_layer *l, const dt_layer_io *io, const floa
   const linear_priv *p = l->priv;
   int I = (int)l->in_shape[l->in_ndim - 1], O = p->out_features;
   float *dw = io->grads, *db = p->bias ? io->grads + (size_t)O * I : NULL;
-  const float *g = dt_amp_operand(io, 1, dout, dt_layer_out_elems(l, io));
-  dt_linear_backward(io->amp, dinp, dw, db, g, dt_amp_operand(io, 0, in, dt_layer_in_elems(l, io)), dt_amp_weights(io),
-                     dt_layer_rows(l, io), I, O, io->grads_unset); /* dinp rounded there */
+  const float *g = dt_amp_operand(io, 1, dout, dt_layer_out_elems(l, io)), *w = dt_amp_weights(io);
+  const int B = dt_layer_rows(l, io);
+  /* dW and db first: announced final, they can be all-reduced while dinp is computed (it reads W, not them) */
+  dt_linear_backward(io->amp, NULL, dw, db, g, dt_amp_operand(io, 0, in, dt_layer_in_elems(l, io)), w, B, I, O,
+                     io->grads_unset);
+  dt_layer_grads_final(io);
+  if (dinp) dt_linear_backward(io->amp, dinp, NULL, NULL, g, NULL, w, B, I, O, 0); /* dinp rounded there */
 }
 
 const dt_layer_ops dt_linear_ops = {

@@ -798,8 +798,10 @@ dt_status dt_model_ctx_forward(dt_model *m, dt_model_ctx *c, const void *x, int 
 }
 
 /* Runs the backward of layer first (first == last) or of the fused group first..last. A layer whose gradients are
- * deferred zeros writes them where its kind can (ops->assigns_grads, run alone), else finds them cleared. */
-static void backward_unit(dt_model *m, dt_model_ctx *c, int first, int last, const float *dout, float *dinp) {
+ * deferred zeros writes them where its kind can (ops->assigns_grads, run alone), else finds them cleared. A layer
+ * run alone may announce its gradients itself (dt_layer_grads_final); *final says whether it did. */
+static void backward_unit(dt_model *m, dt_model_ctx *c, int first, int last, const float *dout, float *dinp,
+                          dt_grads_final *final) {
   const dt_layer *l = &m->layers[first];
   dt_layer_io io[DT_FUSION_MAX_LAYERS];
   for (int k = 0; k <= last - first; k++) {
@@ -810,10 +812,13 @@ static void backward_unit(dt_model *m, dt_model_ctx *c, int first, int last, con
     else
       clear_deferred(m, c, first + k);
   }
-  if (first < last)
+  if (first < last) {
     m->fusion[first]->backward(l, io, c->act + first, dout, dinp);
-  else
-    l->ops->backward(l, io, c->act[first], c->act[first + 1], dout, dinp);
+    return;
+  }
+  *final = (dt_grads_final){c->on_ready, c->on_ready_user, l->param_off, l->n_params, !l->n_params};
+  io[0].final = final;
+  l->ops->backward(l, io, c->act[first], c->act[first + 1], dout, dinp);
 }
 
 dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout) {
@@ -848,10 +853,12 @@ dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout)
     const int last = i;
     if (c->fused_forward) i = m->fusion_first[i]; /* a fused group ends at layer last: run it whole */
     float *dinp = (i > lowest || c->want_input_grad) ? c->gbuf[which] : NULL;
-    backward_unit(m, c, i, last, cur, dinp);
+    dt_grads_final final = {.done = 1};
+    backward_unit(m, c, i, last, cur, dinp, &final);
     if (tracing) trace_layer(m, "backward", i, last, layer_t0);
     for (int k = last; k >= i && c->on_ready; k--) /* arena order: the last layer's block first */
-      if (m->layers[k].n_params) c->on_ready(c->on_ready_user, m->layers[k].param_off, m->layers[k].n_params);
+      if (m->layers[k].n_params && (i < last || !final.done))
+        c->on_ready(c->on_ready_user, m->layers[k].param_off, m->layers[k].n_params);
     cur = dinp;
     which ^= 1;
   }

@@ -160,6 +160,54 @@ TEST(grad_ready_ranges_increase_and_tile_the_arena) {
   dt_model_free(m);
 }
 
+/* What a gradient-ready event finds: the layer's gradients as they will end, and the layer's input gradient (NaN
+ * before the backward) not yet written. */
+typedef struct early_probe {
+  const float *grads, *want, *dinp;
+  size_t n, n_in;
+  int events, grads_final, dinp_unwritten;
+} early_probe;
+
+static void probe_ready(void *user, size_t offset, size_t count) {
+  early_probe *p = user;
+  p->events++;
+  p->grads_final = offset == 0 && count == p->n && memcmp(p->grads, p->want, p->n * sizeof(float)) == 0;
+  p->dinp_unwritten = 1;
+  for (size_t i = 0; i < p->n_in; i++) p->dinp_unwritten &= isnan(p->dinp[i]);
+}
+
+/* Linear announces its gradients before computing its input gradient (which reads W, not them), so data-parallel
+ * training reduces them meanwhile: at the event dW and db are final and dinp is not written yet. */
+TEST(linear_announces_its_gradients_before_its_input_gradient) {
+  enum { B = 3, I = 5, O = 4 };
+  dt_model *m = NULL;
+  ASSERT_OK(dt_model_new(1, (int64_t[]){I}, &m));
+  ASSERT_OK(dt_model_add_linear(m, "fc", O, 1));
+  ASSERT_OK(dt_model_build(m, B, 3));
+  dt_model_ctx *c = dt_model_default_ctx(m);
+  dt_model_ctx_want_input_grad(c, 1);
+  float x[B * I], dout[B * O], want[O * I + O];
+  fill_uniform(x, B * I, 4, -1, 1);
+  fill_uniform(dout, B * O, 5, -1, 1);
+  const float *y;
+  ASSERT_OK(dt_model_forward(m, x, B, &y));
+  dt_model_zero_grad(m);
+  ASSERT_OK(dt_model_backward(m, dout));
+  memcpy(want, dt_model_grads(m, NULL), sizeof want);
+  float *dinp = (float *)dt_model_ctx_input_grad(c); /* the backward's buffer for the layer's dinp */
+  ASSERT(dinp != NULL);
+  for (int i = 0; i < B * I; i++) dinp[i] = NAN;
+  early_probe p = {.grads = dt_model_grads(m, NULL), .want = want, .dinp = dinp, .n = O * I + O, .n_in = B * I};
+  dt_model_on_grad_ready(m, probe_ready, &p);
+  dt_model_zero_grad_deferred(m);
+  ASSERT_OK(dt_model_backward(m, dout));
+  ASSERT_EQ(p.events, 1);
+  ASSERT(p.grads_final);
+  ASSERT(p.dinp_unwritten);
+  ASSERT(dt_model_ctx_input_grad(c) == dinp && !isnan(dinp[0]));
+  dt_model_free(m);
+}
+
 TEST(init_is_seeded_and_bounded_like_pytorch) {
   dt_model *a = NULL, *b = NULL, *c = NULL;
   ASSERT_OK(fashioncnn(-1, &a));
@@ -775,7 +823,8 @@ TEST(fused_relu_rows_keep_nan_semantics) {
 }
 
 TEST_MAIN(TEST_ENTRY(fashioncnn_tensor_names_order_shapes_and_count), TEST_ENTRY(arena_is_in_reverse_layer_order),
-          TEST_ENTRY(grad_ready_ranges_increase_and_tile_the_arena), TEST_ENTRY(init_is_seeded_and_bounded_like_pytorch),
+          TEST_ENTRY(grad_ready_ranges_increase_and_tile_the_arena),
+          TEST_ENTRY(linear_announces_its_gradients_before_its_input_gradient), TEST_ENTRY(init_is_seeded_and_bounded_like_pytorch),
           TEST_ENTRY(model_gradient_matches_finite_differences), TEST_ENTRY(batchnorm_train_and_eval),
           TEST_ENTRY(dropout_masks_follow_seed_stream_and_step), TEST_ENTRY(error_cases_name_layers_and_numbers),
           TEST_ENTRY(mlp_zoo_model_and_summary), TEST_ENTRY(second_context_shares_parameters),
