@@ -45,15 +45,20 @@ static size_t forward_block_bytes(const dt_conv2d_geom *g) {
   return (size_t)g->C * (rows + 2) * span * sizeof(float);
 }
 
-/* Under amp with native low-precision GEMMs (3-4x f32's speed) neither direct kernel applies. */
+/* Under amp with native low-precision GEMMs (3-4x f32's speed) neither direct kernel applies, but for a single
+ * input channel: its GEMMs' 9 values of k (forward) or columns (weight gradient) fill 9 of the 32 the bf16 kernel
+ * pads them to, which leaves it slower than f32. Direct on operands Conv2d rounded beforehand, it is autocast's
+ * result still (exact products of bf16 values summed in f32). */
+static int native_gemm_pays(const dt_conv2d_geom *g) { return dt_amp_native_gemm(g->amp) && g->C > 1; }
+
 int dt_conv3x3_forward_applies(const dt_conv2d_geom *g) {
-  return is_3x3_same(g) && forward_block_bytes(g) <= FORWARD_MAX_BLOCK_BYTES && !dt_amp_native_gemm(g->amp);
+  return is_3x3_same(g) && forward_block_bytes(g) <= FORWARD_MAX_BLOCK_BYTES && !native_gemm_pays(g);
 }
 
 /* The weight gradient streams rows of one input channel and 3 output channels: no such limit (resnet18's 56x56
  * with 64 channels: 60-62 against GEMM's 55-56 GFLOP/s). */
 int dt_conv3x3_weights_applies(const dt_conv2d_geom *g) {
-  return is_3x3_same(g) && g->W % 8 == 0 && !dt_amp_native_gemm(g->amp);
+  return is_3x3_same(g) && g->W % 8 == 0 && !native_gemm_pays(g);
 }
 
 /* Samples per group: from the geometry alone, not the thread count (as the GEMM path's groups), so a given
