@@ -97,6 +97,16 @@ TEST(encoder_layer_matches_finite_differences) { fd_check(0.0f, dt_test_failed_)
 /* The dropout mask on the probabilities is drawn again in backward, not stored: it must be the forward's. */
 TEST(attention_dropout_matches_finite_differences) { fd_check(0.3f, dt_test_failed_); }
 
+/* x (B, 3, L) of zeros: ids and a mask of 1s at sample 0's every position and the first `later` of the others. */
+static void fill_ids(int32_t *x, int B, int L, int later) {
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < L; t++) {
+      const int live = b == 0 || t < later;
+      x[b * 3 * L + t] = live ? 2 + 3 * t + b : 0;
+      x[b * 3 * L + 2 * L + t] = live;
+    }
+}
+
 /* Sample 1 has 4 tokens of 8: whatever the padded positions hold, its logits stay the same (packed sequences
  * leave them out; test_bert_torch checks that this equals masking them in a padded computation). */
 TEST(padding_changes_nothing) {
@@ -106,12 +116,7 @@ TEST(padding_changes_nothing) {
   ASSERT_OK(dt_model_build(m, B, 9));
   dt_model_set_training(m, 0);
   int32_t x[B * 3 * L] = {0};
-  for (int b = 0; b < B; b++)
-    for (int t = 0; t < L; t++) {
-      const int live = b == 0 || t < 4;
-      x[b * 3 * L + t] = live ? 2 + 3 * t + b : 0;
-      x[b * 3 * L + 2 * L + t] = live;
-    }
+  fill_ids(x, B, L, 4);
   const float *y;
   float before[B * 2];
   ASSERT_OK(dt_model_forward(m, x, B, &y));
@@ -137,12 +142,7 @@ TEST(deferred_zero_grad_gives_the_eager_gradients) {
   ASSERT_OK(bert("bert-tiny", 50, L, 2, 16, 2, &m));
   ASSERT_OK(dt_model_build(m, B, 9));
   int32_t x[B * 3 * L] = {0};
-  for (int b = 0; b < B; b++)
-    for (int t = 0; t < L; t++) {
-      const int live = b == 0 || t < 5;
-      x[b * 3 * L + t] = live ? 2 + 3 * t + b : 0;
-      x[b * 3 * L + 2 * L + t] = live;
-    }
+  fill_ids(x, B, L, 5);
   const float dout[B * 2] = {0.3f, -0.3f, -0.2f, 0.2f};
   for (int k = 0; k < 2; k++) {
     const char *why = deferred_grads_differ(m, B, x, dout, k ? DT_AMP_BF16 : DT_AMP_OFF);
