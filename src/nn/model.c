@@ -751,7 +751,8 @@ static dt_status forward_unit(dt_model *m, dt_model_ctx *c, int i, const dt_fusi
 
 /* The span of one layer's forward or backward (or a fused group's, layers first..last); a backward's
  * ends before the executor's gradient-ready event so it measures the layer alone (a layer that announces its
- * own, as Linear does, includes that call: a bucket's hand-off, microseconds). */
+ * own, as Linear does, includes that call: a bucket's hand-off, microseconds, more where a compression hook
+ * converts the bucket on this thread). */
 static void trace_layer(const dt_model *m, const char *pass, int first, int last, double t0_us) {
   char name[3 * DT_LAYER_NAME_MAX + 16], args[96];
   int n = snprintf(name, sizeof name, "%s %s", pass, m->layers[first].name);

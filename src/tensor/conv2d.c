@@ -91,7 +91,8 @@ static int transposed_geom(const dt_conv2d_geom *g, dt_conv2d_geom *t) {
 
 /* Floats of the forward's scratch for geometry g, by whichever path it takes. Winograd, where it applies, is
  * taken in every amp mode; otherwise both GEMM and direct where the direct kernel applies, as a native
- * low-precision run takes the GEMMs there (the workspace is sized before amp is known). */
+ * low-precision run takes the GEMMs there but for one input channel (the workspace is sized before amp is
+ * known, and amp only ever turns the direct kernels off). */
 static size_t forward_floats(const dt_conv2d_geom *g) {
   if (dt_wino_applies(g)) return dt_wino_forward_floats(g);
   const size_t blocks = (size_t)(g->threads < g->N ? (g->threads > 0 ? g->threads : 1) : g->N);

@@ -4,6 +4,7 @@
 
 #include "dtrain/loss.h"
 #include "harness.h"
+#include "tensor/conv3x3.h"
 #include "tensor/conv_wino.h"
 #include "tensor/kernels.h"
 
@@ -261,6 +262,37 @@ static int wino_case_capped(int N, int C, int H, int W, int OC, int bias, int ca
   return bad;
 }
 static int wino_case(int N, int C, int H, int W, int OC, int bias) { return wino_case_capped(N, C, H, W, OC, bias, 0); }
+
+/* Under native bf16 (AVX512_BF16) the direct 3x3 kernels stay for a single input channel only (its GEMMs would
+ * pad 9 values of k or columns to 32), and compute autocast's result there: on operands on the bf16 grid, exact
+ * products summed in f32 (against sums in double). Skipped on a CPU without native bf16. */
+TEST(conv2d_one_channel_direct_under_native_bf16) {
+  if (!dt_amp_native_gemm(DT_AMP_BF16)) {
+    fprintf(stderr, "  skipped: no native bf16 GEMM on this CPU\n");
+    return;
+  }
+  enum { N = 3, H = 16, W = 16, OC = 8 };
+  dt_conv2d_geom g, two;
+  ASSERT_OK(dt_conv2d_geom_init(&g, N, 1, H, W, OC, 3, 3, 1, 1));
+  ASSERT_OK(dt_conv2d_geom_init(&two, N, 2, H, W, OC, 3, 3, 1, 1));
+  g.amp = two.amp = DT_AMP_BF16;
+  ASSERT(dt_conv3x3_forward_applies(&g) && dt_conv3x3_weights_applies(&g));
+  ASSERT(!dt_conv3x3_forward_applies(&two) && !dt_conv3x3_weights_applies(&two));
+  dt_rng_init(&rng, 17, 0);
+  const size_t nx = (size_t)N * H * W, nw = (size_t)OC * 9, ny = (size_t)N * OC * H * W;
+  float *x = randf(nx, -1, 1), *w = randf(nw, -1, 1), *b = randf(OC, -1, 1), *dy = randf(ny, -1, 1);
+  dt_lowp_round(DT_AMP_BF16, x, nx), dt_lowp_round(DT_AMP_BF16, w, nw), dt_lowp_round(DT_AMP_BF16, dy, ny);
+  float *y = zeros(ny), *dx = zeros(nx), *dw = zeros(nw), *scratch = zeros(dt_conv2d_scratch_floats(&g));
+  conv_ref r = {dzeros(ny), dzeros(nx), dzeros(nw), dzeros(ny), dzeros(nx), dzeros(nw)};
+  dt_conv2d_forward(&g, y, scratch, x, w, b);
+  dt_conv2d_backward(&g, dx, dw, NULL, scratch, dy, x, w);
+  naive_conv(&g, x, w, b, dy, &r);
+  ASSERT(worst_rel(y, r.y, r.my, ny) < 1e-5);
+  ASSERT(worst_rel(dx, r.dx, r.mdx, nx) < 1e-5);
+  ASSERT(worst_rel(dw, r.dw, r.mdw, nw) < 1e-5);
+  free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(scratch);
+  free(r.y), free(r.dx), free(r.dw), free(r.my), free(r.mdx), free(r.mdw);
+}
 
 TEST(conv2d_winograd) {
   dt_rng_init(&rng, 14, 0);
@@ -926,7 +958,7 @@ TEST(elementwise) {
   free(big), free(big2);
 }
 
-TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_grad_threads), TEST_ENTRY(conv2d_direct_grad), TEST_ENTRY(conv2d_winograd), TEST_ENTRY(conv2d_exact), TEST_ENTRY(conv2d_geom_rejects),
+TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_grad_threads), TEST_ENTRY(conv2d_direct_grad), TEST_ENTRY(conv2d_one_channel_direct_under_native_bf16), TEST_ENTRY(conv2d_winograd), TEST_ENTRY(conv2d_exact), TEST_ENTRY(conv2d_geom_rejects),
           TEST_ENTRY(pool_grad), TEST_ENTRY(pool_exact), TEST_ENTRY(maxpool_nan_and_ties_both_paths), TEST_ENTRY(maxpool_vector_paths_match_reference), TEST_ENTRY(pool_geom_rejects), TEST_ENTRY(batchnorm_grad),
           TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(batchnorm_long_planes_match_double), TEST_ENTRY(bn_relu_maxpool_fused_matches_composition), TEST_ENTRY(bn_relu_fused_matches_composition), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
           TEST_ENTRY(cross_entropy_grad), TEST_ENTRY(cross_entropy_rejects), TEST_ENTRY(topk_correct),

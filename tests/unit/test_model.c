@@ -197,9 +197,11 @@ TEST(linear_announces_its_gradients_before_its_input_gradient) {
   float *dinp = (float *)dt_model_ctx_input_grad(c); /* the backward's buffer for the layer's dinp */
   ASSERT(dinp != NULL);
   for (int i = 0; i < B * I; i++) dinp[i] = NAN;
-  early_probe p = {.grads = dt_model_grads(m, NULL), .want = want, .dinp = dinp, .n = O * I + O, .n_in = B * I};
+  float *grads = dt_model_grads(m, NULL);
+  early_probe p = {.grads = grads, .want = want, .dinp = dinp, .n = O * I + O, .n_in = B * I};
   dt_model_on_grad_ready(m, probe_ready, &p);
   dt_model_zero_grad_deferred(m);
+  for (int i = 0; i < O * I + O; i++) grads[i] = NAN; /* stale: an announcement before dW and db would find these */
   ASSERT_OK(dt_model_backward(m, dout));
   ASSERT_EQ(p.events, 1);
   ASSERT(p.grads_final);
