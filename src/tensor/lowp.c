@@ -190,7 +190,10 @@ void dt_lowp_gemm_round(dt_amp mode, int trans_a, int trans_b, int M, int N, int
       p->gemm_round(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
     return;
   dt_lowp_gemm(mode, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  if (p)
+  if (!p || M <= 0 || N <= 0) return;
+  if (ldc == N) /* one pass over C, on the thread budget where it is large (a row at a time would be one thread's) */
+    p->round(C, C, (size_t)M * N);
+  else
     for (int r = 0; r < M; r++) p->round(C + (size_t)r * ldc, C + (size_t)r * ldc, (size_t)N);
 }
 
