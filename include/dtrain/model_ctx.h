@@ -45,6 +45,11 @@ void dt_model_ctx_zero_grad(const dt_model *m, dt_model_ctx *c);
  * dt_model_ctx_grads / dt_model_grads, which clear what is still deferred; a pointer kept from before holds
  * stale floats until then. */
 void dt_model_ctx_zero_grad_deferred(const dt_model *m, dt_model_ctx *c);
+/* For a caller about to write every gradient of c but its row tables' (a reduce summing replicas into c's arena):
+ * 1 when a deferred zero_grad left every dense block unwritten, which now count as written: the caller must store
+ * each of them, not add to it. 0 otherwise, what was deferred cleared: the caller adds. Row tables were cleared by
+ * the zero_grad itself, so adding to their rows is right in both cases. */
+int dt_model_ctx_grads_take_deferred(dt_model_ctx *c);
 
 /* Each sample's weight in the loss the next backwards differentiate (a mean
  * over a batch of B: 1/B; accumulation and data-parallel slices scale it);

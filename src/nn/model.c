@@ -650,6 +650,19 @@ void dt_model_ctx_zero_grad_deferred(const dt_model *m, dt_model_ctx *c) {
     if (m->layers[i].n_params) c->unset[i] = 1, c->any_unset = 1;
 }
 
+int dt_model_ctx_grads_take_deferred(dt_model_ctx *c) {
+  if (!c || !c->any_unset) return 0;
+  const dt_model *m = c->model;
+  for (int i = 0; i < m->n_layers; i++)
+    if (m->layers[i].n_params && !c->unset[i]) {
+      settle_grads(m, c);
+      return 0;
+    }
+  memset(c->unset, 0, (size_t)m->n_layers);
+  c->any_unset = 0;
+  return 1;
+}
+
 float *dt_model_ctx_grads(dt_model_ctx *c) {
   if (!c) return NULL;
   settle_grads(c->model, c);

@@ -44,6 +44,7 @@ struct dt_dp {
   size_t sample_bytes; /* per input sample (f32 values or i32 indices) */
   int omp_threads;  /* OpenMP threads of each worker's own parallel regions */
   int blas_pinned;  /* 1: BLAS runs single-threaded while the workers run (see set_blas_for_workers) */
+  int assign;       /* this reduce stores the sums in the model's arena (its zero_grad was deferred), not adds them */
   size_t n_params;
   float loss_scale; /* dlogits *= it before backward (an fp16 loss scaler's scale) */
   float *grads;     /* the model's gradient arena (n_params) */
@@ -121,14 +122,28 @@ static void run_forward(dp_worker *wk) {
   memcpy(d->out + (size_t)wk->lo * d->classes, logits, (size_t)wk->n * (size_t)d->classes * sizeof(float));
 }
 
-/* acc[i] += the other contributing workers' g[i] in worker order, then arena[i] += acc[i], for i in [b, e). */
+/* For i in [b, e): arena[i] (+)= ((g_first[i] + g_1[i]) + ...) + g_last[i], the contributing workers' gradients
+ * in worker order, stored under d->assign, else added. acc is the first contributing worker's arena: it holds
+ * the partial sums where more than two workers contribute. */
 static void reduce_span(struct dt_dp *d, int first, float *acc, size_t b, size_t e) {
-  for (int w = first + 1; w < d->workers; w++) {
+  int last = first;
+  for (int w = first + 1; w < d->workers; w++)
+    if (d->w[w].n > 0) last = w;
+  for (int w = first + 1; w < last; w++) {
     if (d->w[w].n == 0) continue;
     const float *g = dt_model_ctx_grads(d->w[w].ctx);
     for (size_t i = b; i < e; i++) acc[i] += g[i];
   }
-  for (size_t i = b; i < e; i++) d->grads[i] += acc[i];
+  const float *g = last > first ? dt_model_ctx_grads(d->w[last].ctx) : NULL;
+  float *out = d->grads;
+  if (d->assign && g)
+    for (size_t i = b; i < e; i++) out[i] = acc[i] + g[i];
+  else if (d->assign)
+    memcpy(out + b, acc + b, (e - b) * sizeof(float));
+  else if (g)
+    for (size_t i = b; i < e; i++) out[i] += acc[i] + g[i];
+  else
+    for (size_t i = b; i < e; i++) out[i] += acc[i];
 }
 
 /* The dense part [b, e) in blocks that stay in cache. */
@@ -136,9 +151,9 @@ static void reduce_dense(struct dt_dp *d, int first, float *acc, size_t b, size_
   for (; b < e; b += DP_REDUCE_BLOCK) reduce_span(d, first, acc, b, b + DP_REDUCE_BLOCK < e ? b + DP_REDUCE_BLOCK : e);
 }
 
-/* arena[i] += g_0[i] + g_1[i] + ... (workers with a slice, in worker order) for this worker's share
+/* arena[i] (+)= g_0[i] + g_1[i] + ... (workers with a slice, in worker order) for this worker's share
  * [lo, hi) of the arena. Each element is summed in the same order whoever sums it, so the result depends on
- * the worker count only. The sum is built in the first contributing worker's buffer. A row table is summed
+ * the worker count only. Partial sums are built in the first contributing worker's buffer. A row table is summed
  * only at the rows some worker touched (the model context's marks, merged before): every worker's gradient
  * is zero elsewhere, and an embedding table can be far larger than the rows a step reads. */
 static void run_reduce(dp_worker *wk) {
@@ -174,8 +189,8 @@ static void run_reduce(dp_worker *wk) {
 }
 
 /* The row-table rows the workers touched are now non-zero in the model's arena too: its zero_grad and a
- * row-wise optimizer step must see them. They are also non-zero in the first contributing worker's arena,
- * where run_reduce built the sum: its next zero_grad must clear them, or they would leak into its next
+ * row-wise optimizer step must see them. They may also be non-zero in the first contributing worker's arena,
+ * where run_reduce builds partial sums: its next zero_grad must clear them, or they would leak into its next
  * gradients. */
 static void touch_rows(dt_dp *d) {
   dt_model_ctx *mc = dt_model_default_ctx(d->m);
@@ -384,7 +399,9 @@ dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const void *x, const v
   dt_status st = first_error(d, "dt_dp_train_step");
   if (st == DT_OK) {
     touch_rows(d); /* the union of touched rows, which the reduce sums */
-    (void)dt_model_grads(d->m, NULL); /* the reduce adds to the model's arena: clears a deferred zero_grad's blocks */
+    /* After a deferred zero_grad the reduce stores the sums, sparing a pass that clears the arena on this thread
+     * while the workers wait; else it adds to what the arena holds (accumulation). */
+    d->assign = dt_model_ctx_grads_take_deferred(dt_model_default_ctx(d->m));
     dispatch(d, DP_JOB_REDUCE); /* the model's gradients change only when every slice ran */
   }
   set_blas_for_workers(d, 0);

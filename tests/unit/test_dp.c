@@ -210,6 +210,47 @@ TEST(gradients_accumulate_into_the_arena) {
   ASSERT(err <= 1e-6 * scale);
 }
 
+/* After a deferred zero_grad the reduce stores the workers' sum over the stale arena (the bits an eager zero_grad
+ * and an add give); a second step without zero_grad adds to it; with nothing deferred (the arena read, hence
+ * cleared) it adds to the zeros. Two workers (no partial sums) and three (one partial sum), mlp and conv. */
+TEST(a_deferred_zero_grad_is_overwritten_then_added_to) {
+  const model_kind kinds[] = {MLP, CONV};
+  for (int k = 0; k < 2; k++)
+    for (int workers = 2; workers <= 3; workers++) {
+      dt_model *m = NULL;
+      dt_dp *dp = NULL;
+      ASSERT_OK(build_model(kinds[k], MAX_BATCH, &m));
+      ASSERT_OK(dt_dp_new(m, workers, MAX_BATCH, &dp));
+      float x[MAX_BATCH * SAMPLE_NUMEL];
+      int32_t y[MAX_BATCH];
+      make_batch(x, y, MAX_BATCH, 9);
+      size_t n = 0;
+      float *g = dt_model_grads(m, &n), *once = malloc(n * sizeof(float));
+      ASSERT(once);
+      dt_model_zero_grad(m);
+      ASSERT_OK(dp_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL));
+      memcpy(once, g, n * sizeof(float));
+      size_t stored = 0, added = 0, onto_zeros = 0, nonzero = 0;
+      for (size_t i = 0; i < n; i++) g[i] = NAN;
+      dt_model_zero_grad_deferred(m);
+      ASSERT_OK(dp_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL));
+      for (size_t i = 0; i < n; i++) stored += g[i] == once[i], nonzero += once[i] != 0;
+      ASSERT_OK(dp_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL)); /* no zero_grad: adds */
+      for (size_t i = 0; i < n; i++) added += g[i] == 2.0f * once[i];
+      for (size_t i = 0; i < n; i++) g[i] = NAN;
+      dt_model_zero_grad_deferred(m);
+      (void)dt_model_grads(m, NULL); /* read: cleared, nothing deferred any more */
+      ASSERT_OK(dp_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL));
+      for (size_t i = 0; i < n; i++) onto_zeros += g[i] == once[i];
+      free(once);
+      dt_dp_free(dp);
+      dt_model_free(m);
+      if (stored != n || added != n || onto_zeros != n || nonzero < n / 2)
+        FAIL_("model %d, workers %d: %zu stored, %zu added, %zu onto zeros of %zu (%zu non-zero)", (int)kinds[k],
+              workers, stored, added, onto_zeros, n, nonzero);
+    }
+}
+
 TEST(forward_equals_whole_batch_forward) {
   const model_kind kinds[] = {MLP, CONV, CONV_BN};
   for (int k = 0; k < 3; k++) {
@@ -347,5 +388,6 @@ TEST(no_thread_leak) {
 
 TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(one_worker_is_plain_training_bit_for_bit),
           TEST_ENTRY(uneven_and_tiny_batches), TEST_ENTRY(gradients_accumulate_into_the_arena),
+          TEST_ENTRY(a_deferred_zero_grad_is_overwritten_then_added_to),
           TEST_ENTRY(forward_equals_whole_batch_forward), TEST_ENTRY(batchnorm_statistics_come_from_worker_0),
           TEST_ENTRY(argument_errors), TEST_ENTRY(no_thread_leak))
