@@ -169,12 +169,13 @@ typedef struct job {
   const bench_scaling_args *a;
   const char *dtrain, *dtrun, *model, *tmp;
   int epochs, batch, threads;
+  int round; /* of --reps, from 0: part of every run's --out */
 } job;
 
-/* Builds the command of one run; its --out is tmp/<strategy>-<k>. */
+/* Builds the command of one run; its --out is tmp/<strategy>-<k>-<round> (tmp is short enough: see mkdtemp). */
 static void build_cmd(const job *j, strategy s, int k, char *out_dir, size_t out_cap, argv_buf *b) {
   memset(b, 0, sizeof *b);
-  snprintf(out_dir, out_cap, "%s/%s-%d", j->tmp, strategy_names[s], k);
+  if (snprintf(out_dir, out_cap, "%s/%s-%d-%d", j->tmp, strategy_names[s], k, j->round) >= (int)out_cap) return;
   if (s == S_DDP) {
     arg(b, j->dtrun);
     arg(b, "--standalone");
@@ -307,6 +308,74 @@ static void print_row(const char *name, int k, int threads, const run_result *r,
   fflush(stdout);
 }
 
+/* The table's rows in run order: single, then for k = 1..max ddp, dp and (k >= 2) indep. */
+typedef struct row {
+  strategy s;
+  int k;
+} row;
+
+static int list_rows(int max_workers, row *rows) {
+  int n = 0;
+  rows[n++] = (row){S_SINGLE, 1};
+  for (int k = 1; k <= max_workers; k++) {
+    rows[n++] = (row){S_DDP, k};
+    rows[n++] = (row){S_DP, k};
+    if (k > 1) rows[n++] = (row){S_INDEP, k};
+  }
+  return n;
+}
+
+/* Of a row's reps runs, the one with the median train samples/s (the lower middle one of an even count). */
+static const run_result *median_run(const run_result *runs, int reps) {
+  int order[64];
+  for (int i = 0; i < reps; i++) order[i] = i;
+  for (int i = 1; i < reps; i++) /* insertion sort by samples/s: reps is small */
+    for (int m = i; m > 0 && runs[order[m]].train_sps < runs[order[m - 1]].train_sps; m--) {
+      const int t = order[m];
+      order[m] = order[m - 1];
+      order[m - 1] = t;
+    }
+  return &runs[order[(reps - 1) / 2]];
+}
+
+/* Runs every row reps times, round by round. One round prints each row as it ends; several print the median
+ * rows after the last round, then each row's samples/s round by round. 0, or 1 after a failed run. */
+static int run_rounds(job *j, int max_workers, int reps) {
+  row rows[1 + 3 * 64];
+  const int n = list_rows(max_workers, rows);
+  run_result *res = calloc((size_t)n * (size_t)reps, sizeof *res);
+  if (!res) {
+    fprintf(stderr, "dtrain: bench scaling: out of memory\n");
+    return 1;
+  }
+  int rc = 1;
+  for (int rep = 0; rep < reps; rep++) {
+    if (reps > 1) fprintf(stderr, "bench scaling: round %d of %d\n", rep + 1, reps);
+    j->round = rep;
+    for (int i = 0; i < n; i++) {
+      run_result *r = &res[(size_t)i * (size_t)reps + (size_t)rep];
+      if (run_one(j, rows[i].s, rows[i].k, r) != 0) goto done;
+      if (reps == 1) print_row(strategy_names[rows[i].s], rows[i].k, j->threads, r, res[0].train_sps);
+    }
+  }
+  if (reps > 1) {
+    const double base = median_run(res, reps)->train_sps;
+    for (int i = 0; i < n; i++)
+      print_row(strategy_names[rows[i].s], rows[i].k, j->threads, median_run(&res[(size_t)i * (size_t)reps], reps),
+                base);
+    printf("# train samples/s round by round:");
+    for (int i = 0; i < n; i++) {
+      printf("%s %s x%d", i ? ";" : "", strategy_names[rows[i].s], rows[i].k);
+      for (int rep = 0; rep < reps; rep++) printf(" %.0f", res[(size_t)i * (size_t)reps + (size_t)rep].train_sps);
+    }
+    printf("\n");
+  }
+  rc = 0;
+done:
+  free(res);
+  return rc;
+}
+
 int bench_scaling_run(const bench_scaling_args *a) {
   job j = {.a = a};
   j.model = a->model ? a->model : "fashioncnn";
@@ -320,6 +389,10 @@ int bench_scaling_run(const bench_scaling_args *a) {
   }
   if (max_workers > 64) {
     fprintf(stderr, "dtrain: bench scaling: --max-workers %d is more than 64\n", max_workers);
+    return 1;
+  }
+  if (a->reps > 64) {
+    fprintf(stderr, "dtrain: bench scaling: --reps %d is more than 64\n", a->reps);
     return 1;
   }
 
@@ -356,7 +429,11 @@ int bench_scaling_run(const bench_scaling_args *a) {
 
   const char *tmpdir = getenv("TMPDIR");
   char tmp[PATH_MAX];
-  snprintf(tmp, sizeof tmp, "%s/dtrain-scaling-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+  /* room left for the runs' directories and their files under it */
+  if (snprintf(tmp, sizeof tmp, "%s/dtrain-scaling-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp") >= PATH_MAX - 256) {
+    fprintf(stderr, "dtrain: bench scaling: TMPDIR is too long: %s\n", tmpdir);
+    return 1;
+  }
   if (!mkdtemp(tmp)) {
     fprintf(stderr, "dtrain: bench scaling: cannot create a temporary directory %s: %s\n", tmp, strerror(errno));
     return 1;
@@ -384,25 +461,7 @@ int bench_scaling_run(const bench_scaling_args *a) {
          "train samp/s", "infer samp/s", "speedup", "efficiency", "compute s", "data s", "comm s", "allred s",
          "hidden", "top-1 %", "cpu/wall");
   fflush(stdout);
-  int rc = 1;
-  run_result base;
-  if (run_one(&j, S_SINGLE, 1, &base) != 0) goto done;
-
-  print_row("single", 1, j.threads, &base, base.train_sps);
-  for (int k = 1; k <= max_workers; k++) {
-    run_result r;
-    if (run_one(&j, S_DDP, k, &r) != 0) goto done;
-    print_row("ddp", k, j.threads, &r, base.train_sps);
-    if (run_one(&j, S_DP, k, &r) != 0) goto done;
-    print_row("dp", k, j.threads, &r, base.train_sps);
-    if (k > 1) {
-      if (run_one(&j, S_INDEP, k, &r) != 0) goto done;
-      print_row("indep", k, j.threads, &r, base.train_sps);
-    }
-  }
-  rc = 0;
-
-done:
+  int rc = run_rounds(&j, max_workers, a->reps > 0 ? a->reps : 1);
   sigaction(SIGINT, &old_int, NULL);
   nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   return rc;

@@ -12,6 +12,7 @@ typedef struct bench_scaling_args {
   long long limit_train;  /* training samples; 0: all */
   int batch_size;         /* samples per worker per step (dp gets workers x this); 0: 64 */
   int threads_per_worker; /* compute threads of each worker; 0: 1 */
+  int reps;               /* rounds of every run, alternated; each row shows its median round; 0: 1 */
   const char *dtrain;     /* the dtrain binary to run; NULL: this process's own (/proc/self/exe) */
   const char *dtrun;      /* the launcher; NULL: dtrun in the directory of dtrain */
   char *const *extra;     /* more `dtrain train` flags for every run (text data: --vocab, --text-column, ...) */
@@ -26,6 +27,9 @@ typedef struct bench_scaling_args {
  * and for ddp the time spent in all-reduce and the share of it hidden behind
  * backward; for k >= 2 also k baseline runs at once that never communicate
  * (row "indep": their samples/s summed, the ceiling of k workers here).
+ * With reps > 1 the whole sequence runs reps times and each row is the run
+ * with the median train samples/s of its reps (the lower middle one of an
+ * even count), printed after the last round with every round's samples/s.
  * Progress goes to stderr, the table to stdout. Returns an exit code:
  * 0 success, 1 failure (one line "dtrain: ..." on stderr naming the failed
  * command and its exit status). */

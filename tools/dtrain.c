@@ -1163,7 +1163,7 @@ static int cmd_bench_allreduce(const flag_args *p) {
 
 typedef enum scaling_flag {
   SCALING_MODEL, SCALING_HIDDEN, SCALING_DATA, SCALING_MAX_WORKERS, SCALING_EPOCHS, SCALING_LIMIT_TRAIN,
-  SCALING_BATCH_SIZE, SCALING_THREADS_PER_WORKER, SCALING_COUNT
+  SCALING_BATCH_SIZE, SCALING_THREADS_PER_WORKER, SCALING_REPS, SCALING_COUNT
 } scaling_flag;
 
 static const flag_spec scaling_flags[SCALING_COUNT] = {
@@ -1181,6 +1181,9 @@ static const flag_spec scaling_flags[SCALING_COUNT] = {
                             .help = "samples per worker per step (dp: workers x this per step)"},
     [SCALING_THREADS_PER_WORKER] = {"--threads-per-worker", "N", FLAG_POS_INT, "1", "1",
                                     .help = "compute threads of each worker"},
+    [SCALING_REPS] = {"--reps", "N", FLAG_POS_INT, "1", "3",
+                      .help = "rounds of every run, alternated; each row is then the round with the median train "
+                              "samples/s (the lower middle one of an even count)"},
 };
 
 static int cmd_bench_scaling(const flag_args *p) {
@@ -1204,6 +1207,8 @@ static int cmd_bench_scaling(const flag_args *p) {
   a.limit_train = v[SCALING_LIMIT_TRAIN].i;
   a.batch_size = (int)v[SCALING_BATCH_SIZE].i;
   a.threads_per_worker = (int)v[SCALING_THREADS_PER_WORKER].i;
+  a.reps = (int)v[SCALING_REPS].i;
+  if (a.reps > 64) return flags_usage_error(p->prog, "e.g. --reps 5", "--reps %d: at most 64 rounds", a.reps);
   /* what follows "--" goes to every run's `dtrain train`; anything else unparsed is a stray argument */
   if (p->rest < p->argc && (p->rest == 0 || strcmp(p->argv[p->rest - 1], "--") != 0))
     return flags_usage_error(p->prog, "put flags for dtrain train after --", "unexpected argument '%s'",
@@ -1338,9 +1343,11 @@ static const command commands[] = {
      "for ddp, the all-reduce time and the share of it hidden behind backward. For 2..N it also\n"
      "runs N single-worker jobs at once that never communicate (row 'indep', samples/s summed):\n"
      "what N workers can reach on this machine, the ceiling to read ddp's and dp's speedups against.\n"
+     "With --reps N every run is repeated in N rounds (each round single, then ddp, dp and indep for\n"
+     "each worker count), so a machine's drift hits every row alike; each row shows its median round.\n"
      "Flags after -- go to every run's 'dtrain train' (text data, a validation split, an optimizer).\n"
      "Examples:\n"
-     "  dtrain bench scaling --model fashioncnn --max-workers 2\n"
+     "  dtrain bench scaling --model fashioncnn --max-workers 2 --reps 3\n"
      "  dtrain bench scaling --model bert-mini --data tweets.csv -- --vocab vocab.txt \\\n"
      "      --text-column tweet --label-column class --max-len 64",
      scaling_flags, SCALING_COUNT, 0, FLAGS_STOP, cmd_bench_scaling},

@@ -243,6 +243,20 @@ done
 grep -qE "^# CPU: .*; avx2[+-] .*; [0-9]+ online CPUs" "$tmp/scaling.out" ||
   fail "bench scaling: no '# CPU:' line: $(head -3 "$tmp/scaling.out")"
 
+# --reps: two rounds; each row is one of its rounds (the lower middle of two: the slower), listed at the end
+"$DTRAIN" bench scaling --model mlp --hidden 16 --max-workers 1 --limit-train 320 --batch-size 32 --reps 2 -- \
+  --limit-test 100 >"$tmp/reps.out" 2>"$tmp/reps.err" || fail "bench scaling --reps 2 failed: $(tail -3 "$tmp/reps.err")"
+[ "$(grep -c "^bench scaling: round [12] of 2" "$tmp/reps.err")" = 2 ] || fail "bench scaling --reps 2: $(cat "$tmp/reps.err")"
+rounds=$(grep "^# train samples/s round by round:" "$tmp/reps.out") || fail "bench scaling --reps: no rounds line: $(cat "$tmp/reps.out")"
+for row in "single 1" "ddp 1" "dp 1"; do
+  set -- $row
+  shown=$(awk -v s="$1" -v w="$2" '$1 == s && $2 == w { print $4 }' "$tmp/reps.out")
+  both=$(echo "${rounds#*:}" | tr ';' '\n' | awk -v s="$1" -v w="x$2" '$1 == s && $2 == w { print $3, $4 }')
+  slower=$(echo "$both" | awk '{ print ($1 < $2 ? $1 : $2) }')
+  [ -n "$shown" ] && [ "$shown" = "$slower" ] || fail "bench scaling --reps 2: row '$row' shows '$shown', rounds '$both'"
+done
+usage "dtrain bench scaling: --reps 65: at most 64 rounds (e.g. --reps 5)" bench scaling --reps 65
+
 # Ctrl-C: stops at a step boundary, writes metrics and weights, exits 130
 "$DTRAIN" train --model mlp --hidden 32 --epochs 1000 --batch-size 50 --limit-train 2000 --limit-test 200 \
   --threads 2 --out "$tmp/int" --progress none >"$tmp/int.out" 2>"$tmp/int.err" &
