@@ -76,7 +76,7 @@ def torch_once(a, tmp, seed):
         env = budget_env(a.threads)
         env.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(a.nproc), LOCAL_WORLD_SIZE=str(a.nproc),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        cmd = ["/usr/bin/time", "-f", TIME_FMT, "-o", f"{tprefix}.{r}", "/usr/bin/python3",
+        cmd = ["/usr/bin/time", "-f", TIME_FMT, "-o", f"{tprefix}.{r}", a.python,
                os.path.join(HERE, "torch_ddp_worker.py"), "--model", a.model, "--hidden", a.hidden, "--data", a.data,
                "--threads", str(a.threads), "--epochs", str(a.epochs), "--batch-size", str(a.batch_size),
                "--lr", str(a.lr), "--momentum", "0.9", "--seed", str(seed)]
@@ -110,6 +110,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--dtrain", default=os.path.join(build, "dtrain"))
     ap.add_argument("--dtrun", default=None, help="default: dtrun next to --dtrain")
+    ap.add_argument("--python", default="/usr/bin/python3",
+                    help="the Python that runs PyTorch's workers (one with torch, e.g. a virtual environment's)")
     ap.add_argument("--model", default="fashioncnn")
     ap.add_argument("--hidden", default="2048,2048")
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
@@ -129,13 +131,13 @@ def main():
     for path in (a.dtrain, a.dtrun):
         if not os.access(path, os.X_OK):
             sys.exit(f"ddp_vs_torch: {path} is missing: build dtrain (and dtrun) first, or set DT_BUILD_DIR")
+    probe = "import sys, torch.distributed as d; sys.exit(0 if d.is_available() and d.is_gloo_available() else 1)"
     try:
-        import torch.distributed as dist
-        have_torch = dist.is_available() and dist.is_gloo_available()
-    except ImportError:
+        have_torch = subprocess.run([a.python, "-c", probe], capture_output=True).returncode == 0
+    except OSError:
         have_torch = False
     if not have_torch:
-        print("# PyTorch with gloo (python3-torch) is not available: printing dtrain's figures alone")
+        print(f"# PyTorch with gloo is not available to {a.python}: printing dtrain's figures alone")
 
     print(f"# model {a.model}{' ' + a.hidden if a.model == 'mlp' else ''}, {a.nproc} processes x {a.threads} thread(s), "
           f"batch {a.batch_size} per process, SGD lr {a.lr} momentum 0.9, {a.epochs} epoch(s), "
