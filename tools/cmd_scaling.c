@@ -282,7 +282,11 @@ static int run_one(const job *j, strategy s, int k, run_result *r) {
   double train = 0, infer = 0;
   for (int i = 0; i < n; i++) { /* every child is waited for, also after a failure; the first one is told */
     run_result ri;
-    if (finish_run(&c[i], &ri, rc != 0) != 0) {
+    const int failed = finish_run(&c[i], &ri, rc != 0) != 0;
+    /* read: its outputs (weights, metrics) would pile up in TMPDIR round after round */
+    nftw(c[i].out_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    remove(c[i].log);
+    if (failed) {
       rc = -1;
       continue;
     }
@@ -338,8 +342,24 @@ static const run_result *median_run(const run_result *runs, int reps) {
   return &runs[order[(reps - 1) / 2]];
 }
 
+/* Prints each row's median run over the rounds done, then every round's samples/s. */
+static void print_medians(const job *j, const row *rows, int n, const run_result *res, int reps, int done) {
+  const double base = median_run(res, done)->train_sps;
+  for (int i = 0; i < n; i++)
+    print_row(strategy_names[rows[i].s], rows[i].k, j->threads, median_run(&res[(size_t)i * (size_t)reps], done),
+              base);
+  printf("# train samples/s round by round:");
+  for (int i = 0; i < n; i++) {
+    printf("%s %s x%d", i ? ";" : "", strategy_names[rows[i].s], rows[i].k);
+    for (int rep = 0; rep < done; rep++) printf(" %.0f", res[(size_t)i * (size_t)reps + (size_t)rep].train_sps);
+  }
+  printf("\n");
+  fflush(stdout);
+}
+
 /* Runs every row reps times, round by round. One round prints each row as it ends; several print the median
- * rows after the last round, then each row's samples/s round by round. 0, or 1 after a failed run. */
+ * rows after the last round (after a failed run: over the rounds completed, if any), then each row's samples/s
+ * round by round. 0, or 1 after a failed run. */
 static int run_rounds(job *j, int max_workers, int reps) {
   row rows[1 + 3 * 64];
   const int n = list_rows(max_workers, rows);
@@ -348,8 +368,8 @@ static int run_rounds(job *j, int max_workers, int reps) {
     fprintf(stderr, "dtrain: bench scaling: out of memory\n");
     return 1;
   }
-  int rc = 1;
-  for (int rep = 0; rep < reps; rep++) {
+  int rc = 1, completed = 0;
+  for (int rep = 0; rep < reps; rep++, completed++) {
     if (reps > 1) fprintf(stderr, "bench scaling: round %d of %d\n", rep + 1, reps);
     j->round = rep;
     for (int i = 0; i < n; i++) {
@@ -358,20 +378,12 @@ static int run_rounds(job *j, int max_workers, int reps) {
       if (reps == 1) print_row(strategy_names[rows[i].s], rows[i].k, j->threads, r, res[0].train_sps);
     }
   }
-  if (reps > 1) {
-    const double base = median_run(res, reps)->train_sps;
-    for (int i = 0; i < n; i++)
-      print_row(strategy_names[rows[i].s], rows[i].k, j->threads, median_run(&res[(size_t)i * (size_t)reps], reps),
-                base);
-    printf("# train samples/s round by round:");
-    for (int i = 0; i < n; i++) {
-      printf("%s %s x%d", i ? ";" : "", strategy_names[rows[i].s], rows[i].k);
-      for (int rep = 0; rep < reps; rep++) printf(" %.0f", res[(size_t)i * (size_t)reps + (size_t)rep].train_sps);
-    }
-    printf("\n");
-  }
   rc = 0;
 done:
+  if (reps > 1 && completed > 0) {
+    if (rc) fprintf(stderr, "bench scaling: the %d round(s) completed:\n", completed);
+    print_medians(j, rows, n, res, reps, completed);
+  }
   free(res);
   return rc;
 }

@@ -1173,7 +1173,7 @@ static const flag_spec scaling_flags[SCALING_COUNT] = {
     [SCALING_DATA] = {"--data", "SOURCE", FLAG_STR, "fashion-mnist", "fashion-mnist",
                       .help = "dataset name or a directory of IDX files"},
     [SCALING_MAX_WORKERS] = {"--max-workers", "N", FLAG_POS_INT, "cores / --threads-per-worker", "2",
-                             .help = "largest worker count"},
+                             .help = "largest worker count (at most 64)"},
     [SCALING_EPOCHS] = {"--epochs", "N", FLAG_POS_INT, "1", "1", .help = "epochs of every run"},
     [SCALING_LIMIT_TRAIN] = {"--limit-train", "N", FLAG_POS_I64, "all", "12800",
                              .help = "training samples of every run"},
@@ -1182,8 +1182,8 @@ static const flag_spec scaling_flags[SCALING_COUNT] = {
     [SCALING_THREADS_PER_WORKER] = {"--threads-per-worker", "N", FLAG_POS_INT, "1", "1",
                                     .help = "compute threads of each worker"},
     [SCALING_REPS] = {"--reps", "N", FLAG_POS_INT, "1", "3",
-                      .help = "rounds of every run, alternated; each row is then the round with the median train "
-                              "samples/s (the lower middle one of an even count)"},
+                      .help = "rounds of every run, alternated (at most 64); each row is then the round with the median "
+                              "train samples/s (the lower middle one of an even count)"},
 };
 
 static int cmd_bench_scaling(const flag_args *p) {

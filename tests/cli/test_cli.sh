@@ -243,18 +243,24 @@ done
 grep -qE "^# CPU: .*; avx2[+-] .*; [0-9]+ online CPUs" "$tmp/scaling.out" ||
   fail "bench scaling: no '# CPU:' line: $(head -3 "$tmp/scaling.out")"
 
-# --reps: two rounds; each row is one of its rounds (the lower middle of two: the slower), listed at the end
-"$DTRAIN" bench scaling --model mlp --hidden 16 --max-workers 1 --limit-train 320 --batch-size 32 --reps 2 -- \
-  --limit-test 100 >"$tmp/reps.out" 2>"$tmp/reps.err" || fail "bench scaling --reps 2 failed: $(tail -3 "$tmp/reps.err")"
-[ "$(grep -c "^bench scaling: round [12] of 2" "$tmp/reps.err")" = 2 ] || fail "bench scaling --reps 2: $(cat "$tmp/reps.err")"
+# --reps: three rounds; each row is the round with its median samples/s, every round listed at the end; the
+# speedup is over single's median; nothing is left in TMPDIR
+mkdir "$tmp/reps.tmp"
+TMPDIR="$tmp/reps.tmp" "$DTRAIN" bench scaling --model mlp --hidden 16 --max-workers 1 --limit-train 320 --batch-size 32 \
+  --reps 3 -- --limit-test 100 >"$tmp/reps.out" 2>"$tmp/reps.err" ||
+  fail "bench scaling --reps 3 failed: $(tail -3 "$tmp/reps.err")"
+[ "$(grep -c "^bench scaling: round [123] of 3" "$tmp/reps.err")" = 3 ] || fail "bench scaling --reps 3: $(cat "$tmp/reps.err")"
+[ -z "$(ls -A "$tmp/reps.tmp")" ] || fail "bench scaling --reps 3 left $(ls -A "$tmp/reps.tmp") in TMPDIR"
 rounds=$(grep "^# train samples/s round by round:" "$tmp/reps.out") || fail "bench scaling --reps: no rounds line: $(cat "$tmp/reps.out")"
+median_of() { echo "${rounds#*:}" | tr ';' '\n' | awk -v s="$1" -v w="x$2" '$1 == s && $2 == w { print $3; print $4; print $5 }' | sort -n | sed -n 2p; }
 for row in "single 1" "ddp 1" "dp 1"; do
   set -- $row
   shown=$(awk -v s="$1" -v w="$2" '$1 == s && $2 == w { print $4 }' "$tmp/reps.out")
-  both=$(echo "${rounds#*:}" | tr ';' '\n' | awk -v s="$1" -v w="x$2" '$1 == s && $2 == w { print $3, $4 }')
-  slower=$(echo "$both" | awk '{ print ($1 < $2 ? $1 : $2) }')
-  [ -n "$shown" ] && [ "$shown" = "$slower" ] || fail "bench scaling --reps 2: row '$row' shows '$shown', rounds '$both'"
+  [ -n "$shown" ] && [ "$shown" = "$(median_of "$1" "$2")" ] || fail "bench scaling --reps 3: row '$row' shows '$shown', rounds: $rounds"
 done
+speedup=$(awk '$1 == "dp" && $2 == 1 { print $6 }' "$tmp/reps.out")
+want=$(awk -v a="$(median_of dp 1)" -v b="$(median_of single 1)" 'BEGIN { printf "%.2fx", a / b }')
+[ "$speedup" = "$want" ] || fail "bench scaling --reps 3: dp x1 speedup '$speedup', medians give '$want'"
 usage "dtrain bench scaling: --reps 65: at most 64 rounds (e.g. --reps 5)" bench scaling --reps 65
 
 # Ctrl-C: stops at a step boundary, writes metrics and weights, exits 130
