@@ -26,7 +26,7 @@ typedef enum dp_job { DP_JOB_NONE = 0, DP_JOB_TRAIN, DP_JOB_FORWARD, DP_JOB_REDU
 typedef struct dp_worker {
   struct dt_dp *d;
   int index;
-  pthread_t thread;
+  pthread_t thread; /* workers 1..W-1; worker 0 is the calling thread */
   dt_model_ctx *ctx;
   float *dlogits; /* (max_slice, outputs) */
   /* this step's slice of the batch: samples [lo, lo + n) */
@@ -49,10 +49,10 @@ struct dt_dp {
   float loss_scale; /* dlogits *= it before backward (an fp16 loss scaler's scale) */
   float *grads;     /* the model's gradient arena (n_params) */
   dp_worker *w;     /* (workers) */
-  int started;      /* threads running */
+  int started;      /* threads running: workers 1..started */
 
-  /* The step handshake: the caller bumps generation with a job; every worker runs it once and
-   * decrements pending; the last one signals done. Waits are on condition variables (no spinning);
+  /* The step handshake: the caller bumps generation with a job; every worker thread runs it once and
+   * decrements pending; the last one signals done (the caller runs worker 0's part meanwhile). Waits are on condition variables (no spinning);
    * they have no deadline because they wait on local compute, which always finishes. */
   pthread_mutex_t mu;
   pthread_cond_t wake, done;
@@ -207,6 +207,20 @@ static void touch_rows(dt_dp *d) {
     }
 }
 
+/* This worker's part of job. */
+static void run_job(dp_worker *wk, dp_job job) {
+  struct dt_dp *d = wk->d;
+  wk->st = DT_OK;
+  wk->err[0] = '\0';
+  if (job == DP_JOB_REDUCE)
+    run_reduce(wk);
+  else if (job == DP_JOB_OPTIM)
+    dt_optim_step_part(d->optim, dt_model_params(d->m, NULL), d->grads, d->lr, wk->index, d->workers);
+  else if (wk->n > 0)
+    (job == DP_JOB_TRAIN ? run_train : run_forward)(wk);
+}
+
+/* Workers 1..W-1 (worker 0 runs on the calling thread: see dispatch). */
 static void *worker_main(void *arg) {
   dp_worker *wk = arg;
   struct dt_dp *d = wk->d;
@@ -221,16 +235,7 @@ static void *worker_main(void *arg) {
     seen = d->generation;
     const dp_job job = d->job;
     pthread_mutex_unlock(&d->mu);
-
-    wk->st = DT_OK;
-    wk->err[0] = '\0';
-    if (job == DP_JOB_REDUCE)
-      run_reduce(wk);
-    else if (job == DP_JOB_OPTIM)
-      dt_optim_step_part(d->optim, dt_model_params(d->m, NULL), d->grads, d->lr, wk->index, d->workers);
-    else if (wk->n > 0)
-      (job == DP_JOB_TRAIN ? run_train : run_forward)(wk);
-
+    run_job(wk, job);
     pthread_mutex_lock(&d->mu);
     if (--d->pending == 0) pthread_cond_signal(&d->done);
   }
@@ -238,15 +243,27 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* Runs job on every worker and waits for all of them. */
+/* Runs job on every worker and waits for all of them. The calling thread is worker 0, with the workers' share
+ * of OpenMP threads while it is: it would only wait otherwise, and one thread hand-off fewer per job is what a
+ * small model's step notices (three jobs a step; one worker then runs no thread at all). */
 static void dispatch(dt_dp *d, dp_job job) {
-  pthread_mutex_lock(&d->mu);
-  d->job = job;
-  d->pending = d->workers;
-  d->generation++;
-  pthread_cond_broadcast(&d->wake);
-  while (d->pending > 0) pthread_cond_wait(&d->done, &d->mu);
-  pthread_mutex_unlock(&d->mu);
+  if (d->workers > 1) {
+    pthread_mutex_lock(&d->mu);
+    d->job = job;
+    d->pending = d->workers - 1;
+    d->generation++;
+    pthread_cond_broadcast(&d->wake);
+    pthread_mutex_unlock(&d->mu);
+  }
+  const int own = omp_get_max_threads();
+  if (own != d->omp_threads) omp_set_num_threads(d->omp_threads);
+  run_job(&d->w[0], job);
+  if (own != d->omp_threads) omp_set_num_threads(own);
+  if (d->workers > 1) {
+    pthread_mutex_lock(&d->mu);
+    while (d->pending > 0) pthread_cond_wait(&d->done, &d->mu);
+    pthread_mutex_unlock(&d->mu);
+  }
 }
 
 /* BLAS threads. OpenBLAS (OpenMP build, 0.3.21 here) takes its thread count from its own global setting,
@@ -277,7 +294,7 @@ static void stop_threads(dt_dp *d) {
   d->quit = 1;
   pthread_cond_broadcast(&d->wake);
   pthread_mutex_unlock(&d->mu);
-  for (int w = 0; w < d->started; w++) pthread_join(d->w[w].thread, NULL);
+  for (int w = 1; w <= d->started; w++) pthread_join(d->w[w].thread, NULL);
   d->started = 0;
 }
 
@@ -350,7 +367,7 @@ dt_status dt_dp_new(dt_model *m, int workers, int max_batch, dt_dp **out) {
                                  (void **)&wk->dlogits),
                   st, fail);
   }
-  for (int w = 0; w < workers; w++) {
+  for (int w = 1; w < workers; w++) {
     int rc = pthread_create(&d->w[w].thread, NULL, worker_main, &d->w[w]);
     if (rc != 0) {
       st = dt_error(DT_INTERNAL, "dt_dp_new: starting worker thread %d of %d: %s", w, workers, strerror(rc));
@@ -416,10 +433,10 @@ dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const void *x, const v
   return DT_OK;
 }
 
-/* The workers take the step, each a part of the arena: while they computed, the calling thread ran no OpenMP
- * region of its own, so no pool of its threads spins beside them (an optimizer step on the calling thread
- * would leave OpenMP's workers spinning into the next step's forward, and the DP workers would share the cores
- * with them; OMP_WAIT_POLICY=passive was the remedy the user had to know). */
+/* The workers take the step, each a part of the arena: the calling thread (worker 0) runs no OpenMP region of
+ * the whole budget, so no pool of its threads spins beside the workers (an optimizer step of the whole budget
+ * on the calling thread would leave OpenMP's workers spinning into the next step's forward, and the DP workers
+ * would share the cores with them; OMP_WAIT_POLICY=passive was the remedy the user had to know). */
 dt_status dt_dp_optim_step(dt_dp *d, dt_optim *o, float lr) {
   if (!d || !o) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_optim_step: NULL argument");
   DT_CHECK(dt_optim_begin_step(o, lr));

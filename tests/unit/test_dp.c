@@ -1,5 +1,6 @@
 /* Tests of DataParallel (dt_dp): equivalence with whole-batch training, slicing, inference, BN buffers, errors, threads. */
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,6 +252,36 @@ TEST(a_deferred_zero_grad_is_overwritten_then_added_to) {
     }
 }
 
+/* The calling thread runs worker 0's part with the workers' share of OpenMP threads, and has its own setting back
+ * after every job (its regions outside DP, the evaluation's, use the whole budget). */
+TEST(the_calling_thread_keeps_its_openmp_threads) {
+  const int budget = dt_get_threads();
+  ASSERT_OK(dt_set_threads(4));
+  const int own = omp_get_max_threads();
+  dt_model *m = NULL;
+  dt_dp *dp = NULL;
+  ASSERT_OK(build_model(CONV, MAX_BATCH, &m));
+  ASSERT_OK(dt_dp_new(m, 3, MAX_BATCH, &dp)); /* 4 / 3: one thread each */
+  float x[MAX_BATCH * SAMPLE_NUMEL];
+  int32_t y[MAX_BATCH];
+  make_batch(x, y, MAX_BATCH, 11);
+  ASSERT_OK(dp_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL));
+  const int after_train = omp_get_max_threads();
+  dt_optim_config oc;
+  dt_optim_config_default(DT_OPTIM_SGD, &oc);
+  dt_optim *o = NULL;
+  ASSERT_OK(dt_optim_new(&oc, dt_model_num_params(m), &o));
+  ASSERT_OK(dt_dp_optim_step(dp, o, 0.01f)); /* no BLAS call resets it behind us here */
+  const int after = omp_get_max_threads();
+  dt_optim_free(o);
+  dt_dp_free(dp);
+  dt_model_free(m);
+  ASSERT_OK(dt_set_threads(budget));
+  ASSERT(own == 4);
+  ASSERT(after_train == own);
+  ASSERT(after == own);
+}
+
 TEST(forward_equals_whole_batch_forward) {
   const model_kind kinds[] = {MLP, CONV, CONV_BN};
   for (int k = 0; k < 3; k++) {
@@ -389,5 +420,6 @@ TEST(no_thread_leak) {
 TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(one_worker_is_plain_training_bit_for_bit),
           TEST_ENTRY(uneven_and_tiny_batches), TEST_ENTRY(gradients_accumulate_into_the_arena),
           TEST_ENTRY(a_deferred_zero_grad_is_overwritten_then_added_to),
+          TEST_ENTRY(the_calling_thread_keeps_its_openmp_threads),
           TEST_ENTRY(forward_equals_whole_batch_forward), TEST_ENTRY(batchnorm_statistics_come_from_worker_0),
           TEST_ENTRY(argument_errors), TEST_ENTRY(no_thread_leak))
