@@ -26,7 +26,7 @@ typedef enum dp_job { DP_JOB_NONE = 0, DP_JOB_TRAIN, DP_JOB_FORWARD, DP_JOB_REDU
 typedef struct dp_worker {
   struct dt_dp *d;
   int index;
-  pthread_t thread; /* workers 1..W-1; worker 0 is the calling thread */
+  pthread_t thread; /* a thread for each worker but worker 0 where the calling thread runs it (inline0) */
   dt_model_ctx *ctx;
   float *dlogits; /* (max_slice, outputs) */
   /* this step's slice of the batch: samples [lo, lo + n) */
@@ -49,11 +49,13 @@ struct dt_dp {
   float loss_scale; /* dlogits *= it before backward (an fp16 loss scaler's scale) */
   float *grads;     /* the model's gradient arena (n_params) */
   dp_worker *w;     /* (workers) */
-  int started;      /* threads running: workers 1..started */
+  int inline0;      /* 1: the calling thread runs worker 0's part of each job (see dispatch) */
+  int started;      /* threads running: workers inline0 .. inline0 + started - 1 */
 
   /* The step handshake: the caller bumps generation with a job; every worker thread runs it once and
-   * decrements pending; the last one signals done (the caller runs worker 0's part meanwhile). Waits are on condition variables (no spinning);
-   * they have no deadline because they wait on local compute, which always finishes. */
+   * decrements pending; the last one signals done (the caller runs worker 0's part meanwhile where inline0).
+   * Waits are on condition variables (no spinning); they have no deadline because they wait on local compute,
+   * which always finishes. */
   pthread_mutex_t mu;
   pthread_cond_t wake, done;
   uint64_t generation;
@@ -220,7 +222,7 @@ static void run_job(dp_worker *wk, dp_job job) {
     (job == DP_JOB_TRAIN ? run_train : run_forward)(wk);
 }
 
-/* Workers 1..W-1 (worker 0 runs on the calling thread: see dispatch). */
+/* A worker with a thread of its own (worker 0 has none where the calling thread runs it: see dispatch). */
 static void *worker_main(void *arg) {
   dp_worker *wk = arg;
   struct dt_dp *d = wk->d;
@@ -243,23 +245,26 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* Runs job on every worker and waits for all of them. The calling thread is worker 0, with the workers' share
- * of OpenMP threads while it is: it would only wait otherwise, and one thread hand-off fewer per job is what a
- * small model's step notices (three jobs a step; one worker then runs no thread at all). */
+/* Runs job on every worker and waits for all of them. Where inline0, the calling thread is worker 0, with the
+ * workers' share of OpenMP threads while it is: it would only wait otherwise, and one thread hand-off fewer per
+ * job is what a small model's step notices (three jobs a step; one worker then runs no thread at all). */
 static void dispatch(dt_dp *d, dp_job job) {
-  if (d->workers > 1) {
+  const int threads = d->workers - d->inline0;
+  if (threads > 0) {
     pthread_mutex_lock(&d->mu);
     d->job = job;
-    d->pending = d->workers - 1;
+    d->pending = threads;
     d->generation++;
     pthread_cond_broadcast(&d->wake);
     pthread_mutex_unlock(&d->mu);
   }
-  const int own = omp_get_max_threads();
-  if (own != d->omp_threads) omp_set_num_threads(d->omp_threads);
-  run_job(&d->w[0], job);
-  if (own != d->omp_threads) omp_set_num_threads(own);
-  if (d->workers > 1) {
+  if (d->inline0) {
+    const int own = omp_get_max_threads();
+    if (own != d->omp_threads) omp_set_num_threads(d->omp_threads);
+    run_job(&d->w[0], job);
+    if (own != d->omp_threads) omp_set_num_threads(own);
+  }
+  if (threads > 0) {
     pthread_mutex_lock(&d->mu);
     while (d->pending > 0) pthread_cond_wait(&d->done, &d->mu);
     pthread_mutex_unlock(&d->mu);
@@ -294,7 +299,7 @@ static void stop_threads(dt_dp *d) {
   d->quit = 1;
   pthread_cond_broadcast(&d->wake);
   pthread_mutex_unlock(&d->mu);
-  for (int w = 1; w <= d->started; w++) pthread_join(d->w[w].thread, NULL);
+  for (int w = d->inline0; w < d->inline0 + d->started; w++) pthread_join(d->w[w].thread, NULL);
   d->started = 0;
 }
 
@@ -349,6 +354,11 @@ dt_status dt_dp_new(dt_model *m, int workers, int max_batch, dt_dp **out) {
   const int budget = dt_get_threads();
   d->omp_threads = budget / workers > 1 ? budget / workers : 1;
   d->blas_pinned = workers > 1;
+  /* The calling thread runs worker 0 only where that leaves its OpenMP pool as it is: with one worker (its own
+   * count) or one thread per worker (a one-thread region does not touch the pool). A share between those would
+   * shrink the pool the caller's whole-budget regions (gradient clipping, a row-wise optimizer step) grow back,
+   * every step. */
+  d->inline0 = workers == 1 || d->omp_threads == 1;
   pthread_mutex_init(&d->mu, NULL);
   pthread_cond_init(&d->wake, NULL);
   pthread_cond_init(&d->done, NULL);
@@ -367,10 +377,11 @@ dt_status dt_dp_new(dt_model *m, int workers, int max_batch, dt_dp **out) {
                                  (void **)&wk->dlogits),
                   st, fail);
   }
-  for (int w = 1; w < workers; w++) {
+  for (int w = d->inline0; w < workers; w++) {
     int rc = pthread_create(&d->w[w].thread, NULL, worker_main, &d->w[w]);
     if (rc != 0) {
-      st = dt_error(DT_INTERNAL, "dt_dp_new: starting worker thread %d of %d: %s", w, workers, strerror(rc));
+      st = dt_error(DT_INTERNAL, "dt_dp_new: starting the thread of worker %d (of %d): %s", w, workers,
+                    strerror(rc));
       goto fail;
     }
     d->started++;
@@ -433,10 +444,11 @@ dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const void *x, const v
   return DT_OK;
 }
 
-/* The workers take the step, each a part of the arena: the calling thread (worker 0) runs no OpenMP region of
- * the whole budget, so no pool of its threads spins beside the workers (an optimizer step of the whole budget
- * on the calling thread would leave OpenMP's workers spinning into the next step's forward, and the DP workers
- * would share the cores with them; OMP_WAIT_POLICY=passive was the remedy the user had to know). */
+/* The workers take the step, each a part of the arena: no OpenMP region of the whole budget runs on the calling
+ * thread beside them (where it is worker 0, its part runs one thread, or is the only part), so no pool of its
+ * threads spins beside the workers (an optimizer step of the whole budget on the calling thread would leave
+ * OpenMP's workers spinning into the next step's forward, and the DP workers would share the cores with them;
+ * OMP_WAIT_POLICY=passive was the remedy the user had to know). */
 dt_status dt_dp_optim_step(dt_dp *d, dt_optim *o, float lr) {
   if (!d || !o) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_optim_step: NULL argument");
   DT_CHECK(dt_optim_begin_step(o, lr));
