@@ -395,9 +395,10 @@ int bench_scaling_run(const bench_scaling_args *a) {
   j.batch = a->batch_size > 0 ? a->batch_size : 64;
   j.threads = a->threads_per_worker > 0 ? a->threads_per_worker : 1;
   int max_workers = a->max_workers;
-  if (max_workers <= 0) {
+  if (max_workers <= 0) { /* a machine's worth, up to the 64 the table takes */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     max_workers = cores > j.threads ? (int)(cores / j.threads) : 1;
+    if (max_workers > 64) max_workers = 64;
   }
   if (max_workers > 64) {
     fprintf(stderr, "dtrain: bench scaling: --max-workers %d is more than 64\n", max_workers);
@@ -431,7 +432,7 @@ int bench_scaling_run(const bench_scaling_args *a) {
     fprintf(stderr, "dtrain: bench scaling: cannot run %s: %s\n", self, strerror(errno));
     return 1;
   }
-  if (max_workers > 1 && access(launcher, X_OK) != 0) {
+  if (access(launcher, X_OK) != 0) { /* ddp x1 runs under it too */
     fprintf(stderr, "dtrain: bench scaling: the launcher %s is missing (%s): build dtrun next to dtrain\n", launcher,
             strerror(errno));
     return 1;

@@ -1172,7 +1172,7 @@ static const flag_spec scaling_flags[SCALING_COUNT] = {
                         .help = "hidden layer widths of mlp and ncf"},
     [SCALING_DATA] = {"--data", "SOURCE", FLAG_STR, "fashion-mnist", "fashion-mnist",
                       .help = "dataset name or a directory of IDX files"},
-    [SCALING_MAX_WORKERS] = {"--max-workers", "N", FLAG_POS_INT, "cores / --threads-per-worker", "2",
+    [SCALING_MAX_WORKERS] = {"--max-workers", "N", FLAG_POS_INT, "cores / --threads-per-worker, at most 64", "2",
                              .help = "largest worker count (at most 64)"},
     [SCALING_EPOCHS] = {"--epochs", "N", FLAG_POS_INT, "1", "1", .help = "epochs of every run"},
     [SCALING_LIMIT_TRAIN] = {"--limit-train", "N", FLAG_POS_I64, "all", "12800",
@@ -1196,8 +1196,9 @@ static int cmd_bench_scaling(const flag_args *p) {
     a.model = v[SCALING_MODEL].raw;
   }
   if (v[SCALING_HIDDEN].given) {
-    if (!a.model || strcmp(a.model, "mlp") != 0)
-      return flags_usage_error(p->prog, "add --model mlp, or drop --hidden", "--hidden applies only to --model mlp");
+    if (!a.model || (strcmp(a.model, "mlp") != 0 && strcmp(a.model, "ncf") != 0))
+      return flags_usage_error(p->prog, "add --model mlp, or drop --hidden",
+                               "--hidden applies only to --model mlp or ncf");
     a.hidden = v[SCALING_HIDDEN].raw;
   }
   /* An absent flag reads NULL or 0: bench_scaling_args' own defaults. */

@@ -58,6 +58,7 @@ usage "--model: unknown model 'nope' (known: " train --model nope
 usage "--hidden: '32,,16' is not a list of positive widths" train --model mlp --hidden 32,,16
 usage "--hidden: '32,-4' is not a list of positive widths" train --model mlp --hidden 32,-4
 usage "--hidden applies only to --model mlp" train --hidden 32
+usage "dtrain bench scaling: --hidden applies only to --model mlp or ncf" bench scaling --model fashioncnn --hidden 8
 usage "--min-lr applies only to --schedule cosine" train --schedule step --min-lr 0.001
 usage "--step-size and --gamma apply only to --schedule step" train --gamma 0.5
 usage "--warmup-epochs and --warmup-steps conflict" train --warmup-epochs 1 --warmup-steps 5
