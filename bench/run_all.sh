@@ -35,9 +35,11 @@ echo
 echo "## step latency: the DDP tutorial's fake-data regression (Linear(20, 1), batch 32, 50 epochs), single and DDP x2: dtrain vs PyTorch"
 DT_BUILD_DIR=$build /usr/bin/python3 "$here/synthetic_vs_torch.py" --reps "${REPS:-3}"
 echo
-echo "## scaling: single vs ddp/dp with 1..2 workers of 1 thread (fashioncnn, mlp)"
-"$build/dtrain" bench scaling --model fashioncnn --max-workers 2
-"$build/dtrain" bench scaling --model mlp --max-workers 2
+echo "## scaling: single vs ddp/dp with 1..2 workers of 1 thread and indep (the machine's ceiling), each row the median of ${REPS:-3} alternated rounds"
+for model in "--model fashioncnn" "--model mlp --hidden 2048,2048" "--model mlp"; do
+  # shellcheck disable=SC2086 # the model flags split into words on purpose
+  "$build/dtrain" bench scaling $model --max-workers 2 --limit-train 19200 --reps "${REPS:-3}"
+done
 echo
 echo "## the store under 1,000 hostile connections: a 2-rank DDP job's throughput and weights, the store's CPU"
 DT_BUILD_DIR=$build /usr/bin/python3 "$here/store_stress.py" --reps "${REPS:-3}"
