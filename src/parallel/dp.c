@@ -45,6 +45,7 @@ struct dt_dp {
   int omp_threads;  /* OpenMP threads of each worker's own parallel regions */
   int blas_pinned;  /* 1: BLAS runs single-threaded while the workers run (see set_blas_for_workers) */
   int assign;       /* this reduce stores the sums in the model's arena (its zero_grad was deferred), not adds them */
+  int first, last;  /* the first and last worker with a slice of this step's batch (set_slices) */
   size_t n_params;
   float loss_scale; /* dlogits *= it before backward (an fp16 loss scaler's scale) */
   float *grads;     /* the model's gradient arena (n_params) */
@@ -127,10 +128,8 @@ static void run_forward(dp_worker *wk) {
 /* For i in [b, e): arena[i] (+)= ((g_first[i] + g_1[i]) + ...) + g_last[i], the contributing workers' gradients
  * in worker order, stored under d->assign, else added. acc is the first contributing worker's arena: it holds
  * the partial sums where more than two workers contribute. */
-static void reduce_span(struct dt_dp *d, int first, float *acc, size_t b, size_t e) {
-  int last = first;
-  for (int w = first + 1; w < d->workers; w++)
-    if (d->w[w].n > 0) last = w;
+static void reduce_span(struct dt_dp *d, float *acc, size_t b, size_t e) {
+  const int first = d->first, last = d->last;
   for (int w = first + 1; w < last; w++) {
     if (d->w[w].n == 0) continue;
     const float *g = dt_model_ctx_grads(d->w[w].ctx);
@@ -149,8 +148,8 @@ static void reduce_span(struct dt_dp *d, int first, float *acc, size_t b, size_t
 }
 
 /* The dense part [b, e) in blocks that stay in cache. */
-static void reduce_dense(struct dt_dp *d, int first, float *acc, size_t b, size_t e) {
-  for (; b < e; b += DP_REDUCE_BLOCK) reduce_span(d, first, acc, b, b + DP_REDUCE_BLOCK < e ? b + DP_REDUCE_BLOCK : e);
+static void reduce_dense(struct dt_dp *d, float *acc, size_t b, size_t e) {
+  for (; b < e; b += DP_REDUCE_BLOCK) reduce_span(d, acc, b, b + DP_REDUCE_BLOCK < e ? b + DP_REDUCE_BLOCK : e);
 }
 
 /* arena[i] (+)= g_0[i] + g_1[i] + ... (workers with a slice, in worker order) for this worker's share
@@ -163,14 +162,8 @@ static void run_reduce(dp_worker *wk) {
   const size_t per = ((d->n_params + (size_t)d->workers - 1) / (size_t)d->workers + 15) & ~(size_t)15;
   const size_t lo = per * (size_t)wk->index;
   const size_t hi = lo + per < d->n_params ? lo + per : d->n_params;
-  int first = -1;
-  for (int w = 0; w < d->workers; w++)
-    if (d->w[w].n > 0) {
-      first = w;
-      break;
-    }
-  if (first < 0 || lo >= hi) return;
-  float *acc = dt_model_ctx_grads(d->w[first].ctx);
+  if (lo >= hi) return;
+  float *acc = dt_model_ctx_grads(d->w[d->first].ctx);
   const dt_model_ctx *mc = dt_model_default_ctx(d->m);
   size_t at = lo;
   for (int k = 0; k < dt_model_num_row_tables(d->m) && at < hi; k++) {
@@ -178,16 +171,16 @@ static void run_reduce(dp_worker *wk) {
     dt_model_ctx_rows(d->m, mc, k, &t);
     const size_t t_lo = t.off, t_hi = t.off + (size_t)(t.rows * t.width), w = (size_t)t.width;
     if (t_hi <= at) continue;
-    reduce_dense(d, first, acc, at, t_lo < hi ? (t_lo > at ? t_lo : at) : hi);
+    reduce_dense(d, acc, at, t_lo < hi ? (t_lo > at ? t_lo : at) : hi);
     const size_t s_lo = lo > t_lo ? lo : t_lo, s_hi = hi < t_hi ? hi : t_hi;
     for (int64_t i = 0; i < t.n; i++) {
       const size_t r0 = t.off + (size_t)t.list[i] * w, r1 = r0 + w;
       const size_t b = r0 > s_lo ? r0 : s_lo, e = r1 < s_hi ? r1 : s_hi;
-      if (b < e) reduce_span(d, first, acc, b, e);
+      if (b < e) reduce_span(d, acc, b, e);
     }
     at = t_hi;
   }
-  if (at < hi) reduce_dense(d, first, acc, at, hi);
+  if (at < hi) reduce_dense(d, acc, at, hi);
 }
 
 /* The row-table rows the workers touched are now non-zero in the model's arena too: its zero_grad and a
@@ -196,9 +189,7 @@ static void run_reduce(dp_worker *wk) {
  * gradients. */
 static void touch_rows(dt_dp *d) {
   dt_model_ctx *mc = dt_model_default_ctx(d->m);
-  int first = -1;
-  for (int w = 0; w < d->workers && first < 0; w++)
-    if (d->w[w].n > 0) first = w;
+  const int first = d->first;
   for (int k = 0; k < dt_model_num_row_tables(d->m); k++)
     for (int w = 0; w < d->workers; w++) {
       if (d->w[w].n == 0) continue;
@@ -402,8 +393,14 @@ static dt_status check_batch(const dt_dp *d, const char *what, int batch) {
   return DT_OK;
 }
 
+/* Every worker's slice, and the first and last with samples (batch >= 1: worker 0 always has some). */
 static void set_slices(dt_dp *d, int batch) {
-  for (int w = 0; w < d->workers; w++) slice_of(batch, d->workers, w, &d->w[w].lo, &d->w[w].n);
+  d->first = 0;
+  d->last = 0;
+  for (int w = 0; w < d->workers; w++) {
+    slice_of(batch, d->workers, w, &d->w[w].lo, &d->w[w].n);
+    if (d->w[w].n > 0) d->last = w;
+  }
 }
 
 dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const void *x, const void *target, int batch, float *loss,

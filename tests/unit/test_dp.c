@@ -253,7 +253,8 @@ TEST(a_deferred_zero_grad_is_overwritten_then_added_to) {
 }
 
 /* The calling thread runs worker 0's part with the workers' share of OpenMP threads, and has its own setting back
- * after every job (its regions outside DP, the evaluation's, use the whole budget). */
+ * after every job (its regions outside DP, the evaluation's, use the whole budget). Checked after an optimizer
+ * step: after a train step OpenBLAS's thread reset (set_blas_for_workers) would set it back whatever DP did. */
 TEST(the_calling_thread_keeps_its_openmp_threads) {
   const int budget = dt_get_threads();
   ASSERT_OK(dt_set_threads(4));
@@ -265,8 +266,7 @@ TEST(the_calling_thread_keeps_its_openmp_threads) {
   float x[MAX_BATCH * SAMPLE_NUMEL];
   int32_t y[MAX_BATCH];
   make_batch(x, y, MAX_BATCH, 11);
-  ASSERT_OK(dp_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL));
-  const int after_train = omp_get_max_threads();
+  ASSERT_OK(dp_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL)); /* (its BLAS reset sets them back anyway) */
   dt_optim_config oc;
   dt_optim_config_default(DT_OPTIM_SGD, &oc);
   dt_optim *o = NULL;
@@ -278,7 +278,6 @@ TEST(the_calling_thread_keeps_its_openmp_threads) {
   dt_model_free(m);
   ASSERT_OK(dt_set_threads(budget));
   ASSERT(own == 4);
-  ASSERT(after_train == own);
   ASSERT(after == own);
 }
 
