@@ -165,20 +165,21 @@ dt_status bench_allreduce_run(const bench_allreduce_args *a) {
   int rank = dt_group_rank(g), world = dt_group_size(g);
   size_t es = dt_dtype_size(a->dtype);
   size_t max_count = a->max_bytes / es;
-  void *send = NULL, *recv = NULL;
+  void *send = NULL, *recv = NULL, *shared = NULL;
   dt_status st = dt_alloc(max_count * es + 64, &send);
   if (st == DT_OK) st = dt_alloc(max_count * es + 64, &recv);
+  if (st == DT_OK && a->shared) st = dt_group_share(g, max_count * es + 64, &shared);
   if (st != DT_OK) goto out;
   if (rank == 0) {
-    printf("# dtrain bench allreduce: %d ranks (%d on this host), backend %s, %s %s, %d iterations after %d warmup\n",
+    printf("# dtrain bench allreduce: %d ranks (%d on this host), backend %s, %s %s, %d iterations after %d warmup%s\n",
            world, dt_group_local_size(g), dt_group_backend(g), type_name(a->dtype), dt_redop_name(a->op), a->iters,
-           a->warmup);
+           a->warmup, a->shared ? ", in place on shared memory" : "");
     print_cpu_line(stdout); /* rank 0's host */
     printf("#%82s%34s\n", "out-of-place", "in-place");
-    printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s %8s\n", "size", "count", "type", "redop", "root",
-           "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "cpu");
-    printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s %8s\n", "(B)", "(elements)", "", "", "", "(us)",
-           "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(s/GB)");
+    printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s %8s %8s\n", "size", "count", "type", "redop",
+           "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "cpu", "cpu-in");
+    printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s %8s %8s\n", "(B)", "(elements)", "", "", "", "(us)",
+           "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(s/GB)", "(s/GB)");
     fflush(stdout);
   }
   double bus_sum = 0;
@@ -190,11 +191,12 @@ dt_status bench_allreduce_run(const bench_allreduce_args *a) {
     double bus_o, bus_i, cpu_o, cpu_i;
     long long w_o = 0, w_i = 0;
     st = run_half(g, send, recv, count, 0, a, &bus_o, &w_o, &cpu_o, oop, sizeof oop);
-    if (st == DT_OK) st = run_half(g, send, recv, count, 1, a, &bus_i, &w_i, &cpu_i, inp, sizeof inp);
+    if (st == DT_OK)
+      st = run_half(g, send, shared ? shared : recv, count, 1, a, &bus_i, &w_i, &cpu_i, inp, sizeof inp);
     if (st != DT_OK) goto out;
     if (rank == 0) {
-      printf(" %11zu %12zu %8s %6s %6d%s%s %8.3f\n", count * es, count, type_name(a->dtype), dt_redop_name(a->op), -1,
-             oop, inp, cpu_o);
+      printf(" %11zu %12zu %8s %6s %6d%s%s %8.3f %8.3f\n", count * es, count, type_name(a->dtype),
+             dt_redop_name(a->op), -1, oop, inp, cpu_o, cpu_i);
       fflush(stdout);
     }
     wrong_total += w_o + w_i;
@@ -213,6 +215,8 @@ dt_status bench_allreduce_run(const bench_allreduce_args *a) {
 out:
   dt_free(send);
   dt_free(recv);
+  dt_group_unshare(g, shared);
   dt_group_destroy(g);
+  dt_shared_free(shared, max_count * es + 64);
   return st;
 }

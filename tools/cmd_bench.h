@@ -16,6 +16,7 @@ typedef struct bench_allreduce_args {
   const char *backend;  /* auto|shm|tcp|mpi */
   const char *master;   /* "host:port" or NULL (from the environment) */
   double timeout_s;     /* 0: DT_TIMEOUT */
+  int shared;           /* the in-place half on memory the ranks share (dt_group_share) */
 } bench_allreduce_args;
 
 /* Runs under dtrun / torchrun / mpirun / srun; rank 0 prints the table.

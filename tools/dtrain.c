@@ -195,7 +195,7 @@ typedef enum train_flag {
   TRAIN_THREADS, TRAIN_SEED,
   TRAIN_OUT, TRAIN_PROGRESS, TRAIN_QUIET,
   TRAIN_STRATEGY, TRAIN_WORKERS, TRAIN_ACCUMULATE, TRAIN_BACKEND, TRAIN_MASTER, TRAIN_BUCKET_CAP_MB,
-  TRAIN_FIRST_BUCKET_MB, TRAIN_BROADCAST_BUFFERS, TRAIN_FIND_UNUSED_PARAMETERS, TRAIN_COMM_HOOK, TRAIN_EMBEDDING_EXCHANGE,
+  TRAIN_FIRST_BUCKET_MB, TRAIN_BROADCAST_BUFFERS, TRAIN_SHARED_GRADS, TRAIN_FIND_UNUSED_PARAMETERS, TRAIN_COMM_HOOK, TRAIN_EMBEDDING_EXCHANGE,
   TRAIN_TIMEOUT, TRAIN_SAVE_EVERY, TRAIN_SAVE_EVERY_STEPS, TRAIN_KEEP, TRAIN_SAVE_ON_INTERRUPT, TRAIN_RESUME,
   TRAIN_ALLOW_DATA_CHANGE, TRAIN_OVERWRITE, TRAIN_TENSORBOARD, TRAIN_TENSORBOARD_ALL_RANKS, TRAIN_LOG_EVERY, TRAIN_TRACE,
   TRAIN_COUNT
@@ -398,6 +398,10 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
     [TRAIN_BROADCAST_BUFFERS] = {"--broadcast-buffers", "on|off", FLAG_CHOICE, "on", "off",
                                  .help = "ddp: broadcast batch-norm statistics from rank 0 before every forward, as "
                                  "PyTorch does", .choices = on_off},
+    [TRAIN_SHARED_GRADS] = {"--shared-grads", "on|off", FLAG_CHOICE, "on", "off",
+                            .help = "ddp: ranks on one host (shm backend) keep their gradients in memory they map "
+                            "from each other, and the all-reduces read them there (off: copied through the "
+                            "backend's buffers)", .choices = on_off},
     [TRAIN_FIND_UNUSED_PARAMETERS] = {"--find-unused-parameters", NULL, FLAG_BOOL, "off", NULL,
                                       .help = "ddp: reduce parameters that got no gradient as zeros instead of "
                                       "failing"},
@@ -444,7 +448,7 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
 static const train_flag sgd_only[] = {TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV};
 static const train_flag adam_only[] = {TRAIN_BETAS, TRAIN_EPS};
 static const train_flag ddp_only[] = {TRAIN_BACKEND, TRAIN_MASTER, TRAIN_BUCKET_CAP_MB, TRAIN_FIRST_BUCKET_MB,
-                                      TRAIN_BROADCAST_BUFFERS, TRAIN_FIND_UNUSED_PARAMETERS, TRAIN_COMM_HOOK,
+                                      TRAIN_BROADCAST_BUFFERS, TRAIN_SHARED_GRADS, TRAIN_FIND_UNUSED_PARAMETERS, TRAIN_COMM_HOOK,
                                       TRAIN_EMBEDDING_EXCHANGE, TRAIN_TIMEOUT};
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -655,6 +659,7 @@ static int train_strategy_flags(const flag_args *p, dt_train_config *cfg) {
   if (v[TRAIN_FIRST_BUCKET_MB].given) cfg->ddp.first_bucket_mb = v[TRAIN_FIRST_BUCKET_MB].f;
   if (v[TRAIN_BUCKET_CAP_MB].given || v[TRAIN_FIRST_BUCKET_MB].given) cfg->ddp.auto_buckets = 0;
   if (v[TRAIN_BROADCAST_BUFFERS].given) cfg->ddp.broadcast_buffers = v[TRAIN_BROADCAST_BUFFERS].choice;
+  if (v[TRAIN_SHARED_GRADS].given) cfg->ddp.shared_grads = v[TRAIN_SHARED_GRADS].choice;
   if (v[TRAIN_FIND_UNUSED_PARAMETERS].given) cfg->ddp.find_unused_parameters = 1;
   if (v[TRAIN_COMM_HOOK].given) cfg->ddp.comm_hook = v[TRAIN_COMM_HOOK].choice;
   if (v[TRAIN_EMBEDDING_EXCHANGE].given) cfg->ddp.rows_exchange = (dt_rows_exchange)v[TRAIN_EMBEDDING_EXCHANGE].choice;
@@ -1109,7 +1114,7 @@ static int cmd_export(const flag_args *p) {
 /* ---- bench ------------------------------------------------------------------ */
 typedef enum bench_flag {
   BENCH_MIN_BYTES, BENCH_MAX_BYTES, BENCH_FACTOR, BENCH_ITERS, BENCH_WARMUP, BENCH_DTYPE, BENCH_OP, BENCH_CHECK,
-  BENCH_BACKEND, BENCH_MASTER, BENCH_TIMEOUT, BENCH_COUNT
+  BENCH_BACKEND, BENCH_MASTER, BENCH_TIMEOUT, BENCH_SHARED, BENCH_COUNT
 } bench_flag;
 
 static const flag_choice dtypes[] = {{"f32", DT_F32}, {"f64", DT_F64}, {"bf16", DT_BF16}, {"f16", DT_F16},
@@ -1136,6 +1141,9 @@ static const flag_spec bench_flags[BENCH_COUNT] = {
                       .help = "rendezvous address (instead of MASTER_ADDR/MASTER_PORT, e.g. under mpirun)"},
     [BENCH_TIMEOUT] = {"--timeout", "SECONDS", FLAG_POS_FLOAT, "DT_TIMEOUT", "60",
                        .help = "deadline of the rendezvous and of each collective"},
+    [BENCH_SHARED] = {"--shared", NULL, FLAG_BOOL, NULL, NULL,
+                      .help = "run the in-place half on memory the ranks share (shm backend), as DDP's gradients are "
+                              "by default"},
 };
 
 static int cmd_bench_allreduce(const flag_args *p) {
@@ -1152,6 +1160,7 @@ static int cmd_bench_allreduce(const flag_args *p) {
       .backend = v[BENCH_BACKEND].given ? v[BENCH_BACKEND].raw : "auto",
       .master = v[BENCH_MASTER].raw,
       .timeout_s = v[BENCH_TIMEOUT].given ? v[BENCH_TIMEOUT].f : 0,
+      .shared = v[BENCH_SHARED].given,
   };
   if (a.min_bytes > a.max_bytes)
     return flags_usage_error(p->prog, "e.g. -b 8 -e 64M", "-b %zu is larger than -e %zu", a.min_bytes, a.max_bytes);
@@ -1331,9 +1340,9 @@ static const command commands[] = {
      "Times all-reduce from -b to -e bytes (x -f per row), out of place and in place, on every\n"
      "rank of the job, and rank 0 prints the nccl-tests table: size, count, type, redop, root,\n"
      "time per call (the slowest rank's), algbw = bytes / time, busbw = algbw * 2(n-1)/n, and\n"
-     "#wrong with --check, and a last column 'cpu': the CPU seconds a rank's process spent per GB\n"
-     "all-reduced out of place (the mean over ranks; a spinning wait counts); then '# Avg bus\n"
-     "bandwidth'. Example:\n"
+     "#wrong with --check, and last columns 'cpu' and 'cpu-in': the CPU seconds a rank's process\n"
+     "spent per GB all-reduced out of place and in place (the mean over ranks; a spinning wait\n"
+     "counts); then '# Avg bus bandwidth'. Example:\n"
      "  dtrun --standalone --nproc-per-node 2 -- dtrain bench allreduce -b 8 -e 64M -f 2 --check",
      bench_flags, BENCH_COUNT, 0, 0, cmd_bench_allreduce},
     {"bench scaling", "the same training with 1..N workers (ddp and dp): speedup and efficiency",

@@ -167,6 +167,26 @@ dt_status dt_reduce_scatter(dt_group *g, const void *send, void *recv, size_t co
                             dt_redop op, dt_work **w);
 dt_status dt_barrier(dt_group *g, dt_work **w);
 
+/* Memory the ranks on one host share. A collective (every rank calls it with
+ * the same bytes, no collective of the group in flight): every rank gets bytes
+ * of zeroed, page-aligned memory of its own in *mem that the other ranks map
+ * too (read only). An all-reduce in place (send == recv) at the same offset of
+ * such memory on every rank then reads the peers' data where it lies: each
+ * rank sums its share of the elements from every rank's memory and copies the
+ * other shares from their owners, instead of copying everything in and out
+ * through the backend's own buffers. DT_UNSUPPORTED (on every rank alike,
+ * naming the rank and the cause) for a one-rank group, a backend other than
+ * shm (tcp, mpi, ranks on several hosts), or memory that could not be shared
+ * (/dev/shm full): use memory of your own then. *mem is the caller's: release
+ * it with dt_shared_free, after dt_group_unshare or the group's destruction. */
+dt_status dt_group_share(dt_group *g, size_t bytes, void **mem);
+/* The group stops reading mem (local; no collective on it may be queued or
+ * running): it unmaps the peers' memory; mem stays mapped and the caller's.
+ * A later all-reduce on mem goes through the backend's buffers. */
+void dt_group_unshare(dt_group *g, void *mem);
+/* Unmaps memory from dt_group_share (bytes as asked). */
+void dt_shared_free(void *mem, size_t bytes);
+
 /* Waits for the work to finish, up to timeout_s (<= 0: until it finishes, which
  * is bounded: every collective fails once it has run for the group's deadline,
  * so a wait behind k queued works lasts at most about k deadlines); returns

@@ -137,6 +137,12 @@ void dt_model_on_grad_ready(dt_model *m, dt_grad_ready_fn fn, void *user);
 float *dt_model_params(dt_model *m, size_t *count);
 float *dt_model_grads(dt_model *m, size_t *count);
 float *dt_model_buffers(dt_model *m, size_t *count);
+/* Moves the gradient arena of the model's own context into mem (n_params
+ * floats, 64-byte aligned, e.g. dt_group_share's memory), the gradients and
+ * deferred zeros as they are. The model uses mem from then on and hands it to
+ * release(mem, bytes) when it is freed or given other memory; what
+ * dt_model_grads returned before is invalid. */
+dt_status dt_model_set_grad_memory(dt_model *m, float *mem, void (*release)(void *mem, size_t bytes));
 size_t dt_model_num_params(const dt_model *m);
 int dt_model_output_size(const dt_model *m);
 const int64_t *dt_model_input_shape(const dt_model *m, int *ndim);

@@ -147,6 +147,10 @@ typedef struct dt_backend_ops {
   dt_status (*barrier)(dt_backend *b, const dt_coll *c);
   void (*abort)(dt_backend *b);
   void (*destroy)(dt_backend *b);
+  /* Optional (NULL: dt_group_share is DT_UNSUPPORTED): memory the ranks map from each other. Called on the
+   * caller's thread with no collective queued or running; share is a collective, unshare is local. */
+  dt_status (*share)(dt_backend *b, size_t bytes, void **mem);
+  void (*unshare)(dt_backend *b, void *mem);
 } dt_backend_ops;
 
 /* Every backend struct starts with this. */
@@ -180,6 +184,11 @@ dt_status dt_backend_hier_new(const dt_backend_ctx *ctx, const int *host_of, dt_
 dt_status dt_backend_mpi_new(const dt_backend_ctx *ctx, dt_backend **out);
 /* 1 if this process was started by mpirun/mpiexec (Open MPI's variables are set). */
 int dt_mpi_launched(void);
+
+/* For tests: the group's backend, and how many all-reduces the shm backend b
+ * ran in place on shared memory (0 for another backend). */
+dt_backend *dt_group_backend_impl(dt_group *g);
+uint64_t dt_backend_shm_shared_allreduces(const dt_backend *b);
 
 /* Runs c on b through the ops table (switch on kind); used by the group and
  * by backends composed of others (hierarchical). */

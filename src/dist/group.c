@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -372,6 +373,28 @@ dt_status dt_reduce_scatter(dt_group *g, const void *send, void *recv, size_t co
                             dt_work **w) {
   dt_coll c = {.kind = DT_COLL_REDUCE_SCATTER, .send = send, .recv = recv, .count = count, .dtype = dtype, .op = op};
   return submit(g, &c, w);
+}
+
+dt_status dt_group_share(dt_group *g, size_t bytes, void **mem) {
+  if (!g || !mem) return dt_error(DT_INVALID_ARGUMENT, "dt_group_share: NULL argument");
+  *mem = NULL;
+  if (g->size == 1) return dt_error(DT_UNSUPPORTED, "dt_group_share: a group of one rank has no one to share with");
+  if (!g->backend->ops->share)
+    return dt_error(DT_UNSUPPORTED, "dt_group_share: the %s backend shares no memory (ranks on several hosts?)",
+                    g->backend_name);
+  /* Every collective issued before has finished on every rank, and the communication thread is idle. */
+  DT_CHECK(dt_barrier(g, NULL));
+  return g->backend->ops->share(g->backend, bytes, mem);
+}
+
+void dt_group_unshare(dt_group *g, void *mem) {
+  if (g && mem && g->backend && g->backend->ops->unshare) g->backend->ops->unshare(g->backend, mem);
+}
+
+dt_backend *dt_group_backend_impl(dt_group *g) { return g ? g->backend : NULL; }
+
+void dt_shared_free(void *mem, size_t bytes) {
+  if (mem) munmap(mem, bytes);
 }
 
 dt_status dt_barrier(dt_group *g, dt_work **w) {

@@ -88,8 +88,9 @@ static void hier_destroy(dt_backend *base) {
   dt_free(b);
 }
 
-static const dt_backend_ops hier_ops = {"shm+tcp", hier_allreduce, hier_broadcast, hier_all,
-                                        hier_all, hier_barrier, hier_abort, hier_destroy};
+static const dt_backend_ops hier_ops = {.name = "shm+tcp", .allreduce = hier_allreduce, .broadcast = hier_broadcast,
+                                        .allgather = hier_all, .reduce_scatter = hier_all, .barrier = hier_barrier,
+                                        .abort = hier_abort, .destroy = hier_destroy};
 
 /* host_of[r] for every rank of ctx (hosts numbered by lowest rank). */
 dt_status dt_backend_hier_new(const dt_backend_ctx *ctx, const int *host_of, dt_backend **out) {

@@ -260,8 +260,9 @@ static void mpi_destroy(dt_backend *base) {
   dt_free(b);
 }
 
-static const dt_backend_ops mpi_ops = {"mpi", mpi_allreduce, mpi_broadcast, mpi_allgather,
-                                       mpi_reduce_scatter, mpi_barrier, mpi_abort_op, mpi_destroy};
+static const dt_backend_ops mpi_ops = {.name = "mpi", .allreduce = mpi_allreduce, .broadcast = mpi_broadcast,
+                                       .allgather = mpi_allgather, .reduce_scatter = mpi_reduce_scatter,
+                                       .barrier = mpi_barrier, .abort = mpi_abort_op, .destroy = mpi_destroy};
 
 dt_status dt_backend_mpi_new(const dt_backend_ctx *ctx, dt_backend **out) {
   if (!dt_mpi_launched())

@@ -28,66 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dist/dist-impl.h"
-
-#define SHM_MAGIC 0x68737464u /* "dtsh" little endian */
-#define SHM_VERSION 1u
-#define SHM_MAX_RANKS 1024
-#define SHM_PAGE 4096
-/* Two cache lines: adjacent-line prefetchers would otherwise couple neighbours. */
-#define SHM_LINE 128
-/* Bytes of one half of a rank's slot (and of the result area): the pipeline
- * chunk. Small enough that slots + result of a few ranks stay in L2/L3, large
- * enough that a sync (~1 us) is noise next to copying it. */
-#define SHM_HALF (512u << 10)
-/* Allreduce up to this many bytes: one sync, every rank reduces all slots. */
-#define SHM_SMALL_MAX (32u << 10)
-/* Waiting: spin this long (s) when every rank has a core, then yield this long,
- * then sleep on the futex in slices of at most SHM_SLICE_S (s). Peers' liveness
- * is checked every SHM_HEALTH_S (s) while waiting. */
-#define SHM_SPIN_S 50e-6
-#define SHM_YIELD_S 1e-3
-#define SHM_YIELD_OVERSUB_S 50e-6
-#define SHM_SLICE_S 0.02
-#define SHM_HEALTH_S 0.02
-
-typedef struct shm_header {
-  uint32_t magic, version;
-  uint32_t size, pad;
-  uint64_t seg_bytes, half_bytes;
-  alignas(SHM_LINE) _Atomic uint32_t mapped; /* ranks that have mapped the segment */
-  alignas(SHM_LINE) _Atomic uint32_t epoch;  /* futex word: bumped to wake sleepers */
-  alignas(SHM_LINE) _Atomic uint32_t sleepers;
-} shm_header;
-
-/* One per rank, written only by that rank. */
-typedef struct shm_ctrl {
-  alignas(SHM_LINE) _Atomic uint64_t arrive; /* syncs this rank has reached */
-  dt_coll_sig sig[2];                        /* collective at sync c, in sig[c % 2] */
-  int32_t pid;
-  _Atomic int32_t gone; /* 1: the rank aborted or destroyed its backend */
-  uint64_t pidns;       /* inode of its PID namespace: its pid means something here only if ours matches */
-} shm_ctrl;
-
-typedef struct shm_backend {
-  dt_backend base;
-  char name[96];
-  void *seg;
-  size_t seg_bytes, half;
-  shm_header *hdr;
-  shm_ctrl *ctrl;
-  char *slots;  /* size ranks x 2 halves */
-  char *result; /* 2 halves */
-  int *global;
-  int *pidfd; /* -1: no pidfd (kernel without pidfd_open): kill(pid, 0) instead */
-  char *nowatch; /* 1: the rank's process cannot be watched (other PID namespace) */
-  const void **srcs;
-  uint64_t syncs; /* syncs this rank has passed */
-  int spin;       /* every rank has a core: spinning briefly pays */
-  double t0;      /* start of the running collective (for the timeout message) */
-  dt_status broken;
-  char broken_msg[256];
-} shm_backend;
+#include "dist/shm-impl.h"
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -211,12 +152,11 @@ static dt_status wait_all(shm_backend *b, const dt_coll *c, uint64_t v) {
   }
 }
 
-/* Arrives at the next sync with this collective's signature, waits for every
- * rank and checks that all of them run the same collective. */
-static dt_status sync_all(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig) {
+dt_status dt_shm_sync(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig, uint64_t place) {
   uint64_t v = b->syncs + 1;
   shm_ctrl *me = &b->ctrl[b->base.rank];
   me->sig[v & 1] = *sig;
+  me->place[v & 1] = place;
   atomic_store_explicit(&me->arrive, v, memory_order_release);
   atomic_thread_fence(memory_order_seq_cst);
   if (atomic_load_explicit(&b->hdr->sleepers, memory_order_relaxed) > 0) wake_all(b);
@@ -226,6 +166,10 @@ static dt_status sync_all(shm_backend *b, const dt_coll *c, const dt_coll_sig *s
   for (int j = 0; j < b->base.size; j++)
     if (j != b->base.rank) DT_CHECK(dt_coll_sig_check(sig, &b->ctrl[j].sig[v & 1], b->global[j]));
   return DT_OK;
+}
+
+static dt_status sync_all(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig) {
+  return dt_shm_sync(b, c, sig, 0);
 }
 
 static dt_status begin(shm_backend *b, const dt_coll *c, dt_coll_sig *sig) {
@@ -253,8 +197,8 @@ static dt_status finish(shm_backend *b, dt_status st) {
   return st;
 }
 
-/* Rank r's share of m elements, in whole 64-byte units (aligned vector loops). */
-static void share(size_t m, size_t es, int n, int r, size_t *off, size_t *len) {
+/* In whole 64-byte units: aligned vector loops, and no two ranks write one cache line. */
+void dt_shm_share_of(size_t m, size_t es, int n, int r, size_t *off, size_t *len) {
   size_t unit = es >= 64 ? 1 : 64 / es, units = (m + unit - 1) / unit, lo, cnt;
   dt_block_of(units, n, r, &lo, &cnt);
   size_t a = lo * unit, e = (lo + cnt) * unit;
@@ -295,7 +239,7 @@ static dt_status allreduce_chunked(shm_backend *b, const dt_coll *c, const dt_co
     }
     if (s >= 1 && s - 1 < chunks) { /* reduce this rank's share of chunk s-1 */
       size_t at = (s - 1) * per, m = c->count - at < per ? c->count - at : per, off, len;
-      share(m, es, n, me, &off, &len);
+      dt_shm_share_of(m, es, n, me, &off, &len);
       for (int j = 0; j < n; j++) b->srcs[j] = slot(b, j, rd) + off * es;
       dt_reduce_many(result(b, wr) + off * es, b->srcs, n, len, c->dtype, c->op);
     }
@@ -313,8 +257,15 @@ static dt_status shm_allreduce(dt_backend *base, const dt_coll *c) {
   dt_coll_sig sig;
   DT_CHECK(begin(b, c, &sig));
   size_t es = dt_dtype_size(c->dtype);
-  dt_status st = c->count * es <= SHM_SMALL_MAX ? allreduce_small(b, c, &sig, es)
-                                                : allreduce_chunked(b, c, &sig, es);
+  if (c->count * es <= SHM_SMALL_MAX) return finish(b, allreduce_small(b, c, &sig, es));
+  if (!b->shared) return finish(b, allreduce_chunked(b, c, &sig, es));
+  /* Memory is shared: every rank says where its buffer lies at a first sync; if all of them have it at the
+   * same place of one region, the sum is read from there; else the slots carry it as usual. */
+  const uint64_t place = dt_shm_place(b, c, c->count * es);
+  dt_status st = dt_shm_sync(b, c, &sig, place);
+  int same = place != 0;
+  for (int j = 0; st == DT_OK && same && j < b->base.size; j++) same = b->ctrl[j].place[b->syncs & 1] == place;
+  if (st == DT_OK) st = same ? dt_shm_allreduce_shared(b, c, &sig, place) : allreduce_chunked(b, c, &sig, es);
   return finish(b, st);
 }
 
@@ -442,7 +393,9 @@ static void shm_destroy(dt_backend *base) {
   if (b->pidfd)
     for (int j = 0; j < b->base.size; j++)
       if (b->pidfd[j] >= 0) close(b->pidfd[j]);
+  dt_shm_regions_free(b);
   if (b->seg) munmap(b->seg, b->seg_bytes);
+  dt_free(b->prefix);
   dt_free(b->pidfd);
   dt_free(b->nowatch);
   dt_free(b->srcs);
@@ -459,7 +412,13 @@ static const dt_backend_ops shm_ops = {
     .barrier = shm_barrier,
     .abort = shm_abort,
     .destroy = shm_destroy,
+    .share = dt_shm_share,
+    .unshare = dt_shm_unshare,
 };
+
+uint64_t dt_backend_shm_shared_allreduces(const dt_backend *b) {
+  return b && b->ops == &shm_ops ? ((const shm_backend *)b)->shared_allreduces : 0;
+}
 
 /* ---- setup ------------------------------------------------------------------ */
 static uint64_t fnv1a(const char *s) {
@@ -515,50 +474,51 @@ static dt_status open_segment(shm_backend *b, const dt_backend_ctx *ctx, const c
   return DT_OK;
 }
 
-static dt_status create_segment(shm_backend *b, const dt_backend_ctx *ctx, const char *key) {
+dt_status dt_shm_create_mapped(char *name, size_t cap, size_t bytes, void **map) {
   /* The name only travels through this job's store, so it can be unique to
-   * this creation: the creator's pid and a nonce follow the tag and prefix
-   * hash. Two jobs with the same tag and prefix (e.g. both without a run id)
-   * then never meet in one segment, and nothing of another job's is ever
-   * unlinked. A name that exists anyway is left alone and another is tried. */
-  size_t stem = strlen(b->name);
+   * this creation: the creator's pid and a nonce follow the stem. Two jobs
+   * with the same stem (e.g. both without a run id) then never meet in one
+   * segment, and nothing of another job's is ever unlinked. A name that
+   * exists anyway is left alone and another is tried. */
+  size_t stem = strlen(name);
   int fd = -1;
   for (int attempt = 0; attempt < 8 && fd < 0; attempt++) {
-    uint64_t nonce = fnv1a(b->name) ^ (uint64_t)(dt_time_now() * 1e9) ^ ((uint64_t)attempt << 40);
-    snprintf(b->name + stem, sizeof b->name - stem, "-%d-%08x", (int)getpid(), (unsigned)(nonce ^ (nonce >> 32)));
-    fd = shm_open(b->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    uint64_t nonce = fnv1a(name) ^ (uint64_t)(dt_time_now() * 1e9) ^ ((uint64_t)attempt << 40);
+    snprintf(name + stem, cap - stem, "-%d-%08x", (int)getpid(), (unsigned)(nonce ^ (nonce >> 32)));
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0 && errno != EEXIST) break;
   }
-  if (fd < 0) return dt_error(DT_IO, "shm: create %s: %s", b->name, strerror(errno));
+  if (fd < 0) return dt_error(DT_IO, "shm: create %s: %s", name, strerror(errno));
   dt_status st = DT_OK;
   int err = 0;
-  if (ftruncate(fd, (off_t)b->seg_bytes) != 0) err = errno;
+  if (ftruncate(fd, (off_t)bytes) != 0) err = errno;
   /* Reserve the pages now: a full /dev/shm is an error here, not a SIGBUS
-   * at the first touch of a slot. */
-  if (!err) err = posix_fallocate(fd, 0, (off_t)b->seg_bytes);
+   * at the first touch. */
+  if (!err) err = posix_fallocate(fd, 0, (off_t)bytes);
   if (err == EOPNOTSUPP || err == EINVAL) err = 0; /* no fallocate on this filesystem: lazily allocated */
   if (err) {
-    st = dt_error(DT_IO, "shm: size %s to %zu bytes: %s (is /dev/shm large enough?)", b->name, b->seg_bytes,
-                  strerror(err));
+    st = dt_error(DT_IO, "shm: size %s to %zu bytes: %s (is /dev/shm large enough?)", name, bytes, strerror(err));
   } else {
-    void *p = mmap(NULL, b->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
-      st = dt_error(DT_IO, "shm: map %s (%zu bytes): %s", b->name, b->seg_bytes, strerror(errno));
+      st = dt_error(DT_IO, "shm: map %s (%zu bytes): %s", name, bytes, strerror(errno));
     else
-      b->seg = p;
+      *map = p;
   }
   close(fd);
-  if (st != DT_OK) {
-    shm_unlink(b->name);
-    return st;
-  }
+  if (st != DT_OK) shm_unlink(name);
+  return st;
+}
+
+static dt_status create_segment(shm_backend *b, const dt_backend_ctx *ctx, const char *key) {
+  DT_CHECK(dt_shm_create_mapped(b->name, sizeof b->name, b->seg_bytes, &b->seg));
   layout(b, ctx->size);
   b->hdr->magic = SHM_MAGIC;
   b->hdr->version = SHM_VERSION;
   b->hdr->size = (uint32_t)ctx->size;
   b->hdr->seg_bytes = b->seg_bytes;
   b->hdr->half_bytes = b->half;
-  st = dt_store_set(ctx->store, key, b->name, strlen(b->name));
+  dt_status st = dt_store_set(ctx->store, key, b->name, strlen(b->name));
   if (st != DT_OK) shm_unlink(b->name);
   return st;
 }
@@ -650,6 +610,12 @@ dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out) {
   }
   tag[tl] = 0;
   snprintf(b->name, sizeof b->name, "/dt-%s-%016llx", tag, (unsigned long long)fnv1a(ctx->prefix));
+  snprintf(b->stem, sizeof b->stem, "%s", b->name);
+  b->store = ctx->store;
+  b->timeout_s = ctx->timeout_s > 0 ? ctx->timeout_s : 300;
+  const size_t prefix_len = strlen(ctx->prefix) + 1;
+  DT_CHECK_GOTO(dt_alloc(prefix_len, (void **)&b->prefix), st, fail);
+  memcpy(b->prefix, ctx->prefix, prefix_len);
   if (snprintf(key, sizeof key, "%s/shm/segment", ctx->prefix) >= (int)sizeof key) {
     st = dt_error(DT_INVALID_ARGUMENT, "shm: store prefix too long (%zu bytes)", strlen(ctx->prefix));
     goto fail;

@@ -771,8 +771,9 @@ static void tcp_destroy(dt_backend *base) {
   dt_free(b);
 }
 
-static const dt_backend_ops tcp_ops = {"tcp",         tcp_allreduce, tcp_broadcast, tcp_allgather,
-                                       tcp_reduce_scatter, tcp_barrier,   tcp_abort,     tcp_destroy};
+static const dt_backend_ops tcp_ops = {.name = "tcp", .allreduce = tcp_allreduce, .broadcast = tcp_broadcast,
+                                       .allgather = tcp_allgather, .reduce_scatter = tcp_reduce_scatter,
+                                       .barrier = tcp_barrier, .abort = tcp_abort, .destroy = tcp_destroy};
 
 /* ---- setup --------------------------------------------------------------------- */
 

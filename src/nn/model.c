@@ -61,6 +61,7 @@ struct dt_model_ctx {
   void *ws_block;
   float *gbuf[2];   /* backward ping-pong (max_batch, largest activation) */
   float *grads;     /* gradient arena, the layout of the parameter arena */
+  void (*grads_release)(void *mem, size_t bytes); /* who frees grads: NULL for dt_free */
   int batch, have_forward, forward_training;
   uint64_t rng_stream, step; /* dropout stream inputs; step counts training forwards */
   dt_grad_ready_fn on_ready;
@@ -552,6 +553,13 @@ fail:
   return st;
 }
 
+static void release_grads(dt_model_ctx *c) {
+  if (c->grads_release)
+    c->grads_release(c->grads, (c->model->n_params ? c->model->n_params : 1) * sizeof(float));
+  else
+    dt_free(c->grads);
+}
+
 void dt_model_ctx_free(dt_model_ctx *c) {
   if (!c) return;
   dt_free(c->amp_scratch);
@@ -561,7 +569,7 @@ void dt_model_ctx_free(dt_model_ctx *c) {
   dt_free(c->rows_block);
   dt_free(c->rows);
   dt_free(c->unset);
-  dt_free(c->grads);
+  release_grads(c);
   dt_free(c->gbuf[1]);
   dt_free(c->gbuf[0]);
   dt_free(c->ws_block);
@@ -922,6 +930,19 @@ float *dt_model_grads(dt_model *m, size_t *count) {
   if (count) *count = m && m->built ? m->n_params : 0;
   return m && m->built ? dt_model_ctx_grads(m->ctx) : NULL;
 }
+dt_status dt_model_set_grad_memory(dt_model *m, float *mem, void (*release)(void *mem, size_t bytes)) {
+  if (!m || !m->built || !mem || !release || ((uintptr_t)mem & 63))
+    return dt_error(DT_INVALID_ARGUMENT, "dt_model_set_grad_memory: %s",
+                    !m || !m->built ? "the model is not built" : "NULL or unaligned memory, or no release");
+  dt_model_ctx *c = m->ctx;
+  if (mem == c->grads) return DT_OK;
+  memcpy(mem, c->grads, (m->n_params ? m->n_params : 1) * sizeof(float));
+  release_grads(c);
+  c->grads = mem;
+  c->grads_release = release;
+  return DT_OK;
+}
+
 float *dt_model_buffers(dt_model *m, size_t *count) {
   if (count) *count = m && m->built ? m->n_buffers : 0;
   return m && m->built ? m->buffers : NULL;

@@ -39,6 +39,7 @@ struct dt_ddp {
   int rank, world;
   float *grads;      /* (n_params) the model's gradient arena */
   size_t n_params;
+  int shared;        /* 1: the arena is memory shared with the other ranks (dt_group_share) */
 
   ddp_tensor *tensors; /* (n_tensors) trainable tensors sorted by offset */
   int n_tensors;
@@ -81,6 +82,7 @@ void dt_ddp_config_default(dt_ddp_config *c) {
   c->broadcast_buffers = 1;
   c->find_unused_parameters = 0;
   c->comm_hook = DT_COMM_HOOK_NONE;
+  c->shared_grads = 1;
 }
 
 /* ---- model identity ------------------------------------------------------------------ */
@@ -242,6 +244,30 @@ static int has_buffers(dt_model *m) {
   for (int i = 0; i < dt_model_num_tensors(m); i++)
     if (dt_model_tensor_info(m, i, &t) == DT_OK && !t.trainable) return 1;
   return 0;
+}
+
+/* Moves the model's gradient arena into memory the other ranks map, so the all-reduces read their gradients
+ * where backward wrote them (dt_group_share); where the group cannot share memory the arena stays as it is. */
+static dt_status share_grads(dt_ddp *d) {
+  const size_t bytes = d->n_params * sizeof(float);
+  void *mem = NULL;
+  dt_status st = dt_group_share(d->g, bytes, &mem);
+  if (st == DT_UNSUPPORTED) {
+    const int shm = strcmp(dt_group_backend(d->g), "shm") == 0;
+    if (shm) DT_LOG_WARN("ddp", "rank %d: gradients go through the backend's buffers: %s", d->rank, dt_last_error());
+    else DT_LOG_INFO("ddp", "rank %d: gradients go through the backend's buffers: %s", d->rank, dt_last_error());
+    return DT_OK;
+  }
+  DT_CHECK(st);
+  st = dt_model_set_grad_memory(d->m, mem, dt_shared_free);
+  if (st != DT_OK) {
+    dt_group_unshare(d->g, mem);
+    dt_shared_free(mem, bytes);
+    return st;
+  }
+  d->grads = mem;
+  d->shared = d->stats.shared_grads = 1;
+  return DT_OK;
 }
 
 /* ---- buckets ------------------------------------------------------------------------- */
@@ -494,6 +520,7 @@ dt_status dt_ddp_new(dt_model *m, dt_group *g, const dt_ddp_config *cfg, dt_ddp 
   d->fresh = 1;
   DT_CHECK_GOTO(check_same_model(g, m), st, fail);
   DT_CHECK_GOTO(broadcast_state(d, 1), st, fail);
+  if (c.shared_grads && d->world > 1 && n_params) DT_CHECK_GOTO(share_grads(d), st, fail);
   DT_CHECK_GOTO(collect_tensors(d), st, fail);
   DT_CHECK_GOTO(lay_buckets(d), st, fail);
   /* as many buckets as tensors at most (a measured layout may have more buckets than the first) */
@@ -511,9 +538,10 @@ dt_status dt_ddp_new(dt_model *m, dt_group *g, const dt_ddp_config *cfg, dt_ddp 
   d->stats.buckets = d->n_buckets;
   dt_model_on_grad_ready(m, on_grad_ready, d);
   d->hooked = 1;
-  DT_LOG_INFO("ddp", "rank %d: %zu parameters in %d buckets (first %.3g MiB, cap %.3g MiB%s), hook %d", d->rank,
+  DT_LOG_INFO("ddp", "rank %d: %zu parameters in %d buckets (first %.3g MiB, cap %.3g MiB%s), hook %d%s", d->rank,
               n_params, d->n_buckets, c.first_bucket_mb, c.bucket_cap_mb,
-              c.auto_buckets ? "; measured layout after the first steps" : "", (int)c.comm_hook);
+              c.auto_buckets ? "; measured layout after the first steps" : "", (int)c.comm_hook,
+              d->shared ? ", gradients in shared memory" : "");
   *out = d;
   return DT_OK;
 fail:
@@ -565,6 +593,7 @@ void dt_ddp_free(dt_ddp *d) {
   /* The communication thread may still use the arena and staging: wait (bounded by the group's deadline). */
   if (d->buckets) (void)wait_launched(d);
   if (d->hooked) dt_model_on_grad_ready(d->m, NULL, NULL);
+  if (d->shared) dt_group_unshare(d->g, d->grads); /* the model keeps the memory */
   dt_free(d->event_off);
   dt_free(d->event_s);
   dt_free(d->done_s);

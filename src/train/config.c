@@ -277,9 +277,9 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
     static const char *const hooks[] = {"none", "bf16", "fp16"};
     STR("backend", c->backend ? c->backend : "auto");
     RAW(",\"bucket_cap_mb\":%g,\"first_bucket_mb\":%g,\"buckets\":\"%s\",\"broadcast_buffers\":%s,"
-        "\"find_unused_parameters\":%s", c->ddp.bucket_cap_mb, c->ddp.first_bucket_mb,
+        "\"shared_grads\":%s,\"find_unused_parameters\":%s", c->ddp.bucket_cap_mb, c->ddp.first_bucket_mb,
         c->ddp.auto_buckets ? "measured" : "fixed", c->ddp.broadcast_buffers ? "true" : "false",
-        c->ddp.find_unused_parameters ? "true" : "false");
+        c->ddp.shared_grads ? "true" : "false", c->ddp.find_unused_parameters ? "true" : "false");
     STR("comm_hook", hooks[c->ddp.comm_hook]);
     if (c->ddp.rows_exchange != DT_ROWS_AUTO) STR("embedding_exchange", c->ddp.rows_exchange == DT_ROWS_SPARSE ? "sparse" : "dense");
   }

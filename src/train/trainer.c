@@ -264,6 +264,7 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
   DT_CHECK(open_schedule(r));
   if (c->resume) DT_CHECK(dt_run_resume(r)); /* rank 0 loads before DDP broadcasts its model */
   DT_CHECK(r->strategy->wrap(r));
+  r->grads = dt_model_grads(r->model, NULL); /* DDP may have moved the arena into shared memory */
   DT_CHECK(dt_run_amp_open(r));
   DT_CHECK(dt_run_resume_optim(r));
   r->history_cap = r->n_history; /* the rows a snapshot brought */

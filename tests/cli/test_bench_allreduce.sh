@@ -29,6 +29,19 @@ for backend in shm tcp; do
   check "$backend: the table names the CPU" grep -qE "^\[rank 0\]: # CPU: .*; avx2[+-] .*; [0-9]+ online CPUs" "$t/out"
 done
 
+# --shared: the in-place half on memory the ranks share, read where it lies (3 ranks: rank 2 reduces aside)
+timeout 120 "$b/dtrun" --standalone --nproc-per-node 3 -- "$b/dtrain" bench allreduce --backend shm --shared \
+  -b 8 -e 8M -f 32 -n 5 -w 1 --check >"$t/out" 2>"$t/err"
+rc=$?
+check "--shared: exit 0, every value right" bash -c "[ $rc -eq 0 ] && grep -q 'Out of bounds values : 0 OK' '$t/out'"
+check "--shared: the banner says so" grep -q "in place on shared memory" "$t/out"
+check "--shared: a positive cpu-in s/GB on every row" awk '/^\[rank 0\]: +[0-9]+ +[0-9]+ +float/ { n++; if (!($NF > 0)) bad++ }
+  END { exit !(n == 5 && !bad) }' "$t/out"
+timeout 60 "$b/dtrun" --standalone --nproc-per-node 2 -- "$b/dtrain" bench allreduce --backend tcp --shared \
+  -b 8 -e 8 >"$t/out" 2>"$t/err"
+rc=$?
+check "--shared on tcp: exit 1 naming the backend" bash -c "[ $rc -ne 0 ] && grep -q 'tcp backend shares no memory' '$t/err'"
+
 for d in f64 bf16 f16 i32 i64; do
   for o in sum avg min max; do
     timeout 60 "$b/dtrun" --standalone --nproc-per-node 2 -- "$b/dtrain" bench allreduce -b 6 -e 4K -f 8 -n 2 -w 0 \

@@ -149,6 +149,21 @@ else
   table_rows "ddp 3 ranks" "$tmp/ddp3.out" 3
 fi
 
+section "ddp: gradients in memory the ranks share give the slot path's bits"
+# 3 ranks (rank 2 reduces its share aside), a fixed layout, shared gradients (the default) and --shared-grads off
+for sg in on off; do
+  dtr "sg$sg" 60 --standalone --nproc-per-node 3 -- "$DTRAIN" train --strategy ddp --epochs 1 --limit-train 960 \
+    --limit-test 100 --bucket-cap-mb 1 --out "$tmp/sg$sg" --progress none --shared-grads $sg
+  [ "$rc" -eq 0 ] || { fail "ddp 3 ranks --shared-grads $sg: exit $rc"; show "sg$sg"; }
+done
+s_on=$(json "$tmp/sgon/summary.json" shared_grads)
+s_off=$(json "$tmp/sgoff/summary.json" shared_grads)
+if [ "$s_on" = true ] && [ "$s_off" = false ] && cmp -s "$tmp/sgon/model.safetensors" "$tmp/sgoff/model.safetensors"; then
+  ok "ddp 3 ranks: shared gradients (summary: shared_grads true, off: false) give the same weights bit for bit"
+else
+  fail "ddp 3 ranks: shared_grads '$s_on' / '$s_off'; weights $(cmp "$tmp/sgon/model.safetensors" "$tmp/sgoff/model.safetensors" 2>&1)"
+fi
+
 # ---- 2: dp ----------------------------------------------------------------------------------
 section "2 dp"
 timeout -k 2 60 "$DTRAIN" train --strategy dp --workers 2 --epochs 1 --limit-train 1500 --limit-test 1001 \

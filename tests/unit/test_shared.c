@@ -1,0 +1,232 @@
+/* Memory the ranks of a group share (dt_group_share) and the all-reduce that
+ * reads it in place: the same bits as the slot path on world sizes 2 to 4 over
+ * dtypes, ops, sizes and offsets; a rank whose buffer is elsewhere falls back;
+ * a share that fails on one rank fails on all of them and leaves the group
+ * usable; tcp and one-rank groups share nothing; a rank that dies is
+ * DT_PEER_LOST, not a hang; nothing is left in /dev/shm. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dist/dist-impl.h"
+#include "dist_fork.h"
+#include "dist_values.h"
+#include "harness.h"
+
+#define RUN_ID "shared"
+#define SHARED_BYTES (3u << 20)
+
+static int next_round;
+
+static df_job job(const char *backend) {
+  return (df_job){.port = df_start_store(RUN_ID), .run_id = RUN_ID, .round = next_round++, .backend = backend,
+                  .timeout_s = 30};
+}
+
+static dt_group *join(df_job *j, int r, int world) {
+  dt_group *g = NULL;
+  if (df_join(j, r, world, &g) != DT_OK) {
+    fprintf(stderr, "rank %d: join: %s\n", r, dt_last_error());
+    return NULL;
+  }
+  return g;
+}
+
+static uint64_t shared_runs(dt_group *g) { return dt_backend_shm_shared_allreduces(dt_group_backend_impl(g)); }
+
+/* Element i of rank r: fractional for floats, so a sum in another order gives other bits. */
+static double value(int r, size_t i, dt_dtype t) {
+  const double v = (double)((int)((i * 7 + (size_t)r * 13) % 23) - 11);
+  return t == DT_I32 || t == DT_I64 ? v : v / 3.0 + (double)r * 0.37;
+}
+
+typedef struct shared_case {
+  dt_dtype t;
+  dt_redop op;
+  size_t count, at; /* elements, and the byte offset into the shared memory */
+} shared_case;
+
+static const shared_case cases[] = {
+    {DT_F32, DT_SUM, 262144, 0},       {DT_F32, DT_AVG, 100003, 4096},   {DT_F32, DT_SUM, 8193, 12},
+    {DT_F64, DT_MAX, 70001, 8},        {DT_BF16, DT_SUM, 300001, 2},     {DT_F16, DT_MIN, 16411, 6},
+    {DT_I32, DT_SUM, 40000, 64},       {DT_I64, DT_MIN, 9000, 256},      {DT_F32, DT_SUM, 786432, 0},
+};
+
+/* Every case in place on the shared memory and on a private copy (the slot path): identical bytes; and each
+ * shared one counted as run from shared memory. */
+static int same_bits_child(df_job *j, int r, int world, void *arg) {
+  (void)arg;
+  dt_group *g = join(j, r, world);
+  if (!g) return 2;
+  void *mem = NULL;
+  int bad = 0;
+  if (dt_group_share(g, SHARED_BYTES, &mem) != DT_OK) {
+    fprintf(stderr, "rank %d: share: %s\n", r, dt_last_error());
+    dt_group_destroy(g);
+    return 3;
+  }
+  char *priv = malloc(SHARED_BYTES);
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0] && !bad; c++) {
+    const shared_case *k = &cases[c];
+    const size_t es = dt_dtype_size(k->t);
+    char *a = (char *)mem + k->at, *b = priv + k->at;
+    for (size_t i = 0; i < k->count; i++) dv_put(a, k->t, i, value(r, i, k->t));
+    memcpy(b, a, k->count * es);
+    const uint64_t before = shared_runs(g);
+    if (dt_allreduce(g, a, a, k->count, k->t, k->op, NULL) != DT_OK ||
+        dt_allreduce(g, b, b, k->count, k->t, k->op, NULL) != DT_OK) {
+      fprintf(stderr, "rank %d case %zu: %s\n", r, c, dt_last_error());
+      bad = 1;
+    } else if (memcmp(a, b, k->count * es) != 0) {
+      fprintf(stderr, "rank %d case %zu (%s %s %zu at %zu): shared and slot results differ\n", r, c,
+              dt_dtype_name(k->t), dt_redop_name(k->op), k->count, k->at);
+      bad = 1;
+    } else if (shared_runs(g) != before + 1) {
+      fprintf(stderr, "rank %d case %zu: %llu all-reduces from shared memory, want 1\n", r, c,
+              (unsigned long long)(shared_runs(g) - before));
+      bad = 1;
+    }
+    /* an integer check against the reference too: the slot path itself must be right */
+    if (!bad && k->t == DT_I32 && dv_get(a, k->t, 5) != dv_reference(k->op, world, 5)) bad = 1;
+  }
+  free(priv);
+  dt_group_unshare(g, mem);
+  dt_group_destroy(g);
+  dt_shared_free(mem, SHARED_BYTES);
+  return bad;
+}
+
+TEST(shared_allreduce_gives_the_slot_paths_bits_world_2_to_4) {
+  for (int world = 2; world <= 4; world++) {
+    df_job j = job("shm");
+    ASSERT_MSG(df_run(&j, world, same_bits_child, NULL) == 0, world == 2 ? "world 2" : world == 3 ? "world 3" : "world 4");
+  }
+}
+
+/* Rank 1's buffer is private (or at another offset): every rank falls back to the slots, with the right sum. */
+static int fallback_child(df_job *j, int r, int world, void *arg) {
+  const int other_offset = *(int *)arg;
+  dt_group *g = join(j, r, world);
+  if (!g) return 2;
+  void *mem = NULL;
+  if (dt_group_share(g, SHARED_BYTES, &mem) != DT_OK) return 3;
+  const size_t n = 200000;
+  float *priv = malloc(n * sizeof(float));
+  float *buf = r != 1 ? (float *)mem : other_offset ? (float *)mem + 16 : priv;
+  for (size_t i = 0; i < n; i++) buf[i] = (float)value(r, i, DT_F32);
+  int bad = dt_allreduce(g, buf, buf, n, DT_F32, DT_SUM, NULL) != DT_OK;
+  for (size_t i = 0; i < n && !bad; i++) {
+    float want = 0;
+    for (int q = 0; q < world; q++) want += (float)value(q, i, DT_F32);
+    if (buf[i] != want) {
+      fprintf(stderr, "rank %d element %zu: %g, want %g\n", r, i, buf[i], want);
+      bad = 1;
+    }
+  }
+  if (shared_runs(g) != 0) bad = 1, fprintf(stderr, "rank %d ran from shared memory\n", r);
+  free(priv);
+  dt_group_unshare(g, mem);
+  dt_group_destroy(g);
+  dt_shared_free(mem, SHARED_BYTES);
+  return bad;
+}
+
+TEST(a_buffer_elsewhere_on_one_rank_goes_through_the_slots) {
+  for (int other_offset = 0; other_offset <= 1; other_offset++) {
+    df_job j = job("shm");
+    ASSERT_MSG(df_run(&j, 3, fallback_child, &other_offset) == 0, other_offset ? "rank 1 at another offset" : "rank 1 private");
+  }
+}
+
+/* After dt_group_unshare the memory is the caller's and all-reduces on it go through the slots. */
+static int unshare_child(df_job *j, int r, int world, void *arg) {
+  (void)arg;
+  dt_group *g = join(j, r, world);
+  if (!g) return 2;
+  void *mem = NULL;
+  if (dt_group_share(g, SHARED_BYTES, &mem) != DT_OK) return 3;
+  float *f = mem;
+  const size_t n = 100000;
+  for (size_t i = 0; i < n; i++) f[i] = 1.0f;
+  int bad = dt_allreduce(g, f, f, n, DT_F32, DT_SUM, NULL) != DT_OK || shared_runs(g) != 1;
+  dt_group_unshare(g, mem);
+  bad |= dt_allreduce(g, f, f, n, DT_F32, DT_SUM, NULL) != DT_OK || shared_runs(g) != 1;
+  bad |= f[0] != (float)(world * world) || f[n - 1] != (float)(world * world);
+  dt_group_destroy(g);
+  dt_shared_free(mem, SHARED_BYTES);
+  return bad;
+}
+
+TEST(unshared_memory_goes_through_the_slots) {
+  df_job j = job("shm");
+  ASSERT_EQ(df_run(&j, 2, unshare_child, NULL), 0);
+}
+
+/* Rank 1 asks for another size: the share fails on every rank, naming the sizes, and the group still works. */
+static int failed_share_child(df_job *j, int r, int world, void *arg) {
+  (void)arg;
+  dt_group *g = join(j, r, world);
+  if (!g) return 2;
+  void *mem = (void *)1;
+  const dt_status st = dt_group_share(g, r == 1 ? 8192 : 4096, &mem);
+  int bad = st != DT_UNSUPPORTED || mem != NULL || !strstr(dt_last_error(), "shares 8192 bytes");
+  if (bad) fprintf(stderr, "rank %d: share gave %d: %s\n", r, (int)st, dt_last_error());
+  double x = 1;
+  bad |= dt_allreduce(g, &x, &x, 1, DT_F64, DT_SUM, NULL) != DT_OK || x != world;
+  dt_group_destroy(g);
+  return bad;
+}
+
+TEST(a_share_failing_on_one_rank_fails_on_all_and_the_group_goes_on) {
+  df_job j = job("shm");
+  ASSERT_EQ(df_run(&j, 3, failed_share_child, NULL), 0);
+}
+
+/* tcp groups and groups of one rank share nothing: DT_UNSUPPORTED on every rank. */
+static int unsupported_child(df_job *j, int r, int world, void *arg) {
+  (void)arg;
+  dt_group *g = join(j, r, world);
+  if (!g) return 2;
+  void *mem = NULL;
+  const int bad = dt_group_share(g, 4096, &mem) != DT_UNSUPPORTED || mem != NULL;
+  if (bad) fprintf(stderr, "%s world %d: share did not say DT_UNSUPPORTED\n", j->backend, world);
+  dt_group_destroy(g);
+  return bad;
+}
+
+TEST(tcp_and_one_rank_groups_share_nothing) {
+  df_job t = job("tcp");
+  ASSERT_EQ(df_run(&t, 2, unsupported_child, NULL), 0);
+  df_job one = job("shm");
+  ASSERT_EQ(df_run(&one, 1, unsupported_child, NULL), 0);
+}
+
+/* Rank 1 exits after the share: rank 0's all-reduce on shared memory is DT_PEER_LOST within the deadline. */
+static int peer_dies_child(df_job *j, int r, int world, void *arg) {
+  (void)arg;
+  dt_group *g = join(j, r, world);
+  if (!g) return 2;
+  void *mem = NULL;
+  if (dt_group_share(g, SHARED_BYTES, &mem) != DT_OK) return 3;
+  if (r == 1) _exit(0);
+  const dt_status st = dt_allreduce(g, mem, mem, 200000, DT_F32, DT_SUM, NULL);
+  const int bad = st != DT_PEER_LOST || !strstr(dt_last_error(), "rank 1");
+  if (bad) fprintf(stderr, "rank 0: all-reduce gave %d: %s\n", (int)st, dt_last_error());
+  dt_group_destroy(g);
+  dt_shared_free(mem, SHARED_BYTES);
+  return bad;
+}
+
+TEST(a_rank_that_dies_is_peer_lost) {
+  df_job j = job("shm");
+  ASSERT_EQ(df_run(&j, 2, peer_dies_child, NULL), 0);
+}
+
+TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
+
+TEST_MAIN(TEST_ENTRY(shared_allreduce_gives_the_slot_paths_bits_world_2_to_4),
+          TEST_ENTRY(a_buffer_elsewhere_on_one_rank_goes_through_the_slots),
+          TEST_ENTRY(unshared_memory_goes_through_the_slots),
+          TEST_ENTRY(a_share_failing_on_one_rank_fails_on_all_and_the_group_goes_on),
+          TEST_ENTRY(tcp_and_one_rank_groups_share_nothing), TEST_ENTRY(a_rank_that_dies_is_peer_lost),
+          TEST_ENTRY(nothing_left_in_dev_shm))
