@@ -205,6 +205,8 @@ dt_status bench_allreduce_run(const bench_allreduce_args *a) {
     size_t next = (size_t)((double)bytes * a->factor);
     bytes = next > bytes ? next : bytes + 1;
   }
+  if (a->shared && rank == 0)
+    printf("# In place on shared memory: %llu all-reduces\n", (unsigned long long)dt_group_shared_allreduces(g));
   if (rank == 0) {
     printf("# Out of bounds values : %lld %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
     printf("# Avg bus bandwidth    : %g \n", rows ? bus_sum / rows : 0.0);

@@ -400,8 +400,8 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                                  "PyTorch does", .choices = on_off},
     [TRAIN_SHARED_GRADS] = {"--shared-grads", "on|off", FLAG_CHOICE, "on", "off",
                             .help = "ddp: ranks on one host (shm backend) keep their gradients in memory they map "
-                            "from each other, and the all-reduces read them there (off: copied through the "
-                            "backend's buffers)", .choices = on_off},
+                            "from each other, and the all-reduces read them there (off, or with --comm-hook: "
+                            "copied through the backend's buffers)", .choices = on_off},
     [TRAIN_FIND_UNUSED_PARAMETERS] = {"--find-unused-parameters", NULL, FLAG_BOOL, "off", NULL,
                                       .help = "ddp: reduce parameters that got no gradient as zeros instead of "
                                       "failing"},

@@ -174,16 +174,19 @@ dt_status dt_barrier(dt_group *g, dt_work **w);
  * such memory on every rank then reads the peers' data where it lies: each
  * rank sums its share of the elements from every rank's memory and copies the
  * other shares from their owners, instead of copying everything in and out
- * through the backend's own buffers. DT_UNSUPPORTED (on every rank alike,
- * naming the rank and the cause) for a one-rank group, a backend other than
- * shm (tcp, mpi, ranks on several hosts), or memory that could not be shared
- * (/dev/shm full): use memory of your own then. *mem is the caller's: release
+ * through the backend's own buffers (each all-reduce above 32 KiB decides
+ * afresh, from where every rank's buffer lies). DT_UNSUPPORTED for a one-rank
+ * group, a backend other than shm (tcp, mpi, ranks on several hosts), or
+ * memory that could not be shared (/dev/shm full; then on every rank alike,
+ * naming the rank and the cause): use memory of your own then. *mem is the caller's: release
  * it with dt_shared_free, after dt_group_unshare or the group's destruction. */
 dt_status dt_group_share(dt_group *g, size_t bytes, void **mem);
-/* The group stops reading mem (local; no collective on it may be queued or
- * running): it unmaps the peers' memory; mem stays mapped and the caller's.
- * A later all-reduce on mem goes through the backend's buffers. */
+/* The group stops reading mem (local; no collective of the group may be
+ * queued or running): it unmaps the peers' memory; mem stays mapped and the
+ * caller's. A later all-reduce on mem goes through the backend's buffers. */
 void dt_group_unshare(dt_group *g, void *mem);
+/* All-reduces this rank has run in place on shared memory so far. */
+uint64_t dt_group_shared_allreduces(const dt_group *g);
 /* Unmaps memory from dt_group_share (bytes as asked). */
 void dt_shared_free(void *mem, size_t bytes);
 

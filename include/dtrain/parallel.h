@@ -50,8 +50,9 @@ typedef struct dt_ddp_config {
   dt_rows_exchange rows_exchange;
   int auto_buckets;           /* 1: after the first steps, lay the buckets out from the measured backward timeline
                                  and all-reduce cost (the caps above are the first steps' layout); 0: the caps' */
-  int shared_grads;           /* 1 (default): where the ranks share a host (shm backend), the gradient arena moves
-                                 into memory they map from each other and the all-reduces read it in place */
+  int shared_grads;           /* 1: where the ranks share a host (shm backend), the gradient arena moves into
+                                 memory they map from each other and the all-reduces read it in place (0 by
+                                 default here, as it moves the arena; the trainer's default is 1) */
 } dt_ddp_config;
 void dt_ddp_config_default(dt_ddp_config *c);
 
@@ -61,8 +62,9 @@ typedef struct dt_ddp dt_ddp;
  * names, shapes: DT_MISMATCH naming the first difference and the rank),
  * broadcasts parameters and buffers from rank 0, lays buckets over the gradient
  * arena in backward order, and hooks the model's gradient-ready events. With
- * shared_grads the model's gradient arena may move (take dt_model_grads after
- * this call); it stays the model's. Free the DDP before its group. */
+ * shared_grads (and no comm hook) the model's gradient arena may move into
+ * shared memory (take dt_model_grads after this call); it stays the model's,
+ * and the DDP must then be freed before its group. */
 dt_status dt_ddp_new(dt_model *m, dt_group *g, const dt_ddp_config *cfg, dt_ddp **out);
 void dt_ddp_free(dt_ddp *d);
 dt_status dt_ddp_before_forward(dt_ddp *d);
@@ -81,6 +83,7 @@ typedef struct dt_ddp_stats {
   int64_t rows_sparse, rows_dense; /* row-table exchanges as touched rows / as the dense table */
   double rows_sparse_bytes, rows_dense_bytes; /* this rank's payload bytes of each */
   int shared_grads;        /* 1: the gradient arena is memory the ranks share (all-reduces read it in place) */
+  uint64_t shared_allreduces; /* all-reduces of the group run in place on shared memory so far */
 } dt_ddp_stats;
 void dt_ddp_get_stats(const dt_ddp *d, dt_ddp_stats *s);
 /* Bucket i: [offset, offset + count) of the gradient arena. */

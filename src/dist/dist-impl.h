@@ -185,9 +185,8 @@ dt_status dt_backend_mpi_new(const dt_backend_ctx *ctx, dt_backend **out);
 /* 1 if this process was started by mpirun/mpiexec (Open MPI's variables are set). */
 int dt_mpi_launched(void);
 
-/* For tests: the group's backend, and how many all-reduces the shm backend b
- * ran in place on shared memory (0 for another backend). */
-dt_backend *dt_group_backend_impl(dt_group *g);
+/* How many all-reduces the shm backend b ran in place on shared memory (0 for
+ * another backend or NULL): dt_group_shared_allreduces. */
 uint64_t dt_backend_shm_shared_allreduces(const dt_backend *b);
 
 /* Runs c on b through the ops table (switch on kind); used by the group and

@@ -391,7 +391,9 @@ void dt_group_unshare(dt_group *g, void *mem) {
   if (g && mem && g->backend && g->backend->ops->unshare) g->backend->ops->unshare(g->backend, mem);
 }
 
-dt_backend *dt_group_backend_impl(dt_group *g) { return g ? g->backend : NULL; }
+uint64_t dt_group_shared_allreduces(const dt_group *g) {
+  return g ? dt_backend_shm_shared_allreduces(g->backend) : 0;
+}
 
 void dt_shared_free(void *mem, size_t bytes) {
   if (mem) munmap(mem, bytes);

@@ -55,6 +55,7 @@ typedef struct shm_ctrl {
 #define SHM_MAX_REGIONS 8
 typedef struct shm_region {
   char *mine;   /* this rank's (the caller's mapping); NULL: free slot */
+  int id;       /* the share that made it (dt_group_share calls are numbered alike on every rank) */
   size_t bytes; /* of each rank's */
   char **peer;  /* (size) every rank's memory as mapped here (read only); peer[rank] = mine */
 } shm_region;
@@ -83,7 +84,6 @@ typedef struct shm_backend {
   char stem[96];          /* "/dt-<tag>-<hash>": segment names start so */
   double timeout_s;       /* of a share's store exchange */
   int shares;             /* dt_group_share calls so far, identical on every rank */
-  int shared;             /* 1 once a share succeeded on every rank: large all-reduces publish their place */
   uint64_t shared_allreduces; /* all-reduces run in place on shared memory (dt_backend_shm_shared_allreduces) */
   shm_region region[SHM_MAX_REGIONS];
 } shm_backend;
@@ -104,11 +104,11 @@ dt_status dt_shm_share(dt_backend *b, size_t bytes, void **mem);
 void dt_shm_unshare(dt_backend *b, void *mem);
 /* Unmaps every region's peer mappings (the backend's destruction; this rank's memory stays the caller's). */
 void dt_shm_regions_free(shm_backend *b);
-/* Where c's buffer lies in shared memory, packed as (region + 1) << 48 | byte offset; 0 unless the all-reduce is
- * in place inside one region. */
+/* Where c's buffer lies in shared memory, packed as (share number + 1) << 48 | byte offset; 0 unless the
+ * all-reduce is in place inside one region. */
 uint64_t dt_shm_place(const shm_backend *b, const dt_coll *c, size_t bytes);
-/* After the sync at which every rank published place (the same on all): each rank reduces its share from every
- * rank's memory into its own, a sync, copies the other shares from their owners, a sync. */
+/* After the sync at which every rank published place (the same on all): the all-reduce read from every rank's
+ * shared memory, one sync per chunk (shm_shared.c). */
 dt_status dt_shm_allreduce_shared(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig, uint64_t place);
 
 

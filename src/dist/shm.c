@@ -226,12 +226,19 @@ static dt_status allreduce_small(shm_backend *b, const dt_coll *c, const dt_coll
   return DT_OK;
 }
 
-static dt_status allreduce_chunked(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig, size_t es) {
+/* Chunk s of the all-reduce into this rank's slot half written in this phase. */
+static void copy_in(shm_backend *b, const dt_coll *c, size_t es, size_t s) {
+  const size_t per = b->half / es, at = s * per, m = c->count - at < per ? c->count - at : per;
+  memcpy(slot(b, b->base.rank, b->syncs + 1), (const char *)c->send + at * es, m * es);
+}
+
+/* The pipeline from step `first` on (step 0, chunk 0 in and a sync, is the caller's). */
+static dt_status allreduce_chunked(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig, size_t es,
+                                  size_t first) {
   int n = b->base.size, me = b->base.rank;
   size_t per = b->half / es, chunks = (c->count + per - 1) / per;
-  const char *send = c->send;
   char *recv = c->recv;
-  for (size_t s = 0; s <= chunks + 1; s++) {
+  for (size_t s = first; s <= chunks + 1; s++) {
     uint64_t rd = b->syncs, wr = rd + 1;
     if (s >= 2) { /* chunk s-2 is reduced: copy it out */
       size_t at = (s - 2) * per, m = c->count - at < per ? c->count - at : per;
@@ -243,10 +250,7 @@ static dt_status allreduce_chunked(shm_backend *b, const dt_coll *c, const dt_co
       for (int j = 0; j < n; j++) b->srcs[j] = slot(b, j, rd) + off * es;
       dt_reduce_many(result(b, wr) + off * es, b->srcs, n, len, c->dtype, c->op);
     }
-    if (s < chunks) {
-      size_t at = s * per, m = c->count - at < per ? c->count - at : per;
-      memcpy(slot(b, me, wr), send + at * es, m * es);
-    }
+    if (s < chunks) copy_in(b, c, es, s);
     if (s <= chunks) DT_CHECK(sync_all(b, c, sig));
   }
   return DT_OK;
@@ -258,14 +262,25 @@ static dt_status shm_allreduce(dt_backend *base, const dt_coll *c) {
   DT_CHECK(begin(b, c, &sig));
   size_t es = dt_dtype_size(c->dtype);
   if (c->count * es <= SHM_SMALL_MAX) return finish(b, allreduce_small(b, c, &sig, es));
-  if (!b->shared) return finish(b, allreduce_chunked(b, c, &sig, es));
-  /* Memory is shared: every rank says where its buffer lies at a first sync; if all of them have it at the
-   * same place of one region, the sum is read from there; else the slots carry it as usual. */
+  /* Step 0: chunk 0 into this rank's slot, and a sync at which every rank also says where its buffer lies in
+   * shared memory (0: nowhere; a rank whose buffer is shared skips the copy). If every rank has it at the same
+   * place of one region, the sum is read from there. Else, if any rank skipped its copy, step 0 is done again
+   * by all, and the slots carry the rest. Every rank decides from the same published places. */
   const uint64_t place = dt_shm_place(b, c, c->count * es);
+  if (!place) copy_in(b, c, es, 0);
   dt_status st = dt_shm_sync(b, c, &sig, place);
-  int same = place != 0;
-  for (int j = 0; st == DT_OK && same && j < b->base.size; j++) same = b->ctrl[j].place[b->syncs & 1] == place;
-  if (st == DT_OK) st = same ? dt_shm_allreduce_shared(b, c, &sig, place) : allreduce_chunked(b, c, &sig, es);
+  int same = place != 0, skipped = 0;
+  for (int j = 0; st == DT_OK && j < b->base.size; j++) {
+    const uint64_t p = b->ctrl[j].place[b->syncs & 1];
+    same &= p == place;
+    skipped |= p != 0;
+  }
+  if (st == DT_OK && same) return finish(b, dt_shm_allreduce_shared(b, c, &sig, place));
+  if (st == DT_OK && skipped) {
+    copy_in(b, c, es, 0);
+    st = sync_all(b, c, &sig);
+  }
+  if (st == DT_OK) st = allreduce_chunked(b, c, &sig, es, 1);
   return finish(b, st);
 }
 

@@ -190,8 +190,8 @@ dt_status dt_shm_share(dt_backend *base, size_t bytes, void **mem) {
     region_free(b, &r);
     return st;
   }
+  r.id = k;
   b->region[slot] = r;
-  b->shared = 1;
   *mem = r.mine;
   DT_LOG_INFO("shm", "rank %d: sharing %zu bytes with %d ranks (region %d)", b->global[b->base.rank], bytes,
               b->base.size, slot);
@@ -205,7 +205,7 @@ uint64_t dt_shm_place(const shm_backend *b, const dt_coll *c, size_t bytes) {
     const shm_region *r = &b->region[k];
     const uintptr_t lo = (uintptr_t)r->mine;
     if (!r->mine || p < lo || p - lo >= r->bytes || bytes > r->bytes - (p - lo)) continue;
-    return ((uint64_t)(k + 1) << PLACE_SHIFT) | (uint64_t)(p - lo);
+    return ((uint64_t)(r->id + 1) << PLACE_SHIFT) | (uint64_t)(p - lo);
   }
   return 0;
 }
@@ -251,7 +251,8 @@ static void copy_theirs(const shm_backend *b, const shm_region *r, size_t at, co
 }
 
 dt_status dt_shm_allreduce_shared(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig, uint64_t place) {
-  const shm_region *r = &b->region[(place >> PLACE_SHIFT) - 1];
+  const shm_region *r = b->region; /* this rank published place: it holds that share */
+  while (!r->mine || (uint64_t)r->id + 1 != place >> PLACE_SHIFT) r++;
   const size_t at = PLACE_OFFSET(place), es = dt_dtype_size(c->dtype);
   const size_t per = b->half / es, chunks = (c->count + per - 1) / per;
   /* In chunks of the slot size, pipelined: in step s this rank reduces its share of chunk s and copies the

@@ -82,7 +82,7 @@ void dt_ddp_config_default(dt_ddp_config *c) {
   c->broadcast_buffers = 1;
   c->find_unused_parameters = 0;
   c->comm_hook = DT_COMM_HOOK_NONE;
-  c->shared_grads = 1;
+  c->shared_grads = 0; /* it moves the arena: a caller's earlier dt_model_grads pointer would dangle */
 }
 
 /* ---- model identity ------------------------------------------------------------------ */
@@ -520,7 +520,9 @@ dt_status dt_ddp_new(dt_model *m, dt_group *g, const dt_ddp_config *cfg, dt_ddp 
   d->fresh = 1;
   DT_CHECK_GOTO(check_same_model(g, m), st, fail);
   DT_CHECK_GOTO(broadcast_state(d, 1), st, fail);
-  if (c.shared_grads && d->world > 1 && n_params) DT_CHECK_GOTO(share_grads(d), st, fail);
+  /* a compression hook all-reduces its staging buffer, not the arena: nothing to share */
+  if (c.shared_grads && c.comm_hook == DT_COMM_HOOK_NONE && d->world > 1 && n_params)
+    DT_CHECK_GOTO(share_grads(d), st, fail);
   DT_CHECK_GOTO(collect_tensors(d), st, fail);
   DT_CHECK_GOTO(lay_buckets(d), st, fail);
   /* as many buckets as tensors at most (a measured layout may have more buckets than the first) */
@@ -677,11 +679,21 @@ static dt_status time_allreduce(dt_ddp *d, float *buf, size_t n, int reps, doubl
 static dt_status measure_cost(dt_ddp *d, double *alpha, double *per_byte) {
   const size_t n = d->n_params < ((size_t)1 << 20) ? (d->n_params ? d->n_params : 1) : (size_t)1 << 20;
   float *buf = NULL;
-  DT_CHECK(dt_alloc_array(n, sizeof *buf, "DDP layout probe", (void **)&buf));
+  /* shared gradients: probe on shared memory too, so the cost is the one the buckets will pay */
+  void *shared = NULL;
+  dt_status st = d->shared ? dt_group_share(d->g, n * sizeof *buf, &shared) : DT_UNSUPPORTED;
+  if (st != DT_OK && st != DT_UNSUPPORTED) return st;
+  if (shared) buf = shared;
+  else DT_CHECK(dt_alloc_array(n, sizeof *buf, "DDP layout probe", (void **)&buf));
   double big = 0;
-  dt_status st = time_allreduce(d, buf, 1, 7, alpha);
+  st = time_allreduce(d, buf, 1, 7, alpha);
   if (st == DT_OK) st = time_allreduce(d, buf, n, 3, &big);
-  dt_free(buf);
+  if (shared) {
+    dt_group_unshare(d->g, shared);
+    dt_shared_free(shared, n * sizeof *buf);
+  } else {
+    dt_free(buf);
+  }
   DT_CHECK(st);
   *per_byte = big > *alpha ? (big - *alpha) / ((double)n * sizeof(float)) : 0.0;
   if (d->bytes_sum > 0) {
@@ -816,6 +828,7 @@ void dt_ddp_get_stats(const dt_ddp *d, dt_ddp_stats *s) {
     return;
   }
   *s = d->stats;
+  s->shared_allreduces = dt_group_shared_allreduces(d->g);
 }
 
 dt_status dt_ddp_bucket(const dt_ddp *d, int i, size_t *offset, size_t *count) {

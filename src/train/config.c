@@ -24,6 +24,7 @@ void dt_train_config_default(dt_train_config *cfg) {
   cfg->strategy = DT_STRATEGY_SINGLE;
   cfg->accumulate = 1;
   dt_ddp_config_default(&cfg->ddp);
+  cfg->ddp.shared_grads = 1; /* the trainer takes dt_model_grads after wrapping */
   cfg->ddp.auto_buckets = 1; /* --bucket-cap-mb or --first-bucket-mb choose PyTorch's fixed layout */
   cfg->backend = "auto";
   cfg->keep = 3;

@@ -35,6 +35,7 @@ timeout 120 "$b/dtrun" --standalone --nproc-per-node 3 -- "$b/dtrain" bench allr
 rc=$?
 check "--shared: exit 0, every value right" bash -c "[ $rc -eq 0 ] && grep -q 'Out of bounds values : 0 OK' '$t/out'"
 check "--shared: the banner says so" grep -q "in place on shared memory" "$t/out"
+check "--shared: all-reduces ran in place on shared memory" grep -qE "# In place on shared memory: [1-9][0-9]* all-reduces" "$t/out"
 check "--shared: a positive cpu-in s/GB on every row" awk '/^\[rank 0\]: +[0-9]+ +[0-9]+ +float/ { n++; if (!($NF > 0)) bad++ }
   END { exit !(n == 5 && !bad) }' "$t/out"
 timeout 60 "$b/dtrun" --standalone --nproc-per-node 2 -- "$b/dtrain" bench allreduce --backend tcp --shared \

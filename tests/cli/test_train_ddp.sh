@@ -158,10 +158,13 @@ for sg in on off; do
 done
 s_on=$(json "$tmp/sgon/summary.json" shared_grads)
 s_off=$(json "$tmp/sgoff/summary.json" shared_grads)
-if [ "$s_on" = true ] && [ "$s_off" = false ] && cmp -s "$tmp/sgon/model.safetensors" "$tmp/sgoff/model.safetensors"; then
-  ok "ddp 3 ranks: shared gradients (summary: shared_grads true, off: false) give the same weights bit for bit"
+n_on=$(json "$tmp/sgon/summary.json" shared_allreduces)
+n_off=$(json "$tmp/sgoff/summary.json" shared_allreduces)
+if [ "$s_on" = true ] && [ "$s_off" = false ] && [ "${n_on:-0}" -gt 0 ] && [ "$n_off" = 0 ] &&
+  cmp -s "$tmp/sgon/model.safetensors" "$tmp/sgoff/model.safetensors"; then
+  ok "ddp 3 ranks: $n_on all-reduces read shared gradients in place (off: none), the same weights bit for bit"
 else
-  fail "ddp 3 ranks: shared_grads '$s_on' / '$s_off'; weights $(cmp "$tmp/sgon/model.safetensors" "$tmp/sgoff/model.safetensors" 2>&1)"
+  fail "ddp 3 ranks: shared_grads '$s_on' / '$s_off', in place '$n_on' / '$n_off'; weights $(cmp "$tmp/sgon/model.safetensors" "$tmp/sgoff/model.safetensors" 2>&1)"
 fi
 
 # ---- 2: dp ----------------------------------------------------------------------------------

@@ -96,6 +96,7 @@ typedef struct run_cfg {
   int same_data;      /* every rank trains on the same samples */
   int no_optim;       /* stop after the first step's gradients (compare gradients) */
   int auto_buckets;   /* the measured layout (from step 4 on) */
+  int shared;         /* gradients in memory the ranks share (shared_grads) */
 } run_cfg;
 
 /* Samples of step s: a batch of accum * world * b; micro-step k of rank r takes
@@ -131,6 +132,7 @@ static dt_status ddp_train(dt_group *g, const run_cfg *c, float **out, size_t *n
   if (c->first_mb > 0) dc.first_bucket_mb = c->first_mb;
   dc.comm_hook = c->hook;
   dc.auto_buckets = c->auto_buckets;
+  dc.shared_grads = c->shared;
   x = malloc((size_t)batch * (size_t)numel * sizeof(float));
   y = malloc((size_t)batch * sizeof(int32_t));
   dl = malloc((size_t)c->b * CLASSES * sizeof(float));
@@ -268,6 +270,13 @@ static int equiv_child(df_job *j, int r, int world, void *arg) {
                 (long long)stats.steps, stats.buckets, stats.bytes, stats.comm_s, stats.wait_s);
         bad = 5;
       }
+      /* shared where asked (on shm), and then read in place: some bucket is above 32 KiB if the model is 64 */
+      const int want_shared = c->shared && strcmp(j->backend, "shm") == 0 && world > 1;
+      if (stats.shared_grads != want_shared || (want_shared && n * 4 > (64u << 10)) != (stats.shared_allreduces > 0)) {
+        fprintf(stderr, "rank %d run %d: shared_grads %d, %llu all-reduces in place\n", r, i, stats.shared_grads,
+                (unsigned long long)stats.shared_allreduces);
+        bad = 7;
+      }
       if (i == 0) {
         first = got;
         got = NULL;
@@ -338,6 +347,25 @@ TEST(bucket_caps_change_nothing_but_the_layout) {
                             {.kind = MLP, .b = 8, .accum = 1, .steps = 5, .dscale = 1, .cap_mb = 1000, .first_mb = 1000}},
                    .n_runs = 3, .tol = 1e-5, .cross_tol = 1e-6};
   ASSERT_EQ(run_job(2, equiv_child, &ec, 30), 0);
+}
+
+/* Gradients in memory the ranks share give the slot path's bits: world 2 and 3 (rank 2 reduces its share aside),
+ * the 1.9 MB mlp (all-reduces in place) and the small conv, each beside the same run through the slots; on tcp
+ * nothing is shared and nothing changes. */
+TEST(shared_gradients_give_the_slot_paths_bits) {
+  for (int world = 2; world <= 3; world++) {
+    equiv_case ec = {.runs = {{.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 4, .dscale = 1},
+                              {.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 4, .dscale = 1, .shared = 1}},
+                     .n_runs = 2, .tol = 1e-5, .cross_tol = 0};
+    ASSERT_EQ(run_job(world, equiv_child, &ec, 30), 0);
+    equiv_case conv = {.runs = {{.kind = CONV, .b = 4, .accum = 2, .steps = 3, .dscale = 1},
+                                {.kind = CONV, .b = 4, .accum = 2, .steps = 3, .dscale = 1, .shared = 1}},
+                       .n_runs = 2, .tol = 1e-5, .cross_tol = 0};
+    ASSERT_EQ(run_job(world, equiv_child, &conv, 30), 0);
+  }
+  equiv_case tcp = {.runs = {{.kind = MLP, .b = 4, .accum = 1, .steps = 3, .dscale = 1, .shared = 1}}, .n_runs = 1,
+                    .tol = 1e-5, .cross_tol = -1};
+  ASSERT_EQ(run_job_on("tcp", 2, equiv_child, &tcp, 30), 0);
 }
 
 /* Layouts on one rank: buckets tile the arena in order, end on tensor boundaries, respect the caps. */
@@ -770,7 +798,7 @@ TEST(unused_parameters_and_misuse) { ASSERT_EQ(run_job(2, unused_child, NULL, 30
 
 TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
 
-TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(no_sync_accumulates_like_one_large_batch),
+TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(shared_gradients_give_the_slot_paths_bits), TEST_ENTRY(no_sync_accumulates_like_one_large_batch),
           TEST_ENTRY(measured_layout_equals_whole_batch), TEST_ENTRY(bucket_caps_change_nothing_but_the_layout),
           TEST_ENTRY(bucket_layouts_tile_the_arena), TEST_ENTRY(all_reduce_overlaps_backward),
           TEST_ENTRY(measured_layout_overlaps_backward), TEST_ENTRY(model_mismatch_is_named_and_state_is_broadcast),

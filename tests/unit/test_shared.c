@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include "dist/dist-impl.h"
 #include "dist_fork.h"
 #include "dist_values.h"
@@ -32,7 +34,7 @@ static dt_group *join(df_job *j, int r, int world) {
   return g;
 }
 
-static uint64_t shared_runs(dt_group *g) { return dt_backend_shm_shared_allreduces(dt_group_backend_impl(g)); }
+static uint64_t shared_runs(dt_group *g) { return dt_group_shared_allreduces(g); }
 
 /* Element i of rank r: fractional for floats, so a sum in another order gives other bits. */
 static double value(int r, size_t i, dt_dtype t) {
@@ -103,6 +105,24 @@ TEST(shared_allreduce_gives_the_slot_paths_bits_world_2_to_4) {
   }
 }
 
+/* Sums n floats of value(rank, i) at buf in place and checks the result; 0 if right. */
+static int sum_checked(dt_group *g, float *buf, size_t n, int r, int world) {
+  for (size_t i = 0; i < n; i++) buf[i] = (float)value(r, i, DT_F32);
+  if (dt_allreduce(g, buf, buf, n, DT_F32, DT_SUM, NULL) != DT_OK) {
+    fprintf(stderr, "rank %d: %s\n", r, dt_last_error());
+    return 1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    float want = 0;
+    for (int q = 0; q < world; q++) want += (float)value(q, i, DT_F32);
+    if (buf[i] != want) {
+      fprintf(stderr, "rank %d element %zu: %g, want %g\n", r, i, buf[i], want);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 /* Rank 1's buffer is private (or at another offset): every rank falls back to the slots, with the right sum. */
 static int fallback_child(df_job *j, int r, int world, void *arg) {
   const int other_offset = *(int *)arg;
@@ -112,17 +132,7 @@ static int fallback_child(df_job *j, int r, int world, void *arg) {
   if (dt_group_share(g, SHARED_BYTES, &mem) != DT_OK) return 3;
   const size_t n = 200000;
   float *priv = malloc(n * sizeof(float));
-  float *buf = r != 1 ? (float *)mem : other_offset ? (float *)mem + 16 : priv;
-  for (size_t i = 0; i < n; i++) buf[i] = (float)value(r, i, DT_F32);
-  int bad = dt_allreduce(g, buf, buf, n, DT_F32, DT_SUM, NULL) != DT_OK;
-  for (size_t i = 0; i < n && !bad; i++) {
-    float want = 0;
-    for (int q = 0; q < world; q++) want += (float)value(q, i, DT_F32);
-    if (buf[i] != want) {
-      fprintf(stderr, "rank %d element %zu: %g, want %g\n", r, i, buf[i], want);
-      bad = 1;
-    }
-  }
+  int bad = sum_checked(g, r != 1 ? (float *)mem : other_offset ? (float *)mem + 16 : priv, n, r, world);
   if (shared_runs(g) != 0) bad = 1, fprintf(stderr, "rank %d ran from shared memory\n", r);
   free(priv);
   dt_group_unshare(g, mem);
@@ -162,7 +172,8 @@ TEST(unshared_memory_goes_through_the_slots) {
   ASSERT_EQ(df_run(&j, 2, unshare_child, NULL), 0);
 }
 
-/* Rank 1 asks for another size: the share fails on every rank, naming the sizes, and the group still works. */
+/* Rank 1 asks for another size: the share fails on every rank, naming the sizes; the group still works, large
+ * all-reduces included, and a later share succeeds. */
 static int failed_share_child(df_job *j, int r, int world, void *arg) {
   (void)arg;
   dt_group *g = join(j, r, world);
@@ -173,6 +184,18 @@ static int failed_share_child(df_job *j, int r, int world, void *arg) {
   if (bad) fprintf(stderr, "rank %d: share gave %d: %s\n", r, (int)st, dt_last_error());
   double x = 1;
   bad |= dt_allreduce(g, &x, &x, 1, DT_F64, DT_SUM, NULL) != DT_OK || x != world;
+  const size_t n = 100000;
+  float *priv = malloc(n * sizeof(float));
+  bad |= sum_checked(g, priv, n, r, world);
+  free(priv);
+  if (dt_group_share(g, n * sizeof(float), &mem) != DT_OK) {
+    fprintf(stderr, "rank %d: the second share: %s\n", r, dt_last_error());
+    bad = 1;
+  } else {
+    bad |= sum_checked(g, mem, n, r, world) || shared_runs(g) != 1;
+    dt_group_unshare(g, mem);
+    dt_shared_free(mem, n * sizeof(float));
+  }
   dt_group_destroy(g);
   return bad;
 }
@@ -180,6 +203,29 @@ static int failed_share_child(df_job *j, int r, int world, void *arg) {
 TEST(a_share_failing_on_one_rank_fails_on_all_and_the_group_goes_on) {
   df_job j = job("shm");
   ASSERT_EQ(df_run(&j, 3, failed_share_child, NULL), 0);
+}
+
+/* Rank 0 unshares the first region, then both share a second: rank 0 sums on the second, rank 1 on the first
+ * (the same offset). The shares differ, so the slots carry it, with the right sum. */
+static int one_sided_child(df_job *j, int r, int world, void *arg) {
+  (void)arg;
+  dt_group *g = join(j, r, world);
+  if (!g) return 2;
+  void *a = NULL, *b = NULL;
+  if (dt_group_share(g, SHARED_BYTES, &a) != DT_OK) return 3;
+  if (r == 0) dt_group_unshare(g, a);
+  if (dt_group_share(g, SHARED_BYTES, &b) != DT_OK) return 4;
+  int bad = sum_checked(g, r == 0 ? b : a, 200000, r, world);
+  if (shared_runs(g) != 0) bad = 1, fprintf(stderr, "rank %d read another share's memory\n", r);
+  dt_group_destroy(g);
+  dt_shared_free(a, SHARED_BYTES);
+  dt_shared_free(b, SHARED_BYTES);
+  return bad;
+}
+
+TEST(different_shares_at_the_same_offset_go_through_the_slots) {
+  df_job j = job("shm");
+  ASSERT_EQ(df_run(&j, 2, one_sided_child, NULL), 0);
 }
 
 /* tcp groups and groups of one rank share nothing: DT_UNSUPPORTED on every rank. */
@@ -222,11 +268,55 @@ TEST(a_rank_that_dies_is_peer_lost) {
   ASSERT_EQ(df_run(&j, 2, peer_dies_child, NULL), 0);
 }
 
+typedef struct forever_arg {
+  dt_group *g;
+  void *mem;
+} forever_arg;
+
+static void *sum_forever(void *p) {
+  forever_arg *f = p;
+  while (dt_allreduce(f->g, f->mem, f->mem, SHARED_BYTES / 4, DT_F32, DT_SUM, NULL) == DT_OK) {
+  }
+  return NULL;
+}
+
+/* Rank 1 exits while its all-reduces on shared memory run (in the middle of one, most likely): rank 0's fail
+ * with DT_PEER_LOST naming it, within the deadline. */
+static int dies_mid_pipeline_child(df_job *j, int r, int world, void *arg) {
+  (void)arg;
+  dt_group *g = join(j, r, world);
+  if (!g) return 2;
+  forever_arg f = {.g = g};
+  if (dt_group_share(g, SHARED_BYTES, &f.mem) != DT_OK) return 3;
+  if (r == 1) {
+    pthread_t t;
+    pthread_create(&t, NULL, sum_forever, &f);
+    usleep(100 * 1000);
+    _exit(0);
+  }
+  dt_status st;
+  while ((st = dt_allreduce(g, f.mem, f.mem, SHARED_BYTES / 4, DT_F32, DT_SUM, NULL)) == DT_OK) {
+  }
+  const int bad = st != DT_PEER_LOST || !strstr(dt_last_error(), "rank 1") || shared_runs(g) == 0;
+  if (bad) fprintf(stderr, "rank 0: gave %d after %llu shared all-reduces: %s\n", (int)st,
+                   (unsigned long long)shared_runs(g), dt_last_error());
+  dt_group_destroy(g);
+  dt_shared_free(f.mem, SHARED_BYTES);
+  return bad;
+}
+
+TEST(a_rank_that_dies_mid_pipeline_is_peer_lost) {
+  df_job j = job("shm");
+  ASSERT_EQ(df_run(&j, 2, dies_mid_pipeline_child, NULL), 0);
+}
+
 TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
 
 TEST_MAIN(TEST_ENTRY(shared_allreduce_gives_the_slot_paths_bits_world_2_to_4),
           TEST_ENTRY(a_buffer_elsewhere_on_one_rank_goes_through_the_slots),
           TEST_ENTRY(unshared_memory_goes_through_the_slots),
           TEST_ENTRY(a_share_failing_on_one_rank_fails_on_all_and_the_group_goes_on),
+          TEST_ENTRY(different_shares_at_the_same_offset_go_through_the_slots),
           TEST_ENTRY(tcp_and_one_rank_groups_share_nothing), TEST_ENTRY(a_rank_that_dies_is_peer_lost),
+          TEST_ENTRY(a_rank_that_dies_mid_pipeline_is_peer_lost),
           TEST_ENTRY(nothing_left_in_dev_shm))
