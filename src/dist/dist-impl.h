@@ -93,6 +93,11 @@ typedef struct dt_coll {
   dt_redop op;
   int root;         /* broadcast: root rank within the backend's ranks */
   double deadline;  /* absolute, dt_time_now() clock */
+  /* DT_AVG all-reduce: the group divides the result by divisor (the group's size) after the backend returns,
+   * unless the backend did so itself (with dt_reduce_scale, in cache as it reduces) and set *divided = 1.
+   * divided NULL: the backend must not divide. */
+  int divisor;
+  int *divided;
 } dt_coll;
 
 /* What ranks compare to detect a mismatch: fixed 32 bytes, little endian. */

@@ -142,8 +142,11 @@ static void work_run(dt_group *g, dt_work *w) {
   const double trace_t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
   double t0 = dt_time_now();
   c.deadline = t0 + g->timeout_s;
+  int divided = 0;
+  c.divisor = w->divisor;
+  c.divided = c.kind == DT_COLL_ALLREDUCE && w->divisor > 1 ? &divided : NULL;
   dt_status s = g->size == 1 ? run_alone(&c) : dt_backend_run(g->backend, &c);
-  if (s == DT_OK && w->divisor > 1) {
+  if (s == DT_OK && w->divisor > 1 && !divided) {
     if (c.kind == DT_COLL_ALLREDUCE) {
       dt_reduce_scale(c.recv, c.count, c.dtype, w->divisor);
     } else {

@@ -21,6 +21,8 @@ typedef struct hier_backend {
 static dt_coll sub(const dt_coll *c, dt_coll_kind kind, const void *send, void *recv, int root) {
   dt_coll s = *c;
   s.kind = kind;
+  s.divisor = 1; /* the parts are sums: the group divides the whole */
+  s.divided = NULL;
   s.send = send;
   s.recv = recv;
   s.root = root;

@@ -99,6 +99,12 @@ void dt_shm_share_of(size_t m, size_t es, int n, int r, size_t *off, size_t *len
  * reserved, and maps it read-write into *map. The name stays linked: the caller unlinks it. */
 dt_status dt_shm_create_mapped(char *name, size_t cap, size_t bytes, void **map);
 
+/* A DT_AVG all-reduce's n elements at p divided as the group would (if it lets the backend): in cache, where
+ * they were just reduced. */
+static inline void dt_shm_divide(const dt_coll *c, void *p, size_t n) {
+  if (c->divided && c->divisor > 1) dt_reduce_scale(p, n, c->dtype, c->divisor);
+}
+
 /* ---- shm_shared.c ---- */
 dt_status dt_shm_share(dt_backend *b, size_t bytes, void **mem);
 void dt_shm_unshare(dt_backend *b, void *mem);

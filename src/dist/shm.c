@@ -223,6 +223,7 @@ static dt_status allreduce_small(shm_backend *b, const dt_coll *c, const dt_coll
   /* Every rank reduces the slots in rank order: identical bits everywhere. */
   for (int j = 0; j < n; j++) b->srcs[j] = slot(b, j, h);
   dt_reduce_many(c->recv, b->srcs, n, c->count, c->dtype, c->op);
+  dt_shm_divide(c, c->recv, c->count);
   return DT_OK;
 }
 
@@ -249,6 +250,7 @@ static dt_status allreduce_chunked(shm_backend *b, const dt_coll *c, const dt_co
       dt_shm_share_of(m, es, n, me, &off, &len);
       for (int j = 0; j < n; j++) b->srcs[j] = slot(b, j, rd) + off * es;
       dt_reduce_many(result(b, wr) + off * es, b->srcs, n, len, c->dtype, c->op);
+      dt_shm_divide(c, result(b, wr) + off * es, len);
     }
     if (s < chunks) copy_in(b, c, es, s);
     if (s <= chunks) DT_CHECK(sync_all(b, c, sig));
@@ -261,6 +263,7 @@ static dt_status shm_allreduce(dt_backend *base, const dt_coll *c) {
   dt_coll_sig sig;
   DT_CHECK(begin(b, c, &sig));
   size_t es = dt_dtype_size(c->dtype);
+  if (c->divided) *c->divided = 1; /* every path below divides as it reduces (the group ignores it on failure) */
   if (c->count * es <= SHM_SMALL_MAX) return finish(b, allreduce_small(b, c, &sig, es));
   /* Step 0: chunk 0 into this rank's slot, and a sync at which every rank also says where its buffer lies in
    * shared memory (0: nowhere; a rank whose buffer is shared skips the copy). If every rank has it at the same

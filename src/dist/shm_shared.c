@@ -238,6 +238,7 @@ static void reduce_mine(shm_backend *b, const shm_region *r, size_t at, const dt
   const size_t from = at + (c0 + off) * es;
   for (int j = 0; j < b->base.size; j++) b->srcs[j] = r->peer[j] + from;
   reduce_own(b, (char *)c->recv + (c0 + off) * es, len, c, es);
+  dt_shm_divide(c, (char *)c->recv + (c0 + off) * es, len);
 }
 
 /* Chunk [c0, c0 + m): the other ranks' reduced shares copied from their memory into this rank's. */

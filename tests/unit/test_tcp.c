@@ -141,7 +141,8 @@ typedef struct ctx_run {
 
 static dt_status run(ctx_run *x, dt_coll_kind kind, const void *send, void *recv, size_t count, dt_dtype t,
                      dt_redop op, int root) {
-  dt_coll c = {kind, ++x->seq, send, recv, count, t, op, root, dt_time_now() + 30};
+  dt_coll c = {.kind = kind, .seq = ++x->seq, .send = send, .recv = recv, .count = count, .dtype = t, .op = op,
+               .root = root, .deadline = dt_time_now() + 30};
   return dt_backend_run(x->b, &c);
 }
 
@@ -243,7 +244,8 @@ static int rank_sweep(dt_backend *b, int rank, int size, void *arg) {
   for (int ip = 0; ip < 2 && !fail; ip++) fail = sweep_one(x, DT_F32, big, ip, a, c);
   if (!fail) fail = sweep_one(x, DT_BF16, big + 3, 0, a, c);
   for (int i = 0; i < 3 && !fail; i++) {
-    dt_coll bar = {DT_COLL_BARRIER, ++x->seq, NULL, NULL, 0, DT_F32, DT_SUM, 0, dt_time_now() + 30};
+    dt_coll bar = {.kind = DT_COLL_BARRIER, .seq = ++x->seq, .send = NULL, .recv = NULL, .count = 0, .dtype = DT_F32,
+                   .op = DT_SUM, .root = 0, .deadline = dt_time_now() + 30};
     dt_status st = dt_backend_run(b, &bar);
     if (st != DT_OK) fprintf(stderr, "rank %d: barrier: %s %s\n", rank, dt_status_name(st), dt_last_error()), fail = 1;
   }
@@ -328,7 +330,8 @@ static int rank_lowat(dt_backend *b, int rank, int size, void *arg) {
     fail = compare(x, "allreduce", t, DT_SUM, 1, a, big, 0, want_reduced, 0);
     one = (float)dv_input(rank, 5);
     count = 1;
-    dt_coll c = {DT_COLL_ALLREDUCE, ++x->seq, &one, &one, 1, t, DT_SUM, 0, dt_time_now() + 2};
+    dt_coll c = {.kind = DT_COLL_ALLREDUCE, .seq = ++x->seq, .send = &one, .recv = &one, .count = 1, .dtype = t,
+                 .op = DT_SUM, .root = 0, .deadline = dt_time_now() + 2};
     double t0 = dt_time_now();
     CHECK_RUN(dt_backend_run(b, &c), "tiny allreduce after a large one");
     double took = dt_time_now() - t0;
@@ -359,7 +362,8 @@ static int rank_tiny_order(dt_backend *b, int rank, int size, void *arg) {
     want[i] = 1.0f / (float)(3 + i);
     for (int q = 1; q < size; q++) want[i] += 1.0f / (float)(q + 3 + i);
   }
-  dt_coll c = {DT_COLL_ALLREDUCE, 1, v, v, 5, DT_F32, DT_SUM, 0, dt_time_now() + 10};
+  dt_coll c = {.kind = DT_COLL_ALLREDUCE, .seq = 1, .send = v, .recv = v, .count = 5, .dtype = DT_F32, .op = DT_SUM,
+               .root = 0, .deadline = dt_time_now() + 10};
   if (dt_backend_run(b, &c) != DT_OK) return fprintf(stderr, "rank %d: %s\n", rank, dt_last_error()), 1;
   for (int i = 0; i < 5; i++)
     if (memcmp(&v[i], &want[i], sizeof v[i]) != 0) {
@@ -382,7 +386,8 @@ TEST(tiny_allreduces_reduce_in_rank_order) {
  * signatures, a neighbour's, or a peer that failed first), so this guards the outcome, not one check. */
 static int rank_tiny_mismatch(dt_backend *b, int rank, int size, void *arg) {
   float v[8] = {0};
-  dt_coll c = {DT_COLL_ALLREDUCE, 1, v, v, 8, rank == 2 ? DT_I32 : DT_F32, DT_SUM, 0, dt_time_now() + 10};
+  dt_coll c = {.kind = DT_COLL_ALLREDUCE, .seq = 1, .send = v, .recv = v, .count = 8,
+               .dtype = rank == 2 ? DT_I32 : DT_F32, .op = DT_SUM, .root = 0, .deadline = dt_time_now() + 10};
   double t0 = dt_time_now();
   dt_status st = dt_backend_run(b, &c);
   if ((st != DT_MISMATCH && st != DT_PEER_LOST) || dt_time_now() - t0 > 3) {
@@ -406,8 +411,8 @@ static int rank_halving_mismatch(dt_backend *b, int rank, int size, void *arg) {
   float *buf = NULL;
   if (dt_alloc(count * 4, (void **)&buf) != DT_OK) return 2;
   memset(buf, 0, count * 4);
-  dt_coll c = {DT_COLL_ALLREDUCE, 1, buf, buf, rank == 3 ? count / 2 : count, DT_F32, DT_SUM, 0,
-               dt_time_now() + 10};
+  dt_coll c = {.kind = DT_COLL_ALLREDUCE, .seq = 1, .send = buf, .recv = buf, .count = rank == 3 ? count / 2 : count,
+               .dtype = DT_F32, .op = DT_SUM, .root = 0, .deadline = dt_time_now() + 10};
   double t0 = dt_time_now();
   dt_status st = dt_backend_run(b, &c);
   double took = dt_time_now() - t0;
@@ -436,7 +441,8 @@ static void *allreduce_forever(void *arg) {
   float *buf = NULL;
   if (dt_alloc(BIG_COUNT * 4, (void **)&buf) != DT_OK) return NULL;
   for (uint64_t seq = 1;; seq++) {
-    dt_coll c = {DT_COLL_ALLREDUCE, seq, buf, buf, BIG_COUNT, DT_F32, DT_SUM, 0, dt_time_now() + 30};
+    dt_coll c = {.kind = DT_COLL_ALLREDUCE, .seq = seq, .send = buf, .recv = buf, .count = BIG_COUNT, .dtype = DT_F32,
+                 .op = DT_SUM, .root = 0, .deadline = dt_time_now() + 30};
     if (dt_backend_run(b, &c) != DT_OK) break;
   }
   return NULL;
@@ -454,7 +460,8 @@ static int rank_dies(dt_backend *b, int rank, int size, void *arg) {
   dt_status st = DT_OK;
   double t_last = dt_time_now();
   for (uint64_t seq = 1; seq < 10000 && st == DT_OK; seq++) {
-    dt_coll c = {DT_COLL_ALLREDUCE, seq, buf, buf, BIG_COUNT, DT_F32, DT_SUM, 0, dt_time_now() + 30};
+    dt_coll c = {.kind = DT_COLL_ALLREDUCE, .seq = seq, .send = buf, .recv = buf, .count = BIG_COUNT, .dtype = DT_F32,
+                 .op = DT_SUM, .root = 0, .deadline = dt_time_now() + 30};
     t_last = dt_time_now();
     st = dt_backend_run(b, &c);
   }
@@ -481,7 +488,8 @@ static int rank_sleeps(dt_backend *b, int rank, int size, void *arg) {
   float buf[100] = {0};
   if (rank == 1) {
     sleep_s(1.5);
-    dt_coll c = {DT_COLL_ALLREDUCE, 1, buf, buf, 100, DT_F32, DT_SUM, 0, dt_time_now() + 2};
+    dt_coll c = {.kind = DT_COLL_ALLREDUCE, .seq = 1, .send = buf, .recv = buf, .count = 100, .dtype = DT_F32,
+                 .op = DT_SUM, .root = 0, .deadline = dt_time_now() + 2};
     double t0 = dt_time_now();
     dt_backend_run(b, &c);
     /* Rank 0 gave up, but its data may already be here: success or failure
@@ -489,7 +497,8 @@ static int rank_sleeps(dt_backend *b, int rank, int size, void *arg) {
     return dt_time_now() - t0 < 3 ? 0 : 1;
   }
   double t0 = dt_time_now();
-  dt_coll c = {DT_COLL_ALLREDUCE, 1, buf, buf, 100, DT_F32, DT_SUM, 0, t0 + 0.3};
+  dt_coll c = {.kind = DT_COLL_ALLREDUCE, .seq = 1, .send = buf, .recv = buf, .count = 100, .dtype = DT_F32,
+               .op = DT_SUM, .root = 0, .deadline = t0 + 0.3};
   dt_status st = dt_backend_run(b, &c);
   double took = dt_time_now() - t0;
   if (st != DT_TIMEOUT || !strstr(dt_last_error(), "rank 1") || took > 1.5) {
@@ -518,7 +527,8 @@ TEST(a_silent_rank_gives_a_timeout_naming_it) {
  * mismatch. */
 static int rank_mismatch(dt_backend *b, int rank, int size, void *arg) {
   float buf[1000] = {0};
-  dt_coll c = {DT_COLL_ALLREDUCE, 1, buf, buf, 1000, DT_F32, DT_SUM, 0, dt_time_now() + 10};
+  dt_coll c = {.kind = DT_COLL_ALLREDUCE, .seq = 1, .send = buf, .recv = buf, .count = 1000, .dtype = DT_F32,
+               .op = DT_SUM, .root = 0, .deadline = dt_time_now() + 10};
   if (size == 2 && rank == 1) c.count = 10;
   if (size == 3 && rank == 2) c.kind = DT_COLL_BROADCAST, c.send = NULL, c.count = 100;
   double t0 = dt_time_now();
@@ -561,7 +571,8 @@ static int rank_aborts(dt_backend *b, int rank, int size, void *arg) {
   pthread_t th;
   pthread_create(&th, NULL, abort_later, b);
   double t0 = dt_time_now();
-  dt_coll c = {DT_COLL_ALLREDUCE, 1, buf, buf, 1 << 20, DT_F32, DT_SUM, 0, t0 + 30};
+  dt_coll c = {.kind = DT_COLL_ALLREDUCE, .seq = 1, .send = buf, .recv = buf, .count = 1 << 20, .dtype = DT_F32,
+               .op = DT_SUM, .root = 0, .deadline = t0 + 30};
   dt_status st = dt_backend_run(b, &c);
   double took = dt_time_now() - t0;
   pthread_join(th, NULL);
@@ -664,7 +675,8 @@ static int stranger(const char *prefix) {
 
 static int rank_after_stranger(dt_backend *b, int rank, int size, void *arg) {
   int32_t v = rank + 1;
-  dt_coll c = {DT_COLL_ALLREDUCE, 1, &v, &v, 1, DT_I32, DT_SUM, 0, dt_time_now() + 10};
+  dt_coll c = {.kind = DT_COLL_ALLREDUCE, .seq = 1, .send = &v, .recv = &v, .count = 1, .dtype = DT_I32, .op = DT_SUM,
+               .root = 0, .deadline = dt_time_now() + 10};
   dt_status st = dt_backend_run(b, &c);
   if (st != DT_OK || v != 6) {
     fprintf(stderr, "rank %d: allreduce after setup: %s %d %s\n", rank, dt_status_name(st), v, dt_last_error());
