@@ -23,7 +23,8 @@
 #define SHM_HALF (512u << 10)
 /* Allreduce up to this many bytes: one sync, every rank reduces all slots. */
 #define SHM_SMALL_MAX (32u << 10)
-/* Waiting: spin this long (s) when every rank has a core, then yield this long,
+/* Waiting: spin this long (s) when every rank's threads (compute and communication)
+ * have a core each, then yield this long,
  * then sleep on the futex in slices of at most SHM_SLICE_S (s). Peers' liveness
  * is checked every SHM_HEALTH_S (s) while waiting. */
 #define SHM_SPIN_S 50e-6
