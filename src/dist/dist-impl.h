@@ -98,6 +98,7 @@ typedef struct dt_coll {
    * divided NULL: the backend must not divide. */
   int divisor;
   int *divided;
+  int background; /* run by the group's communication thread, beside the caller's compute (else by the caller) */
 } dt_coll;
 
 /* What ranks compare to detect a mismatch: fixed 32 bytes, little endian. */
@@ -123,8 +124,9 @@ static inline void dt_block_of(size_t count, int world, int rank, size_t *off, s
 }
 
 /* ---- reductions (reduce.c) -------------------------------------------------- *
- * bf16/f16 are reduced in f32 and rounded once per call. AVG is SUM here; the
- * group divides at the end with dt_reduce_scale (integers: truncating). */
+ * bf16/f16 are reduced in f32 and rounded once per call. AVG is SUM here; it is
+ * divided with dt_reduce_scale (integers: truncating) by the group at the end,
+ * or by a backend as it reduces (dt_coll.divided). */
 /* dst[i] = op(dst[i], src[i]) */
 void dt_reduce_into(void *dst, const void *src, size_t n, dt_dtype t, dt_redop op);
 /* dst[i] = op(a[i], b[i]) (dst may alias a or b) */

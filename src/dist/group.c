@@ -137,7 +137,7 @@ static dt_status run_alone(const dt_coll *c) {
 }
 
 /* Runs w (state RUNNING, lock not held) and records the result. */
-static void work_run(dt_group *g, dt_work *w) {
+static void work_run(dt_group *g, dt_work *w, int background) {
   dt_coll c = w->c;
   const double trace_t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
   double t0 = dt_time_now();
@@ -145,6 +145,7 @@ static void work_run(dt_group *g, dt_work *w) {
   int divided = 0;
   c.divisor = w->divisor;
   c.divided = c.kind == DT_COLL_ALLREDUCE && w->divisor > 1 ? &divided : NULL;
+  c.background = background;
   dt_status s = g->size == 1 ? run_alone(&c) : dt_backend_run(g->backend, &c);
   if (s == DT_OK && w->divisor > 1 && !divided) {
     if (c.kind == DT_COLL_ALLREDUCE) {
@@ -218,7 +219,7 @@ static void *comm_thread(void *arg) {
       dt_work *w = pop_head_locked(g);
       if (!w) continue;
       pthread_mutex_unlock(&g->mu);
-      work_run(g, w);
+      work_run(g, w, 1);
       pthread_mutex_lock(&g->mu);
       continue;
     }
@@ -246,7 +247,7 @@ dt_status dt_work_wait(dt_work *w, double timeout_s) {
     if (w->state == W_QUEUED && g->head == w && !g->running) {
       dt_work *run = pop_head_locked(g);
       pthread_mutex_unlock(&g->mu);
-      if (run) work_run(g, run);
+      if (run) work_run(g, run, 0);
       pthread_mutex_lock(&g->mu);
       continue;
     }

@@ -1,7 +1,7 @@
 /* Reduction kernels of the collectives: op(dst, src) over every dtype and op.
  * f32/f64/i32/i64 reduce natively (vectorised loops); bf16/f16 are widened to
  * f32 in blocks, reduced, and rounded back once per call. DT_AVG reduces as a
- * sum; dt_reduce_scale divides at the end. */
+ * sum; dt_reduce_scale divides it (the group at the end, or shm as it reduces). */
 #include <string.h>
 
 #include "dist/dist-impl.h"

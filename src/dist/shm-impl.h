@@ -23,8 +23,8 @@
 #define SHM_HALF (512u << 10)
 /* Allreduce up to this many bytes: one sync, every rank reduces all slots. */
 #define SHM_SMALL_MAX (32u << 10)
-/* Waiting: spin this long (s) when every rank's threads (compute and communication)
- * have a core each, then yield this long,
+/* Waiting: spin this long (s) where it pays (shm_backend.spin, spin_background),
+ * then yield this long,
  * then sleep on the futex in slices of at most SHM_SLICE_S (s). Peers' liveness
  * is checked every SHM_HEALTH_S (s) while waiting. */
 #define SHM_SPIN_S 50e-6
@@ -75,7 +75,9 @@ typedef struct shm_backend {
   char *nowatch; /* 1: the rank's process cannot be watched (other PID namespace) */
   const void **srcs;
   uint64_t syncs; /* syncs this rank has passed */
-  int spin;       /* every rank has a core: spinning briefly pays */
+  int spin;            /* every rank has a core: a waiting caller (its compute idle) spins briefly */
+  int spin_background; /* every rank's compute threads and communication thread have a core each: the
+                          communication thread, waiting beside compute, spins too */
   double t0;      /* start of the running collective (for the timeout message) */
   dt_status broken;
   char broken_msg[256];

@@ -11,6 +11,7 @@
  * everyone has finished reading it. Large messages are pipelined in chunks
  * (copy chunk s in, reduce this rank's share of chunk s-1 from every slot,
  * copy chunk s-2 of the result out, all in one phase). */
+#define _GNU_SOURCE /* sched_getaffinity / CPU_COUNT: the cores this process may use */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -111,14 +112,15 @@ static dt_status timeout_error(const shm_backend *b, const dt_coll *c, uint64_t 
 static dt_status wait_all(shm_backend *b, const dt_coll *c, uint64_t v) {
   if (all_arrived(b, v)) return DT_OK;
   double t0 = dt_time_now(), next_check = t0 + SHM_HEALTH_S;
-  if (b->spin) {
+  const int spin = c->background ? b->spin_background : b->spin;
+  if (spin) {
     for (unsigned i = 1;; i++) {
       cpu_relax();
       if (all_arrived(b, v)) return DT_OK;
       if ((i & 63) == 0 && dt_time_now() - t0 > SHM_SPIN_S) break;
     }
   }
-  double yield_s = b->spin ? SHM_YIELD_S : SHM_YIELD_OVERSUB_S;
+  double yield_s = spin ? SHM_YIELD_S : SHM_YIELD_OVERSUB_S;
   for (;;) {
     if (all_arrived(b, v)) return DT_OK;
     if (atomic_load(&b->base.aborted))
@@ -556,6 +558,13 @@ static dt_status wait_mapped(shm_backend *b, const dt_backend_ctx *ctx, double d
   }
 }
 
+static long usable_cpus(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? n : 1;
+}
+
 static uint64_t pid_namespace(void) {
   struct stat st;
   return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
@@ -603,12 +612,14 @@ dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out) {
   b->half = SHM_HALF;
   while (b->half > SHM_SMALL_MAX && ((size_t)ctx->size * 2 + 2) * b->half > (64u << 20)) b->half /= 2;
   b->seg_bytes = seg_size(ctx->size, b->half);
-  /* Spin only where every rank's compute threads and its communication thread each have a core: a waiting
-   * communication thread that spins on shared cores takes them from a rank still computing, the one it waits
-   * for (measured with 2 ranks of one thread on 2 cores: the default mlp's DDP x2 +8-23% in three of four
-   * alternated pairs without spinning, fashioncnn -0.5 to +4%). */
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  b->spin = cpus <= 0 || (long)ctx->size * (dt_get_threads() + 1) <= cpus;
+  /* A caller waiting in a blocking collective (its compute idle) spins where every rank has a core. The
+   * communication thread waits beside the caller's compute: it spins only where every rank's compute threads
+   * and itself each have a core, or it takes the core of a rank still computing, the very one it waits for
+   * (2 ranks of one thread on 2 cores: the default mlp's DDP x2 +8-23% in three of four alternated pairs
+   * without its spinning, fashioncnn -0.5 to +4%). Cores: those this process may run on. */
+  const long cpus = usable_cpus();
+  b->spin = (long)ctx->size <= cpus;
+  b->spin_background = (long)ctx->size * (dt_get_threads() + 1) <= cpus;
   int created = 0, unlinked = 0;
   char key[DT_STORE_MAX_KEY];
   DT_CHECK_GOTO(dt_alloc_array((size_t)ctx->size, sizeof(int), "shm ranks", (void **)&b->global), st, fail);

@@ -13,11 +13,11 @@
  * The all-reduce in place at the same place of one region on every rank
  * needs no slots. At its first sync every rank's input is final; then, in
  * chunks of the slot size, rank r sums its share of a chunk from every rank's
- * memory into its own (in rank order, as the slot path does: the same bits)
- * while it copies the other shares of the chunk before from their owners, a
- * sync per chunk. After the last sync nobody reads r's memory any more, so the
- * group may divide it for DT_AVG and the caller may change it. Per rank and
- * byte that is 2.5 passes over memory against the slot pipeline's 5.5 (copy
+ * memory into its own (in rank order, as the slot path does: the same bits;
+ * divided there for DT_AVG) while it copies the other shares of the chunk
+ * before from their owners, a sync per chunk. After the last sync nobody reads
+ * r's memory any more, so the caller may change it. Per rank and byte, with 2
+ * ranks, that is 2.5 passes over memory against the slot pipeline's 5.5 (copy
  * in, reduce, copy out), in the same number of syncs.
  */
 #include <errno.h>

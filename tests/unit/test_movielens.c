@@ -520,7 +520,7 @@ TEST(real_ml_latest_small) {
   double t0 = dt_time_now();
   ASSERT_OK(load(dir, DT_SPLIT_TRAIN, DT_HOLDOUT_DEFAULT, 0, &ds));
   const double ms = (dt_time_now() - t0) * 1e3;
-  printf("  ml-latest-small: opened in %.1f ms\n", ms);
+  printf("  ml-latest-small: opened in %.1f ms\n", ms); /* printed, not asserted: timing is bench's business */
   const dt_data_info *in = dt_dataset_info(ds);
   ASSERT_EQ(dt_dataset_size(ds), 100836);
   ASSERT_EQ(in->index_size[0], 610);
@@ -550,7 +550,6 @@ TEST(real_ml_latest_small) {
   ASSERT_EQ(rk.per, 101);
   dt_dataset_free(train);
   dt_dataset_free(test);
-  ASSERT(ms < 100);
 }
 
 int main(int argc, char **argv) {

@@ -52,7 +52,22 @@ static const shared_case cases[] = {
     {DT_F32, DT_SUM, 262144, 0},       {DT_F32, DT_AVG, 100003, 4096},   {DT_F32, DT_SUM, 8193, 12},
     {DT_F64, DT_MAX, 70001, 8},        {DT_BF16, DT_SUM, 300001, 2},     {DT_F16, DT_MIN, 16411, 6},
     {DT_I32, DT_SUM, 40000, 64},       {DT_I64, DT_MIN, 9000, 256},      {DT_F32, DT_SUM, 786432, 0},
+    {DT_F32, DT_AVG, 400003, 128},     {DT_BF16, DT_AVG, 600001, 0},     {DT_I32, DT_AVG, 300000, 4},
 };
+
+/* f32: the sum in rank order (and the division of DT_AVG), as the backend must compute it, bit for bit. */
+static int f32_matches_reference(const float *got, const shared_case *k, int world) {
+  for (size_t i = 0; i < k->count; i++) {
+    float want = (float)value(0, i, DT_F32);
+    for (int q = 1; q < world; q++) want += (float)value(q, i, DT_F32);
+    if (k->op == DT_AVG) want /= (float)world;
+    if (got[i] != want) {
+      fprintf(stderr, "element %zu of %zu: %.9g, want %.9g\n", i, k->count, got[i], want);
+      return 0;
+    }
+  }
+  return 1;
+}
 
 /* Every case in place on the shared memory and on a private copy (the slot path): identical bytes; and each
  * shared one counted as run from shared memory. */
@@ -88,8 +103,10 @@ static int same_bits_child(df_job *j, int r, int world, void *arg) {
               (unsigned long long)(shared_runs(g) - before));
       bad = 1;
     }
-    /* an integer check against the reference too: the slot path itself must be right */
-    if (!bad && k->t == DT_I32 && dv_get(a, k->t, 5) != dv_reference(k->op, world, 5)) bad = 1;
+    /* against the reference too: both paths divide DT_AVG as they reduce, and must be right, not just alike */
+    if (!bad && k->t == DT_F32 && (k->op == DT_SUM || k->op == DT_AVG) && !f32_matches_reference((float *)a, k, world))
+      bad = 1;
+    if (!bad && k->t == DT_I32 && k->op == DT_SUM && dv_get(a, k->t, 5) != dv_reference(k->op, world, 5)) bad = 1;
   }
   free(priv);
   dt_group_unshare(g, mem);
