@@ -10,7 +10,9 @@
  * and nobody writes it again before everyone has passed sync c+2 — i.e. before
  * everyone has finished reading it. Large messages are pipelined in chunks
  * (copy chunk s in, reduce this rank's share of chunk s-1 from every slot,
- * copy chunk s-2 of the result out, all in one phase). */
+ * copy chunk s-2 of the result out, all in one phase). An all-reduce whose
+ * buffer lies at the same place of memory the ranks share is read where it
+ * lies instead (shm_shared.c); the pipeline's first sync decides which. */
 #define _GNU_SOURCE /* sched_getaffinity / CPU_COUNT: the cores this process may use */
 #include <errno.h>
 #include <fcntl.h>
