@@ -774,8 +774,9 @@ static void print_train_summary(const dt_train_config *cfg, const dt_train_resul
   fprintf(f, "  %-22s %.2f s compute, %.2f s waiting for data, %.2f s communication\n", "training time",
           r->compute_seconds, r->data_wait_seconds, r->comm_seconds);
   if (cfg->strategy == DT_STRATEGY_DDP)
-    fprintf(f, "  %-22s %d ranks over %s, all-reduce %.2f s of which %.0f%% hidden behind backward\n", "ddp",
-            r->world_size, r->backend, r->comm_total_seconds, 100 * r->comm_hidden);
+    fprintf(f, "  %-22s %d ranks over %s%s, all-reduce %.2f s of which %.0f%% hidden behind backward\n", "ddp",
+            r->world_size, r->backend, r->ddp.shared_grads ? " with shared gradients" : "", r->comm_total_seconds,
+            100 * r->comm_hidden);
   fprintf(f, "  %-22s %.0f samples/s\n", "train throughput", r->train_samples_per_s);
   if (!isnan(r->test_loss)) fprintf(f, "  %-22s %.0f samples/s\n", "inference throughput", r->infer_samples_per_s);
   print_test_metrics(f, r);

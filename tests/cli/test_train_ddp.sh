@@ -161,6 +161,8 @@ s_off=$(json "$tmp/sgoff/summary.json" shared_grads)
 n_on=$(json "$tmp/sgon/summary.json" shared_allreduces)
 n_off=$(json "$tmp/sgoff/summary.json" shared_allreduces)
 if [ "$s_on" = true ] && [ "$s_off" = false ] && [ "${n_on:-0}" -gt 0 ] && [ "$n_off" = 0 ] &&
+  grep -q "3 ranks over shm with shared gradients, all-reduce" "$tmp/sgon.out" &&
+  grep -q "3 ranks over shm, all-reduce" "$tmp/sgoff.out" &&
   cmp -s "$tmp/sgon/model.safetensors" "$tmp/sgoff/model.safetensors"; then
   ok "ddp 3 ranks: $n_on all-reduces read shared gradients in place (off: none), the same weights bit for bit"
 else
