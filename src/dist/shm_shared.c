@@ -85,13 +85,13 @@ static dt_status answer_of(shm_backend *b, int k, const char *what, int j, char 
 
 /* Maps rank j's segment from its answer "<bytes> <name>" (or takes its "! why"); a failure is said in why. */
 static void map_peer(shm_backend *b, int j, const char *seg, size_t bytes, char **out, char *why) {
-  char *end = NULL;
-  errno = 0;
-  const unsigned long long n = strtoull(seg, &end, 10);
   if (seg[0] == '!') {
     snprintf(why, WHY_LEN, "%s", seg + (seg[1] == ' ' ? 2 : 1));
     return;
   }
+  char *end = NULL;
+  errno = 0;
+  const unsigned long long n = strtoull(seg, &end, 10);
   if (errno || end == seg || *end != ' ' || end[1] != '/') {
     snprintf(why, WHY_LEN, "rank %d: malformed answer '%.64s'", b->global[j], seg);
     return;
@@ -119,13 +119,15 @@ static void map_peer(shm_backend *b, int j, const char *seg, size_t bytes, char 
   *out = p;
 }
 
-/* Round one: this rank's segment (r->mine, named name) or why not; then every peer's mapped into r. */
+/* Round one: this rank's segment (r->mine, named name), or why not (why may say so already); then every peer's
+ * mapped into r. */
 static dt_status round_one(shm_backend *b, int k, shm_region *r, char *name, size_t name_cap, char *why) {
   const int me = b->base.rank;
   char value[WHY_LEN + 16];
   void *map = NULL;
-  if (dt_alloc_array((size_t)b->base.size, sizeof *r->peer, "shm shared region", (void **)&r->peer) != DT_OK ||
-      dt_shm_create_mapped(name, name_cap, r->bytes, &map) != DT_OK)
+  if (!why[0] &&
+      (dt_alloc_array((size_t)b->base.size, sizeof *r->peer, "shm shared region", (void **)&r->peer) != DT_OK ||
+       dt_shm_create_mapped(name, name_cap, r->bytes, &map) != DT_OK))
     snprintf(why, WHY_LEN, "rank %d: %s", b->global[me], dt_last_error());
   r->mine = map;
   if (why[0])
@@ -174,14 +176,7 @@ dt_status dt_shm_share(dt_backend *base, size_t bytes, void **mem) {
     snprintf(why, sizeof why, "rank %d shares %d regions already", b->global[b->base.rank], SHM_MAX_REGIONS);
   else if (!bytes)
     snprintf(why, sizeof why, "nothing to share (0 bytes)");
-  dt_status st = DT_OK;
-  if (!why[0]) {
-    st = round_one(b, k, &r, name, sizeof name, why);
-  } else {
-    char value[WHY_LEN + 16];
-    snprintf(value, sizeof value, "! %s", why);
-    st = answer(b, k, "seg", value);
-  }
+  dt_status st = round_one(b, k, &r, name, sizeof name, why);
   if (st == DT_OK) st = round_two(b, k, why);
   if (r.mine) shm_unlink(name); /* every rank has answered: mapped, or given up */
   if (st == DT_OK && why[0]) st = dt_error(DT_UNSUPPORTED, "shm: cannot share %zu bytes: %s", bytes, why);
@@ -247,7 +242,8 @@ static void copy_theirs(const shm_backend *b, const shm_region *r, size_t at, co
   for (int j = 0; j < b->base.size; j++) {
     size_t off, len;
     dt_shm_share_of(m, es, b->base.size, j, &off, &len);
-    if (j != b->base.rank && len) memcpy((char *)c->recv + (c0 + off) * es, r->peer[j] + at + (c0 + off) * es, len * es);
+    if (j != b->base.rank && len)
+      memcpy((char *)c->recv + (c0 + off) * es, r->peer[j] + at + (c0 + off) * es, len * es);
   }
 }
 

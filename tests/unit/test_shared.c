@@ -34,6 +34,16 @@ static dt_group *join(df_job *j, int r, int world) {
   return g;
 }
 
+/* Joins as rank r and shares SHARED_BYTES into *mem; NULL (said on stderr) if either fails. */
+static dt_group *join_shared(df_job *j, int r, int world, void **mem) {
+  dt_group *g = join(j, r, world);
+  if (g && dt_group_share(g, SHARED_BYTES, mem) != DT_OK) {
+    fprintf(stderr, "rank %d: share: %s\n", r, dt_last_error());
+    return NULL;
+  }
+  return g;
+}
+
 static uint64_t shared_runs(dt_group *g) { return dt_group_shared_allreduces(g); }
 
 /* Element i of rank r: fractional for floats, so a sum in another order gives other bits. */
@@ -73,15 +83,10 @@ static int f32_matches_reference(const float *got, const shared_case *k, int wor
  * shared one counted as run from shared memory. */
 static int same_bits_child(df_job *j, int r, int world, void *arg) {
   (void)arg;
-  dt_group *g = join(j, r, world);
-  if (!g) return 2;
   void *mem = NULL;
+  dt_group *g = join_shared(j, r, world, &mem);
+  if (!g) return 2;
   int bad = 0;
-  if (dt_group_share(g, SHARED_BYTES, &mem) != DT_OK) {
-    fprintf(stderr, "rank %d: share: %s\n", r, dt_last_error());
-    dt_group_destroy(g);
-    return 3;
-  }
   char *priv = malloc(SHARED_BYTES);
   for (size_t c = 0; c < sizeof cases / sizeof cases[0] && !bad; c++) {
     const shared_case *k = &cases[c];
@@ -118,7 +123,8 @@ static int same_bits_child(df_job *j, int r, int world, void *arg) {
 TEST(shared_allreduce_gives_the_slot_paths_bits_world_2_to_4) {
   for (int world = 2; world <= 4; world++) {
     df_job j = job("shm");
-    ASSERT_MSG(df_run(&j, world, same_bits_child, NULL) == 0, world == 2 ? "world 2" : world == 3 ? "world 3" : "world 4");
+    ASSERT_MSG(df_run(&j, world, same_bits_child, NULL) == 0,
+               world == 2 ? "world 2" : world == 3 ? "world 3" : "world 4");
   }
 }
 
@@ -143,10 +149,9 @@ static int sum_checked(dt_group *g, float *buf, size_t n, int r, int world) {
 /* Rank 1's buffer is private (or at another offset): every rank falls back to the slots, with the right sum. */
 static int fallback_child(df_job *j, int r, int world, void *arg) {
   const int other_offset = *(int *)arg;
-  dt_group *g = join(j, r, world);
-  if (!g) return 2;
   void *mem = NULL;
-  if (dt_group_share(g, SHARED_BYTES, &mem) != DT_OK) return 3;
+  dt_group *g = join_shared(j, r, world, &mem);
+  if (!g) return 2;
   const size_t n = 200000;
   float *priv = malloc(n * sizeof(float));
   int bad = sum_checked(g, r != 1 ? (float *)mem : other_offset ? (float *)mem + 16 : priv, n, r, world);
@@ -161,17 +166,17 @@ static int fallback_child(df_job *j, int r, int world, void *arg) {
 TEST(a_buffer_elsewhere_on_one_rank_goes_through_the_slots) {
   for (int other_offset = 0; other_offset <= 1; other_offset++) {
     df_job j = job("shm");
-    ASSERT_MSG(df_run(&j, 3, fallback_child, &other_offset) == 0, other_offset ? "rank 1 at another offset" : "rank 1 private");
+    ASSERT_MSG(df_run(&j, 3, fallback_child, &other_offset) == 0,
+               other_offset ? "rank 1 at another offset" : "rank 1 private");
   }
 }
 
 /* After dt_group_unshare the memory is the caller's and all-reduces on it go through the slots. */
 static int unshare_child(df_job *j, int r, int world, void *arg) {
   (void)arg;
-  dt_group *g = join(j, r, world);
-  if (!g) return 2;
   void *mem = NULL;
-  if (dt_group_share(g, SHARED_BYTES, &mem) != DT_OK) return 3;
+  dt_group *g = join_shared(j, r, world, &mem);
+  if (!g) return 2;
   float *f = mem;
   const size_t n = 100000;
   for (size_t i = 0; i < n; i++) f[i] = 1.0f;
@@ -189,8 +194,8 @@ TEST(unshared_memory_goes_through_the_slots) {
   ASSERT_EQ(df_run(&j, 2, unshare_child, NULL), 0);
 }
 
-/* Rank 1 asks for another size: the share fails on every rank, naming the sizes; the group still works, large
- * all-reduces included, and a later share succeeds. */
+/* Rank 1 asks for another size, then all for none: each share fails on every rank, naming why; the group
+ * still works, large all-reduces included, and a later share succeeds. */
 static int failed_share_child(df_job *j, int r, int world, void *arg) {
   (void)arg;
   dt_group *g = join(j, r, world);
@@ -199,6 +204,11 @@ static int failed_share_child(df_job *j, int r, int world, void *arg) {
   const dt_status st = dt_group_share(g, r == 1 ? 8192 : 4096, &mem);
   int bad = st != DT_UNSUPPORTED || mem != NULL || !strstr(dt_last_error(), "shares 8192 bytes");
   if (bad) fprintf(stderr, "rank %d: share gave %d: %s\n", r, (int)st, dt_last_error());
+  const dt_status none = dt_group_share(g, 0, &mem); /* a bad size, refused alike on every rank */
+  if (none != DT_UNSUPPORTED || mem != NULL || !strstr(dt_last_error(), "nothing to share")) {
+    fprintf(stderr, "rank %d: a share of 0 bytes gave %d: %s\n", r, (int)none, dt_last_error());
+    bad = 1;
+  }
   double x = 1;
   bad |= dt_allreduce(g, &x, &x, 1, DT_F64, DT_SUM, NULL) != DT_OK || x != world;
   const size_t n = 100000;
@@ -226,10 +236,9 @@ TEST(a_share_failing_on_one_rank_fails_on_all_and_the_group_goes_on) {
  * (the same offset). The shares differ, so the slots carry it, with the right sum. */
 static int one_sided_child(df_job *j, int r, int world, void *arg) {
   (void)arg;
-  dt_group *g = join(j, r, world);
-  if (!g) return 2;
   void *a = NULL, *b = NULL;
-  if (dt_group_share(g, SHARED_BYTES, &a) != DT_OK) return 3;
+  dt_group *g = join_shared(j, r, world, &a);
+  if (!g) return 2;
   if (r == 0) dt_group_unshare(g, a);
   if (dt_group_share(g, SHARED_BYTES, &b) != DT_OK) return 4;
   int bad = sum_checked(g, r == 0 ? b : a, 200000, r, world);
@@ -267,10 +276,9 @@ TEST(tcp_and_one_rank_groups_share_nothing) {
 /* Rank 1 exits after the share: rank 0's all-reduce on shared memory is DT_PEER_LOST within the deadline. */
 static int peer_dies_child(df_job *j, int r, int world, void *arg) {
   (void)arg;
-  dt_group *g = join(j, r, world);
-  if (!g) return 2;
   void *mem = NULL;
-  if (dt_group_share(g, SHARED_BYTES, &mem) != DT_OK) return 3;
+  dt_group *g = join_shared(j, r, world, &mem);
+  if (!g) return 2;
   if (r == 1) _exit(0);
   const dt_status st = dt_allreduce(g, mem, mem, 200000, DT_F32, DT_SUM, NULL);
   const int bad = st != DT_PEER_LOST || !strstr(dt_last_error(), "rank 1");
@@ -301,10 +309,10 @@ static void *sum_forever(void *p) {
  * with DT_PEER_LOST naming it, within the deadline. */
 static int dies_mid_pipeline_child(df_job *j, int r, int world, void *arg) {
   (void)arg;
-  dt_group *g = join(j, r, world);
+  forever_arg f = {0};
+  dt_group *g = join_shared(j, r, world, &f.mem);
   if (!g) return 2;
-  forever_arg f = {.g = g};
-  if (dt_group_share(g, SHARED_BYTES, &f.mem) != DT_OK) return 3;
+  f.g = g;
   if (r == 1) {
     pthread_t t;
     pthread_create(&t, NULL, sum_forever, &f);
