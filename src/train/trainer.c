@@ -347,7 +347,10 @@ static dt_status train_epoch(dt_run *r, epoch_state *es, int64_t *step) {
   const int64_t my_train = dt_loader_samples_per_epoch(r->train_loader);
   int micro = 0;
   for (;;) {
-    if (micro == 0) { /* a stop ends the epoch at a step boundary, on every rank alike */
+    /* A stop ends the epoch at a step boundary, on every rank alike (equal shards: the same step counts), but
+     * not after its last step: the epoch ends whole (its evaluation, its hooks) and the stop comes at the next
+     * epoch's first step, so a snapshot never holds a position past an epoch's end. */
+    if (micro == 0 && es->epoch_step < r->steps_per_epoch) {
       int stop;
       DT_CHECK(r->strategy->agree_stop(r, dt_train_stop_requested(), &stop));
       if (stop) {
