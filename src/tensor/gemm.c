@@ -9,6 +9,7 @@
  * build has it, the CPU has AVX-512 and OpenBLAS runs narrower kernels; OpenBLAS everywhere else.
  * DT_SGEMM=openblas|onednn overrides the choice, to compare the two. Both run single-threaded inside the
  * callers' OpenMP regions and use the OpenMP thread budget outside them. */
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -76,6 +77,48 @@ const char *dt_sgemm_name(void) {
   if (use_onednn()) return "oneDNN sgemm";
   snprintf(name, sizeof name, "OpenBLAS %s", dt_blas_corename());
   return name;
+}
+
+/* The warming thread: one product of each transposition the layers use, single-threaded (no OpenMP team of its
+ * own beside the caller's). */
+static struct {
+  pthread_mutex_t mu;
+  pthread_t thread;
+  int running, done;
+} warm = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+#ifdef DT_HAVE_DNNL
+static void *warm_main(void *arg) {
+  (void)arg;
+  enum { N = 64 };
+  static const char trans[3][2] = {{'N', 'T'}, {'N', 'N'}, {'T', 'N'}};
+  float *buf = NULL;
+  if (dt_alloc_array(3 * N * N, sizeof *buf, "sgemm warm-up", (void **)&buf) != DT_OK) return NULL;
+  omp_set_num_threads(1);
+  for (int i = 0; i < 3; i++)
+    (void)dnnl_sgemm(trans[i][0], trans[i][1], N, N, N, 1.0f, buf, N, buf + N * N, N, 0.0f, buf + 2 * N * N, N);
+  dt_free(buf);
+  return NULL;
+}
+#endif
+
+void dt_sgemm_warm_begin(void) {
+#ifdef DT_HAVE_DNNL
+  if (!use_onednn()) return;
+  pthread_mutex_lock(&warm.mu);
+  if (!warm.running && !warm.done && pthread_create(&warm.thread, NULL, warm_main, NULL) == 0) warm.running = 1;
+  pthread_mutex_unlock(&warm.mu);
+#endif
+}
+
+void dt_sgemm_warm_end(void) {
+  pthread_mutex_lock(&warm.mu);
+  if (warm.running) {
+    pthread_join(warm.thread, NULL);
+    warm.running = 0;
+    warm.done = 1;
+  }
+  pthread_mutex_unlock(&warm.mu);
 }
 
 void dt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,

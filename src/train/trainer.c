@@ -532,7 +532,9 @@ dt_status dt_train_run(const dt_train_config *c, dt_train_result *res) {
   out.resumed_epoch = -1;
   double train_time = 0, local_metric[2] = {NAN, NAN}, *ranks = NULL;
   int64_t all_samples = 0;
+  dt_sgemm_warm_begin(); /* beside reading the data: the first forward then runs on built kernels */
   dt_status st = open_run(&r, &out);
+  dt_sgemm_warm_end();
   if (st == DT_OK) st = run_epochs(&r, &out, &train_time, &all_samples, local_metric);
   if (st == DT_OK) st = finish_result(&r, &out, train_time, all_samples, local_metric, cpu_u0, cpu_s0, &ranks);
   for (size_t h = 0; st == DT_OK && h < N_HOOKS; h++)
