@@ -45,29 +45,35 @@ def end(e):
 
 
 def steps_of(main):
-    """[(segments dict, first span ts, index after the step)] for every forward that starts a step."""
+    """[(segments dict, first span ts, index after the step, end of the end phase)] for every forward that starts
+    a step. Backward is one span ("backward") or one per layer ("backward fc1"), taken together; the gradient
+    all-reduces the main thread ran inside the end phase are summed."""
     out = []
     for i, f in enumerate(main):
-        if f["name"] != "forward" or i + 2 >= len(main):
+        if f["name"] != "forward":
             continue
-        b, fin = main[i + 1], main[i + 2]
-        if not b["name"].startswith("backward") or not fin["name"].startswith("finish"):
+        j = i + 1
+        while j < len(main) and main[j]["name"].startswith("backward"):
+            j += 1
+        if j == i + 1 or j >= len(main) or not main[j]["name"].startswith("finish"):
             continue
+        b0, b1, fin = main[i + 1], main[j - 1], main[j]
         w = main[i - 1] if i >= 1 and main[i - 1]["name"] == "wait for data" else None
         s = main[i - 2] if w is not None and i >= 2 and is_stop(main[i - 2]) else None
-        j = i + 3
-        ga = None
-        if j < len(main) and is_grad(main[j]) and main[j]["ts"] >= fin["ts"] and end(main[j]) <= end(fin) + 1e-3:
-            ga, j = main[j], j + 1
+        j += 1
+        ga = []
+        while j < len(main) and is_grad(main[j]) and main[j]["ts"] >= fin["ts"] and end(main[j]) <= end(fin) + 1e-3:
+            ga.append(main[j]["dur"])
+            j += 1
         seg = {
             "stop all-reduce": s["dur"] if s else None,
             "wait for data": w["dur"] if w else None,
             "forward": f["dur"],
-            "loss + metrics": b["ts"] - end(f),
-            "backward": b["dur"],
-            "after backward": fin["ts"] - end(b),
-            "grad all-reduce": ga["dur"] if ga else None,
-            "optimizer + rest": fin["dur"] - (ga["dur"] if ga else 0.0),
+            "loss + metrics": b0["ts"] - end(f),
+            "backward": end(b1) - b0["ts"],
+            "after backward": fin["ts"] - end(b1),
+            "grad all-reduce": sum(ga) if ga else None,
+            "optimizer + rest": fin["dur"] - sum(ga),
         }
         start = s["ts"] if s else (w["ts"] if w else f["ts"])
         out.append((seg, start, j, end(fin)))
