@@ -50,7 +50,7 @@ typedef struct options {
   const char *run_id;
   const char *secret_file;
   int threads; /* 0: cores / nproc */
-  int bind;    /* BIND_NONE, BIND_CORE */
+  int bind;    /* BIND_AUTO, BIND_NONE, BIND_CORE */
   double timeout; /* s */
   double grace;   /* s */
   char **prog;    /* NULL-terminated argv of the program */
@@ -61,8 +61,8 @@ typedef enum flag_id {
   F_MONITOR, F_LOG_DIR, F_RUN_ID, F_SECRET_FILE, F_THREADS, F_BIND, F_TIMEOUT, F_GRACE, F_COUNT
 } flag_id;
 
-enum { BIND_NONE, BIND_CORE };
-static const flag_choice binds[] = {{"none", BIND_NONE}, {"core", BIND_CORE}, {NULL, 0}};
+enum { BIND_AUTO, BIND_NONE, BIND_CORE };
+static const flag_choice binds[] = {{"auto", BIND_AUTO}, {"none", BIND_NONE}, {"core", BIND_CORE}, {NULL, 0}};
 
 /* --nnodes and --nproc-per-node are text here: their MIN:MAX and auto|cpu forms are read in parse_args. */
 static const flag_spec flags[F_COUNT] = {
@@ -101,10 +101,12 @@ static const flag_spec flags[F_COUNT] = {
                    .help = "compute threads per worker (OMP_NUM_THREADS, DT_NUM_THREADS); default: "
                            "max(1, cores/K) unless the variables are set"},
     [F_BIND] = {"--bind-to", "WHAT", FLAG_CHOICE, .alias = "--bind_to", .choices = binds,
-                .help = "none (default, as torchrun: the kernel places every thread) or core (as mpirun's "
-                        "--bind-to core, counting logical CPUs): local worker R may run only on the usable CPUs "
-                        "R*T .. R*T+T-1 in order, T its compute threads, wrapping round when the workers need "
-                        "more than there are"},
+                .help = "core (as mpirun's --bind-to core, counting logical CPUs): local worker R, with its "
+                        "loader and communication threads, may run only on the usable CPUs R*T .. R*T+T-1 in "
+                        "order, T its compute threads, wrapping round when the workers need more than there are; "
+                        "none (as torchrun): the kernel places every thread; auto (default): core where two or "
+                        "more workers' compute threads fill the usable CPUs (K*T of them, fewer than T left "
+                        "over), else none"},
     [F_TIMEOUT] = {"--timeout", "S", FLAG_FLOAT_RANGE, .lo = 0.001, .hi = 1e7,
                    .expect = "a positive number of seconds",
                    .help = "seconds to wait for the other nodes to join, start a round or finish "
@@ -229,7 +231,7 @@ static int read_values(const flag_value *v, options *o) {
   o->log_dir = v[F_LOG_DIR].raw;
   o->secret_file = v[F_SECRET_FILE].raw;
   o->threads = (int)v[F_THREADS].i;
-  o->bind = v[F_BIND].given ? v[F_BIND].choice : BIND_NONE;
+  o->bind = v[F_BIND].given ? v[F_BIND].choice : BIND_AUTO;
   o->grace = v[F_GRACE].given ? v[F_GRACE].f : 5;
   o->timeout = v[F_TIMEOUT].f;
   long t;
@@ -375,6 +377,7 @@ typedef struct agent {
   dt_store *store; /* NULL on one node: the agents need no agreement */
   int threads_omp, threads_dt;
   int bind_threads; /* cores per worker under --bind-to core */
+  int bind;         /* BIND_NONE or BIND_CORE: --bind-to, auto decided */
   const char *omp_user, *dt_threads_user, *wait_policy_user;
   int round;
   worker *w;
@@ -714,7 +717,7 @@ static int make_dirs(const char *path) {
  * index local * per, wrapping round. 0 under --bind-to none: the worker keeps dtrun's CPUs. */
 static int worker_cores(const agent *a, int local, cpu_set_t *out) {
   cpu_set_t all;
-  if (a->o.bind != BIND_CORE) return 0;
+  if (a->bind != BIND_CORE) return 0;
   if (sched_getaffinity(0, sizeof all, &all) != 0) {
     static int said;
     if (!said++)
@@ -1254,6 +1257,12 @@ int main(int argc, char **argv) {
   /* --bind-to core: a core per compute thread the worker will run (DT_NUM_THREADS as it receives it) */
   a->bind_threads = a->threads_dt;
   if (!o->threads && a->dt_threads_user && flags_int(a->dt_threads_user, 1, 65536, &t) == 0) a->bind_threads = (int)t;
+  /* auto: workers that fill the CPUs run bound, each with its helper threads on its own cores (unbound, the
+   * kernel moved them about and a worker's loader or communication thread took the other worker's core:
+   * the default mlp's DDP x2 ran 124-177k samples/s unbound, 174-189k bound; docs/benchmarks.md) */
+  const long need = (long)o->nproc * a->bind_threads;
+  a->bind = o->bind != BIND_AUTO ? o->bind
+            : o->nproc > 1 && need <= cores && need > cores - a->bind_threads ? BIND_CORE : BIND_NONE;
   v = getenv("OMP_WAIT_POLICY");
   a->wait_policy_user = v && *v ? v : NULL;
   a->w = calloc((size_t)o->nproc, sizeof *a->w);

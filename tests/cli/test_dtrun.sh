@@ -74,7 +74,8 @@ has envboth "$tmp/envboth.out" "[rank 0]: OMP_NUM_THREADS=3"
 has envboth "$tmp/envboth.out" "[rank 0]: DT_NUM_THREADS=3"
 
 # --bind-to core: local worker R runs on the usable CPUs R*T .. R*T+T-1 (wrapping round), in the order of dtrun's
-# own affinity (a taskset on dtrun narrows them); the default leaves them all; T follows the worker's DT_NUM_THREADS.
+# own affinity (a taskset on dtrun narrows them); none leaves them all; T follows the worker's DT_NUM_THREADS.
+# auto (the default) binds where two or more workers' threads fill the CPUs, fewer than T left over.
 cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
 show_cpus='echo "cpus $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"'
 bind_check() { # NAME OUT TEXT...: rank R printed the R-th expected CPU list (expected lists wrap round)
@@ -91,8 +92,22 @@ usable=$(python3 -c 'import os; print(" ".join(map(str, sorted(os.sched_getaffin
 run bind --nproc-per-node 3 --threads-per-proc 1 --bind-to core -- bash -c "$show_cpus"
 expect_rc bind 0
 bind_check bind "$tmp/bind.out" $usable
-run unbound --nproc-per-node 2 -- bash -c "$show_cpus"
+run unbound --nproc-per-node 2 --bind-to none -- bash -c "$show_cpus"
 has unbound "$tmp/unbound.out" "[rank 1]: cpus $cpus"
+run auto1 --nproc-per-node 1 -- bash -c "$show_cpus" # one worker: nothing to keep apart
+has auto1 "$tmp/auto1.out" "[rank 0]: cpus $cpus"
+n_usable=$(echo $usable | wc -w)
+if [ "$n_usable" -ge 2 ]; then
+  run autofill --nproc-per-node "$n_usable" -- bash -c "$show_cpus" # a worker per CPU, one thread each: bound
+  expect_rc autofill 0
+  bind_check autofill "$tmp/autofill.out" $usable
+  run autover --nproc-per-node "$((n_usable + 1))" -- bash -c "$show_cpus" # more workers than CPUs: unbound
+  has autover "$tmp/autover.out" "[rank $n_usable]: cpus $cpus"
+fi
+if [ "$n_usable" -ge 3 ]; then # a CPU or more left over for 2 one-thread workers: unbound
+  run autospare --nproc-per-node 2 --threads-per-proc 1 -- bash -c "$show_cpus"
+  has autospare "$tmp/autospare.out" "[rank 1]: cpus $cpus"
+fi
 last=${usable##* }
 if [ "$last" != "${usable%% *}" ]; then
   # dtrun under taskset -c LAST: every worker on LAST (not CPU 0, 1, ... by local rank)
@@ -377,7 +392,7 @@ usage "--nnodes 2 needs --node-rank" --nnodes 2 --master-addr h --master-port 12
 usage "--nnodes 2 needs --master-port" --nnodes 2 --node-rank 0 --master-addr h -- true
 usage "--timeout needs a value" --timeout
 usage "elastic node ranges" --nnodes 1:2 -- true
-usage "--bind-to: 'socket' is not one of none/core" --bind-to socket -- true
+usage "--bind-to: 'socket' is not one of auto/none/core" --bind-to socket -- true
 "$DTRUN" --help >"$tmp/help.out" 2>&1
 rc=$?
 expect_rc help 0
