@@ -46,6 +46,10 @@ dt_status dt_optim_step(dt_optim *o, float *params, const float *grads, float lr
  * [0, parts), each part on any one thread; together bit for bit dt_optim_step's update. */
 dt_status dt_optim_begin_step(dt_optim *o, float lr);
 void dt_optim_step_part(dt_optim *o, float *params, const float *grads, float lr, int k, int parts);
+/* The same step over elements [lo, hi) of the arena only, on the calling thread (after dt_optim_begin_step):
+ * the update is element by element, so ranges tiling [0, count) in any way, on any threads, give dt_optim_step's
+ * bits. For callers that update a block while its gradient, just computed, is in cache. */
+void dt_optim_step_range(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t hi);
 /* Row-wise ("sparse") update: the parameters outside the row tables t[0..n)
  * (arena order, disjoint; dtrain/model_ctx.h) get dt_optim_step's update, and
  * each table only its touched rows, as PyTorch steps an nn.Embedding(sparse=True):

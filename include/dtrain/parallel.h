@@ -112,6 +112,14 @@ dt_status dt_dp_forward(dt_dp *d, const void *x, int batch, float *out);
 /* dt_optim_step(o, the model's parameters and gradients, lr), taken by the workers in parts: bit for bit the
  * same update, without the calling thread's OpenMP pool spinning beside the workers afterwards. */
 dt_status dt_dp_optim_step(dt_dp *d, dt_optim *o, float lr);
+/* Fused steps (off by default): dt_dp_train_step leaves summing the slices' gradients to the next
+ * dt_dp_optim_step, whose workers sum each block of the arena and update its parameters while it is in cache
+ * (one pass over the gradients and one hand-off to the workers fewer; the same bits). Until then the model's
+ * gradient arena does not hold the batch's gradients: for callers that read none of them between the two (no
+ * clipping, no loss scaling, no accumulation scaled in between). A further dt_dp_train_step sums first, as does
+ * dt_dp_reduce. Models with row tables are reduced at once. */
+void dt_dp_set_fused_step(dt_dp *d, int on);
+dt_status dt_dp_reduce(dt_dp *d);
 /* Worker count, and each worker's dropout step (training forwards it ran; see
  * dt_model_rng_step), for snapshots and resume. */
 int dt_dp_workers(const dt_dp *d);

@@ -96,3 +96,8 @@ void dt_adam_update_pieces(dt_optim *o, float *params, const float *grads, float
     adam_range(&c[pc.decay], params + pc.lo, grads + pc.lo, exp_avg + pc.lo, exp_avg_sq + pc.lo, pc.n);
   }
 }
+
+void dt_adam_update_run(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n, int decay) {
+  const adam_coef c = step_coef(o, lr, decay ? o->cfg.weight_decay : 0.0f);
+  adam_range(&c, params + lo, grads + lo, o->state[0] + lo, o->state[1] + lo, n);
+}

@@ -43,6 +43,10 @@ void dt_adam_update_pieces(dt_optim *o, float *params, const float *grads, float
 /* The same over pieces [a, b) of the table, on the calling thread. */
 void dt_sgd_update_piece_run(dt_optim *o, float *params, const float *grads, float lr, int64_t a, int64_t b);
 void dt_adam_update_piece_run(dt_optim *o, float *params, const float *grads, float lr, int64_t a, int64_t b);
+/* The same over elements [lo, lo + n) of the arena on the calling thread, all with the configured weight decay
+ * (decay 1) or none (0). */
+void dt_sgd_update_run(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n, int decay);
+void dt_adam_update_run(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n, int decay);
 /* The same over elements [lo, lo + n) of the arena only. */
 void dt_sgd_update_span(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n);
 void dt_adam_update_span(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n);

@@ -119,6 +119,29 @@ void dt_optim_step_part(dt_optim *o, float *params, const float *grads, float lr
   if (lo < hi) (o->cfg.kind == DT_OPTIM_SGD ? dt_sgd_update_span : dt_adam_update_span)(o, params, grads, lr, lo, hi - lo);
 }
 
+void dt_optim_step_range(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t hi) {
+  if (!o) return;
+  if (hi > o->count) hi = o->count;
+  if (lo >= hi) return;
+  void (*run)(dt_optim *, float *, const float *, float, size_t, size_t, int) =
+      o->cfg.kind == DT_OPTIM_SGD ? dt_sgd_update_run : dt_adam_update_run;
+  if (!o->pieces) {
+    run(o, params, grads, lr, lo, hi - lo, 1);
+    return;
+  }
+  int64_t a = 0, b = o->n_pieces; /* the first piece that ends after lo */
+  while (a < b) {
+    const int64_t mid = a + (b - a) / 2;
+    if (o->pieces[mid].lo + o->pieces[mid].n <= lo) a = mid + 1;
+    else b = mid;
+  }
+  for (int64_t i = a; i < o->n_pieces && o->pieces[i].lo < hi; i++) {
+    const dt_optim_piece pc = o->pieces[i];
+    const size_t s = pc.lo > lo ? pc.lo : lo, e = pc.lo + pc.n < hi ? pc.lo + pc.n : hi;
+    run(o, params, grads, lr, s, e - s, pc.decay);
+  }
+}
+
 dt_status dt_optim_step(dt_optim *o, float *params, const float *grads, float lr) {
   if (!o || (o->count > 0 && (!params || !grads)))
     return dt_error(DT_INVALID_ARGUMENT, "dt_optim_step: NULL argument");

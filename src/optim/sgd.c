@@ -80,3 +80,8 @@ void dt_sgd_update_pieces(dt_optim *o, float *params, const float *grads, float 
     sgd_range(&c[pc.decay], params + pc.lo, grads + pc.lo, buf ? buf + pc.lo : NULL, pc.n);
   }
 }
+
+void dt_sgd_update_run(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n, int decay) {
+  const sgd_coef c = step_coef(o, lr, decay ? o->cfg.weight_decay : 0.0f);
+  sgd_range(&c, params + lo, grads + lo, o->cfg.momentum != 0 ? o->state[0] + lo : NULL, n);
+}

@@ -21,7 +21,8 @@ void openblas_set_num_threads(int n);
 /* Task counters a worker keeps per slice (dt_task_num_sums). */
 #define DP_MAX_SUMS 8
 
-typedef enum dp_job { DP_JOB_NONE = 0, DP_JOB_TRAIN, DP_JOB_FORWARD, DP_JOB_REDUCE, DP_JOB_OPTIM } dp_job;
+/* DP_JOB_STEP: DP_JOB_REDUCE and DP_JOB_OPTIM in one, block by block (dt_dp_set_fused_step). */
+typedef enum dp_job { DP_JOB_NONE = 0, DP_JOB_TRAIN, DP_JOB_FORWARD, DP_JOB_REDUCE, DP_JOB_OPTIM, DP_JOB_STEP } dp_job;
 
 typedef struct dp_worker {
   struct dt_dp *d;
@@ -45,6 +46,8 @@ struct dt_dp {
   int omp_threads;  /* OpenMP threads of each worker's own parallel regions */
   int blas_pinned;  /* 1: BLAS runs single-threaded while the workers run (see set_blas_for_workers) */
   int assign;       /* this reduce stores the sums in the model's arena (its zero_grad was deferred), not adds them */
+  int fused;        /* dt_dp_set_fused_step: a train step leaves its reduce to the optimizer step */
+  int unreduced;    /* the last train step's reduce is still to run */
   int first, last;  /* the first and last worker with a slice of this step's batch (set_slices) */
   size_t n_params;
   float loss_scale; /* dlogits *= it before backward (an fp16 loss scaler's scale) */
@@ -69,7 +72,7 @@ struct dt_dp {
   const dt_task *task;
   float *out;
   int batch;
-  dt_optim *optim; /* DP_JOB_OPTIM: the step each worker takes part of, at learning rate lr */
+  dt_optim *optim; /* DP_JOB_OPTIM, DP_JOB_STEP: the step each worker takes part of, at learning rate lr */
   float lr;
 };
 
@@ -157,11 +160,17 @@ static void reduce_dense(struct dt_dp *d, float *acc, size_t b, size_t e) {
  * the worker count only. Partial sums are built in the first contributing worker's buffer. A row table is summed
  * only at the rows some worker touched (the model context's marks, merged before): every worker's gradient
  * is zero elsewhere, and an embedding table can be far larger than the rows a step reads. */
+/* Worker w's share [lo, hi) of the arena: equal parts, 16-float aligned. */
+static void share_of(const struct dt_dp *d, int w, size_t *lo, size_t *hi) {
+  const size_t per = ((d->n_params + (size_t)d->workers - 1) / (size_t)d->workers + 15) & ~(size_t)15;
+  *lo = per * (size_t)w;
+  *hi = *lo + per < d->n_params ? *lo + per : d->n_params;
+}
+
 static void run_reduce(dp_worker *wk) {
   struct dt_dp *d = wk->d;
-  const size_t per = ((d->n_params + (size_t)d->workers - 1) / (size_t)d->workers + 15) & ~(size_t)15;
-  const size_t lo = per * (size_t)wk->index;
-  const size_t hi = lo + per < d->n_params ? lo + per : d->n_params;
+  size_t lo, hi;
+  share_of(d, wk->index, &lo, &hi);
   if (lo >= hi) return;
   float *acc = dt_model_ctx_grads(d->w[d->first].ctx);
   const dt_model_ctx *mc = dt_model_default_ctx(d->m);
@@ -181,6 +190,22 @@ static void run_reduce(dp_worker *wk) {
     at = t_hi;
   }
   if (at < hi) reduce_dense(d, acc, at, hi);
+}
+
+/* run_reduce and the worker's part of the optimizer step, block by block: each block of the sums is updated
+ * from while it is in cache, and the arena is read once where the two jobs read it twice. Dense models only
+ * (dt_dp_train_step reduces at once where there are row tables). The update is element by element and the sums
+ * are run_reduce's: the bits of the two jobs. */
+static void run_step(dp_worker *wk) {
+  struct dt_dp *d = wk->d;
+  size_t lo, hi;
+  share_of(d, wk->index, &lo, &hi);
+  float *acc = dt_model_ctx_grads(d->w[d->first].ctx), *params = dt_model_params(d->m, NULL);
+  for (size_t b = lo; b < hi; b += DP_REDUCE_BLOCK) {
+    const size_t e = b + DP_REDUCE_BLOCK < hi ? b + DP_REDUCE_BLOCK : hi;
+    reduce_span(d, acc, b, e);
+    dt_optim_step_range(d->optim, params, d->grads, d->lr, b, e);
+  }
 }
 
 /* The row-table rows the workers touched are now non-zero in the model's arena too: its zero_grad and a
@@ -207,6 +232,8 @@ static void run_job(dp_worker *wk, dp_job job) {
   wk->err[0] = '\0';
   if (job == DP_JOB_REDUCE)
     run_reduce(wk);
+  else if (job == DP_JOB_STEP)
+    run_step(wk);
   else if (job == DP_JOB_OPTIM)
     dt_optim_step_part(d->optim, dt_model_params(d->m, NULL), d->grads, d->lr, wk->index, d->workers);
   else if (wk->n > 0)
@@ -403,6 +430,13 @@ static void set_slices(dt_dp *d, int batch) {
   }
 }
 
+/* The last train step's reduce, if it is still to run (the model's gradients change only when every slice ran). */
+static void reduce_now(dt_dp *d) {
+  if (!d->unreduced) return;
+  d->unreduced = 0;
+  dispatch(d, DP_JOB_REDUCE);
+}
+
 dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const void *x, const void *target, int batch, float *loss,
                            double *sums) {
   if (!d || !task || !x || !target) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_train_step: NULL argument");
@@ -413,6 +447,7 @@ dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const void *x, const v
                     dt_task_config_of(task)->outputs, d->classes);
   if (n_sums > DP_MAX_SUMS)
     return dt_error(DT_INTERNAL, "dt_dp_train_step: %d task counters, at most %d", n_sums, DP_MAX_SUMS);
+  reduce_now(d); /* a step that did not reach the optimizer (accumulation): its sums first */
   set_slices(d, batch);
   d->x = x;
   d->target = target;
@@ -427,7 +462,8 @@ dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const void *x, const v
     /* After a deferred zero_grad the reduce stores the sums, sparing a pass that clears the arena on this thread
      * while the workers wait; else it adds to what the arena holds (accumulation). */
     d->assign = dt_model_ctx_grads_take_deferred(dt_model_default_ctx(d->m));
-    dispatch(d, DP_JOB_REDUCE); /* the model's gradients change only when every slice ran */
+    d->unreduced = 1;
+    if (!d->fused || dt_model_num_row_tables(d->m) > 0) reduce_now(d);
   }
   set_blas_for_workers(d, 0);
   if (st != DT_OK) return st;
@@ -451,8 +487,19 @@ dt_status dt_dp_optim_step(dt_dp *d, dt_optim *o, float lr) {
   DT_CHECK(dt_optim_begin_step(o, lr));
   d->optim = o;
   d->lr = lr;
-  dispatch(d, DP_JOB_OPTIM);
+  dispatch(d, d->unreduced ? DP_JOB_STEP : DP_JOB_OPTIM);
+  d->unreduced = 0;
   d->optim = NULL;
+  return DT_OK;
+}
+
+void dt_dp_set_fused_step(dt_dp *d, int on) {
+  if (d) d->fused = on != 0;
+}
+
+dt_status dt_dp_reduce(dt_dp *d) {
+  if (!d) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_reduce: NULL argument");
+  reduce_now(d);
   return DT_OK;
 }
 

@@ -7,6 +7,10 @@
 static dt_status dp_wrap(dt_run *r) {
   const int workers = r->cfg->workers > 0 ? r->cfg->workers : dt_get_threads();
   DT_CHECK(dt_dp_new(r->model, workers, r->cfg->batch_size, &r->dp));
+  /* Where nothing reads the batch's gradients before the optimizer (clipping, fp16's unscale, accumulation's
+   * scaling do), the workers sum them block by block into the update itself. */
+  const dt_train_config *c = r->cfg;
+  dt_dp_set_fused_step(r->dp, c->accumulate == 1 && c->amp != DT_AMP_FP16 && !(c->clip_grad_norm > 0));
   const size_t n = (size_t)r->cfg->batch_size * (size_t)dt_task_config_of(r->task)->outputs;
   return dt_alloc_array(n, sizeof(float), "dp evaluation outputs", (void **)&r->eval_buf);
 }

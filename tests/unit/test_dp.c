@@ -252,6 +252,74 @@ TEST(a_deferred_zero_grad_is_overwritten_then_added_to) {
     }
 }
 
+/* One DP step of each copy: fused (the reduce left to the optimizer step) and not; `micro` train steps each
+ * (accumulation: a fused copy's second train step sums the first's gradients first). */
+static dt_status fused_pair_step(dt_dp *const dp[2], dt_optim *const o[2], dt_model *const m[2], int step, int micro) {
+  for (int c = 0; c < 2; c++) {
+    dt_model_zero_grad_deferred(m[c]);
+    for (int k = 0; k < micro; k++) {
+      float x[MAX_BATCH * SAMPLE_NUMEL];
+      int32_t y[MAX_BATCH];
+      make_batch(x, y, MAX_BATCH - k, 300 + 10 * (uint64_t)step + (uint64_t)k);
+      DT_CHECK(dp_step(dp[c], x, y, MAX_BATCH - k, 0.0f, NULL, NULL, NULL));
+    }
+    DT_CHECK(dt_dp_optim_step(dp[c], o[c], 0.05f));
+  }
+  return DT_OK;
+}
+
+/* Fused steps give the unfused bits, parameters and gradients alike: mlp and conv, 2 and 3 workers (a partial
+ * sum), SGD with momentum and weight decay, Adam with weight decay and a no-decay table whose pieces cross the
+ * workers' shares, steps of one and of two accumulated batches; dt_dp_reduce leaves the sums in the arena. */
+TEST(fused_steps_give_the_unfused_bits) {
+  const model_kind kinds[] = {MLP, CONV};
+  for (int k = 0; k < 2; k++)
+    for (int workers = 2; workers <= 3; workers++)
+      for (int kind = 0; kind < 2; kind++) {
+        dt_model *m[2] = {NULL, NULL};
+        dt_dp *dp[2] = {NULL, NULL};
+        dt_optim *o[2] = {NULL, NULL};
+        dt_optim_config oc;
+        dt_optim_config_default(kind ? DT_OPTIM_ADAM : DT_OPTIM_SGD, &oc);
+        oc.momentum = kind ? oc.momentum : 0.9f;
+        oc.weight_decay = 0.01f;
+        for (int c = 0; c < 2; c++) {
+          ASSERT_OK(build_model(kinds[k], MAX_BATCH, &m[c]));
+          ASSERT_OK(dt_dp_new(m[c], workers, MAX_BATCH, &dp[c]));
+          ASSERT_OK(dt_optim_new(&oc, dt_model_num_params(m[c]), &o[c]));
+          const size_t n = dt_model_num_params(m[c]);
+          const dt_optim_range nd[2] = {{.lo = 3, .n = n / 3}, {.lo = n / 2, .n = n / 4}};
+          if (kind) ASSERT_OK(dt_optim_set_no_decay(o[c], nd, 2));
+        }
+        dt_dp_set_fused_step(dp[0], 1);
+        size_t n = 0;
+        const float *p0 = dt_model_params(m[0], &n), *p1 = dt_model_params(m[1], NULL);
+        const float *g0 = dt_model_grads(m[0], NULL), *g1 = dt_model_grads(m[1], NULL);
+        int same = 1;
+        for (int step = 0; step < 4; step++) {
+          ASSERT_OK(fused_pair_step(dp, o, m, step, 1 + step % 2));
+          same &= memcmp(p0, p1, n * sizeof *p0) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0;
+        }
+        float x[MAX_BATCH * SAMPLE_NUMEL];
+        int32_t y[MAX_BATCH];
+        make_batch(x, y, MAX_BATCH, 77);
+        for (int c = 0; c < 2; c++) {
+          dt_model_zero_grad(m[c]);
+          ASSERT_OK(dp_step(dp[c], x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL));
+        }
+        ASSERT_OK(dt_dp_reduce(dp[0]));
+        const int reduced = memcmp(g0, g1, n * sizeof *g0) == 0;
+        for (int c = 0; c < 2; c++) {
+          dt_optim_free(o[c]);
+          dt_dp_free(dp[c]);
+          dt_model_free(m[c]);
+        }
+        if (!same || !reduced)
+          FAIL_("model %d, %d workers, %s: %s", (int)kinds[k], workers, kind ? "adam" : "sgd",
+                !same ? "fused steps differ from unfused ones" : "dt_dp_reduce left other sums");
+      }
+}
+
 /* The calling thread runs worker 0's part with the workers' share of OpenMP threads, and has its own setting back
  * after every job (its regions outside DP, the evaluation's, use the whole budget). Checked after an optimizer
  * step: after a train step OpenBLAS's thread reset (set_blas_for_workers) would set it back whatever DP did. */
@@ -426,4 +494,4 @@ TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(one_wor
           TEST_ENTRY(a_deferred_zero_grad_is_overwritten_then_added_to),
           TEST_ENTRY(the_calling_thread_keeps_its_openmp_threads),
           TEST_ENTRY(forward_equals_whole_batch_forward), TEST_ENTRY(batchnorm_statistics_come_from_worker_0),
-          TEST_ENTRY(argument_errors), TEST_ENTRY(no_thread_leak))
+          TEST_ENTRY(argument_errors), TEST_ENTRY(no_thread_leak), TEST_ENTRY(fused_steps_give_the_unfused_bits))

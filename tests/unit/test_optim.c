@@ -379,13 +379,14 @@ TEST(schedule_linear_as_transformers) {
   ASSERT(strstr(dt_last_error(), "num_training_steps") != NULL);
 }
 
-/* A step in parts (DataParallel's workers take one each) is dt_optim_step's update bit for bit: every kind, with
- * and without a no-decay table, 1 to 5 parts, over 3 steps (the step count advances once a step). */
+/* A step in parts (DataParallel's workers take one each), or in ranges of any length (dt_optim_step_range, odd
+ * tiles taken from the end), is dt_optim_step's update bit for bit: every kind, with and without a no-decay table,
+ * 1 to 5 parts, over 3 steps (the step count advances once a step). */
 TEST(step_in_parts_equals_one_step) {
   const size_t n = 50021;
   const dt_optim_range nd[2] = {{3, 5}, {8190, 9000}};
-  float *p[2] = {NULL, NULL}, *g = NULL;
-  for (int s = 0; s < 2; s++) ASSERT_OK(dt_alloc_array(n, sizeof(float), "p", (void **)&p[s]));
+  float *p[3] = {NULL, NULL, NULL}, *g = NULL;
+  for (int s = 0; s < 3; s++) ASSERT_OK(dt_alloc_array(n, sizeof(float), "p", (void **)&p[s]));
   ASSERT_OK(dt_alloc_array(n, sizeof(float), "g", (void **)&g));
   const dt_optim_kind kinds[3] = {DT_OPTIM_SGD, DT_OPTIM_ADAM, DT_OPTIM_ADAMW};
   for (int k = 0; k < 3; k++)
@@ -395,8 +396,8 @@ TEST(step_in_parts_equals_one_step) {
         dt_optim_config_default(kinds[k], &c);
         if (kinds[k] == DT_OPTIM_SGD) c = sgd(0.9f, 0, 0, 0);
         c.weight_decay = 0.05f;
-        dt_optim *o[2] = {NULL, NULL};
-        for (int s = 0; s < 2; s++) {
+        dt_optim *o[3] = {NULL, NULL, NULL};
+        for (int s = 0; s < 3; s++) {
           ASSERT_OK(dt_optim_new(&c, n, &o[s]));
           if (table) ASSERT_OK(dt_optim_set_no_decay(o[s], nd, 2));
           for (size_t i = 0; i < n; i++) p[s][i] = 0.5f - (float)(i % 97) / 97.0f;
@@ -406,15 +407,19 @@ TEST(step_in_parts_equals_one_step) {
           ASSERT_OK(dt_optim_step(o[0], p[0], g, 0.01f));
           ASSERT_OK(dt_optim_begin_step(o[1], 0.01f));
           for (int part = parts - 1; part >= 0; part--) dt_optim_step_part(o[1], p[1], g, 0.01f, part, parts);
+          ASSERT_OK(dt_optim_begin_step(o[2], 0.01f));
+          const size_t tile = 997 * (size_t)parts;
+          for (size_t hi = n; hi > 0; hi = hi > tile ? hi - tile : 0)
+            dt_optim_step_range(o[2], p[2], g, 0.01f, hi > tile ? hi - tile : 0, hi);
         }
         if (memcmp(p[0], p[1], n * sizeof(float)) != 0)
           FAIL_("kind %d, table %d, %d parts: the parts' update differs", k, table, parts);
+        if (memcmp(p[0], p[2], n * sizeof(float)) != 0)
+          FAIL_("kind %d, table %d, tiles of %d: the ranges' update differs", k, table, 997 * parts);
         ASSERT_EQ(dt_optim_step_count(o[1]), 3);
-        dt_optim_free(o[0]);
-        dt_optim_free(o[1]);
+        for (int s = 0; s < 3; s++) dt_optim_free(o[s]);
       }
-  dt_free(p[0]);
-  dt_free(p[1]);
+  for (int s = 0; s < 3; s++) dt_free(p[s]);
   dt_free(g);
 }
 
