@@ -15,7 +15,8 @@ typedef struct idx_source {
   uint8_t *images;    /* (n, h, w) */
   uint8_t *labels;    /* (n), each < classes */
   int classes;        /* 10 */
-  float lut[256];     /* pixel value -> normalised float */
+  int normalize;      /* 1: (x / 255 - mean) / std, else x / 255 */
+  float mean, std;
 } idx_source;
 
 /* Datasets known by name: sub-directory of DT_DATA_DIR and how to get it. */
@@ -126,13 +127,9 @@ static dt_status open_idx(const char *source, dt_split split, const dt_data_opti
   ds->labels = lab.data;
   ds->classes = classes;
   img.data = lab.data = NULL;
-  /* The same float expression as any reference (x / 255, then (x - mean) / std)
-   * so gathered values are exact, not merely close. */
-  for (int v = 0; v < 256; v++) {
-    float x = (float)v / 255.0f;
-    if (norm && norm->enabled) x = (x - norm->mean) / norm->std;
-    ds->lut[v] = x;
-  }
+  ds->normalize = norm && norm->enabled;
+  ds->mean = ds->normalize ? norm->mean : 0.0f;
+  ds->std = ds->normalize ? norm->std : 1.0f;
   DT_LOG_INFO("data", "%s %s: %lld samples of 1x%dx%d", source, prefix, (long long)ds->n, ds->h, ds->w);
   const int64_t shape[3] = {1, ds->h, ds->w};
   dt_data_add_field(info, "x", DT_F32, 3, shape);
@@ -157,18 +154,27 @@ static void free_idx(void *state) {
   dt_free(ds);
 }
 
+/* The same float expression as any reference (x / 255, then (x - mean) / std), so the values are exact, not
+ * merely close; IEEE division rounds alike in every vector lane, and the loops vectorise (a table of the 256
+ * values gathered one pixel at a time took twice as long). */
+static void normalize_row(const idx_source *ds, const uint8_t *restrict src, float *restrict dst, size_t n) {
+  if (!ds->normalize) {
+    for (size_t p = 0; p < n; p++) dst[p] = (float)src[p] / 255.0f;
+    return;
+  }
+  const float mean = ds->mean, std = ds->std;
+  for (size_t p = 0; p < n; p++) dst[p] = ((float)src[p] / 255.0f - mean) / std;
+}
+
 static void fetch_idx(const void *state, const int64_t *idx, int n, void *const *fields) {
   const idx_source *ds = state;
   const size_t pixels = (size_t)ds->h * (size_t)ds->w;
-  const float *lut = ds->lut;
   float *x = fields[0];
   int32_t *y = fields[1];
   for (int i = 0; i < n; i++) {
     int64_t s = idx[i];
     assert(s >= 0 && s < ds->n); /* the loader validates sampler output */
-    const uint8_t *src = ds->images + (size_t)s * pixels;
-    float *dst = x + (size_t)i * pixels;
-    for (size_t p = 0; p < pixels; p++) dst[p] = lut[src[p]];
+    normalize_row(ds, ds->images + (size_t)s * pixels, x + (size_t)i * pixels, pixels);
     y[i] = ds->labels[s];
   }
 }
