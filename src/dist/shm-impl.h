@@ -42,6 +42,9 @@ typedef struct shm_header {
   alignas(SHM_LINE) _Atomic uint32_t sleepers;
 } shm_header;
 
+/* CPUs a rank's affinity is published for (CPU_SETSIZE's 1024). */
+#define SHM_CPU_BITS 1024
+
 /* One per rank, written only by that rank. */
 typedef struct shm_ctrl {
   alignas(SHM_LINE) _Atomic uint64_t arrive; /* syncs this rank has reached */
@@ -50,6 +53,7 @@ typedef struct shm_ctrl {
   int32_t pid;
   _Atomic int32_t gone; /* 1: the rank aborted or destroyed its backend */
   uint64_t pidns;       /* inode of its PID namespace: its pid means something here only if ours matches */
+  uint64_t cpus[SHM_CPU_BITS / 64]; /* the CPUs it may run on (its affinity), a bit each */
 } shm_ctrl;
 
 /* Memory shared with dt_group_share: every rank's, as this rank maps it. */
@@ -75,8 +79,9 @@ typedef struct shm_backend {
   char *nowatch; /* 1: the rank's process cannot be watched (other PID namespace) */
   const void **srcs;
   uint64_t syncs; /* syncs this rank has passed */
-  int spin;            /* every rank has a core: a waiting caller (its compute idle) spins briefly */
-  int spin_background; /* every rank's compute threads and communication thread have a core each: the
+  int spin;            /* every rank sharing this one's CPUs has one: a waiting caller (its compute idle) spins
+                          briefly (choose_spin) */
+  int spin_background; /* every such rank's compute threads and communication thread have a CPU each: the
                           communication thread, waiting beside compute, spins too */
   double t0;      /* start of the running collective (for the timeout message) */
   dt_status broken;

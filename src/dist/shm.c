@@ -560,11 +560,42 @@ static dt_status wait_mapped(shm_backend *b, const dt_backend_ctx *ctx, double d
   }
 }
 
-static long usable_cpus(void) {
+/* This process's CPUs (its affinity) into its control block, for the others' choice of how to wait. */
+static void publish_cpus(shm_backend *b) {
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  const long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? n : 1;
+  shm_ctrl *me = &b->ctrl[b->base.rank];
+  memset(me->cpus, 0, sizeof me->cpus);
+  if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) == 0) {
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    CPU_ZERO(&set);
+    for (long c = 0; c < (n > 0 ? n : 1) && c < CPU_SETSIZE; c++) CPU_SET((int)c, &set);
+  }
+  for (int c = 0; c < CPU_SETSIZE && c < SHM_CPU_BITS; c++)
+    if (CPU_ISSET(c, &set)) me->cpus[c / 64] |= (uint64_t)1 << (c % 64);
+}
+
+/* How waits spin, once every rank has published its CPUs. The ranks that may run where this one may (all of
+ * them unbound; itself alone where a launcher bound each to cores of its own) share its CPUs. A caller waiting in
+ * a blocking collective (its compute idle) spins where each of those has a CPU: sleeping there, every sync of a
+ * pipelined all-reduce waited for a wake-up of an idle vCPU (the default mlp's DDP x2 bound, 2 ranks on 2
+ * vCPUs: +5% spinning). The communication thread waits beside the caller's compute: it spins only where every
+ * such rank's compute threads and itself each have a CPU, or it takes the CPU of a rank still computing, the very
+ * one it waits for (2 ranks of one thread on 2 cores: the default mlp's DDP x2 +8-23% in three of four
+ * alternated pairs without its spinning, fashioncnn -0.5 to +4%). */
+static void choose_spin(shm_backend *b) {
+  const uint64_t *mine = b->ctrl[b->base.rank].cpus;
+  long cpus = 0, sharing = 0;
+  for (int w = 0; w < SHM_CPU_BITS / 64; w++) cpus += __builtin_popcountll(mine[w]);
+  for (int j = 0; j < b->base.size; j++) {
+    int overlap = 0;
+    for (int w = 0; w < SHM_CPU_BITS / 64 && !overlap; w++) overlap = (b->ctrl[j].cpus[w] & mine[w]) != 0;
+    sharing += overlap;
+  }
+  b->spin = sharing <= cpus;
+  b->spin_background = sharing * (dt_get_threads() + 1) <= cpus;
+  DT_LOG_INFO("shm", "rank %d: %ld rank(s) on its %ld CPU(s): a waiting caller %s, the communication thread %s",
+              b->global[b->base.rank], sharing, cpus, b->spin ? "spins" : "sleeps",
+              b->spin_background ? "spins" : "sleeps");
 }
 
 static uint64_t pid_namespace(void) {
@@ -614,14 +645,6 @@ dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out) {
   b->half = SHM_HALF;
   while (b->half > SHM_SMALL_MAX && ((size_t)ctx->size * 2 + 2) * b->half > (64u << 20)) b->half /= 2;
   b->seg_bytes = seg_size(ctx->size, b->half);
-  /* A caller waiting in a blocking collective (its compute idle) spins where every rank has a core. The
-   * communication thread waits beside the caller's compute: it spins only where every rank's compute threads
-   * and itself each have a core, or it takes the core of a rank still computing, the very one it waits for
-   * (2 ranks of one thread on 2 cores: the default mlp's DDP x2 +8-23% in three of four alternated pairs
-   * without its spinning, fashioncnn -0.5 to +4%). Cores: those this process may run on. */
-  const long cpus = usable_cpus();
-  b->spin = (long)ctx->size <= cpus;
-  b->spin_background = (long)ctx->size * (dt_get_threads() + 1) <= cpus;
   int created = 0, unlinked = 0;
   char key[DT_STORE_MAX_KEY];
   DT_CHECK_GOTO(dt_alloc_array((size_t)ctx->size, sizeof(int), "shm ranks", (void **)&b->global), st, fail);
@@ -665,8 +688,10 @@ dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out) {
   }
   b->ctrl[ctx->rank].pid = (int32_t)getpid();
   b->ctrl[ctx->rank].pidns = pid_namespace();
+  publish_cpus(b);
   atomic_fetch_add(&b->hdr->mapped, 1);
   DT_CHECK_GOTO(wait_mapped(b, ctx, deadline), st, fail);
+  choose_spin(b);
   /* Every rank holds a mapping: the name is no longer needed, and without it
    * nothing is left in /dev/shm whatever happens to the processes later. */
   if (ctx->rank == 0) {

@@ -169,6 +169,31 @@ else
   fail "ddp 3 ranks: shared_grads '$s_on' / '$s_off', in place '$n_on' / '$n_off'; weights $(cmp "$tmp/sgon/model.safetensors" "$tmp/sgoff/model.safetensors" 2>&1)"
 fi
 
+section "ddp: how shm waits, by the ranks' CPUs"
+# Bound to a CPU each, a rank shares it with no other: its blocking waits spin. Two ranks on one CPU (a taskset on
+# dtrun, no binding): they sleep. The communication thread, beside its rank's compute on that CPU, sleeps in both.
+usable=$(/usr/bin/python3 -c 'import os; print(" ".join(map(str, sorted(os.sched_getaffinity(0)))))')
+if [ "$(wc -w <<<"$usable")" -ge 2 ]; then
+  dtr spinb 60 --standalone --nproc-per-node 2 --threads-per-proc 1 --bind-to core -- env DT_DEBUG=shm "$DTRAIN" \
+    train --strategy ddp --limit-train 256 --limit-test 64 --out "$tmp/spinb" --progress none
+  if [ "$rc" -eq 0 ] && [ "$(grep -c "1 rank(s) on its 1 CPU(s): a waiting caller spins, the communication thread sleeps" \
+    "$tmp/spinb.err")" -eq 2 ]; then
+    ok "ddp bound to a CPU each: the callers' waits spin, the communication threads' sleep"
+  else
+    fail "ddp bound: rc $rc, $(grep "CPU(s)" "$tmp/spinb.err")"
+  fi
+fi
+timeout -k 2 60 taskset -c "${usable%% *}" "$DTRUN" --standalone --nproc-per-node 2 --threads-per-proc 1 -- \
+  env DT_DEBUG=shm "$DTRAIN" train --strategy ddp --limit-train 256 --limit-test 64 --out "$tmp/spin1" \
+  --progress none >"$tmp/spin1.out" 2>"$tmp/spin1.err" </dev/null
+rc=$?
+if [ "$rc" -eq 0 ] && [ "$(grep -c "2 rank(s) on its 1 CPU(s): a waiting caller sleeps, the communication thread sleeps" \
+  "$tmp/spin1.err")" -eq 2 ]; then
+  ok "ddp, 2 ranks on one CPU: every wait sleeps"
+else
+  fail "ddp on one CPU: rc $rc, $(grep "CPU(s)" "$tmp/spin1.err")"
+fi
+
 # ---- 2: dp ----------------------------------------------------------------------------------
 section "2 dp"
 timeout -k 2 60 "$DTRAIN" train --strategy dp --workers 2 --epochs 1 --limit-train 1500 --limit-test 1001 \
