@@ -350,8 +350,8 @@ TEST(bucket_caps_change_nothing_but_the_layout) {
 }
 
 /* Gradients in memory the ranks share give the slot path's bits: world 2 and 3 (rank 2 reduces its share aside),
- * the 1.9 MB mlp (all-reduces in place) and the small conv, each beside the same run through the slots; on tcp
- * nothing is shared and nothing changes. */
+ * the 1.9 MB mlp (all-reduces in place) and the small conv, each beside the same run through the slots, and the
+ * measured layout too (planned after step 3); on tcp nothing is shared and nothing changes. */
 TEST(shared_gradients_give_the_slot_paths_bits) {
   for (int world = 2; world <= 3; world++) {
     equiv_case ec = {.runs = {{.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 4, .dscale = 1},
@@ -362,6 +362,12 @@ TEST(shared_gradients_give_the_slot_paths_bits) {
                                 {.kind = CONV, .b = 4, .accum = 2, .steps = 3, .dscale = 1, .shared = 1}},
                        .n_runs = 2, .tol = 1e-5, .cross_tol = 0};
     ASSERT_EQ(run_job(world, equiv_child, &conv, 30), 0);
+    /* the measured layout on shared gradients: its probe all-reduces the arena itself and must put it back */
+    equiv_case measured = {.runs = {{.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 6, .dscale = 1},
+                                    {.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 6, .dscale = 1, .shared = 1,
+                                     .auto_buckets = 1}},
+                           .n_runs = 2, .tol = 1e-5, .cross_tol = 0};
+    ASSERT_EQ(run_job(world, equiv_child, &measured, 30), 0);
   }
   equiv_case tcp = {.runs = {{.kind = MLP, .b = 4, .accum = 1, .steps = 3, .dscale = 1, .shared = 1}}, .n_runs = 1,
                     .tol = 1e-5, .cross_tol = -1};
