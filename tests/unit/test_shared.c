@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "dist/dist-impl.h"
 #include "dist_fork.h"
@@ -296,17 +297,19 @@ TEST(a_rank_that_dies_is_peer_lost) {
 typedef struct forever_arg {
   dt_group *g;
   void *mem;
+  _Atomic int done; /* all-reduces completed */
 } forever_arg;
 
 static void *sum_forever(void *p) {
   forever_arg *f = p;
-  while (dt_allreduce(f->g, f->mem, f->mem, SHARED_BYTES / 4, DT_F32, DT_SUM, NULL) == DT_OK) {
-  }
+  while (dt_allreduce(f->g, f->mem, f->mem, SHARED_BYTES / 4, DT_F32, DT_SUM, NULL) == DT_OK)
+    atomic_fetch_add(&f->done, 1);
   return NULL;
 }
 
-/* Rank 1 exits while its all-reduces on shared memory run (in the middle of one, most likely): rank 0's fail
- * with DT_PEER_LOST naming it, within the deadline. */
+/* Rank 1 exits while its all-reduces on shared memory run (in the middle of one, most likely), once it has
+ * completed two (so rank 0 has completed one, however slowly the machine runs): rank 0's fail with
+ * DT_PEER_LOST naming it, within the deadline. */
 static int dies_mid_pipeline_child(df_job *j, int r, int world, void *arg) {
   (void)arg;
   forever_arg f = {0};
@@ -316,7 +319,8 @@ static int dies_mid_pipeline_child(df_job *j, int r, int world, void *arg) {
   if (r == 1) {
     pthread_t t;
     pthread_create(&t, NULL, sum_forever, &f);
-    usleep(100 * 1000);
+    for (int waited = 0; atomic_load(&f.done) < 2 && waited < 20000; waited++) usleep(1000);
+    usleep(20 * 1000);
     _exit(0);
   }
   dt_status st;
