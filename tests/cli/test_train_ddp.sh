@@ -176,8 +176,8 @@ usable=$(/usr/bin/python3 -c 'import os; print(" ".join(map(str, sorted(os.sched
 if [ "$(wc -w <<<"$usable")" -ge 2 ]; then
   dtr spinb 60 --standalone --nproc-per-node 2 --threads-per-proc 1 --bind-to core -- env DT_DEBUG=shm "$DTRAIN" \
     train --strategy ddp --limit-train 256 --limit-test 64 --out "$tmp/spinb" --progress none
-  if [ "$rc" -eq 0 ] && [ "$(grep -c "1 rank(s) on its 1 CPU(s): a waiting caller spins, the communication thread sleeps" \
-    "$tmp/spinb.err")" -eq 2 ]; then
+  want="1 rank(s) on its 1 CPU(s): a waiting caller spins, the communication thread sleeps"
+  if [ "$rc" -eq 0 ] && [ "$(grep -c "$want" "$tmp/spinb.err")" -eq 2 ]; then
     ok "ddp bound to a CPU each: the callers' waits spin, the communication threads' sleep"
   else
     fail "ddp bound: rc $rc, $(grep "CPU(s)" "$tmp/spinb.err")"
@@ -187,8 +187,8 @@ timeout -k 2 60 taskset -c "${usable%% *}" "$DTRUN" --standalone --nproc-per-nod
   env DT_DEBUG=shm "$DTRAIN" train --strategy ddp --limit-train 256 --limit-test 64 --out "$tmp/spin1" \
   --progress none >"$tmp/spin1.out" 2>"$tmp/spin1.err" </dev/null
 rc=$?
-if [ "$rc" -eq 0 ] && [ "$(grep -c "2 rank(s) on its 1 CPU(s): a waiting caller sleeps, the communication thread sleeps" \
-  "$tmp/spin1.err")" -eq 2 ]; then
+want="2 rank(s) on its 1 CPU(s): a waiting caller sleeps, the communication thread sleeps"
+if [ "$rc" -eq 0 ] && [ "$(grep -c "$want" "$tmp/spin1.err")" -eq 2 ]; then
   ok "ddp, 2 ranks on one CPU: every wait sleeps"
 else
   fail "ddp on one CPU: rc $rc, $(grep "CPU(s)" "$tmp/spin1.err")"
