@@ -105,8 +105,8 @@ static const flag_spec flags[F_COUNT] = {
                         "loader and communication threads, may run only on the usable CPUs R*T .. R*T+T-1 in "
                         "order, T its compute threads, wrapping round when the workers need more than there are; "
                         "none (as torchrun): the kernel places every thread; auto (default): core where two or "
-                        "more workers' compute threads fill the usable CPUs (K*T of them, fewer than T left "
-                        "over), else none"},
+                        "more workers' compute threads fill the usable CPUs (K*T <= CPUs < K*T + T, as with "
+                        "the default T where K divides the CPUs), else none"},
     [F_TIMEOUT] = {"--timeout", "S", FLAG_FLOAT_RANGE, .lo = 0.001, .hi = 1e7,
                    .expect = "a positive number of seconds",
                    .help = "seconds to wait for the other nodes to join, start a round or finish "

@@ -83,7 +83,8 @@ typedef struct dt_ddp_stats {
   int64_t rows_sparse, rows_dense; /* row-table exchanges as touched rows / as the dense table */
   double rows_sparse_bytes, rows_dense_bytes; /* this rank's payload bytes of each */
   int shared_grads;        /* 1: the gradient arena is memory the ranks share (all-reduces read it in place) */
-  uint64_t shared_allreduces; /* all-reduces of the group run in place on shared memory so far */
+  uint64_t shared_allreduces; /* all-reduces of the group run in place on shared memory so far (the measured
+                                 layout's probe, 10 of them, included) */
 } dt_ddp_stats;
 void dt_ddp_get_stats(const dt_ddp *d, dt_ddp_stats *s);
 /* Bucket i: [offset, offset + count) of the gradient arena. */
@@ -115,9 +116,10 @@ dt_status dt_dp_optim_step(dt_dp *d, dt_optim *o, float lr);
 /* Fused steps (off by default): dt_dp_train_step leaves summing the slices' gradients to the next
  * dt_dp_optim_step, whose workers sum each block of the arena and update its parameters while it is in cache
  * (one pass over the gradients and one hand-off to the workers fewer; the same bits). Until then the model's
- * gradient arena does not hold the batch's gradients: for callers that read none of them between the two (no
- * clipping, no loss scaling, no accumulation scaled in between). A further dt_dp_train_step sums first, as does
- * dt_dp_reduce. Models with row tables are reduced at once. */
+ * gradient arena does not hold the batch's gradients: for callers that neither read nor clear them between the
+ * two (no clipping, no loss scaling, no accumulation scaled in between, no zero_grad); dt_dp_reduce sums them
+ * first where a caller must. A further dt_dp_train_step or dt_dp_forward sums first too. Models with row tables
+ * are reduced at once. */
 void dt_dp_set_fused_step(dt_dp *d, int on);
 dt_status dt_dp_reduce(dt_dp *d);
 /* Worker count, and each worker's dropout step (training forwards it ran; see

@@ -155,11 +155,6 @@ static void reduce_dense(struct dt_dp *d, float *acc, size_t b, size_t e) {
   for (; b < e; b += DP_REDUCE_BLOCK) reduce_span(d, acc, b, b + DP_REDUCE_BLOCK < e ? b + DP_REDUCE_BLOCK : e);
 }
 
-/* arena[i] (+)= g_0[i] + g_1[i] + ... (workers with a slice, in worker order) for this worker's share
- * [lo, hi) of the arena. Each element is summed in the same order whoever sums it, so the result depends on
- * the worker count only. Partial sums are built in the first contributing worker's buffer. A row table is summed
- * only at the rows some worker touched (the model context's marks, merged before): every worker's gradient
- * is zero elsewhere, and an embedding table can be far larger than the rows a step reads. */
 /* Worker w's share [lo, hi) of the arena: equal parts, 16-float aligned. */
 static void share_of(const struct dt_dp *d, int w, size_t *lo, size_t *hi) {
   const size_t per = ((d->n_params + (size_t)d->workers - 1) / (size_t)d->workers + 15) & ~(size_t)15;
@@ -167,6 +162,11 @@ static void share_of(const struct dt_dp *d, int w, size_t *lo, size_t *hi) {
   *hi = *lo + per < d->n_params ? *lo + per : d->n_params;
 }
 
+/* arena[i] (+)= g_0[i] + g_1[i] + ... (workers with a slice, in worker order) for this worker's share
+ * [lo, hi) of the arena. Each element is summed in the same order whoever sums it, so the result depends on
+ * the worker count only. Partial sums are built in the first contributing worker's buffer. A row table is summed
+ * only at the rows some worker touched (the model context's marks, merged before): every worker's gradient
+ * is zero elsewhere, and an embedding table can be far larger than the rows a step reads. */
 static void run_reduce(dp_worker *wk) {
   struct dt_dp *d = wk->d;
   size_t lo, hi;
@@ -265,7 +265,7 @@ static void *worker_main(void *arg) {
 
 /* Runs job on every worker and waits for all of them. Where inline0, the calling thread is worker 0, with the
  * workers' share of OpenMP threads while it is: it would only wait otherwise, and one thread hand-off fewer per
- * job is what a small model's step notices (three jobs a step; one worker then runs no thread at all). */
+ * job is what a small model's step notices (two or three jobs a step; one worker then runs no thread at all). */
 static void dispatch(dt_dp *d, dp_job job) {
   const int threads = d->workers - d->inline0;
   if (threads > 0) {
@@ -506,6 +506,7 @@ dt_status dt_dp_reduce(dt_dp *d) {
 dt_status dt_dp_forward(dt_dp *d, const void *x, int batch, float *out) {
   if (!d || !x || !out) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_forward: NULL argument");
   DT_CHECK(check_batch(d, "dt_dp_forward", batch));
+  reduce_now(d); /* a pending sum reads the slices of its train step, which set_slices replaces */
   set_slices(d, batch);
   d->x = x;
   d->out = out;

@@ -98,10 +98,12 @@ run auto1 --nproc-per-node 1 -- bash -c "$show_cpus" # one worker: nothing to ke
 has auto1 "$tmp/auto1.out" "[rank 0]: cpus $cpus"
 n_usable=$(echo $usable | wc -w)
 if [ "$n_usable" -ge 2 ]; then
-  run autofill --nproc-per-node "$n_usable" -- bash -c "$show_cpus" # a worker per CPU, one thread each: bound
+  # a worker per CPU, one thread each: bound (the thread budget dtrun's own: no OMP_NUM_THREADS/DT_NUM_THREADS)
+  OMP_NUM_THREADS= DT_NUM_THREADS= run autofill --nproc-per-node "$n_usable" -- bash -c "$show_cpus"
   expect_rc autofill 0
   bind_check autofill "$tmp/autofill.out" $usable
-  run autover --nproc-per-node "$((n_usable + 1))" -- bash -c "$show_cpus" # more workers than CPUs: unbound
+  # more workers than CPUs: unbound
+  OMP_NUM_THREADS= DT_NUM_THREADS= run autover --nproc-per-node "$((n_usable + 1))" -- bash -c "$show_cpus"
   has autover "$tmp/autover.out" "[rank $n_usable]: cpus $cpus"
 fi
 if [ "$n_usable" -ge 3 ]; then # a CPU or more left over for 2 one-thread workers: unbound

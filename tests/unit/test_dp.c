@@ -31,14 +31,15 @@ static dt_status dp_step(dt_dp *dp, const float *x, const int32_t *y, int batch,
   return st;
 }
 
-typedef enum model_kind { MLP, MLP_DROPOUT, CONV, CONV_BN } model_kind;
+typedef enum model_kind { MLP, MLP_DROPOUT, CONV, CONV_BN, MLP_WIDE } model_kind;
 
 static dt_status build_model(model_kind kind, int max_batch, dt_model **out) {
   dt_model *m = NULL;
   dt_status st = DT_OK;
-  if (kind == MLP || kind == MLP_DROPOUT) {
-    static const int hidden[] = {32, 16};
-    dt_zoo_config cfg = {.ndim = 3, .input_shape = {1, 8, 8}, .outputs = CLASSES, .hidden = hidden, .n_hidden = 2,
+  if (kind == MLP || kind == MLP_DROPOUT || kind == MLP_WIDE) {
+    static const int hidden[] = {32, 16}, wide[] = {512, 64}; /* wide: 67k parameters, many 4096-float blocks */
+    dt_zoo_config cfg = {.ndim = 3, .input_shape = {1, 8, 8}, .outputs = CLASSES,
+                         .hidden = kind == MLP_WIDE ? wide : hidden, .n_hidden = 2,
                          .dropout = kind == MLP_DROPOUT ? 0.3f : 0.0f};
     DT_CHECK_GOTO(dt_model_zoo_new("mlp", &cfg, &m), st, fail);
   } else {
@@ -253,8 +254,13 @@ TEST(a_deferred_zero_grad_is_overwritten_then_added_to) {
 }
 
 /* One DP step of each copy: fused (the reduce left to the optimizer step) and not; `micro` train steps each
- * (accumulation: a fused copy's second train step sums the first's gradients first). */
-static dt_status fused_pair_step(dt_dp *const dp[2], dt_optim *const o[2], dt_model *const m[2], int step, int micro) {
+ * (accumulation: a fused copy's second train step sums the first's gradients first). Before the optimizer step
+ * the fused copy's arena must not hold the sums yet (*pending counts the steps where it did not: the fused path
+ * was taken). */
+static dt_status fused_pair_step(dt_dp *const dp[2], dt_optim *const o[2], dt_model *const m[2], int step, int micro,
+                                 int *pending) {
+  size_t n = 0;
+  const float *g0 = dt_model_grads(m[0], &n), *g1 = dt_model_grads(m[1], NULL);
   for (int c = 0; c < 2; c++) {
     dt_model_zero_grad_deferred(m[c]);
     for (int k = 0; k < micro; k++) {
@@ -263,17 +269,26 @@ static dt_status fused_pair_step(dt_dp *const dp[2], dt_optim *const o[2], dt_mo
       make_batch(x, y, MAX_BATCH - k, 300 + 10 * (uint64_t)step + (uint64_t)k);
       DT_CHECK(dp_step(dp[c], x, y, MAX_BATCH - k, 0.0f, NULL, NULL, NULL));
     }
-    DT_CHECK(dt_dp_optim_step(dp[c], o[c], 0.05f));
   }
+  *pending += memcmp(g0, g1, n * sizeof *g0) != 0;
+  if (step == 2) { /* an inference of another batch size between the two: the pending sum keeps its slices */
+    float x[SAMPLE_NUMEL], out[CLASSES];
+    int32_t y[1];
+    make_batch(x, y, 1, 999);
+    for (int c = 0; c < 2; c++) DT_CHECK(dt_dp_forward(dp[c], x, 1, out));
+  }
+  for (int c = 0; c < 2; c++) DT_CHECK(dt_dp_optim_step(dp[c], o[c], 0.05f));
   return DT_OK;
 }
 
-/* Fused steps give the unfused bits, parameters and gradients alike: mlp and conv, 2 and 3 workers (a partial
- * sum), SGD with momentum and weight decay, Adam with weight decay and a no-decay table whose pieces cross the
- * workers' shares, steps of one and of two accumulated batches; dt_dp_reduce leaves the sums in the arena. */
+/* Fused steps give the unfused bits, parameters and gradients alike: a 67k-parameter mlp (many blocks a worker),
+ * one with dropout and a conv with batch norm, 2 and 3 workers (a partial sum), SGD with momentum and weight
+ * decay, Adam with weight decay and a no-decay table whose pieces cross the workers' shares, steps of one and of
+ * two accumulated batches, an inference between a train step and its update; dt_dp_reduce leaves the sums in the
+ * arena. */
 TEST(fused_steps_give_the_unfused_bits) {
-  const model_kind kinds[] = {MLP, CONV};
-  for (int k = 0; k < 2; k++)
+  const model_kind kinds[] = {MLP_WIDE, MLP_DROPOUT, CONV_BN};
+  for (int k = 0; k < 3; k++)
     for (int workers = 2; workers <= 3; workers++)
       for (int kind = 0; kind < 2; kind++) {
         dt_model *m[2] = {NULL, NULL};
@@ -295,9 +310,9 @@ TEST(fused_steps_give_the_unfused_bits) {
         size_t n = 0;
         const float *p0 = dt_model_params(m[0], &n), *p1 = dt_model_params(m[1], NULL);
         const float *g0 = dt_model_grads(m[0], NULL), *g1 = dt_model_grads(m[1], NULL);
-        int same = 1;
+        int same = 1, pending = 0;
         for (int step = 0; step < 4; step++) {
-          ASSERT_OK(fused_pair_step(dp, o, m, step, 1 + step % 2));
+          ASSERT_OK(fused_pair_step(dp, o, m, step, 1 + step % 2, &pending));
           same &= memcmp(p0, p1, n * sizeof *p0) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0;
         }
         float x[MAX_BATCH * SAMPLE_NUMEL];
@@ -314,9 +329,10 @@ TEST(fused_steps_give_the_unfused_bits) {
           dt_dp_free(dp[c]);
           dt_model_free(m[c]);
         }
-        if (!same || !reduced)
+        if (!same || !reduced || pending != 4)
           FAIL_("model %d, %d workers, %s: %s", (int)kinds[k], workers, kind ? "adam" : "sgd",
-                !same ? "fused steps differ from unfused ones" : "dt_dp_reduce left other sums");
+                !same ? "fused steps differ from unfused ones"
+                : !reduced ? "dt_dp_reduce left other sums" : "a fused step summed before the optimizer step");
       }
 }
 
