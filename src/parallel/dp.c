@@ -2,6 +2,7 @@
  * in its own execution context over the shared parameters (PyTorch's nn.DataParallel on CPU threads). */
 #include <omp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,6 +21,8 @@ void openblas_set_num_threads(int n);
 #define DP_REDUCE_BLOCK 4096
 /* Task counters a worker keeps per slice (dt_task_num_sums). */
 #define DP_MAX_SUMS 8
+/* Seconds a handshake wait spins before it sleeps, where the workers' threads have a CPU each. */
+#define DP_SPIN_S 100e-6
 
 /* DP_JOB_STEP: DP_JOB_REDUCE and DP_JOB_OPTIM in one, block by block (dt_dp_set_fused_step). */
 typedef enum dp_job { DP_JOB_NONE = 0, DP_JOB_TRAIN, DP_JOB_FORWARD, DP_JOB_REDUCE, DP_JOB_OPTIM, DP_JOB_STEP } dp_job;
@@ -58,12 +61,14 @@ struct dt_dp {
 
   /* The step handshake: the caller bumps generation with a job; every worker thread runs it once and
    * decrements pending; the last one signals done (the caller runs worker 0's part meanwhile where inline0).
-   * Waits are on condition variables (no spinning); they have no deadline because they wait on local compute,
-   * which always finishes. */
+   * Waits spin for DP_SPIN_S first where every worker's threads have a CPU (spin), then sleep on condition
+   * variables; they have no deadline because they wait on local compute, which always finishes. */
   pthread_mutex_t mu;
   pthread_cond_t wake, done;
-  uint64_t generation;
-  int pending, quit;
+  _Atomic uint64_t generation;
+  _Atomic int pending;
+  int quit;
+  int spin;
   dp_job job;
   /* the job's arguments */
   const char *x;
@@ -240,6 +245,20 @@ static void run_job(dp_worker *wk, dp_job job) {
     (job == DP_JOB_TRAIN ? run_train : run_forward)(wk);
 }
 
+/* Bounded spins before a sleep on the handshake: a small model's jobs are tens of microseconds apart, and a
+ * sleeping thread's wake-up (an idle vCPU's, here) cost about as much. */
+static void spin_while_equal_u64(_Atomic uint64_t *v, uint64_t old) {
+  const double t0 = dt_time_now();
+  for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) == old; i++)
+    if ((i & 63) == 0 && dt_time_now() - t0 > DP_SPIN_S) return;
+}
+
+static void spin_while_positive(_Atomic int *v) {
+  const double t0 = dt_time_now();
+  for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) > 0; i++)
+    if ((i & 63) == 0 && dt_time_now() - t0 > DP_SPIN_S) return;
+}
+
 /* A worker with a thread of its own (worker 0 has none where the calling thread runs it: see dispatch). */
 static void *worker_main(void *arg) {
   dp_worker *wk = arg;
@@ -250,6 +269,11 @@ static void *worker_main(void *arg) {
   uint64_t seen = 0;
   pthread_mutex_lock(&d->mu);
   for (;;) {
+    if (d->spin && d->generation == seen && !d->quit) { /* the next job most likely comes within microseconds */
+      pthread_mutex_unlock(&d->mu);
+      spin_while_equal_u64(&d->generation, seen);
+      pthread_mutex_lock(&d->mu);
+    }
     while (d->generation == seen && !d->quit) pthread_cond_wait(&d->wake, &d->mu);
     if (d->quit) break;
     seen = d->generation;
@@ -283,6 +307,7 @@ static void dispatch(dt_dp *d, dp_job job) {
     if (own != d->omp_threads) omp_set_num_threads(own);
   }
   if (threads > 0) {
+    if (d->spin) spin_while_positive(&d->pending);
     pthread_mutex_lock(&d->mu);
     while (d->pending > 0) pthread_cond_wait(&d->done, &d->mu);
     pthread_mutex_unlock(&d->mu);
@@ -377,6 +402,7 @@ dt_status dt_dp_new(dt_model *m, int workers, int max_batch, dt_dp **out) {
    * shrink the pool the caller's whole-budget regions (gradient clipping, a row-wise optimizer step) grow back,
    * every step. */
   d->inline0 = workers == 1 || d->omp_threads == 1;
+  d->spin = (long)workers * d->omp_threads <= dt_num_cores();
   pthread_mutex_init(&d->mu, NULL);
   pthread_cond_init(&d->wake, NULL);
   pthread_cond_init(&d->done, NULL);
