@@ -163,16 +163,6 @@ static void print_help(FILE *f) {
           "        --nproc-per-node 4 --max-restarts 3 -- ./my_program --lr 0.1   (and rank 1 on host1)\n");
 }
 
-/* Cores this process may run on (cpuset / taskset aware). */
-static int usable_cores(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    int n = CPU_COUNT(&set);
-    if (n > 0) return n;
-  }
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
-}
 
 /* --nnodes N, or torchrun's MIN:MAX when both are N (elastic ranges are not supported). */
 static int read_nnodes(const flag_value *v, options *o) {
@@ -201,7 +191,7 @@ static int read_nnodes(const flag_value *v, options *o) {
 static int read_nproc(const flag_value *v, options *o) {
   long long n = 1;
   if (v->given && (strcmp(v->raw, "auto") == 0 || strcmp(v->raw, "cpu") == 0))
-    n = usable_cores() < MAX_NPROC ? usable_cores() : MAX_NPROC;
+    n = dt_usable_cores() < MAX_NPROC ? dt_usable_cores() : MAX_NPROC;
   else if (v->given && flags_int(v->raw, 1, MAX_NPROC, &n))
     return USAGE_ERROR("--nproc-per-node: '%s' is not a worker count (1-%d, 'auto' or 'cpu')", v->raw, MAX_NPROC);
   o->nproc = (int)n;
@@ -1244,7 +1234,7 @@ int main(int argc, char **argv) {
     if (dt_tunable_str("DT_RUN_ID", &env_id) != DT_OK || !env_id) env_id = "default";
     snprintf(a->run_id, sizeof a->run_id, "%s", env_id);
   }
-  int cores = usable_cores();
+  int cores = dt_usable_cores();
   int budget = o->threads ? o->threads : (cores / o->nproc > 1 ? cores / o->nproc : 1);
   a->threads_omp = a->threads_dt = budget;
   const char *v = getenv("OMP_NUM_THREADS");

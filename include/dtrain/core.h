@@ -21,6 +21,9 @@ dt_status dt_set_threads(int n);
 int dt_get_threads(void);
 /* Online cores of this machine. */
 int dt_num_cores(void);
+/* The logical CPUs this process may run on (its affinity: a launcher's binding, a taskset, a cpuset), else
+ * dt_num_cores(). */
+int dt_usable_cores(void);
 
 /* ---- BLAS ----------------------------------------------------------- */
 /* The OpenBLAS kernel family in use ("Haswell", "SkylakeX", "Cooperlake", ...): chosen

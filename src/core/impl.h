@@ -74,6 +74,15 @@ void *dt_thread_scratch(size_t n);
 dt_status dt_grow_array(void **arr, int64_t *cap, int64_t used, int64_t need, int64_t first, size_t size,
                         const char *what);
 /* a * b with overflow detection; 0 on success. */
+/* A spin-wait's pause: the CPU's hint that this loop waits on memory another core writes. */
+static inline void dt_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
 static inline int dt_mul_overflow(size_t a, size_t b, size_t *out) {
   return __builtin_mul_overflow(a, b, out);
 }

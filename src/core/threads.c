@@ -1,5 +1,7 @@
-/* The compute thread budget: one OpenMP pool shared by our loops and OpenBLAS. */
+/* The compute thread budget: one OpenMP pool shared by our loops and OpenBLAS; the cores there are. */
+#define _GNU_SOURCE /* sched_getaffinity / CPU_COUNT */
 #include <omp.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <stdlib.h>
@@ -14,6 +16,12 @@ static int thread_budget;
 int dt_num_cores(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
+}
+
+int dt_usable_cores(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return dt_num_cores();
 }
 
 dt_status dt_set_threads(int n) {

@@ -33,14 +33,6 @@
 
 #include "dist/shm-impl.h"
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 static long futex_op(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
   /* Shared (not FUTEX_PRIVATE): waiters and wakers are different processes. */
   return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
@@ -117,7 +109,7 @@ static dt_status wait_all(shm_backend *b, const dt_coll *c, uint64_t v) {
   const int spin = c->background ? b->spin_background : b->spin;
   if (spin) {
     for (unsigned i = 1;; i++) {
-      cpu_relax();
+      dt_cpu_relax();
       if (all_arrived(b, v)) return DT_OK;
       if ((i & 63) == 0 && dt_time_now() - t0 > SHM_SPIN_S) break;
     }

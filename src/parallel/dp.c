@@ -249,14 +249,18 @@ static void run_job(dp_worker *wk, dp_job job) {
  * sleeping thread's wake-up (an idle vCPU's, here) cost about as much. */
 static void spin_while_equal_u64(_Atomic uint64_t *v, uint64_t old) {
   const double t0 = dt_time_now();
-  for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) == old; i++)
+  for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) == old; i++) {
+    dt_cpu_relax();
     if ((i & 63) == 0 && dt_time_now() - t0 > DP_SPIN_S) return;
+  }
 }
 
 static void spin_while_positive(_Atomic int *v) {
   const double t0 = dt_time_now();
-  for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) > 0; i++)
+  for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) > 0; i++) {
+    dt_cpu_relax();
     if ((i & 63) == 0 && dt_time_now() - t0 > DP_SPIN_S) return;
+  }
 }
 
 /* A worker with a thread of its own (worker 0 has none where the calling thread runs it: see dispatch). */
@@ -402,7 +406,7 @@ dt_status dt_dp_new(dt_model *m, int workers, int max_batch, dt_dp **out) {
    * shrink the pool the caller's whole-budget regions (gradient clipping, a row-wise optimizer step) grow back,
    * every step. */
   d->inline0 = workers == 1 || d->omp_threads == 1;
-  d->spin = (long)workers * d->omp_threads <= dt_num_cores();
+  d->spin = (long)workers * d->omp_threads <= dt_usable_cores();
   pthread_mutex_init(&d->mu, NULL);
   pthread_cond_init(&d->wake, NULL);
   pthread_cond_init(&d->done, NULL);

@@ -1,5 +1,7 @@
 /* The thread budget: OpenBLAS and our OpenMP loops together never run more threads than dt_set_threads allows. */
+#define _GNU_SOURCE /* sched_setaffinity / CPU_SET */
 #include <dirent.h>
+#include <sched.h>
 #include <omp.h>
 
 #include "core/impl.h"
@@ -61,4 +63,22 @@ TEST(environment_budget_and_bad_values) {
   ASSERT_STATUS(dt_set_threads(100000), DT_INVALID_ARGUMENT);
 }
 
-TEST_MAIN(TEST_ENTRY(budget_of_one_runs_one_thread), TEST_ENTRY(environment_budget_and_bad_values))
+/* The usable cores follow the process's affinity (a taskset, a launcher's binding); the online cores do not. */
+TEST(usable_cores_follow_the_affinity) {
+  cpu_set_t all, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
+  ASSERT_EQ(dt_usable_cores(), CPU_COUNT(&all));
+  int first = 0;
+  while (!CPU_ISSET(first, &all)) first++;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  const int online = dt_num_cores();
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  const int usable = dt_usable_cores();
+  ASSERT_EQ(sched_setaffinity(0, sizeof all, &all), 0);
+  ASSERT_EQ(usable, 1);
+  ASSERT_EQ(dt_num_cores(), online);
+}
+
+TEST_MAIN(TEST_ENTRY(budget_of_one_runs_one_thread), TEST_ENTRY(environment_budget_and_bad_values),
+          TEST_ENTRY(usable_cores_follow_the_affinity))
