@@ -195,7 +195,8 @@ typedef enum train_flag {
   TRAIN_THREADS, TRAIN_SEED,
   TRAIN_OUT, TRAIN_PROGRESS, TRAIN_QUIET,
   TRAIN_STRATEGY, TRAIN_WORKERS, TRAIN_ACCUMULATE, TRAIN_BACKEND, TRAIN_MASTER, TRAIN_BUCKET_CAP_MB,
-  TRAIN_FIRST_BUCKET_MB, TRAIN_BROADCAST_BUFFERS, TRAIN_SHARED_GRADS, TRAIN_FIND_UNUSED_PARAMETERS, TRAIN_COMM_HOOK, TRAIN_EMBEDDING_EXCHANGE,
+  TRAIN_FIRST_BUCKET_MB, TRAIN_BROADCAST_BUFFERS, TRAIN_SHARED_GRADS, TRAIN_SHARDED_UPDATE, TRAIN_FIND_UNUSED_PARAMETERS,
+  TRAIN_COMM_HOOK, TRAIN_EMBEDDING_EXCHANGE,
   TRAIN_TIMEOUT, TRAIN_SAVE_EVERY, TRAIN_SAVE_EVERY_STEPS, TRAIN_KEEP, TRAIN_SAVE_ON_INTERRUPT, TRAIN_RESUME,
   TRAIN_ALLOW_DATA_CHANGE, TRAIN_OVERWRITE, TRAIN_TENSORBOARD, TRAIN_TENSORBOARD_ALL_RANKS, TRAIN_LOG_EVERY, TRAIN_TRACE,
   TRAIN_COUNT
@@ -212,6 +213,7 @@ static const flag_choice progress_modes[] = {{"auto", DT_PROGRESS_AUTO}, {"bar",
                                              {"plain", DT_PROGRESS_PLAIN}, {"none", DT_PROGRESS_NONE}, {NULL, 0}};
 static const flag_choice amp_modes[] = {{"off", DT_AMP_OFF}, {"bf16", DT_AMP_BF16}, {"fp16", DT_AMP_FP16}, {NULL, 0}};
 static const flag_choice on_off[] = {{"on", 1}, {"off", 0}, {NULL, 0}};
+static const flag_choice auto_on_off[] = {{"auto", -1}, {"on", 1}, {"off", 0}, {NULL, 0}};
 static const flag_choice exchanges[] = {
     {"auto", DT_ROWS_AUTO}, {"dense", DT_ROWS_DENSE}, {"sparse", DT_ROWS_SPARSE}, {NULL, 0}};
 static const flag_choice augments[] = {
@@ -402,6 +404,12 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                             .help = "ddp: ranks on one host (shm backend) keep their gradients in memory they map "
                             "from each other, and the all-reduces read them there (off, or with --comm-hook: "
                             "copied through the backend's buffers)", .choices = on_off},
+    [TRAIN_SHARDED_UPDATE] = {"--sharded-update", "auto|on|off", FLAG_CHOICE, "auto", "on",
+                              .help = "ddp: ranks on one host keep one copy of the parameters and optimizer state, "
+                              "and each bucket's all-reduce steps this rank's share of it (ZeRO-1 within a host; "
+                              "needs --shared-grads; not with --clip-grad-norm, --amp fp16, --sparse-embeddings or "
+                              "row tables: there every rank steps the whole model); auto: where the parameters and "
+                              "optimizer state take 16 MiB or more", .choices = auto_on_off},
     [TRAIN_FIND_UNUSED_PARAMETERS] = {"--find-unused-parameters", NULL, FLAG_BOOL, "off", NULL,
                                       .help = "ddp: reduce parameters that got no gradient as zeros instead of "
                                       "failing"},
@@ -448,7 +456,8 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
 static const train_flag sgd_only[] = {TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV};
 static const train_flag adam_only[] = {TRAIN_BETAS, TRAIN_EPS};
 static const train_flag ddp_only[] = {TRAIN_BACKEND, TRAIN_MASTER, TRAIN_BUCKET_CAP_MB, TRAIN_FIRST_BUCKET_MB,
-                                      TRAIN_BROADCAST_BUFFERS, TRAIN_SHARED_GRADS, TRAIN_FIND_UNUSED_PARAMETERS, TRAIN_COMM_HOOK,
+                                      TRAIN_BROADCAST_BUFFERS, TRAIN_SHARED_GRADS, TRAIN_SHARDED_UPDATE,
+                                      TRAIN_FIND_UNUSED_PARAMETERS, TRAIN_COMM_HOOK,
                                       TRAIN_EMBEDDING_EXCHANGE, TRAIN_TIMEOUT};
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -660,6 +669,7 @@ static int train_strategy_flags(const flag_args *p, dt_train_config *cfg) {
   if (v[TRAIN_BUCKET_CAP_MB].given || v[TRAIN_FIRST_BUCKET_MB].given) cfg->ddp.auto_buckets = 0;
   if (v[TRAIN_BROADCAST_BUFFERS].given) cfg->ddp.broadcast_buffers = v[TRAIN_BROADCAST_BUFFERS].choice;
   if (v[TRAIN_SHARED_GRADS].given) cfg->ddp.shared_grads = v[TRAIN_SHARED_GRADS].choice;
+  if (v[TRAIN_SHARDED_UPDATE].given) cfg->sharded_update = v[TRAIN_SHARDED_UPDATE].choice;
   if (v[TRAIN_FIND_UNUSED_PARAMETERS].given) cfg->ddp.find_unused_parameters = 1;
   if (v[TRAIN_COMM_HOOK].given) cfg->ddp.comm_hook = v[TRAIN_COMM_HOOK].choice;
   if (v[TRAIN_EMBEDDING_EXCHANGE].given) cfg->ddp.rows_exchange = (dt_rows_exchange)v[TRAIN_EMBEDDING_EXCHANGE].choice;
@@ -774,9 +784,9 @@ static void print_train_summary(const dt_train_config *cfg, const dt_train_resul
   fprintf(f, "  %-22s %.2f s compute, %.2f s waiting for data, %.2f s communication\n", "training time",
           r->compute_seconds, r->data_wait_seconds, r->comm_seconds);
   if (cfg->strategy == DT_STRATEGY_DDP)
-    fprintf(f, "  %-22s %d ranks over %s%s, all-reduce %.2f s of which %.0f%% hidden behind backward\n", "ddp",
-            r->world_size, r->backend, r->ddp.shared_grads ? " with shared gradients" : "", r->comm_total_seconds,
-            100 * r->comm_hidden);
+    fprintf(f, "  %-22s %d ranks over %s%s%s, all-reduce %.2f s of which %.0f%% hidden behind backward\n", "ddp",
+            r->world_size, r->backend, r->ddp.shared_grads ? " with shared gradients" : "",
+            r->ddp.sharded_update ? " and a sharded update" : "", r->comm_total_seconds, 100 * r->comm_hidden);
   fprintf(f, "  %-22s %.0f samples/s\n", "train throughput", r->train_samples_per_s);
   if (!isnan(r->test_loss)) fprintf(f, "  %-22s %.0f samples/s\n", "inference throughput", r->infer_samples_per_s);
   print_test_metrics(f, r);

@@ -166,6 +166,19 @@ dt_status dt_allgather(dt_group *g, const void *send, void *recv, size_t count, 
 dt_status dt_reduce_scatter(dt_group *g, const void *send, void *recv, size_t count, dt_dtype dtype,
                             dt_redop op, dt_work **w);
 dt_status dt_barrier(dt_group *g, dt_work **w);
+/* An all-reduce in place of count f32 in buf after which each rank needs only its own share of the result: for
+ * work done once per host, on memory every rank writes (dt_group_share_common), such as an optimizer's update of
+ * the parameters (ZeRO's sharded optimizer). The ranks' shares tile [0, count); fn(user, off, n, avg) is called
+ * on the thread running the collective for each piece [off, off + n) of this rank's share, in increasing order,
+ * avg[0..n) holding its result (the bits dt_allreduce gives; valid during the call only). On the shm backend every
+ * rank's calls have returned before any rank's collective completes, so what they wrote is there for all; where
+ * buf lies in memory from dt_group_share at the same place on every rank, each rank reduces its share from the
+ * others' memory into a small buffer of its own, and nothing is written to buf: afterwards it holds this rank's
+ * values, or the result, unspecified which. Elsewhere it is dt_allreduce, then fn over this rank's block
+ * (dt_group_block) of buf, unordered with the other ranks' calls (those backends share no memory). */
+typedef void (*dt_shard_fn)(void *user, size_t off, size_t n, const float *avg);
+dt_status dt_allreduce_shards(dt_group *g, float *buf, size_t count, dt_redop op, dt_shard_fn fn, void *user,
+                              dt_work **w);
 
 /* Memory the ranks on one host share. A collective (every rank calls it with
  * the same bytes, no collective of the group in flight): every rank gets bytes
@@ -185,6 +198,11 @@ dt_status dt_group_share(dt_group *g, size_t bytes, void **mem);
  * queued or running): it unmaps the peers' memory; mem stays mapped and the
  * caller's. A later all-reduce on mem goes through the backend's buffers. */
 void dt_group_unshare(dt_group *g, void *mem);
+/* Memory every rank on the host maps writable, the same bytes for all (a collective, as dt_group_share):
+ * bytes of zeroed, page-aligned memory in *mem. What one rank writes the others read, with no ordering beyond
+ * what the group's collectives give (a barrier, or the end of a dt_allreduce_shards). DT_UNSUPPORTED where
+ * dt_group_share is. *mem is the caller's: release it with dt_shared_free. */
+dt_status dt_group_share_common(dt_group *g, size_t bytes, void **mem);
 /* All-reduces this rank has run in place on shared memory so far. */
 uint64_t dt_group_shared_allreduces(const dt_group *g);
 /* Unmaps memory from dt_group_share (bytes as asked). */

@@ -130,6 +130,10 @@ void dt_model_zero_grad_deferred(dt_model *m);
  * reverse layer order, so ranges arrive front to back: [0, a), [a, b), ... */
 typedef void (*dt_grad_ready_fn)(void *user, size_t offset, size_t count);
 void dt_model_on_grad_ready(dt_model *m, dt_grad_ready_fn fn, void *user);
+/* 1: each layer's gradients are announced after its whole backward, never while it still reads its parameters
+ * (a Linear layer otherwise announces dW before it computes its input gradient from W): for a hook that changes
+ * the parameters, such as DDP's sharded update. 0 (the default): as early as they are final. */
+void dt_model_set_ready_late(dt_model *m, int late);
 
 /* ---- arenas and named tensors ------------------------------------------------ */
 /* The flat arenas (valid after build): parameters and their gradients share one
@@ -143,6 +147,10 @@ float *dt_model_buffers(dt_model *m, size_t *count);
  * release(mem, bytes) when it is freed or given other memory; what
  * dt_model_grads returned before is invalid. */
 dt_status dt_model_set_grad_memory(dt_model *m, float *mem, void (*release)(void *mem, size_t bytes));
+/* The same for the parameter arena (e.g. into dt_group_share_common's memory, one copy for the ranks of a host),
+ * the values copied into mem (copy 1) or found there (copy 0: another process wrote them); what dt_model_params
+ * and dt_model_tensor_data returned before is invalid. */
+dt_status dt_model_set_param_memory(dt_model *m, float *mem, int copy, void (*release)(void *mem, size_t bytes));
 size_t dt_model_num_params(const dt_model *m);
 int dt_model_output_size(const dt_model *m);
 const int64_t *dt_model_input_shape(const dt_model *m, int *ndim);

@@ -50,6 +50,9 @@ void dt_optim_step_part(dt_optim *o, float *params, const float *grads, float lr
  * the update is element by element, so ranges tiling [0, count) in any way, on any threads, give dt_optim_step's
  * bits. For callers that update a block while its gradient, just computed, is in cache. */
 void dt_optim_step_range(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t hi);
+/* The same with the range's gradients at g, apart from any arena (g[0] is element lo's): for callers that reduce
+ * a block of gradients into a buffer of their own and update it from there. */
+void dt_optim_step_block(dt_optim *o, float *params, const float *g, float lr, size_t lo, size_t hi);
 /* Row-wise ("sparse") update: the parameters outside the row tables t[0..n)
  * (arena order, disjoint; dtrain/model_ctx.h) get dt_optim_step's update, and
  * each table only its touched rows, as PyTorch steps an nn.Embedding(sparse=True):
@@ -82,6 +85,12 @@ int64_t dt_optim_step_count(const dt_optim *o);
  * as in PyTorch's optimizer state ("momentum_buffer", "exp_avg", "exp_avg_sq"). */
 int dt_optim_num_states(const dt_optim *o);
 float *dt_optim_state(dt_optim *o, int i, const char **name);
+/* Moves every state buffer into mem (dt_optim_state_bytes of it, 64-byte aligned; e.g. dt_group_share_common's,
+ * one copy for the ranks of a host), state i at mem + i * count, the values copied there (copy 1) or found there
+ * (copy 0: another process wrote them); the optimizer hands mem to release(mem, bytes) when freed. What
+ * dt_optim_state returned before is invalid. DT_INVALID_ARGUMENT for an optimizer without state (plain SGD). */
+dt_status dt_optim_set_state_memory(dt_optim *o, float *mem, int copy, void (*release)(void *mem, size_t bytes));
+size_t dt_optim_state_bytes(const dt_optim *o);
 /* Restores the step count (with state buffers written through dt_optim_state). */
 void dt_optim_set_step_count(dt_optim *o, int64_t steps);
 

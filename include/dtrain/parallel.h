@@ -71,8 +71,22 @@ dt_status dt_ddp_before_forward(dt_ddp *d);
 /* sync 0 = PyTorch's no_sync(): backward accumulates locally, no communication;
  * the next backward with sync 1 reduces the accumulated gradients. */
 void dt_ddp_set_sync(dt_ddp *d, int sync);
-/* After backward: waits for every bucket (all gradients averaged). */
+/* After backward: waits for every bucket (all gradients averaged; with the sharded update, the parameters
+ * stepped instead). */
 dt_status dt_ddp_finish(dt_ddp *d);
+/* The sharded update (ZeRO stage 1 within a host; off by default): where the gradients are shared (shared_grads,
+ * every rank on the host, no compression hook, no row tables), the model's parameters and o's state move into one
+ * memory for the host's ranks (dt_group_share_common: take dt_model_params and dt_optim_state afresh), and each
+ * bucket's all-reduce averages this rank's share of the gradients and steps that share of the parameters with o
+ * while it is in cache (dt_allreduce_shards). Nobody then copies the averaged gradients back nor repeats the
+ * others' updates: dt_ddp_finish returns with the parameters stepped (the same bits as dt_optim_step after it),
+ * and the caller must not step o itself. For callers that read the averaged gradients nowhere (no clipping, no
+ * loss-scale check, no gradient statistics): outside this rank's share they are unspecified. Layers announce their
+ * gradients after their whole backward (dt_model_set_ready_late). *on: 1 if the update is now DDP's, 0 where it
+ * cannot be (logged), the caller then stepping o as before. Call it between steps, once. */
+dt_status dt_ddp_set_optim(dt_ddp *d, dt_optim *o, int *on);
+/* The sharded update's learning rate for the next synchronised step (before its backward). */
+void dt_ddp_set_lr(dt_ddp *d, float lr);
 
 typedef struct dt_ddp_stats {
   int buckets;             /* number of buckets */
@@ -85,6 +99,7 @@ typedef struct dt_ddp_stats {
   int shared_grads;        /* 1: the gradient arena is memory the ranks share (all-reduces read it in place) */
   uint64_t shared_allreduces; /* all-reduces of the group run in place on shared memory so far (the measured
                                  layout's probe, 10 of them, included) */
+  int sharded_update;      /* 1: the optimizer's step is DDP's, each rank on its share (dt_ddp_set_optim) */
 } dt_ddp_stats;
 void dt_ddp_get_stats(const dt_ddp *d, dt_ddp_stats *s);
 /* Bucket i: [offset, offset + count) of the gradient arena. */

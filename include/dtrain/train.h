@@ -44,6 +44,11 @@ const char *dt_limit_pick_name(dt_limit_pick p);
 typedef enum dt_tta { DT_TTA_NONE = 0, DT_TTA_FLIP } dt_tta;
 const char *dt_tta_name(dt_tta t);
 
+/* --sharded-update auto's threshold. Measured on 2 Zen 5 cores (docs/benchmarks.md): a 23 MiB mlp +5% with it,
+ * 7-22 MiB ones -2..+3%, a 0.9 MiB one -10% (each rank's forward then reads half the parameters from where another
+ * core wrote them, which a small model would otherwise find in its own cache). */
+#define DT_SHARDED_AUTO_MIN_BYTES (16u << 20)
+
 typedef struct dt_train_config {
   /* model */
   const char *model;               /* zoo name ("fashioncnn", "mlp", ...) */
@@ -102,6 +107,10 @@ typedef struct dt_train_config {
   int workers;          /* dp: worker threads (0: the thread budget) */
   int accumulate;       /* batches per optimizer step (>= 1; ddp reduces on the last only, like no_sync) */
   dt_ddp_config ddp;    /* ddp: buckets, buffer broadcast, unused parameters, comm hook */
+  int sharded_update;   /* ddp: 1 each rank of a host steps its share of the parameters inside the all-reduces
+                           (dt_ddp_set_optim) where no clipping, fp16 or row-wise step reads the gradients; -1
+                           (default) where the parameters and optimizer state take DT_SHARDED_AUTO_MIN_BYTES or
+                           more as well; 0 never */
   const char *backend;  /* ddp: auto, shm, tcp or mpi */
   const char *master;   /* ddp: "host:port" of the store instead of MASTER_ADDR/MASTER_PORT; NULL: environment */
   double timeout_s;     /* ddp: rendezvous and collective deadline; 0: DT_TIMEOUT */

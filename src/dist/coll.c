@@ -6,7 +6,8 @@
 #include "dist/dist-impl.h"
 
 static const char *const coll_names[DT_COLL_KIND_COUNT] = {"allreduce", "broadcast", "allgather",
-                                                           "reduce_scatter", "barrier"};
+                                                           "reduce_scatter", "barrier",
+                                                           "allreduce_shards"};
 static const char *const redop_names[DT_REDOP_COUNT] = {"sum", "avg", "min", "max"};
 
 const char *dt_coll_name(dt_coll_kind k) {
@@ -33,7 +34,7 @@ void dt_coll_sig_make(const dt_coll *c, dt_coll_sig *s) {
   s->kind = (uint32_t)c->kind;
   s->dtype = (uint32_t)c->dtype;
   /* Only what the kind uses takes part in the comparison. */
-  s->op = (c->kind == DT_COLL_ALLREDUCE || c->kind == DT_COLL_REDUCE_SCATTER) ? (uint32_t)c->op : 0;
+  s->op = (dt_coll_is_allreduce(c->kind) || c->kind == DT_COLL_REDUCE_SCATTER) ? (uint32_t)c->op : 0;
   s->root = c->kind == DT_COLL_BROADCAST ? c->root : 0;
   if (c->kind == DT_COLL_BARRIER) s->count = 0, s->dtype = 0;
 }
@@ -67,7 +68,8 @@ dt_status dt_coll_sig_check(const dt_coll_sig *mine, const dt_coll_sig *theirs, 
 
 dt_status dt_backend_run(dt_backend *b, const dt_coll *c) {
   switch (c->kind) {
-  case DT_COLL_ALLREDUCE: return b->ops->allreduce(b, c);
+  case DT_COLL_ALLREDUCE:
+  case DT_COLL_ALLREDUCE_SHARDS: return b->ops->allreduce(b, c);
   case DT_COLL_BROADCAST: return b->ops->broadcast(b, c);
   case DT_COLL_ALLGATHER: return b->ops->allgather(b, c);
   case DT_COLL_REDUCE_SCATTER: return b->ops->reduce_scatter(b, c);

@@ -78,6 +78,7 @@ typedef enum dt_coll_kind {
   DT_COLL_ALLGATHER,
   DT_COLL_REDUCE_SCATTER,
   DT_COLL_BARRIER,
+  DT_COLL_ALLREDUCE_SHARDS, /* an all-reduce whose result each rank needs only its share of (dt_allreduce_shards) */
   DT_COLL_KIND_COUNT
 } dt_coll_kind;
 const char *dt_coll_name(dt_coll_kind k);
@@ -99,7 +100,16 @@ typedef struct dt_coll {
   int divisor;
   int *divided;
   int background; /* run by the group's communication thread, beside the caller's compute (else by the caller) */
+  /* DT_COLL_ALLREDUCE_SHARDS: a backend that hands this rank's share to shard itself, piece by piece once each
+   * holds the result (divided), sets *shard_done = 1; else the group calls it on the rank's block afterwards. */
+  dt_shard_fn shard;
+  void *shard_user;
+  int *shard_done;
 } dt_coll;
+/* 1 for the kinds that all-reduce (a sharded all-reduce is one to the backends that do not take it apart). */
+static inline int dt_coll_is_allreduce(dt_coll_kind k) {
+  return k == DT_COLL_ALLREDUCE || k == DT_COLL_ALLREDUCE_SHARDS;
+}
 
 /* What ranks compare to detect a mismatch: fixed 32 bytes, little endian. */
 typedef struct dt_coll_sig {
@@ -158,6 +168,8 @@ typedef struct dt_backend_ops {
    * caller's thread with no collective queued or running; share is a collective, unshare is local. */
   dt_status (*share)(dt_backend *b, size_t bytes, void **mem);
   void (*unshare)(dt_backend *b, void *mem);
+  /* Optional (NULL: dt_group_share_common is DT_UNSUPPORTED): one memory every rank maps writable. */
+  dt_status (*share_common)(dt_backend *b, size_t bytes, void **mem);
 } dt_backend_ops;
 
 /* Every backend struct starts with this. */

@@ -120,7 +120,7 @@ static void trace_coll(const dt_coll *c, double t0_us, dt_status s) {
   char args[256];
   int n = snprintf(args, sizeof args, "\"seq\":%llu,\"count\":%zu,\"dtype\":\"%s\",\"bytes\":%zu",
                    (unsigned long long)c->seq, c->count, dt_dtype_name(c->dtype), c->count * dt_dtype_size(c->dtype));
-  if (c->kind == DT_COLL_ALLREDUCE || c->kind == DT_COLL_REDUCE_SCATTER)
+  if (dt_coll_is_allreduce(c->kind) || c->kind == DT_COLL_REDUCE_SCATTER)
     n += snprintf(args + n, sizeof args - (size_t)n, ",\"op\":\"%s\"", dt_redop_name(c->op));
   else if (c->kind == DT_COLL_BROADCAST)
     n += snprintf(args + n, sizeof args - (size_t)n, ",\"root\":%d", c->root);
@@ -142,19 +142,25 @@ static void work_run(dt_group *g, dt_work *w, int background) {
   const double trace_t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
   double t0 = dt_time_now();
   c.deadline = t0 + g->timeout_s;
-  int divided = 0;
+  int divided = 0, shard_done = 0;
   c.divisor = w->divisor;
-  c.divided = c.kind == DT_COLL_ALLREDUCE && w->divisor > 1 ? &divided : NULL;
+  c.divided = dt_coll_is_allreduce(c.kind) && w->divisor > 1 ? &divided : NULL;
+  c.shard_done = &shard_done;
   c.background = background;
   dt_status s = g->size == 1 ? run_alone(&c) : dt_backend_run(g->backend, &c);
   if (s == DT_OK && w->divisor > 1 && !divided) {
-    if (c.kind == DT_COLL_ALLREDUCE) {
+    if (dt_coll_is_allreduce(c.kind)) {
       dt_reduce_scale(c.recv, c.count, c.dtype, w->divisor);
     } else {
       size_t off, len;
       dt_block_of(c.count, g->size, g->rank, &off, &len);
       dt_reduce_scale(c.recv, len, c.dtype, w->divisor);
     }
+  }
+  if (s == DT_OK && c.kind == DT_COLL_ALLREDUCE_SHARDS && !shard_done) { /* the whole result is here */
+    size_t off, len;
+    dt_block_of(c.count, g->size, g->rank, &off, &len);
+    if (len) c.shard(c.shard_user, off, len, (const float *)c.recv + off);
   }
   char err[ERR_LEN];
   if (s != DT_OK) {
@@ -327,7 +333,7 @@ static dt_status submit(dt_group *g, const dt_coll *c, dt_work **out) {
   w->c = *c;
   w->refs = 2;
   w->state = W_QUEUED;
-  w->divisor = (c->op == DT_AVG && (c->kind == DT_COLL_ALLREDUCE || c->kind == DT_COLL_REDUCE_SCATTER)) ? g->size : 1;
+  w->divisor = (c->op == DT_AVG && (dt_coll_is_allreduce(c->kind) || c->kind == DT_COLL_REDUCE_SCATTER)) ? g->size : 1;
   pthread_mutex_lock(&g->mu);
   if (g->stop) {
     pthread_mutex_unlock(&g->mu);
@@ -379,16 +385,35 @@ dt_status dt_reduce_scatter(dt_group *g, const void *send, void *recv, size_t co
   return submit(g, &c, w);
 }
 
-dt_status dt_group_share(dt_group *g, size_t bytes, void **mem) {
-  if (!g || !mem) return dt_error(DT_INVALID_ARGUMENT, "dt_group_share: NULL argument");
+dt_status dt_allreduce_shards(dt_group *g, float *buf, size_t count, dt_redop op, dt_shard_fn fn, void *user,
+                              dt_work **w) {
+  if (!fn) return dt_error(DT_INVALID_ARGUMENT, "allreduce_shards: no function for the shares");
+  dt_coll c = {.kind = DT_COLL_ALLREDUCE_SHARDS, .send = buf, .recv = buf, .count = count, .dtype = DT_F32,
+               .op = op, .shard = fn, .shard_user = user};
+  return submit(g, &c, w);
+}
+
+/* Checks and the barrier both kinds of share start with; then the backend's op (NULL: not offered). */
+static dt_status share_with(dt_group *g, const char *what, dt_status (*op)(dt_backend *, size_t, void **),
+                            size_t bytes, void **mem) {
+  if (!g || !mem) return dt_error(DT_INVALID_ARGUMENT, "%s: NULL argument", what);
   *mem = NULL;
-  if (g->size == 1) return dt_error(DT_UNSUPPORTED, "dt_group_share: a group of one rank has no one to share with");
-  if (!g->backend->ops->share)
-    return dt_error(DT_UNSUPPORTED, "dt_group_share: the %s backend shares no memory (ranks on several hosts?)",
+  if (g->size == 1) return dt_error(DT_UNSUPPORTED, "%s: a group of one rank has no one to share with", what);
+  if (!op)
+    return dt_error(DT_UNSUPPORTED, "%s: the %s backend shares no memory (ranks on several hosts?)", what,
                     g->backend_name);
   /* Every collective issued before has finished on every rank, and the communication thread is idle. */
   DT_CHECK(dt_barrier(g, NULL));
-  return g->backend->ops->share(g->backend, bytes, mem);
+  return op(g->backend, bytes, mem);
+}
+
+dt_status dt_group_share(dt_group *g, size_t bytes, void **mem) {
+  return share_with(g, "dt_group_share", g && g->backend ? g->backend->ops->share : NULL, bytes, mem);
+}
+
+dt_status dt_group_share_common(dt_group *g, size_t bytes, void **mem) {
+  return share_with(g, "dt_group_share_common", g && g->backend ? g->backend->ops->share_common : NULL, bytes,
+                    mem);
 }
 
 void dt_group_unshare(dt_group *g, void *mem) {

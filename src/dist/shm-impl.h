@@ -116,6 +116,8 @@ static inline void dt_shm_divide(const dt_coll *c, void *p, size_t n) {
 /* ---- shm_shared.c ---- */
 dt_status dt_shm_share(dt_backend *b, size_t bytes, void **mem);
 void dt_shm_unshare(dt_backend *b, void *mem);
+/* dt_group_share_common: one segment, created by rank 0, every rank's mapping writable. */
+dt_status dt_shm_share_common(dt_backend *b, size_t bytes, void **mem);
 /* Unmaps every region's peer mappings (the backend's destruction; this rank's memory stays the caller's). */
 void dt_shm_regions_free(shm_backend *b);
 /* Where c's buffer lies in shared memory, packed as (share number + 1) << 48 | byte offset; 0 unless the

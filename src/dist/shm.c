@@ -254,13 +254,25 @@ static dt_status allreduce_chunked(shm_backend *b, const dt_coll *c, const dt_co
   return DT_OK;
 }
 
+/* A sharded all-reduce (dt_allreduce_shards) that went through the slots: this rank's block of the whole result
+ * handed to the caller's function, then a sync, so that, as where it reads shared memory, every rank's updates are
+ * made before any rank's collective completes. */
+static dt_status shards_after(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig, dt_status st) {
+  if (st != DT_OK || c->kind != DT_COLL_ALLREDUCE_SHARDS || !c->shard_done) return st;
+  size_t off, len;
+  dt_block_of(c->count, b->base.size, b->base.rank, &off, &len);
+  if (len) c->shard(c->shard_user, off, len, (const float *)c->recv + off);
+  *c->shard_done = 1;
+  return dt_shm_sync(b, c, sig, 0);
+}
+
 static dt_status shm_allreduce(dt_backend *base, const dt_coll *c) {
   shm_backend *b = (shm_backend *)base;
   dt_coll_sig sig;
   DT_CHECK(begin(b, c, &sig));
   size_t es = dt_dtype_size(c->dtype);
   if (c->divided) *c->divided = 1; /* every path below divides as it reduces (the group ignores it on failure) */
-  if (c->count * es <= SHM_SMALL_MAX) return finish(b, allreduce_small(b, c, &sig, es));
+  if (c->count * es <= SHM_SMALL_MAX) return finish(b, shards_after(b, c, &sig, allreduce_small(b, c, &sig, es)));
   /* Step 0: chunk 0 into this rank's slot, and a sync at which every rank also says where its buffer lies in
    * shared memory (0: nowhere; a rank whose buffer is shared skips the copy). If every rank has it at the same
    * place of one region, the sum is read from there. Else, if any rank skipped its copy, step 0 is done again
@@ -280,7 +292,7 @@ static dt_status shm_allreduce(dt_backend *base, const dt_coll *c) {
     st = sync_all(b, c, &sig);
   }
   if (st == DT_OK) st = allreduce_chunked(b, c, &sig, es, 1);
-  return finish(b, st);
+  return finish(b, shards_after(b, c, &sig, st));
 }
 
 /* Rounds of P elements per destination: in round s every rank copies piece s
@@ -428,6 +440,7 @@ static const dt_backend_ops shm_ops = {
     .destroy = shm_destroy,
     .share = dt_shm_share,
     .unshare = dt_shm_unshare,
+    .share_common = dt_shm_share_common,
 };
 
 uint64_t dt_backend_shm_shared_allreduces(const dt_backend *b) {

@@ -83,8 +83,9 @@ static dt_status answer_of(shm_backend *b, int k, const char *what, int j, char 
   return DT_OK;
 }
 
-/* Maps rank j's segment from its answer "<bytes> <name>" (or takes its "! why"); a failure is said in why. */
-static void map_peer(shm_backend *b, int j, const char *seg, size_t bytes, char **out, char *why) {
+/* Maps rank j's segment from its answer "<bytes> <name>" (or takes its "! why"), read only or writable; a failure
+ * is said in why. */
+static void map_peer(shm_backend *b, int j, const char *seg, size_t bytes, int writable, char **out, char *why) {
   if (seg[0] == '!') {
     snprintf(why, WHY_LEN, "%s", seg + (seg[1] == ' ' ? 2 : 1));
     return;
@@ -101,7 +102,7 @@ static void map_peer(shm_backend *b, int j, const char *seg, size_t bytes, char 
     return;
   }
   const char *name = end + 1;
-  const int fd = shm_open(name, O_RDONLY, 0);
+  const int fd = shm_open(name, writable ? O_RDWR : O_RDONLY, 0);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0 || (size_t)st.st_size != bytes) {
     snprintf(why, WHY_LEN, "rank %d: open rank %d's %s: %s", b->global[b->base.rank], b->global[j], name,
@@ -109,7 +110,7 @@ static void map_peer(shm_backend *b, int j, const char *seg, size_t bytes, char 
     if (fd >= 0) close(fd);
     return;
   }
-  void *p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  void *p = mmap(NULL, bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) {
     snprintf(why, WHY_LEN, "rank %d: map rank %d's %s: %s", b->global[b->base.rank], b->global[j], name,
@@ -140,7 +141,7 @@ static dt_status round_one(shm_backend *b, int k, shm_region *r, char *name, siz
   for (int j = 0; j < b->base.size && !why[0]; j++) {
     if (j == me) continue;
     DT_CHECK(answer_of(b, k, "seg", j, value, sizeof value));
-    map_peer(b, j, value, r->bytes, &r->peer[j], why);
+    map_peer(b, j, value, r->bytes, 0, &r->peer[j], why);
   }
   return DT_OK;
 }
@@ -190,6 +191,42 @@ dt_status dt_shm_share(dt_backend *base, size_t bytes, void **mem) {
   *mem = r.mine;
   DT_LOG_INFO("shm", "rank %d: sharing %zu bytes with %d ranks (region %d)", b->global[b->base.rank], bytes,
               b->base.size, slot);
+  return DT_OK;
+}
+
+/* One segment for the host: rank 0 creates it and says its name, every other rank maps it writable; then round
+ * two, as for dt_shm_share, so the share succeeds on every rank or on none. */
+dt_status dt_shm_share_common(dt_backend *base, size_t bytes, void **mem) {
+  shm_backend *b = (shm_backend *)base;
+  *mem = NULL;
+  if (b->broken) return dt_error(b->broken, "shm: the group failed earlier and is unusable (%s)", b->broken_msg);
+  const int k = b->shares++, me = b->base.rank;
+  char name[160], why[WHY_LEN] = "", value[WHY_LEN + 16];
+  char *map = NULL;
+  snprintf(name, sizeof name, "%s-c%d", b->stem, k);
+  if (!bytes) snprintf(why, sizeof why, "nothing to share (0 bytes)");
+  dt_status st;
+  if (me == 0) {
+    if (!why[0] && dt_shm_create_mapped(name, sizeof name, bytes, (void **)&map) != DT_OK)
+      snprintf(why, sizeof why, "rank %d: %s", b->global[0], dt_last_error());
+    if (why[0])
+      snprintf(value, sizeof value, "! %s", why);
+    else
+      snprintf(value, sizeof value, "%zu %s", bytes, name);
+    st = answer(b, k, "seg", value);
+  } else {
+    st = answer_of(b, k, "seg", 0, value, sizeof value);
+    if (st == DT_OK && !why[0]) map_peer(b, 0, value, bytes, 1, &map, why);
+  }
+  if (st == DT_OK) st = round_two(b, k, why);
+  if (me == 0 && map) shm_unlink(name); /* every rank has answered: mapped, or given up */
+  if (st == DT_OK && why[0]) st = dt_error(DT_UNSUPPORTED, "shm: cannot share %zu bytes: %s", bytes, why);
+  if (st != DT_OK) {
+    if (map) munmap(map, bytes);
+    return st;
+  }
+  *mem = map;
+  DT_LOG_INFO("shm", "rank %d: %zu bytes common to %d ranks", b->global[me], bytes, b->base.size);
   return DT_OK;
 }
 
@@ -247,10 +284,38 @@ static void copy_theirs(const shm_backend *b, const shm_region *r, size_t at, co
   }
 }
 
+/* Elements of a sharded all-reduce reduced at a time: the block, and the parameters and state the caller updates
+ * from it, stay in L1. */
+#define SHARD_BLOCK 4096
+
+/* The sharded all-reduce (dt_allreduce_shards): this rank's share, one contiguous range, reduced block by block from
+ * every rank's memory into a buffer of its own and handed to the caller's function while in cache. Nothing is
+ * written to the gradients and no share is copied back, so one sync at the end, after which nobody reads this
+ * rank's memory any more (nor, every rank's updates being done, the memory they wrote). */
+static dt_status shards_shared(shm_backend *b, const shm_region *r, size_t at, const dt_coll *c,
+                               const dt_coll_sig *sig, size_t es) {
+  alignas(64) float blk[SHARD_BLOCK];
+  size_t off, len;
+  dt_shm_share_of(c->count, es, b->base.size, b->base.rank, &off, &len);
+  for (size_t k = 0; k < len; k += SHARD_BLOCK) {
+    const size_t q = len - k < SHARD_BLOCK ? len - k : SHARD_BLOCK;
+    for (int j = 0; j < b->base.size; j++) b->srcs[j] = r->peer[j] + at + (off + k) * es;
+    dt_reduce_many(blk, b->srcs, b->base.size, q, c->dtype, c->op);
+    dt_shm_divide(c, blk, q);
+    c->shard(c->shard_user, off + k, q, blk);
+  }
+  *c->shard_done = 1;
+  DT_CHECK(dt_shm_sync(b, c, sig, 0));
+  b->shared_allreduces++;
+  return DT_OK;
+}
+
 dt_status dt_shm_allreduce_shared(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig, uint64_t place) {
   const shm_region *r = b->region; /* this rank published place: it holds that share */
   while (!r->mine || (uint64_t)r->id + 1 != place >> PLACE_SHIFT) r++;
   const size_t at = PLACE_OFFSET(place), es = dt_dtype_size(c->dtype);
+  if (c->kind == DT_COLL_ALLREDUCE_SHARDS && c->dtype == DT_F32 && c->shard_done)
+    return shards_shared(b, r, at, c, sig, es);
   const size_t per = b->half / es, chunks = (c->count + per - 1) / per;
   /* In chunks of the slot size, pipelined: in step s this rank reduces its share of chunk s and copies the
    * others' shares of chunk s - 1 (reduced by their owners in step s - 1), then a sync. Nobody writes what

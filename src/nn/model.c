@@ -40,6 +40,7 @@ struct dt_model {
   int seq_rows, seq_mask_row; /* packed sequences: rows of the i32 input per sample and its mask row; 0: off */
   uint64_t seed;
   float *params;    /* (n_params): the last layer's block first */
+  void (*params_release)(void *mem, size_t bytes); /* who frees params: NULL for dt_free */
   size_t n_params;
   float *buffers;   /* (n_buffers): BN running statistics, layer order */
   size_t n_buffers;
@@ -66,6 +67,7 @@ struct dt_model_ctx {
   uint64_t rng_stream, step; /* dropout stream inputs; step counts training forwards */
   dt_grad_ready_fn on_ready;
   void *on_ready_user;
+  int ready_late;    /* 1: a layer's gradients are announced after its whole backward (dt_model_set_ready_late) */
   int want_input_grad;
   const float *input_grad;
   int no_fusion;     /* 1: run every layer on its own */
@@ -212,13 +214,20 @@ dt_status dt_model_set_sequence_input(dt_model *m, int rows, int mask_row) {
   return DT_OK;
 }
 
+static void release_params(dt_model *m) {
+  if (m->params_release) m->params_release(m->params, (m->n_params ? m->n_params : 1) * sizeof(float));
+  else dt_free(m->params);
+  m->params = NULL;
+  m->params_release = NULL;
+}
+
 void dt_model_free(dt_model *m) {
   if (!m) return;
   dt_model_ctx_free(m->ctx);
   for (int i = 0; i < m->n_layers; i++) dt_free(m->layers[i].priv);
   dt_free(m->layers);
   dt_free(m->tensors);
-  dt_free(m->params);
+  release_params(m);
   dt_free(m->buffers);
   dt_free(m->counters);
   dt_free(m->fusion_first);
@@ -840,7 +849,7 @@ static void backward_unit(dt_model *m, dt_model_ctx *c, int first, int last, con
     return;
   }
   *final = (dt_grads_final){c->on_ready, c->on_ready_user, l->param_off, l->n_params, !l->n_params};
-  io[0].final = final;
+  io[0].final = c->ready_late ? NULL : final; /* NULL: the caller announces them after the backward */
   l->ops->backward(l, io, c->act[first], c->act[first + 1], dout, dinp);
 }
 
@@ -941,6 +950,22 @@ dt_status dt_model_set_grad_memory(dt_model *m, float *mem, void (*release)(void
   c->grads = mem;
   c->grads_release = release;
   return DT_OK;
+}
+
+dt_status dt_model_set_param_memory(dt_model *m, float *mem, int copy, void (*release)(void *mem, size_t bytes)) {
+  if (!m || !m->built || !mem || !release || ((uintptr_t)mem & 63))
+    return dt_error(DT_INVALID_ARGUMENT, "dt_model_set_param_memory: %s",
+                    !m || !m->built ? "the model is not built" : "NULL or unaligned memory, or no release");
+  if (mem == m->params) return DT_OK;
+  if (copy) memcpy(mem, m->params, (m->n_params ? m->n_params : 1) * sizeof(float));
+  release_params(m);
+  m->params = mem;
+  m->params_release = release;
+  return DT_OK;
+}
+
+void dt_model_set_ready_late(dt_model *m, int late) {
+  if (m && m->ctx) m->ctx->ready_late = late != 0;
 }
 
 float *dt_model_buffers(dt_model *m, size_t *count) {

@@ -27,6 +27,8 @@ struct dt_optim {
   int64_t steps;             /* updates taken so far */
   int num_states;
   float *state[DT_OPTIM_MAX_STATES]; /* each (count), parallel to params */
+  float *state_mem; /* the caller's memory holding every state (dt_optim_set_state_memory), else NULL */
+  void (*state_release)(void *mem, size_t bytes);
   const char *state_name[DT_OPTIM_MAX_STATES];
   dt_optim_piece *pieces; /* (n_pieces) tiling [0, count) in order; NULL: every element decays */
   int64_t n_pieces;
@@ -44,9 +46,9 @@ void dt_adam_update_pieces(dt_optim *o, float *params, const float *grads, float
 void dt_sgd_update_piece_run(dt_optim *o, float *params, const float *grads, float lr, int64_t a, int64_t b);
 void dt_adam_update_piece_run(dt_optim *o, float *params, const float *grads, float lr, int64_t a, int64_t b);
 /* The same over elements [lo, lo + n) of the arena on the calling thread, all with the configured weight decay
- * (decay 1) or none (0). */
-void dt_sgd_update_run(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n, int decay);
-void dt_adam_update_run(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n, int decay);
+ * (decay 1) or none (0); their gradients at g (g[0] is element lo's). */
+void dt_sgd_update_run(dt_optim *o, float *params, const float *g, float lr, size_t lo, size_t n, int decay);
+void dt_adam_update_run(dt_optim *o, float *params, const float *g, float lr, size_t lo, size_t n, int decay);
 /* The same over elements [lo, lo + n) of the arena only. */
 void dt_sgd_update_span(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n);
 void dt_adam_update_span(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n);

@@ -87,11 +87,39 @@ fail:
   return st;
 }
 
+static void release_states(dt_optim *o) {
+  if (o->state_mem)
+    o->state_release(o->state_mem, dt_optim_state_bytes(o));
+  else
+    for (int i = DT_OPTIM_MAX_STATES - 1; i >= 0; i--) dt_free(o->state[i]);
+  o->state_mem = NULL;
+  for (int i = 0; i < DT_OPTIM_MAX_STATES; i++) o->state[i] = NULL;
+}
+
 void dt_optim_free(dt_optim *o) {
   if (!o) return;
   dt_free(o->pieces);
-  for (int i = DT_OPTIM_MAX_STATES - 1; i >= 0; i--) dt_free(o->state[i]);
+  release_states(o);
   dt_free(o);
+}
+
+size_t dt_optim_state_bytes(const dt_optim *o) {
+  return o && o->num_states ? (size_t)o->num_states * o->count * sizeof(float) : 0;
+}
+
+dt_status dt_optim_set_state_memory(dt_optim *o, float *mem, int copy, void (*release)(void *mem, size_t bytes)) {
+  if (!o || !mem || !release || ((uintptr_t)mem & 63) || !o->num_states || !o->count)
+    return dt_error(DT_INVALID_ARGUMENT, "dt_optim_set_state_memory: %s",
+                    o && (!o->num_states || !o->count) ? "the optimizer keeps no state"
+                                                       : "NULL or unaligned memory, or no release");
+  if (mem == o->state_mem) return DT_OK;
+  for (int i = 0; copy && i < o->num_states; i++)
+    memcpy(mem + (size_t)i * o->count, o->state[i], o->count * sizeof(float));
+  release_states(o);
+  o->state_mem = mem;
+  o->state_release = release;
+  for (int i = 0; i < o->num_states; i++) o->state[i] = mem + (size_t)i * o->count;
+  return DT_OK;
 }
 
 dt_status dt_optim_begin_step(dt_optim *o, float lr) {
@@ -120,13 +148,17 @@ void dt_optim_step_part(dt_optim *o, float *params, const float *grads, float lr
 }
 
 void dt_optim_step_range(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t hi) {
+  if (o && grads && lo < hi && lo < o->count) dt_optim_step_block(o, params, grads + lo, lr, lo, hi);
+}
+
+void dt_optim_step_block(dt_optim *o, float *params, const float *g, float lr, size_t lo, size_t hi) {
   if (!o) return;
   if (hi > o->count) hi = o->count;
   if (lo >= hi) return;
   void (*run)(dt_optim *, float *, const float *, float, size_t, size_t, int) =
       o->cfg.kind == DT_OPTIM_SGD ? dt_sgd_update_run : dt_adam_update_run;
   if (!o->pieces) {
-    run(o, params, grads, lr, lo, hi - lo, 1);
+    run(o, params, g, lr, lo, hi - lo, 1);
     return;
   }
   int64_t a = 0, b = o->n_pieces; /* the first piece that ends after lo */
@@ -138,7 +170,7 @@ void dt_optim_step_range(dt_optim *o, float *params, const float *grads, float l
   for (int64_t i = a; i < o->n_pieces && o->pieces[i].lo < hi; i++) {
     const dt_optim_piece pc = o->pieces[i];
     const size_t s = pc.lo > lo ? pc.lo : lo, e = pc.lo + pc.n < hi ? pc.lo + pc.n : hi;
-    run(o, params, grads, lr, s, e - s, pc.decay);
+    run(o, params, g + (s - lo), lr, s, e - s, pc.decay);
   }
 }
 

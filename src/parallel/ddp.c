@@ -29,6 +29,7 @@ typedef struct ddp_bucket {
   uint16_t *stage;   /* (count) bf16/f16 copy for a compression hook, else NULL */
   double trace_t0;   /* dt_trace_now_us() at launch; 0 when not tracing */
   dt_ddp_rows *rows; /* a row table alone in its bucket: its own exchange; else NULL */
+  dt_ddp_shard_at at; /* the sharded update's view of it */
   double bytes;      /* this step's payload */
 } ddp_bucket;
 
@@ -40,6 +41,8 @@ struct dt_ddp {
   float *grads;      /* (n_params) the model's gradient arena */
   size_t n_params;
   int shared;        /* 1: the arena is memory shared with the other ranks (dt_group_share) */
+  dt_ddp_shards shards; /* the sharded update (dt_ddp_set_optim); shards.optim NULL: the caller's optimizer */
+  int begun;            /* this step's dt_optim_begin_step: 0 not yet, 1 made, -1 failed */
 
   ddp_tensor *tensors; /* (n_tensors) trainable tensors sorted by offset */
   int n_tensors;
@@ -345,6 +348,7 @@ static dt_status set_layout(dt_ddp *d, const int *first, int nb) {
       b->n++;
     }
     if (d->stage) b->stage = d->stage + b->off;
+    b->at = (dt_ddp_shard_at){&d->shards, b->off};
     d->n_buckets = k + 1; /* so far: dt_ddp_free releases them if a later one fails */
     const int table = d->tensors[first[k]].table;
     if (table < 0) continue;
@@ -389,6 +393,17 @@ static void set_late(dt_ddp *d, dt_status s, const char *msg) {
   snprintf(d->late_msg, sizeof d->late_msg, "%s", msg);
 }
 
+/* The sharded update's step count, once a step before its first bucket (a failure, the same on every rank as the
+ * learning rate is, launches none of the step's buckets). */
+static dt_status begin_update(dt_ddp *d) {
+  if (!d->begun) {
+    const dt_status st = dt_optim_begin_step(d->shards.optim, d->shards.lr);
+    d->begun = st == DT_OK ? 1 : -1;
+    if (st != DT_OK) return st;
+  }
+  return d->begun > 0 ? DT_OK : dt_error(DT_INVALID_ARGUMENT, "dt_ddp: the step's update could not begin");
+}
+
 static void launch(dt_ddp *d, int i) {
   ddp_bucket *b = &d->buckets[i];
   float *g = d->grads + b->off;
@@ -399,6 +414,9 @@ static void launch(dt_ddp *d, int i) {
   b->bytes = (double)b->count * (d->cfg.comm_hook == DT_COMM_HOOK_NONE ? 4.0 : 2.0);
   if (b->rows) {
     st = dt_ddp_rows_launch(b->rows, d->g, d->m, d->grads, d->cfg.rows_exchange, &b->work, &b->bytes);
+  } else if (d->shards.optim) {
+    st = begin_update(d);
+    if (st == DT_OK) st = dt_allreduce_shards(d->g, g, b->count, DT_AVG, dt_ddp_shards_update, &b->at, &b->work);
   } else if (d->cfg.comm_hook == DT_COMM_HOOK_NONE) {
     st = dt_allreduce(d->g, g, g, b->count, DT_F32, DT_AVG, &b->work);
   } else {
@@ -588,6 +606,7 @@ static void reset_step(dt_ddp *d) {
   d->late_msg[0] = 0;
   d->fresh = 1;
   d->step_comm = 0;
+  d->begun = 0;
 }
 
 void dt_ddp_free(dt_ddp *d) {
@@ -621,6 +640,32 @@ dt_status dt_ddp_before_forward(dt_ddp *d) {
 
 void dt_ddp_set_sync(dt_ddp *d, int sync) {
   if (d) d->sync = sync != 0;
+}
+
+dt_status dt_ddp_set_optim(dt_ddp *d, dt_optim *o, int *on) {
+  if (!d || !o || !on) return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_set_optim: NULL argument");
+  *on = d->shards.optim != NULL;
+  if (*on) return d->shards.optim == o ? DT_OK : dt_error(DT_INVALID_ARGUMENT, "dt_ddp_set_optim: another optimizer");
+  if (!d->fresh || d->next_launch)
+    return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_set_optim: a step is under way (call it between steps)");
+  int rows = 0;
+  for (int i = 0; i < d->n_tensors; i++) rows |= d->tensors[i].table >= 0;
+  /* the all-reduces must read the gradients in place, and nobody may need every averaged gradient */
+  if (!d->shared || rows || d->cfg.comm_hook != DT_COMM_HOOK_NONE) {
+    DT_LOG_INFO("ddp", "rank %d: every rank steps the whole model: %s", d->rank,
+                !d->shared ? "no shared gradients" : rows ? "row tables" : "a compression hook");
+    return DT_OK;
+  }
+  DT_CHECK(dt_ddp_shards_open(&d->shards, d->g, d->m, o));
+  *on = d->stats.sharded_update = d->shards.optim != NULL;
+  DT_LOG_INFO("ddp", "rank %d: %s", d->rank,
+              *on ? "parameters and optimizer state in memory common to the host; each rank updates its share"
+                  : "every rank steps the whole model: the group cannot share memory");
+  return DT_OK;
+}
+
+void dt_ddp_set_lr(dt_ddp *d, float lr) {
+  if (d) d->shards.lr = lr;
 }
 
 /* Names of the tensors that got no gradient this step: "'a', 'b', ..." (as many as fit). */

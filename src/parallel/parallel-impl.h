@@ -56,4 +56,21 @@ dt_status dt_ddp_rows_launch(dt_ddp_rows *x, dt_group *g, dt_model *m, float *gr
  * (exactly: a dense exchange carries every rank's touched mask with the table). */
 dt_status dt_ddp_rows_finish(dt_ddp_rows *x, dt_model *m, int world, float *grads);
 
+/* DDP's sharded update (ddp_shards.c): the optimizer's step made by each bucket's all-reduce on the rank's share. */
+typedef struct dt_ddp_shards {
+  dt_optim *optim; /* NULL: off (the caller steps the optimizer) */
+  float *params;   /* the model's parameter arena, one for the host's ranks */
+  float lr;        /* this step's learning rate */
+} dt_ddp_shards;
+/* A bucket's place for the update: dt_ddp_shards_update's user. */
+typedef struct dt_ddp_shard_at {
+  const dt_ddp_shards *shards;
+  size_t off; /* the bucket's first element in the arenas */
+} dt_ddp_shard_at;
+/* Moves the model's parameters and o's states into memory common to the group's ranks (rank 0's values) and has
+ * the model announce gradients late (dt_model_set_ready_late); s->optim stays NULL where the group cannot share. */
+dt_status dt_ddp_shards_open(dt_ddp_shards *s, dt_group *g, dt_model *m, dt_optim *o);
+/* The dt_shard_fn of a bucket's dt_allreduce_shards (user: its dt_ddp_shard_at). */
+void dt_ddp_shards_update(void *user, size_t off, size_t n, const float *avg);
+
 #endif

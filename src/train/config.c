@@ -25,6 +25,7 @@ void dt_train_config_default(dt_train_config *cfg) {
   cfg->accumulate = 1;
   dt_ddp_config_default(&cfg->ddp);
   cfg->ddp.shared_grads = 1; /* the trainer takes dt_model_grads after wrapping */
+  cfg->sharded_update = -1;
   cfg->ddp.auto_buckets = 1; /* --bucket-cap-mb or --first-bucket-mb choose PyTorch's fixed layout */
   cfg->backend = "auto";
   cfg->keep = 3;
@@ -281,6 +282,7 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
         "\"shared_grads\":%s,\"find_unused_parameters\":%s", c->ddp.bucket_cap_mb, c->ddp.first_bucket_mb,
         c->ddp.auto_buckets ? "measured" : "fixed", c->ddp.broadcast_buffers ? "true" : "false",
         c->ddp.shared_grads ? "true" : "false", c->ddp.find_unused_parameters ? "true" : "false");
+    STR("sharded_update", c->sharded_update < 0 ? "auto" : c->sharded_update ? "on" : "off");
     STR("comm_hook", hooks[c->ddp.comm_hook]);
     if (c->ddp.rows_exchange != DT_ROWS_AUTO) STR("embedding_exchange", c->ddp.rows_exchange == DT_ROWS_SPARSE ? "sparse" : "dense");
   }

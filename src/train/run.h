@@ -106,6 +106,8 @@ struct dt_run {
   int n_rows;
   float *dout;                     /* (batch, outputs) */
   dt_lr_schedule sched;
+  float step_lr;                   /* the learning rate of the step under way (known before its first batch) */
+  int sharded_update;              /* ddp: the optimizer's step is made by the all-reduces (dt_ddp_set_optim) */
   dt_scaler scaler;                /* --amp fp16: the dynamic loss scaler (snapshotted) */
   int64_t steps_per_epoch;
   /* strategy state */

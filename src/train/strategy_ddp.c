@@ -56,15 +56,30 @@ static dt_status ddp_loaders(dt_run *r) {
   return DT_OK;
 }
 
-static dt_status ddp_wrap(dt_run *r) { return dt_ddp_new(r->model, r->group, &r->cfg->ddp, &r->ddp); }
+/* The optimizer's step moves into the all-reduces (each rank its share) where nothing reads the averaged
+ * gradients between them and the update: clipping, fp16's unscale and row-wise steps do. */
+static dt_status ddp_wrap(dt_run *r) {
+  const dt_train_config *c = r->cfg;
+  DT_CHECK(dt_ddp_new(r->model, r->group, &c->ddp, &r->ddp));
+  const size_t bytes = r->n_params * sizeof(float) + dt_optim_state_bytes(r->optim);
+  if (!c->sharded_update || (c->sharded_update < 0 && bytes < DT_SHARDED_AUTO_MIN_BYTES)) return DT_OK;
+  if (c->amp == DT_AMP_FP16 || c->clip_grad_norm > 0 || r->n_rows) return DT_OK;
+  return dt_ddp_set_optim(r->ddp, r->optim, &r->sharded_update);
+}
 
 static dt_status ddp_batch(dt_run *r, const dt_batch *b, int last, float *loss, double *sums) {
   dt_ddp_set_sync(r->ddp, last);
+  if (last) dt_ddp_set_lr(r->ddp, r->step_lr);
   DT_CHECK(dt_ddp_before_forward(r->ddp));
   return dt_strategy_model_batch(r, b, loss, sums);
 }
 
 static dt_status ddp_finish(dt_run *r) { return dt_ddp_finish(r->ddp); }
+
+/* With the sharded update dt_ddp_finish has stepped the parameters already. */
+static dt_status ddp_optim_step(dt_run *r, float lr) {
+  return r->sharded_update ? DT_OK : dt_optim_step(r->optim, r->params, r->grads, lr);
+}
 
 /* Every rank evaluates with rank 0's batch-norm statistics. */
 static dt_status ddp_eval_start(dt_run *r) { return dt_ddp_before_forward(r->ddp); }
@@ -143,6 +158,7 @@ const dt_strategy_ops dt_strategy_ddp_ops = {
     .wrap = ddp_wrap,
     .train_batch = ddp_batch,
     .finish_step = ddp_finish,
+    .optim_step = ddp_optim_step,
     .eval_start = ddp_eval_start,
     .forward = dt_strategy_model_forward,
     .all_sum = ddp_sum,

@@ -263,10 +263,11 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
   DT_CHECK(r->strategy->make_loaders(r));
   DT_CHECK(open_schedule(r));
   if (c->resume) DT_CHECK(dt_run_resume(r)); /* rank 0 loads before DDP broadcasts its model */
+  DT_CHECK(dt_run_resume_optim(r));           /* before DDP may move the state into memory the ranks share */
   DT_CHECK(r->strategy->wrap(r));
-  r->grads = dt_model_grads(r->model, NULL); /* DDP may have moved the arena into shared memory */
+  r->params = dt_model_params(r->model, NULL); /* DDP may have moved the arenas into shared memory */
+  r->grads = dt_model_grads(r->model, NULL);
   DT_CHECK(dt_run_amp_open(r));
-  DT_CHECK(dt_run_resume_optim(r));
   r->history_cap = r->n_history; /* the rows a snapshot brought */
   r->at = (dt_snapshot_position){.world_size = r->world, .batch_size = c->batch_size, .accumulate = c->accumulate,
                                  .steps_per_epoch = r->steps_per_epoch, .seed = (int64_t)c->seed};
@@ -364,7 +365,10 @@ static dt_status train_epoch(dt_run *r, epoch_state *es, int64_t *step) {
     if (dt_trace_enabled()) dt_trace_span("train", "wait for data", tw, dt_trace_now_us(), NULL);
     if (b.size == 0) return DT_OK;
     const int last = micro == c->accumulate - 1 || es->seen + b.size >= my_train;
-    if (micro == 0) dt_model_zero_grad_deferred(r->model); /* the step's first backward writes the gradients */
+    if (micro == 0) {
+      dt_model_zero_grad_deferred(r->model); /* the step's first backward writes the gradients */
+      r->step_lr = dt_lr_at(&r->sched, *step); /* ddp's sharded update steps during backward */
+    }
     float loss = 0;
     double sums[DT_TASK_MAX_SUMS] = {0};
     DT_CHECK(r->strategy->train_batch(r, &b, last, &loss, sums));
@@ -387,7 +391,7 @@ static dt_status train_epoch(dt_run *r, epoch_state *es, int64_t *step) {
       float norm = 0;
       DT_CHECK(dt_clip_grad_norm(r->grads, r->n_params, c->clip_grad_norm, &norm));
     }
-    es->lr = dt_lr_at(&r->sched, *step);
+    es->lr = r->step_lr;
     if (!skip) DT_CHECK(optimizer_step(r, es->lr));
     if (dt_trace_enabled()) dt_trace_span("train", "finish step + optimizer", to, dt_trace_now_us(), NULL);
     ++*step;

@@ -169,6 +169,31 @@ else
   fail "ddp 3 ranks: shared_grads '$s_on' / '$s_off', in place '$n_on' / '$n_off'; weights $(cmp "$tmp/sgon/model.safetensors" "$tmp/sgoff/model.safetensors" 2>&1)"
 fi
 
+section "ddp: the sharded update gives the unsharded bits, and its snapshot resumes"
+# Each rank steps its share of parameters and momentum common to the host: the weights of every rank stepping the
+# whole model, bit for bit; the epoch-1 snapshot (state gathered from the common memory) resumed to the same end.
+# The fashioncnn run above (5.6 MiB of parameters) ran without it (auto: under 16 MiB).
+common=(train --strategy ddp --epochs 2 --limit-train 1280 --limit-test 100 --momentum 0.9 --model mlp --hidden 256 --progress none)
+for su in on off; do
+  dtr "su$su" 60 --standalone --nproc-per-node 2 -- "$DTRAIN" "${common[@]}" --out "$tmp/su$su" --sharded-update $su \
+    --save-every 1
+  [ "$rc" -eq 0 ] || { fail "ddp --sharded-update $su: exit $rc"; show "su$su"; }
+done
+dtr sures 60 --standalone --nproc-per-node 2 -- "$DTRAIN" "${common[@]}" --out "$tmp/sures" --sharded-update on \
+  --resume "$(ls "$tmp"/suon/snapshots/*.safetensors | head -n 1)"
+[ "$rc" -eq 0 ] || { fail "ddp --sharded-update on, resumed: exit $rc"; show sures; }
+su_on=$(json "$tmp/suon/summary.json" sharded_update)
+su_off=$(json "$tmp/suoff/summary.json" sharded_update)
+su_auto=$(json "$tmp/sgon/summary.json" sharded_update)
+if [ "$su_on" = true ] && [ "$su_off" = false ] && [ "$su_auto" = false ] &&
+  grep -q "2 ranks over shm with shared gradients and a sharded update" "$tmp/suon.out" &&
+  cmp -s "$tmp/suon/model.safetensors" "$tmp/suoff/model.safetensors" &&
+  cmp -s "$tmp/suon/model.safetensors" "$tmp/sures/model.safetensors"; then
+  ok "ddp --sharded-update on: the unsharded weights bit for bit, and resumed from its epoch-1 snapshot too"
+else
+  fail "ddp sharded update: on '$su_on', off '$su_off', auto on fashioncnn '$su_auto'; weights $(cmp "$tmp/suon/model.safetensors" "$tmp/suoff/model.safetensors" 2>&1); resumed $(cmp "$tmp/suon/model.safetensors" "$tmp/sures/model.safetensors" 2>&1)"
+fi
+
 section "ddp: how shm waits, by the ranks' CPUs"
 # Bound to a CPU each, a rank shares it with no other: its blocking waits spin. Two ranks on one CPU (a taskset on
 # dtrun, no binding): they sleep. The communication thread, beside its rank's compute on that CPU, sleeps in both.

@@ -274,6 +274,150 @@ TEST(tcp_and_one_rank_groups_share_nothing) {
   ASSERT_EQ(df_run(&one, 1, unsupported_child, NULL), 0);
 }
 
+/* ---- memory common to the ranks, and the sharded all-reduce ---------------------------------- */
+
+/* dt_group_share_common: one memory, zeroed; what each rank writes every rank reads after a barrier. */
+static int common_child(df_job *j, int r, int world, void *arg) {
+  (void)arg;
+  dt_group *g = join(j, r, world);
+  if (!g) return 2;
+  unsigned char *mem = NULL;
+  int bad = dt_group_share_common(g, SHARED_BYTES, (void **)&mem) != DT_OK || !mem;
+  for (size_t i = 0; !bad && i < SHARED_BYTES; i += 4093) bad |= mem[i] != 0;
+  if (!bad) memset(mem + (size_t)r * 4096, 'a' + r, 4096);
+  if (!bad) bad = dt_barrier(g, NULL) != DT_OK;
+  for (int q = 0; !bad && q < world; q++) bad |= mem[(size_t)q * 4096 + 4095] != 'a' + q;
+  if (bad) fprintf(stderr, "rank %d: common memory: %s\n", r, dt_last_error());
+  dt_group_destroy(g);
+  dt_shared_free(mem, SHARED_BYTES);
+  return bad;
+}
+
+/* tcp and one-rank groups: no common memory either. */
+static int common_unsupported_child(df_job *j, int r, int world, void *arg) {
+  (void)arg;
+  dt_group *g = join(j, r, world);
+  if (!g) return 2;
+  void *mem = NULL;
+  const int bad = dt_group_share_common(g, 4096, &mem) != DT_UNSUPPORTED || mem != NULL;
+  if (bad) fprintf(stderr, "%s world %d: common share did not say DT_UNSUPPORTED\n", j->backend, world);
+  dt_group_destroy(g);
+  return bad;
+}
+
+TEST(common_memory_is_the_same_on_every_rank) {
+  for (int world = 2; world <= 3; world++) {
+    df_job j = job("shm");
+    ASSERT_EQ(df_run(&j, world, common_child, NULL), 0);
+  }
+  df_job t = job("tcp");
+  ASSERT_EQ(df_run(&t, 2, common_unsupported_child, NULL), 0);
+  df_job one = job("shm");
+  ASSERT_EQ(df_run(&one, 1, common_unsupported_child, NULL), 0);
+}
+
+/* What a sharded all-reduce's function is given: it copies each piece into memory common to the ranks and counts
+ * the elements there, so every rank sees every rank's calls. */
+typedef struct shards_seen {
+  float *result;          /* (count) common */
+  _Atomic size_t *total;  /* common: elements handed to the functions of all ranks */
+  size_t next;            /* this rank: where its next piece must start at the earliest (increasing order) */
+  int order_bad;
+} shards_seen;
+
+static void shards_record(void *user, size_t off, size_t n, const float *avg) {
+  shards_seen *s = user;
+  if (off < s->next) s->order_bad = 1;
+  s->next = off + n;
+  memcpy(s->result + off, avg, n * sizeof(float));
+  atomic_fetch_add(s->total, n);
+}
+
+/* One sharded all-reduce of k on buf; 0 if every rank's pieces, in order, tile the count with the reference's bits,
+ * all handed over (shm: by every rank) when this rank's collective returns. */
+static int shards_case(dt_group *g, int r, int world, float *buf, const shared_case *k, shards_seen *s) {
+  for (size_t i = 0; i < k->count; i++) buf[i] = (float)value(r, i, DT_F32);
+  s->next = 0;
+  s->order_bad = 0;
+  const size_t before = atomic_load(s->total);
+  if (dt_barrier(g, NULL) != DT_OK || dt_allreduce_shards(g, buf, k->count, k->op, shards_record, s, NULL) != DT_OK) {
+    fprintf(stderr, "rank %d: %s\n", r, dt_last_error());
+    return 1;
+  }
+  const size_t seen = atomic_load(s->total) - before;
+  const int in_order = strcmp(dt_group_backend(g), "shm") == 0; /* elsewhere the others' calls may come later */
+  if (s->order_bad || (in_order && seen != k->count)) {
+    fprintf(stderr, "rank %d, %zu elements: pieces out of order (%d) or %zu handed over\n", r, k->count,
+            s->order_bad, seen);
+    return 1;
+  }
+  if (!in_order) { /* the pieces of all ranks add up to the count; the others' are not here: their reference */
+    uint64_t all = seen;
+    size_t off, len;
+    dt_group_block(g, k->count, r, &off, &len);
+    if (dt_allreduce(g, &all, &all, 1, DT_I64, DT_SUM, NULL) != DT_OK || all != k->count || seen != len) return 1;
+    for (size_t i = 0; i < k->count; i++) {
+      if (i >= off && i < off + len) continue;
+      float want = (float)value(0, i, DT_F32);
+      for (int q = 1; q < world; q++) want += (float)value(q, i, DT_F32);
+      s->result[i] = k->op == DT_AVG ? want / (float)world : want;
+    }
+  }
+  return !f32_matches_reference(s->result, k, world);
+}
+
+static int shards_child(df_job *j, int r, int world, void *arg) {
+  (void)arg;
+  dt_group *g = join(j, r, world);
+  if (!g) return 2;
+  const int shm = strcmp(j->backend, "shm") == 0 && world > 1; /* memory to share */
+  void *mem = NULL, *common = NULL;
+  float *priv = malloc(SHARED_BYTES), *result = NULL;
+  _Atomic size_t local_total = 0;
+  int bad = !priv || (shm && dt_group_share(g, SHARED_BYTES, &mem) != DT_OK) ||
+            (shm && dt_group_share_common(g, SHARED_BYTES + 64, &common) != DT_OK);
+  if (bad) fprintf(stderr, "rank %d: setup: %s\n", r, dt_last_error());
+  if (!shm) result = malloc(SHARED_BYTES);
+  shards_seen s = {.result = shm ? common : result, .total = shm ? (_Atomic size_t *)((char *)common + SHARED_BYTES)
+                                                                 : &local_total};
+  /* below 32 KiB (the slot path's one sync), through the slots, and in place from shared memory */
+  static const shared_case k[] = {{DT_F32, DT_AVG, 5, 0},       {DT_F32, DT_SUM, 7001, 0},
+                                  {DT_F32, DT_AVG, 300001, 64}, {DT_F32, DT_SUM, 786432, 0}};
+  for (size_t c = 0; c < sizeof k / sizeof k[0] && !bad; c++) {
+    const uint64_t runs = shared_runs(g);
+    bad |= shards_case(g, r, world, priv, &k[c], &s); /* private memory: through the slots */
+    if (shm && !bad) bad |= shards_case(g, r, world, (float *)((char *)mem + k[c].at), &k[c], &s);
+    /* in place from shared memory above 32 KiB, and then nothing written to the buffer */
+    if (shm && !bad && (shared_runs(g) - runs == 1) != (k[c].count * 4 > (32u << 10))) {
+      fprintf(stderr, "rank %d, %zu elements: %llu run from shared memory\n", r, k[c].count,
+              (unsigned long long)(shared_runs(g) - runs));
+      bad = 1;
+    }
+    if (shm && !bad && shared_runs(g) > runs && ((float *)((char *)mem + k[c].at))[1] != (float)value(r, 1, DT_F32)) {
+      fprintf(stderr, "rank %d: the sharded all-reduce wrote its buffer\n", r);
+      bad = 1;
+    }
+  }
+  if (mem) dt_group_unshare(g, mem);
+  dt_group_destroy(g);
+  dt_shared_free(mem, SHARED_BYTES);
+  dt_shared_free(common, SHARED_BYTES + 64);
+  free(result);
+  free(priv);
+  return bad;
+}
+
+TEST(sharded_allreduce_hands_each_rank_its_share) {
+  for (int world = 2; world <= 3; world++) {
+    df_job j = job("shm");
+    ASSERT_EQ(df_run(&j, world, shards_child, NULL), 0);
+  }
+  df_job t = job("tcp");
+  ASSERT_EQ(df_run(&t, 2, shards_child, NULL), 0);
+  df_job one = job("shm");
+  ASSERT_EQ(df_run(&one, 1, shards_child, NULL), 0);
+}
+
 /* Rank 1 exits after the share: rank 0's all-reduce on shared memory is DT_PEER_LOST within the deadline. */
 static int peer_dies_child(df_job *j, int r, int world, void *arg) {
   (void)arg;
@@ -346,6 +490,7 @@ TEST_MAIN(TEST_ENTRY(shared_allreduce_gives_the_slot_paths_bits_world_2_to_4),
           TEST_ENTRY(unshared_memory_goes_through_the_slots),
           TEST_ENTRY(a_share_failing_on_one_rank_fails_on_all_and_the_group_goes_on),
           TEST_ENTRY(different_shares_at_the_same_offset_go_through_the_slots),
-          TEST_ENTRY(tcp_and_one_rank_groups_share_nothing), TEST_ENTRY(a_rank_that_dies_is_peer_lost),
+          TEST_ENTRY(tcp_and_one_rank_groups_share_nothing), TEST_ENTRY(common_memory_is_the_same_on_every_rank),
+          TEST_ENTRY(sharded_allreduce_hands_each_rank_its_share), TEST_ENTRY(a_rank_that_dies_is_peer_lost),
           TEST_ENTRY(a_rank_that_dies_mid_pipeline_is_peer_lost),
           TEST_ENTRY(nothing_left_in_dev_shm))
