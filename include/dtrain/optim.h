@@ -91,6 +91,8 @@ float *dt_optim_state(dt_optim *o, int i, const char **name);
  * dt_optim_state returned before is invalid. DT_INVALID_ARGUMENT for an optimizer without state (plain SGD). */
 dt_status dt_optim_set_state_memory(dt_optim *o, float *mem, int copy, void (*release)(void *mem, size_t bytes));
 size_t dt_optim_state_bytes(const dt_optim *o);
+/* The parameters it steps (dt_optim_new's count). */
+size_t dt_optim_size(const dt_optim *o);
 /* Restores the step count (with state buffers written through dt_optim_state). */
 void dt_optim_set_step_count(dt_optim *o, int64_t steps);
 

@@ -81,11 +81,15 @@ dt_status dt_ddp_finish(dt_ddp *d);
  * while it is in cache (dt_allreduce_shards). Nobody then copies the averaged gradients back nor repeats the
  * others' updates: dt_ddp_finish returns with the parameters stepped (the same bits as dt_optim_step after it),
  * and the caller must not step o itself. For callers that read the averaged gradients nowhere (no clipping, no
- * loss-scale check, no gradient statistics): outside this rank's share they are unspecified. Layers announce their
- * gradients after their whole backward (dt_model_set_ready_late). *on: 1 if the update is now DDP's, 0 where it
- * cannot be (logged), the caller then stepping o as before. Call it between steps, once. */
+ * loss-scale check, no gradient statistics): the whole gradient arena is then unspecified (this rank's gradients or
+ * the averages, bucket by bucket). Layers announce their gradients after their whole backward
+ * (dt_model_set_ready_late). o must be the model's size and outlive d; after dt_ddp_free the parameters and state
+ * stay in the common memory. A dt_ddp_finish that fails may leave the step applied to some buckets only (restore
+ * from a snapshot). Its time counts as the all-reduces' (dt_ddp_stats.comm_s). *on: 1 if the update is now DDP's,
+ * 0 where it cannot be (logged), the caller then stepping o as before. Call it between steps, once. */
 dt_status dt_ddp_set_optim(dt_ddp *d, dt_optim *o, int *on);
-/* The sharded update's learning rate for the next synchronised step (before its backward). */
+/* The sharded update's learning rate for the next synchronised step, before its backward (none set: the step fails
+ * with DT_INVALID_ARGUMENT naming it). */
 void dt_ddp_set_lr(dt_ddp *d, float lr);
 
 typedef struct dt_ddp_stats {

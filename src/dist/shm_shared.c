@@ -1,5 +1,8 @@
 /* Memory the ranks of a shm group map from each other (dt_group_share), and
- * the all-reduce that reads it where it lies.
+ * the all-reduce that reads it where it lies; memory common to the ranks
+ * (dt_group_share_common: rank 0's segment, every rank's mapping writable, in
+ * the same two rounds), and the sharded all-reduce that reads shared memory in
+ * place and hands each rank its share (dt_allreduce_shards, shards_shared).
  *
  * A share is a collective in two rounds through the store: every rank creates
  * a segment of the asked size and publishes its name (or why it could not);

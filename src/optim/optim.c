@@ -103,6 +103,8 @@ void dt_optim_free(dt_optim *o) {
   dt_free(o);
 }
 
+size_t dt_optim_size(const dt_optim *o) { return o ? o->count : 0; }
+
 size_t dt_optim_state_bytes(const dt_optim *o) {
   return o && o->num_states ? (size_t)o->num_states * o->count * sizeof(float) : 0;
 }

@@ -397,9 +397,13 @@ static void set_late(dt_ddp *d, dt_status s, const char *msg) {
  * learning rate is, launches none of the step's buckets). */
 static dt_status begin_update(dt_ddp *d) {
   if (!d->begun) {
-    const dt_status st = dt_optim_begin_step(d->shards.optim, d->shards.lr);
+    const dt_status st = isnan(d->shards.lr)
+                             ? dt_error(DT_INVALID_ARGUMENT, "dt_ddp: no learning rate for the sharded update's step "
+                                        "(dt_ddp_set_lr before the backward)")
+                             : dt_optim_begin_step(d->shards.optim, d->shards.lr);
     d->begun = st == DT_OK ? 1 : -1;
     if (st != DT_OK) return st;
+    d->shards.step_lr = d->shards.lr; /* before the first bucket is queued: the queue's lock publishes it */
   }
   return d->begun > 0 ? DT_OK : dt_error(DT_INVALID_ARGUMENT, "dt_ddp: the step's update could not begin");
 }
@@ -648,6 +652,9 @@ dt_status dt_ddp_set_optim(dt_ddp *d, dt_optim *o, int *on) {
   if (*on) return d->shards.optim == o ? DT_OK : dt_error(DT_INVALID_ARGUMENT, "dt_ddp_set_optim: another optimizer");
   if (!d->fresh || d->next_launch)
     return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_set_optim: a step is under way (call it between steps)");
+  if (dt_optim_size(o) != d->n_params)
+    return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_set_optim: the optimizer steps %zu parameters, the model has %zu",
+                    dt_optim_size(o), d->n_params);
   int rows = 0;
   for (int i = 0; i < d->n_tensors; i++) rows |= d->tensors[i].table >= 0;
   /* the all-reduces must read the gradients in place, and nobody may need every averaged gradient */

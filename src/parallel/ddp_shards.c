@@ -9,6 +9,7 @@
  * with dt_model_set_ready_late does after each layer's whole backward, so no rank reads those parameters again
  * this step; the collective ends with a sync after every rank's update, and dt_ddp_finish waits for it, so the
  * next forward everywhere sees the stepped parameters. */
+#include <math.h>
 #include <string.h>
 
 #include "core/impl.h"
@@ -18,7 +19,7 @@
 void dt_ddp_shards_update(void *user, size_t off, size_t n, const float *avg) {
   const dt_ddp_shard_at *at = user;
   const dt_ddp_shards *s = at->shards;
-  dt_optim_step_block(s->optim, s->params, avg, s->lr, at->off + off, at->off + off + n);
+  dt_optim_step_block(s->optim, s->params, avg, s->step_lr, at->off + off, at->off + off + n);
 }
 
 /* One memory of `bytes` for the host; *mem NULL where the group cannot share (on every rank alike). */
@@ -47,13 +48,14 @@ dt_status dt_ddp_shards_open(dt_ddp_shards *s, dt_group *g, dt_model *m, dt_opti
     for (int i = 0; i < dt_optim_num_states(o); i++) memcpy(smem + (size_t)i * n, dt_optim_state(o, i, NULL), pbytes);
   }
   st = dt_barrier(g, NULL); /* then every rank adopts the memory as it is: nobody writes it twice */
+  /* neither can fail on these arguments (aligned, given a release): no rank is left half moved */
+  if (st == DT_OK && (st = dt_model_set_param_memory(m, pmem, 0, dt_shared_free)) == DT_OK) pmem = NULL;
   if (st == DT_OK && smem && (st = dt_optim_set_state_memory(o, smem, 0, dt_shared_free)) == DT_OK)
     smem = NULL; /* the optimizer's now */
-  if (st == DT_OK && (st = dt_model_set_param_memory(m, pmem, 0, dt_shared_free)) == DT_OK) pmem = NULL;
   dt_shared_free(smem, sbytes);
   dt_shared_free(pmem, pbytes);
   DT_CHECK(st);
   dt_model_set_ready_late(m, 1);
-  *s = (dt_ddp_shards){.optim = o, .params = dt_model_params(m, NULL)};
+  *s = (dt_ddp_shards){.optim = o, .params = dt_model_params(m, NULL), .lr = NAN, .step_lr = NAN};
   return DT_OK;
 }

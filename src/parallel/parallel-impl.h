@@ -60,7 +60,8 @@ dt_status dt_ddp_rows_finish(dt_ddp_rows *x, dt_model *m, int world, float *grad
 typedef struct dt_ddp_shards {
   dt_optim *optim; /* NULL: off (the caller steps the optimizer) */
   float *params;   /* the model's parameter arena, one for the host's ranks */
-  float lr;        /* this step's learning rate */
+  float lr;        /* the next step's learning rate (dt_ddp_set_lr; NaN: none given) */
+  float step_lr;   /* the step under way's, checked by dt_optim_begin_step: what the updates use */
 } dt_ddp_shards;
 /* A bucket's place for the update: dt_ddp_shards_update's user. */
 typedef struct dt_ddp_shard_at {

@@ -44,6 +44,17 @@ const char *dt_strategy_name(dt_strategy s) {
 
 static int bad_float(float x) { return !isfinite(x); }
 
+/* --sharded-update on asks for what these settings rule out: said rather than ignored (auto just stays off). */
+static dt_status sharded_update_check(const dt_train_config *c) {
+  const char *why = c->clip_grad_norm > 0           ? "--clip-grad-norm reads the averaged gradients"
+                    : c->amp == DT_AMP_FP16           ? "--amp fp16's loss scaler reads the averaged gradients"
+                    : c->sparse_embeddings            ? "--sparse-embeddings steps rows"
+                    : !c->ddp.shared_grads            ? "it needs --shared-grads on"
+                    : c->ddp.comm_hook != DT_COMM_HOOK_NONE ? "a --comm-hook all-reduces a compressed copy"
+                                                            : NULL;
+  return why ? dt_error(DT_USAGE, "--sharded-update on: %s (use auto or off)", why) : DT_OK;
+}
+
 dt_status dt_train_config_check(const dt_train_config *c) {
   if (!c) return dt_error(DT_INVALID_ARGUMENT, "no training configuration");
   DT_CHECK(dt_sgemm_check());
@@ -77,6 +88,7 @@ dt_status dt_train_config_check(const dt_train_config *c) {
     if ((unsigned)c->ddp.rows_exchange > DT_ROWS_SPARSE)
       return dt_error(DT_INVALID_ARGUMENT, "unknown embedding exchange %d", (int)c->ddp.rows_exchange);
     if (c->timeout_s < 0) return dt_error(DT_INVALID_ARGUMENT, "timeout = %g must be >= 0", c->timeout_s);
+    if (c->sharded_update > 0) DT_CHECK(sharded_update_check(c));
   }
   if (bad_float(c->lr) || c->lr <= 0) return dt_error(DT_INVALID_ARGUMENT, "learning rate = %g must be > 0", (double)c->lr);
   if (c->optim.kind != DT_OPTIM_SGD && c->optim.kind != DT_OPTIM_ADAM && c->optim.kind != DT_OPTIM_ADAMW)

@@ -61,10 +61,15 @@ static dt_status ddp_loaders(dt_run *r) {
 static dt_status ddp_wrap(dt_run *r) {
   const dt_train_config *c = r->cfg;
   DT_CHECK(dt_ddp_new(r->model, r->group, &c->ddp, &r->ddp));
+  DT_CHECK(dt_run_resume_optim(r)); /* rank 0's state, before it may move into memory the ranks share */
   const size_t bytes = r->n_params * sizeof(float) + dt_optim_state_bytes(r->optim);
   if (!c->sharded_update || (c->sharded_update < 0 && bytes < DT_SHARDED_AUTO_MIN_BYTES)) return DT_OK;
-  if (c->amp == DT_AMP_FP16 || c->clip_grad_norm > 0 || r->n_rows) return DT_OK;
-  return dt_ddp_set_optim(r->ddp, r->optim, &r->sharded_update);
+  if (c->amp == DT_AMP_FP16 || c->clip_grad_norm > 0 || r->n_rows) return DT_OK; /* refused for "on" by the config */
+  DT_CHECK(dt_ddp_set_optim(r->ddp, r->optim, &r->sharded_update));
+  if (c->sharded_update > 0 && !r->sharded_update && r->lead)
+    DT_LOG_WARN("train", "--sharded-update on: every rank steps the whole model (the ranks cannot share memory, or "
+                "the model has row tables; DT_DEBUG=ddp says which)");
+  return DT_OK;
 }
 
 static dt_status ddp_batch(dt_run *r, const dt_batch *b, int last, float *loss, double *sums) {

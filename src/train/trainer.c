@@ -263,8 +263,7 @@ static dt_status open_run(dt_run *r, dt_train_result *out) {
   DT_CHECK(r->strategy->make_loaders(r));
   DT_CHECK(open_schedule(r));
   if (c->resume) DT_CHECK(dt_run_resume(r)); /* rank 0 loads before DDP broadcasts its model */
-  DT_CHECK(dt_run_resume_optim(r));           /* before DDP may move the state into memory the ranks share */
-  DT_CHECK(r->strategy->wrap(r));
+  DT_CHECK(r->strategy->wrap(r)); /* ddp: after its model check, rank 0's optimizer state (dt_run_resume_optim) */
   r->params = dt_model_params(r->model, NULL); /* DDP may have moved the arenas into shared memory */
   r->grads = dt_model_grads(r->model, NULL);
   DT_CHECK(dt_run_amp_open(r));

@@ -10,7 +10,7 @@
 #  6. a rank killed with SIGKILL mid-epoch: dtrun fails fast naming it, survivors report the
 #     lost peer (checked without dtrun too), nothing left in /dev/shm, no orphan processes;
 #  7. dtrun --max-restarts 1 with a rank that fails in round 0 only: the job finishes;
-#  8. usage errors, and --comm-hook bf16 reaching the accuracy of the uncompressed run;
+#  8. usage errors (--sharded-update on with clipping too), and --comm-hook bf16 reaching the accuracy of the uncompressed run;
 #  9. SIGINT to dtrun: every rank stops at the same step, rank 0 writes metrics and weights,
 #     exit 130.
 # Sizes are small (--limit-train/--limit-test): the whole script takes well under a minute.
@@ -171,9 +171,11 @@ fi
 
 section "ddp: the sharded update gives the unsharded bits, and its snapshot resumes"
 # Each rank steps its share of parameters and momentum common to the host: the weights of every rank stepping the
-# whole model, bit for bit; the epoch-1 snapshot (state gathered from the common memory) resumed to the same end.
-# The fashioncnn run above (5.6 MiB of parameters) ran without it (auto: under 16 MiB).
-common=(train --strategy ddp --epochs 2 --limit-train 1280 --limit-test 100 --momentum 0.9 --model mlp --hidden 256 --progress none)
+# whole model, bit for bit (a warmed-up cosine schedule, weight decay but not on biases); the epoch-1 snapshot
+# (state gathered from the common memory) resumed to the same end. The fashioncnn run above (5.6 MiB of parameters)
+# ran without it (auto: under 16 MiB); a 2048-wide mlp with momentum (30 MiB) runs with it.
+common=(train --strategy ddp --epochs 2 --limit-train 1280 --limit-test 100 --momentum 0.9 --model mlp --hidden 256
+  --schedule cosine --warmup-steps 3 --weight-decay 0.01 --no-decay bias --progress none)
 for su in on off; do
   dtr "su$su" 60 --standalone --nproc-per-node 2 -- "$DTRAIN" "${common[@]}" --out "$tmp/su$su" --sharded-update $su \
     --save-every 1
@@ -185,13 +187,16 @@ dtr sures 60 --standalone --nproc-per-node 2 -- "$DTRAIN" "${common[@]}" --out "
 su_on=$(json "$tmp/suon/summary.json" sharded_update)
 su_off=$(json "$tmp/suoff/summary.json" sharded_update)
 su_auto=$(json "$tmp/sgon/summary.json" sharded_update)
-if [ "$su_on" = true ] && [ "$su_off" = false ] && [ "$su_auto" = false ] &&
+dtr suauto 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train --strategy ddp --model mlp --hidden 2048,1024 \
+  --momentum 0.9 --limit-train 256 --limit-test 64 --out "$tmp/suauto" --progress none
+su_big=$(json "$tmp/suauto/summary.json" sharded_update)
+if [ "$su_on" = true ] && [ "$su_off" = false ] && [ "$su_auto" = false ] && [ "$su_big" = true ] &&
   grep -q "2 ranks over shm with shared gradients and a sharded update" "$tmp/suon.out" &&
   cmp -s "$tmp/suon/model.safetensors" "$tmp/suoff/model.safetensors" &&
   cmp -s "$tmp/suon/model.safetensors" "$tmp/sures/model.safetensors"; then
   ok "ddp --sharded-update on: the unsharded weights bit for bit, and resumed from its epoch-1 snapshot too"
 else
-  fail "ddp sharded update: on '$su_on', off '$su_off', auto on fashioncnn '$su_auto'; weights $(cmp "$tmp/suon/model.safetensors" "$tmp/suoff/model.safetensors" 2>&1); resumed $(cmp "$tmp/suon/model.safetensors" "$tmp/sures/model.safetensors" 2>&1)"
+  fail "ddp sharded update: on '$su_on', off '$su_off', auto on fashioncnn '$su_auto', on a 30 MiB mlp '$su_big'; weights $(cmp "$tmp/suon/model.safetensors" "$tmp/suoff/model.safetensors" 2>&1); resumed $(cmp "$tmp/suon/model.safetensors" "$tmp/sures/model.safetensors" 2>&1)"
 fi
 
 section "ddp: how shm waits, by the ranks' CPUs"
@@ -445,6 +450,11 @@ fi
 rc=$?
 [ "$rc" -eq 2 ] && grep -q -- '--workers' "$tmp/u2.err" && ok "--workers without dp: exit 2" ||
   fail "--workers without dp: exit $rc, stderr: $(cat "$tmp/u2.err")"
+dtr u3 60 --standalone --nproc-per-node 1 -- "$DTRAIN" train --strategy ddp --sharded-update on --clip-grad-norm 1 \
+  --limit-train 100 --out "$tmp/u3"
+[ "$rc" -ne 0 ] && grep -q -- '--sharded-update on: --clip-grad-norm reads the averaged gradients' "$tmp/u3.err" &&
+  [ ! -e "$tmp/u3/model.safetensors" ] && ok "--sharded-update on with --clip-grad-norm: refused, one line" ||
+  fail "--sharded-update on with --clip-grad-norm: exit $rc, stderr: $(tail -n 2 "$tmp/u3.err")"
 dtr bf16 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train "${base_args[@]}" --comm-hook bf16 --out "$tmp/bf16" \
   --progress none
 if [ "$rc" -ne 0 ]; then

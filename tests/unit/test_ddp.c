@@ -191,8 +191,8 @@ static dt_status ddp_train(dt_group *g, const run_cfg *c, float **out, size_t *n
   copy_out(m, c->with_state ? o : NULL, c->no_optim, out, n);
   if (!*out) st = dt_error(DT_OUT_OF_MEMORY, "copy of the result");
 done:
+  dt_ddp_free(d); /* first: its queued updates use o */
   dt_optim_free(o);
-  dt_ddp_free(d);
   dt_model_free(m);
   free(dl);
   free(y);

@@ -177,7 +177,8 @@ static void probe_ready(void *user, size_t offset, size_t count) {
 }
 
 /* Linear announces its gradients before computing its input gradient (which reads W, not them), so data-parallel
- * training reduces them meanwhile: at the event dW and db are final and dinp is not written yet. */
+ * training reduces them meanwhile: at the event dW and db are final and dinp is not written yet; after
+ * dt_model_set_ready_late, only once dinp is. */
 TEST(linear_announces_its_gradients_before_its_input_gradient) {
   enum { B = 3, I = 5, O = 4 };
   dt_model *m = NULL;
@@ -207,6 +208,15 @@ TEST(linear_announces_its_gradients_before_its_input_gradient) {
   ASSERT(p.grads_final);
   ASSERT(p.dinp_unwritten);
   ASSERT(dt_model_ctx_input_grad(c) == dinp && !isnan(dinp[0]));
+  /* late announcements (for hooks that change the parameters, DDP's sharded update): after dinp, which reads W */
+  dt_model_set_ready_late(m, 1);
+  for (int i = 0; i < B * I; i++) dinp[i] = NAN;
+  ASSERT_OK(dt_model_forward(m, x, B, &y));
+  dt_model_zero_grad(m);
+  ASSERT_OK(dt_model_backward(m, dout));
+  ASSERT_EQ(p.events, 2);
+  ASSERT(p.grads_final);
+  ASSERT(!p.dinp_unwritten);
   dt_model_free(m);
 }
 
