@@ -255,13 +255,14 @@ TEST(different_shares_at_the_same_offset_go_through_the_slots) {
   ASSERT_EQ(df_run(&j, 2, one_sided_child, NULL), 0);
 }
 
-/* tcp groups and groups of one rank share nothing: DT_UNSUPPORTED on every rank. */
+/* tcp groups and groups of one rank share nothing, common memory neither: DT_UNSUPPORTED on every rank. */
 static int unsupported_child(df_job *j, int r, int world, void *arg) {
   (void)arg;
   dt_group *g = join(j, r, world);
   if (!g) return 2;
-  void *mem = NULL;
-  const int bad = dt_group_share(g, 4096, &mem) != DT_UNSUPPORTED || mem != NULL;
+  void *mem = NULL, *common = NULL;
+  const int bad = dt_group_share(g, 4096, &mem) != DT_UNSUPPORTED || mem != NULL ||
+                  dt_group_share_common(g, 4096, &common) != DT_UNSUPPORTED || common != NULL;
   if (bad) fprintf(stderr, "%s world %d: share did not say DT_UNSUPPORTED\n", j->backend, world);
   dt_group_destroy(g);
   return bad;
@@ -293,27 +294,11 @@ static int common_child(df_job *j, int r, int world, void *arg) {
   return bad;
 }
 
-/* tcp and one-rank groups: no common memory either. */
-static int common_unsupported_child(df_job *j, int r, int world, void *arg) {
-  (void)arg;
-  dt_group *g = join(j, r, world);
-  if (!g) return 2;
-  void *mem = NULL;
-  const int bad = dt_group_share_common(g, 4096, &mem) != DT_UNSUPPORTED || mem != NULL;
-  if (bad) fprintf(stderr, "%s world %d: common share did not say DT_UNSUPPORTED\n", j->backend, world);
-  dt_group_destroy(g);
-  return bad;
-}
-
-TEST(common_memory_is_the_same_on_every_rank) {
+TEST(common_memory_is_the_same_on_every_rank) { /* tcp and one-rank groups: tcp_and_one_rank_groups_share_nothing */
   for (int world = 2; world <= 3; world++) {
     df_job j = job("shm");
     ASSERT_EQ(df_run(&j, world, common_child, NULL), 0);
   }
-  df_job t = job("tcp");
-  ASSERT_EQ(df_run(&t, 2, common_unsupported_child, NULL), 0);
-  df_job one = job("shm");
-  ASSERT_EQ(df_run(&one, 1, common_unsupported_child, NULL), 0);
 }
 
 /* What a sharded all-reduce's function is given: it copies each piece into memory common to the ranks and counts
