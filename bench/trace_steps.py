@@ -9,7 +9,8 @@ into consecutive segments, as mean / median / p90 in microseconds.
   loss + metrics       between forward and backward (loss, its gradient, counters)
   after backward       between backward and the step's end phase: the gradient
                        bucket's launch (ddp), the loss check, batch hooks
-  grad all-reduce      ddp: the bucket all-reduce run inside the step's end phase
+  grad all-reduce      ddp: the bucket all-reduce run inside the step's end phase (with the
+                       sharded update, the update of this rank's share included)
                        (run by the main thread when the queue was idle)
   optimizer + rest     the rest of "finish step + optimizer" (waiting for the
                        communication thread when it ran the bucket, the update)
@@ -37,7 +38,8 @@ def is_stop(e):
 
 
 def is_grad(e):
-    return e["name"] == "allreduce" and e.get("args", {}).get("dtype") in ("f32", "bf16", "f16")
+    """A bucket's all-reduce, plain or sharded (the sharded update's: the optimizer's step included)."""
+    return e["name"] in ("allreduce", "allreduce_shards") and e.get("args", {}).get("dtype") in ("f32", "bf16", "f16")
 
 
 def end(e):
