@@ -406,10 +406,12 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                             "copied through the backend's buffers)", .choices = on_off},
     [TRAIN_SHARDED_UPDATE] = {"--sharded-update", "auto|on|off", FLAG_CHOICE, "auto", "on",
                               .help = "ddp: ranks on one host keep one copy of the parameters and optimizer state, "
-                              "and each bucket's all-reduce steps this rank's share of it (ZeRO-1 within a host; "
-                              "needs --shared-grads; not with --clip-grad-norm, --amp fp16, --sparse-embeddings or "
-                              "row tables: there every rank steps the whole model); auto: where the parameters and "
-                              "optimizer state take 16 MiB or more", .choices = auto_on_off},
+                              "and each bucket's all-reduce steps this rank's share of it (ZeRO-1 within a host). "
+                              "on with --clip-grad-norm, --amp fp16, --sparse-embeddings, --comm-hook or "
+                              "--shared-grads off is an error; models with row tables, or ranks that cannot share "
+                              "memory, step the whole model on every rank; auto: on where the parameters and "
+                              "optimizer state take 16 MiB or more and nothing rules it out",
+                              .choices = auto_on_off},
     [TRAIN_FIND_UNUSED_PARAMETERS] = {"--find-unused-parameters", NULL, FLAG_BOOL, "off", NULL,
                                       .help = "ddp: reduce parameters that got no gradient as zeros instead of "
                                       "failing"},

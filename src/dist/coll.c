@@ -66,6 +66,13 @@ dt_status dt_coll_sig_check(const dt_coll_sig *mine, const dt_coll_sig *theirs, 
                   (unsigned long long)mine->seq, a, their_rank, b);
 }
 
+void dt_coll_shard_block(const dt_coll *c, int size, int rank) {
+  size_t off, len;
+  dt_block_of(c->count, size, rank, &off, &len);
+  if (len) c->shard(c->shard_user, off, len, (const float *)c->recv + off);
+  *c->shard_done = 1;
+}
+
 dt_status dt_backend_run(dt_backend *b, const dt_coll *c) {
   switch (c->kind) {
   case DT_COLL_ALLREDUCE:

@@ -106,6 +106,9 @@ typedef struct dt_coll {
   void *shard_user;
   int *shard_done;
 } dt_coll;
+/* A sharded all-reduce whose whole result is in c->recv: this rank's block (dt_block_of) handed to c->shard, and
+ * *c->shard_done set (coll.c). */
+void dt_coll_shard_block(const dt_coll *c, int size, int rank);
 /* 1 for the kinds that all-reduce (a sharded all-reduce is one to the backends that do not take it apart). */
 static inline int dt_coll_is_allreduce(dt_coll_kind k) {
   return k == DT_COLL_ALLREDUCE || k == DT_COLL_ALLREDUCE_SHARDS;

@@ -157,11 +157,7 @@ static void work_run(dt_group *g, dt_work *w, int background) {
       dt_reduce_scale(c.recv, len, c.dtype, w->divisor);
     }
   }
-  if (s == DT_OK && c.kind == DT_COLL_ALLREDUCE_SHARDS && !shard_done) { /* the whole result is here */
-    size_t off, len;
-    dt_block_of(c.count, g->size, g->rank, &off, &len);
-    if (len) c.shard(c.shard_user, off, len, (const float *)c.recv + off);
-  }
+  if (s == DT_OK && c.kind == DT_COLL_ALLREDUCE_SHARDS && !shard_done) dt_coll_shard_block(&c, g->size, g->rank);
   char err[ERR_LEN];
   if (s != DT_OK) {
     char what[160];

@@ -259,10 +259,7 @@ static dt_status allreduce_chunked(shm_backend *b, const dt_coll *c, const dt_co
  * made before any rank's collective completes. */
 static dt_status shards_after(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig, dt_status st) {
   if (st != DT_OK || c->kind != DT_COLL_ALLREDUCE_SHARDS || !c->shard_done) return st;
-  size_t off, len;
-  dt_block_of(c->count, b->base.size, b->base.rank, &off, &len);
-  if (len) c->shard(c->shard_user, off, len, (const float *)c->recv + off);
-  *c->shard_done = 1;
+  dt_coll_shard_block(c, b->base.size, b->base.rank);
   return dt_shm_sync(b, c, sig, 0);
 }
 
