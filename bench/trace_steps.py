@@ -95,9 +95,11 @@ def main():
              if e.get("ph") == "M" and e.get("name") == "thread_name"}
     for pid in sorted({e["pid"] for e in spans}):
         main_tid = next((tid for (p, tid), n in names.items() if p == pid and n == "main"), 1)
-        # the per-layer forward spans ("forward conv1") nest inside the model's forward: not steps' segments
+        # the per-layer forward spans ("forward conv1") nest inside the model's forward, and a batch the training
+        # threads fetch themselves (no loader thread) is loaded inside the step: not steps' segments
         main = sorted((e for e in spans if e["pid"] == pid and e["tid"] == main_tid
-                       and not e["name"].startswith("forward ")), key=lambda e: e["ts"])
+                       and not e["name"].startswith("forward ") and e["name"] != "load batch"),
+                      key=lambda e: e["ts"])
         steps = steps_of(main)
         if not steps:
             continue
@@ -140,9 +142,14 @@ def main():
                 print("  %-18s %s" % (k, stats(cols[k])))
         if first_stop:
             print("  %-18s %s   (first step of an epoch, left out above)" % ("stop, epoch start", stats(first_stop)))
-        loads = [e["dur"] for e in spans if e["pid"] == pid and e["name"] == "load batch"]
-        if loads:
-            print("  %-18s %s   (loader thread, per batch)" % ("load batch", stats(loads)))
+        loads = [e for e in spans if e["pid"] == pid and e["name"] == "load batch"]
+        by_loader = [e["dur"] for e in loads if names.get((pid, e["tid"]), "").startswith("loader")]
+        in_step = [e["dur"] for e in loads if not names.get((pid, e["tid"]), "").startswith("loader")]
+        if by_loader:
+            print("  %-18s %s   (loader thread, per batch)" % ("load batch", stats(by_loader)))
+        if in_step:
+            print("  %-18s %s   (training threads, per batch or slice, inside the step)"
+                  % ("load batch", stats(in_step)))
     return 0
 
 

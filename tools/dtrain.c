@@ -286,9 +286,12 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                        "none (ToTensor only: every image must have one size)", .choices = augments},
     [TRAIN_TTA] = {"--tta", "MODE", FLAG_CHOICE, "none", "flip", .help = HELP_TTA " (every evaluation of the run)",
                    .choices = ttas},
-    [TRAIN_DATA_WORKERS] = {"--data-workers", "N", FLAG_POS_INT, "1; image folders: one per 8 cores, 1 to 4", "2",
+    [TRAIN_DATA_WORKERS] = {"--data-workers", "N", FLAG_NONNEG_INT,
+                            "0 where the data needs no decoding and the training threads fill the cores, else 1; "
+                            "image folders: one per 8 cores, 1 to 4", "2",
                             .help = "loader threads that read, decode and augment batches ahead of training (as "
-                            "DataLoader(num_workers=N))"},
+                            "DataLoader(num_workers=N)); 0: none, the training threads make each batch as they take "
+                            "it (dp: each worker its own slice)"},
     [TRAIN_CACHE_IMAGES] = {"--cache-images", NULL, FLAG_BOOL, "off: decode on every fetch", NULL,
                             .help = "image folders: decode every image once into memory (uint8) at start, when it "
                             "fits under DT_IMAGE_CACHE_MB (default half the memory)"},
@@ -552,7 +555,8 @@ static int train_model_flags(const flag_args *p, dt_train_config *cfg) {
   if (v[TRAIN_NORMALIZE].given) read_normalize(&v[TRAIN_NORMALIZE], &cfg->normalize);
   if (v[TRAIN_AUGMENT].given) cfg->augment = (dt_augment)v[TRAIN_AUGMENT].choice;
   if (v[TRAIN_TTA].given) cfg->tta = (dt_tta)v[TRAIN_TTA].choice;
-  if (v[TRAIN_DATA_WORKERS].given) cfg->data_workers = (int)v[TRAIN_DATA_WORKERS].i;
+  if (v[TRAIN_DATA_WORKERS].given) /* 0: none, as DataLoader(num_workers=0) */
+    cfg->data_workers = v[TRAIN_DATA_WORKERS].i ? (int)v[TRAIN_DATA_WORKERS].i : DT_LOADER_INLINE;
   cfg->cache_images = v[TRAIN_CACHE_IMAGES].given;
   cfg->skip_bad_images = v[TRAIN_SKIP_BAD_IMAGES].given;
   if ((rc = read_text_flags(p, train_flags, TRAIN_VOCAB, cfg->data, &cfg->text))) return rc;

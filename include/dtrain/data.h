@@ -209,9 +209,11 @@ typedef struct dt_loader_config {
   dt_sampler_fn sampler; /* optional: overrides shuffle */
   void *sampler_user;
   int64_t sampler_capacity; /* entries the sampler may write; 0: dataset size */
-  int workers;         /* threads making batches (0: one, or for image decoding one per 8 cores, 1 to 4) */
+  int workers;         /* threads making batches (0: one, or for image decoding one per 8 cores, 1 to 4;
+                        * DT_LOADER_INLINE: none, see dt_loader_next_unfilled) */
 } dt_loader_config;
 #define DT_LOADER_MAX_WORKERS 64
+#define DT_LOADER_INLINE (-1)
 
 typedef struct dt_batch {
   const void *field[DT_MAX_FIELDS]; /* each (size, field shape...), in dt_data_info order */
@@ -243,9 +245,20 @@ dt_status dt_loader_start_epoch(dt_loader *l, int64_t epoch);
  * dt_loader_start_epoch or dt_loader_free). DT_INVALID_ARGUMENT before the
  * first dt_loader_start_epoch. */
 dt_status dt_loader_next(dt_loader *l, dt_batch *b);
+/* A loader with workers = DT_LOADER_INLINE runs no thread: dt_loader_next makes each batch in the calling thread
+ * (PyTorch's DataLoader with num_workers=0), where a machine's cores are all training and a loader thread would
+ * only take turns with them. dt_loader_next_unfilled hands the next batch out with its samples not yet fetched
+ * (a threaded loader's ready-made one as dt_loader_next): the caller fetches them with dt_loader_fill, samples
+ * [lo, lo + n) of that batch at their places in its buffers, from any threads on disjoint ranges (a DataParallel
+ * worker its own slice: the fetch is parallel and the samples land in the cache of the core that trains on them),
+ * before anything reads them and before the loader's next call. dt_loader_fill of a batch already made is DT_OK
+ * and does nothing; a failed fetch returns the source's error (the file that did not decode). */
+dt_status dt_loader_next_unfilled(dt_loader *l, dt_batch *b);
+dt_status dt_loader_fill(const dt_loader *l, int lo, int n);
 int64_t dt_loader_batches_per_epoch(const dt_loader *l);
 int64_t dt_loader_samples_per_epoch(const dt_loader *l);
-/* Seconds the caller has spent blocked in dt_loader_next waiting for data. */
+/* Seconds the caller has spent blocked in dt_loader_next waiting for data (inline: making it; not the time of
+ * dt_loader_fill). */
 double dt_loader_wait_seconds(const dt_loader *l);
 
 

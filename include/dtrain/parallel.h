@@ -127,6 +127,12 @@ void dt_dp_free(dt_dp *d);
  * and sums may be NULL. */
 dt_status dt_dp_train_step(dt_dp *d, const dt_task *task, const void *x, const void *target, int batch, float *loss,
                            double *sums);
+/* Where set, every worker of a dt_dp_train_step first calls fill(user, lo, n) for its slice, samples [lo, lo + n)
+ * of x and target, which until then need not hold them (dt_loader_fill of a dt_loader_next_unfilled batch: the
+ * workers fetch their slices in parallel, into their own cores' caches); its error fails the step, naming the
+ * worker. NULL: none (the default). */
+typedef dt_status (*dt_dp_fill_fn)(void *user, int lo, int n);
+void dt_dp_set_fill(dt_dp *d, dt_dp_fill_fn fill, void *user);
 /* Inference: logits (batch, classes) into out. */
 dt_status dt_dp_forward(dt_dp *d, const void *x, int batch, float *out);
 /* dt_optim_step(o, the model's parameters and gradients, lr), taken by the workers in parts: bit for bit the

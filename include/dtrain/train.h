@@ -71,7 +71,8 @@ typedef struct dt_train_config {
   dt_holdout holdout;     /* ratings: the default (a random --val-fraction, 0.1) or leave-last-out */
   dt_augment augment;     /* RGB images: transform preset (and its mean/std unless normalize is enabled) */
   dt_tta tta;             /* evaluation of images: none, or flip (the mean output of each image and its mirror) */
-  int data_workers;       /* loader threads making batches; 0: dt_loader_config's default */
+  int data_workers;       /* loader threads making batches; 0: auto (none where the fetch is cheap and the training
+                           * threads fill the cores, else dt_loader_config's default); DT_LOADER_INLINE: none */
   int cache_images;       /* image folders: decode every image once into memory */
   int skip_bad_images;    /* image folders: leave out files that do not decode (counted in the summary) */
   dt_text_options text;   /* text data (.csv, .tsv): vocabulary, columns, max_len (see dt_text_options) */

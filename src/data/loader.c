@@ -1,4 +1,5 @@
-/* Batch loader: per-epoch order (sampler, Philox shuffle or sequential) and a prefetching background thread. */
+/* Batch loader: per-epoch order (sampler, Philox shuffle or sequential) and prefetching background threads, or
+ * none (DT_LOADER_INLINE: the caller's threads make each batch when they take it). */
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
@@ -32,6 +33,7 @@ struct dt_loader {
   int nslots;
   slot *slots;
   int64_t epoch;            /* passed to the fetch (per-sample augmentation) */
+  int inline_;              /* DT_LOADER_INLINE: no thread; dt_loader_next fetches in the calling thread */
   int n_threads;
   pthread_t *threads;       /* (n_threads) workers, each making whole batches */
   pthread_mutex_t mu;
@@ -57,6 +59,21 @@ static int batch_size_of(const dt_loader *l, int64_t k) {
   return (int)(left < l->cfg.batch_size ? left : l->cfg.batch_size);
 }
 
+/* Fetches samples [lo, lo + n) of batch k into slot s, at their places in its buffers. */
+static dt_status fetch_into(const dt_loader *l, int64_t k, const slot *s, int lo, int n) {
+  void *at[DT_MAX_FIELDS] = {0};
+  for (int f = 0; f < l->info->n_fields; f++)
+    at[f] = (char *)s->field[f] + (size_t)lo * dt_field_bytes(&l->info->field[f]);
+  const double t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
+  dt_status st = dt_dataset_fetch_epoch(l->ds, l->epoch, l->order + k * l->cfg.batch_size + lo, n, at);
+  if (t0 > 0) {
+    char args[80];
+    snprintf(args, sizeof args, "\"batch\":%lld,\"first\":%d,\"samples\":%d", (long long)k, lo, n);
+    dt_trace_span("data", "load batch", t0, dt_trace_now_us(), args);
+  }
+  return st;
+}
+
 static void *worker(void *arg) {
   dt_loader *l = arg;
   dt_trace_thread_name("loader");
@@ -69,18 +86,10 @@ static void *worker(void *arg) {
     uint64_t gen = l->gen;
     int n = batch_size_of(l, k);
     slot *s = &l->slots[k % l->nslots];
-    const int64_t *idx = l->order + k * l->cfg.batch_size;
-    const int64_t epoch = l->epoch;
     l->busy++;
     pthread_mutex_unlock(&l->mu);
 
-    const double t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
-    dt_status st = dt_dataset_fetch_epoch(l->ds, epoch, idx, n, s->field);
-    if (t0 > 0) {
-      char args[64];
-      snprintf(args, sizeof args, "\"batch\":%lld,\"samples\":%d", (long long)k, n);
-      dt_trace_span("data", "load batch", t0, dt_trace_now_us(), args);
-    }
+    dt_status st = fetch_into(l, k, s, 0, n);
 
     pthread_mutex_lock(&l->mu);
     l->busy--;
@@ -195,9 +204,11 @@ dt_status dt_loader_new(const dt_dataset *ds, const dt_loader_config *cfg, dt_lo
     if (prefetch == 0) prefetch = auto_prefetch(ds, cfg->batch_size);
   }
   if (prefetch > 1024) return dt_error(DT_INVALID_ARGUMENT, "loader: prefetch %ld must be at most 1024", prefetch);
-  if (cfg->workers < 0 || cfg->workers > DT_LOADER_MAX_WORKERS)
-    return dt_error(DT_INVALID_ARGUMENT, "loader: %d workers; give 0 (auto) to %d", cfg->workers, DT_LOADER_MAX_WORKERS);
-  const int workers = cfg->workers ? cfg->workers : auto_workers(ds);
+  if ((cfg->workers < 0 && cfg->workers != DT_LOADER_INLINE) || cfg->workers > DT_LOADER_MAX_WORKERS)
+    return dt_error(DT_INVALID_ARGUMENT, "loader: %d workers; give 0 (auto) to %d, or DT_LOADER_INLINE (%d)",
+                    cfg->workers, DT_LOADER_MAX_WORKERS, DT_LOADER_INLINE);
+  const int inline_ = cfg->workers == DT_LOADER_INLINE;
+  const int workers = inline_ ? 0 : cfg->workers ? cfg->workers : auto_workers(ds);
   /* every worker a batch in hand and as many ready ahead */
   if (cfg->prefetch == 0 && prefetch < 2 * workers) prefetch = 2 * workers;
 
@@ -210,12 +221,15 @@ dt_status dt_loader_new(const dt_dataset *ds, const dt_loader_config *cfg, dt_lo
   l->cfg.prefetch = (int)prefetch;
   l->info = dt_dataset_info(ds);
   l->capacity = cfg->sampler ? (cfg->sampler_capacity ? cfg->sampler_capacity : size) : size;
-  l->nslots = (int)prefetch + 1;
+  l->inline_ = inline_;
+  l->nslots = inline_ ? 1 : (int)prefetch + 1; /* inline: the batch the caller holds, made when it is taken */
   l->n_threads = 0;
   DT_CHECK_GOTO(dt_alloc_array((size_t)(l->capacity ? l->capacity : 1), sizeof *l->order, "loader order", (void **)&l->order),
                 st, fail);
   DT_CHECK_GOTO(dt_alloc_array((size_t)l->nslots, sizeof *l->slots, "loader slots", (void **)&l->slots), st, fail);
-  DT_CHECK_GOTO(dt_alloc_array((size_t)workers, sizeof *l->threads, "loader threads", (void **)&l->threads), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array((size_t)(workers ? workers : 1), sizeof *l->threads, "loader threads",
+                               (void **)&l->threads),
+                st, fail);
   for (int i = 0; i < l->nslots; i++)
     for (int f = 0; f < l->info->n_fields; f++)
       DT_CHECK_GOTO(dt_alloc_array((size_t)cfg->batch_size, dt_field_bytes(&l->info->field[f]), l->info->field[f].name,
@@ -310,7 +324,25 @@ dt_status dt_loader_start_epoch(dt_loader *l, int64_t epoch) {
   return st;
 }
 
-dt_status dt_loader_next(dt_loader *l, dt_batch *b) {
+/* Inline: batch k is made in the calling thread now (fill), or left for dt_loader_fill (done stays -1). A failed
+ * fetch stops the epoch, as a worker's does. Called with mu held. */
+static void make_inline(dt_loader *l, int64_t k, int fill) {
+  slot *s = &l->slots[0];
+  s->done = -1;
+  l->produced = k + 1;
+  if (!fill) return;
+  const double t0 = dt_time_now();
+  dt_status st = fetch_into(l, k, s, 0, batch_size_of(l, k));
+  l->wait_s += dt_time_now() - t0;
+  if (st != DT_OK) {
+    l->err = st;
+    snprintf(l->err_detail, sizeof l->err_detail, "%s", dt_last_error());
+    return;
+  }
+  s->done = k;
+}
+
+static dt_status next_batch(dt_loader *l, dt_batch *b, int fill) {
   if (!l || !b) return dt_error(DT_INVALID_ARGUMENT, "dt_loader_next: NULL loader or batch");
   pthread_mutex_lock(&l->mu);
   if (!l->started) {
@@ -330,6 +362,7 @@ dt_status dt_loader_next(dt_loader *l, dt_batch *b) {
     b->index = l->n_batches;
     return DT_OK;
   }
+  if (l->inline_ && !l->err) make_inline(l, l->handed, fill);
   if (l->produced <= l->handed && !l->err) {
     pthread_cond_broadcast(&l->work); /* about to wait: the workers must be making batches */
     double t0 = dt_time_now();
@@ -355,6 +388,24 @@ dt_status dt_loader_next(dt_loader *l, dt_batch *b) {
   b->index = k;
   pthread_mutex_unlock(&l->mu);
   return DT_OK;
+}
+
+dt_status dt_loader_next(dt_loader *l, dt_batch *b) { return next_batch(l, b, 1); }
+dt_status dt_loader_next_unfilled(dt_loader *l, dt_batch *b) { return next_batch(l, b, 0); }
+
+/* Reads only what next_batch wrote before the caller handed the batch to the filling threads (holding, handed,
+ * the slot, order, epoch): no lock, and disjoint ranges write disjoint bytes. */
+dt_status dt_loader_fill(const dt_loader *l, int lo, int n) {
+  if (!l) return dt_error(DT_INVALID_ARGUMENT, "dt_loader_fill: NULL loader");
+  if (!l->holding) return dt_error(DT_INVALID_ARGUMENT, "dt_loader_fill: no batch handed out");
+  const int64_t k = l->handed - 1;
+  const slot *s = &l->slots[k % l->nslots];
+  const int size = batch_size_of(l, k);
+  if (lo < 0 || n < 0 || n > size - lo)
+    return dt_error(DT_INVALID_ARGUMENT, "dt_loader_fill: samples [%d, %d) outside batch %lld of %d samples", lo,
+                    lo + n, (long long)k, size);
+  if (s->done == k || n == 0) return DT_OK; /* made by a loader thread or by dt_loader_next */
+  return fetch_into(l, k, s, lo, n);
 }
 
 int64_t dt_loader_batches_per_epoch(const dt_loader *l) { return l->n_batches; }

@@ -54,6 +54,8 @@ struct dt_dp {
   int first, last;  /* the first and last worker with a slice of this step's batch (set_slices) */
   size_t n_params;
   float loss_scale; /* dlogits *= it before backward (an fp16 loss scaler's scale) */
+  dt_dp_fill_fn fill; /* dt_dp_set_fill: each worker fetches its slice of a train step's batch first */
+  void *fill_user;
   float *grads;     /* the model's gradient arena (n_params) */
   dp_worker *w;     /* (workers) */
   int inline0;      /* 1: the calling thread runs worker 0's part of each job (see dispatch) */
@@ -105,6 +107,7 @@ static void run_train(dp_worker *wk) {
   dt_status st;
   dt_model_ctx_zero_grad_deferred(m, wk->ctx); /* the backward below writes them */
   dt_model_ctx_set_loss_weight(wk->ctx, 1.0f / (float)d->batch); /* as the dlogits scaling below */
+  if (d->fill && (st = d->fill(d->fill_user, wk->lo, wk->n)) != DT_OK) goto fail;
   if ((st = dt_model_ctx_forward(m, wk->ctx, x, wk->n, &logits)) != DT_OK) goto fail;
   if ((st = dt_task_loss(d->task, logits, y, wk->n, 1, &wk->loss, wk->dlogits)) != DT_OK) goto fail;
   memset(wk->sums, 0, sizeof wk->sums);
@@ -521,6 +524,12 @@ dt_status dt_dp_optim_step(dt_dp *d, dt_optim *o, float lr) {
   d->unreduced = 0;
   d->optim = NULL;
   return DT_OK;
+}
+
+void dt_dp_set_fill(dt_dp *d, dt_dp_fill_fn fill, void *user) {
+  if (!d) return;
+  d->fill = fill;
+  d->fill_user = user;
 }
 
 void dt_dp_set_fused_step(dt_dp *d, int on) {

@@ -183,8 +183,9 @@ dt_status dt_train_config_check(const dt_train_config *c) {
     return dt_error(DT_INVALID_ARGUMENT, "unknown augment preset %d", (int)c->augment);
   if (c->tta != DT_TTA_NONE && c->tta != DT_TTA_FLIP)
     return dt_error(DT_INVALID_ARGUMENT, "unknown test-time augmentation %d", (int)c->tta);
-  if (c->data_workers < 0 || c->data_workers > DT_LOADER_MAX_WORKERS)
-    return dt_error(DT_INVALID_ARGUMENT, "data workers = %d must be in 0..%d", c->data_workers, DT_LOADER_MAX_WORKERS);
+  if ((c->data_workers < 0 && c->data_workers != DT_LOADER_INLINE) || c->data_workers > DT_LOADER_MAX_WORKERS)
+    return dt_error(DT_INVALID_ARGUMENT, "data workers = %d must be in 0..%d or DT_LOADER_INLINE", c->data_workers,
+                    DT_LOADER_MAX_WORKERS);
   if (c->holdout != DT_HOLDOUT_DEFAULT && c->holdout != DT_HOLDOUT_LAST)
     return dt_error(DT_INVALID_ARGUMENT, "unknown holdout %d", (int)c->holdout);
   if (c->holdout == DT_HOLDOUT_LAST && c->limit_test > 0)
@@ -246,7 +247,7 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
     RAW(",\"normalize\":null");
   if (c->augment != DT_AUGMENT_NONE) STR("augment", dt_augment_name(c->augment));
   if (c->tta != DT_TTA_NONE) STR("tta", dt_tta_name(c->tta));
-  if (c->data_workers) RAW(",\"data_workers\":%d", c->data_workers);
+  if (c->data_workers) RAW(",\"data_workers\":%d", c->data_workers > 0 ? c->data_workers : 0); /* 0: inline */
   if (c->cache_images) RAW(",\"cache_images\":true");
   if (c->skip_bad_images) RAW(",\"skip_bad_images\":true");
   const dt_text_options *t = &c->text;

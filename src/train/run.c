@@ -8,6 +8,19 @@
 #include "dtrain/dtrain.h"
 #include "train/run.h"
 
+/* Loader threads (dt_loader_config.workers): --data-workers where given. Else none where the fetch is cheap (no
+ * image decoding) and this host's training threads (the process's budget, times the ranks on this host) fill the
+ * cores this process may run on: each batch is then made by the threads that train on it, when they take it, where
+ * a loader thread could only take turns with them, and a turn taken mid-step delays the step's slowest worker
+ * (measured: half of DataParallel's steps on 2 cores started a worker late while the loader ran). Elsewhere the
+ * loader's own default: a thread prefetching on a core the training leaves free. */
+int dt_run_loader_workers(const dt_run *r, const dt_dataset *ds) {
+  if (r->cfg->data_workers) return r->cfg->data_workers;
+  if (dt_dataset_info(ds)->decodes) return 0;
+  const long ranks_here = r->group ? dt_group_local_size(r->group) : 1;
+  return (long)dt_get_threads() * (ranks_here > 0 ? ranks_here : 1) >= dt_usable_cores() ? DT_LOADER_INLINE : 0;
+}
+
 dt_status dt_run_prefix_loader(dt_run *r, const dt_dataset *ds, int shuffle, uint64_t seed, int64_t limit,
                                dt_prefix_sampler *prefix, dt_loader **out) {
   dt_loader_config lc;
@@ -15,7 +28,7 @@ dt_status dt_run_prefix_loader(dt_run *r, const dt_dataset *ds, int shuffle, uin
   lc.batch_size = r->cfg->batch_size;
   lc.shuffle = shuffle;
   lc.seed = seed;
-  lc.workers = r->cfg->data_workers;
+  lc.workers = dt_run_loader_workers(r, ds);
   const int64_t size = dt_dataset_size(ds);
   if (limit > 0 && limit < size) {
     prefix->n = limit;

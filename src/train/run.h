@@ -10,6 +10,9 @@ typedef struct dt_run dt_run;
  * strategy it runs; each is one file (strategy_single.c, _dp.c, _ddp.c). */
 typedef struct dt_strategy_ops {
   const char *name;
+  /* 1: train_batch fetches the samples of a batch the trainer took unfilled (dt_loader_next_unfilled) on the
+   * threads that train on them (dt_loader_fill); 0: the trainer hands it over made (dt_loader_next). */
+  int fills_batches;
   /* Joins the group and sets r->rank / r->world (before data and model). */
   dt_status (*join)(dt_run *r);
   /* Loaders over this rank's part of the training and validation sets. */
@@ -163,6 +166,8 @@ static inline dt_status dt_run_all_sum(dt_run *r, double *v, size_t n) { return 
 /* --limit-train / --limit-test by --limit-pick: where the pick is random, r->train / r->val become subsets of
  * N samples drawn by the seed (the loaders then see all of them); where it is first, the loaders take a prefix. */
 dt_status dt_run_pick_limits(dt_run *r);
+/* The loader threads of the run's loaders over ds (see run.c). */
+int dt_run_loader_workers(const dt_run *r, const dt_dataset *ds);
 /* A loader over the first `limit` samples of ds (all when limit <= 0), shuffled per epoch when asked. */
 dt_status dt_run_prefix_loader(dt_run *r, const dt_dataset *ds, int shuffle, uint64_t seed, int64_t limit,
                                dt_prefix_sampler *prefix, dt_loader **out);

@@ -33,7 +33,7 @@ static dt_status shard_loader(dt_run *r, const dt_dataset *ds, int shuffle, uint
   memset(&lc, 0, sizeof lc);
   lc.batch_size = r->cfg->batch_size;
   lc.seed = seed;
-  lc.workers = r->cfg->data_workers;
+  lc.workers = dt_run_loader_workers(r, ds);
   lc.sampler = dt_dist_sampler_fn;
   lc.sampler_user = *shard;
   lc.sampler_capacity = dt_dist_sampler_num_samples(*shard);

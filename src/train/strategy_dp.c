@@ -4,9 +4,13 @@
 #include "train/run.h"
 #include "train/strategy.h"
 
+/* A worker's slice of the batch the trainer took unfilled (dt_loader_next_unfilled); nothing where it came made. */
+static dt_status fill_slice(void *user, int lo, int n) { return dt_loader_fill(((dt_run *)user)->train_loader, lo, n); }
+
 static dt_status dp_wrap(dt_run *r) {
   const int workers = r->cfg->workers > 0 ? r->cfg->workers : dt_get_threads();
   DT_CHECK(dt_dp_new(r->model, workers, r->cfg->batch_size, &r->dp));
+  dt_dp_set_fill(r->dp, fill_slice, r);
   /* Where nothing reads the batch's gradients before the optimizer (clipping, fp16's unscale, accumulation's
    * scaling do), the workers sum them block by block into the update itself. */
   const dt_train_config *c = r->cfg;
@@ -57,6 +61,7 @@ static void dp_free(dt_run *r) {
 
 const dt_strategy_ops dt_strategy_dp_ops = {
     .name = "dp",
+    .fills_batches = 1,
     .join = dt_strategy_join_alone,
     .make_loaders = dt_strategy_prefix_loaders,
     .wrap = dp_wrap,

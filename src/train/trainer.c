@@ -309,7 +309,7 @@ static dt_status skip_trained(dt_run *r, int64_t *seen) {
   const dt_snapshot_position *p = &r->resume.pos;
   for (int64_t k = 0; k < p->epoch_step * r->cfg->accumulate; k++) {
     dt_batch b;
-    DT_CHECK(dt_loader_next(r->train_loader, &b));
+    DT_CHECK(dt_loader_next_unfilled(r->train_loader, &b)); /* nothing reads its samples */
     if (b.size == 0) break;
     *seen += b.size;
   }
@@ -360,7 +360,7 @@ static dt_status train_epoch(dt_run *r, epoch_state *es, int64_t *step) {
     }
     dt_batch b;
     double tw = dt_trace_now_us();
-    DT_CHECK(dt_loader_next(r->train_loader, &b));
+    DT_CHECK((r->strategy->fills_batches ? dt_loader_next_unfilled : dt_loader_next)(r->train_loader, &b));
     if (dt_trace_enabled()) dt_trace_span("train", "wait for data", tw, dt_trace_now_us(), NULL);
     if (b.size == 0) return DT_OK;
     const int last = micro == c->accumulate - 1 || es->seen + b.size >= my_train;

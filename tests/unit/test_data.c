@@ -1,4 +1,5 @@
 /* Tests of the data layer: IDX parsing and loading (raw, gzip), datasets, the prefetching loader. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -583,6 +584,76 @@ TEST(loader_visits_every_sample_once) {
   dt_dataset_free(ds);
 }
 
+/* Half of a batch handed out unfilled, fetched on a thread of its own (as a DataParallel worker fills its slice). */
+typedef struct fill_half {
+  const dt_loader *l;
+  int lo, n;
+  dt_status st;
+} fill_half;
+
+static void *fill_half_main(void *arg) {
+  fill_half *h = arg;
+  h->st = dt_loader_fill(h->l, h->lo, h->n);
+  return NULL;
+}
+
+TEST(inline_loader_makes_the_batches_in_the_callers_threads) {
+  char dir[64];
+  dt_dataset *ds = fake_dataset(103, dir);
+  ASSERT(ds != NULL);
+  dt_loader_config c = {.batch_size = 10, .shuffle = 1, .seed = 42, .workers = DT_LOADER_INLINE};
+  dt_loader *l = NULL;
+  ASSERT_OK(dt_loader_new(ds, &c, &l));
+  ASSERT_STATUS(dt_loader_fill(l, 0, 1), DT_INVALID_ARGUMENT); /* no batch handed out yet */
+  int64_t order[103], nb = 0;
+  for (int64_t epoch = 0; epoch < 2; epoch++) { /* dt_loader_next makes the same batches a thread would */
+    expected_order(103, 1, 42, epoch, order);
+    ASSERT_OK(dt_loader_start_epoch(l, epoch));
+    ASSERT_EQ(run_epoch(l, ds, order, 103, 10, NULL, &nb), 103);
+    ASSERT_EQ(nb, 11);
+  }
+  ASSERT(dt_loader_wait_seconds(l) > 0.0); /* making them is the caller's wait for data */
+  /* Unfilled: nothing fetched until dt_loader_fill; two threads each fill half of every batch. */
+  expected_order(103, 1, 42, 2, order);
+  ASSERT_OK(dt_loader_start_epoch(l, 2));
+  float ref[10 * 6];
+  int32_t ref_y[10];
+  for (int k = 0, pos = 0;; k++) {
+    dt_batch b;
+    ASSERT_OK(dt_loader_next_unfilled(l, &b));
+    if (b.size == 0) break;
+    ASSERT_EQ(b.size, k < 10 ? 10 : 3);
+    memset((void *)b.x, 0xff, sizeof(float) * 6 * (size_t)b.size); /* NaNs unless fetched */
+    fill_half h[2] = {{l, 0, b.size / 2, DT_INTERNAL}, {l, b.size / 2, b.size - b.size / 2, DT_INTERNAL}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) ASSERT_EQ(pthread_create(&t[i], NULL, fill_half_main, &h[i]), 0);
+    for (int i = 0; i < 2; i++) ASSERT_EQ(pthread_join(t[i], NULL), 0);
+    ASSERT_OK(h[0].st);
+    ASSERT_OK(h[1].st);
+    dt_dataset_gather(ds, order + pos, b.size, ref, ref_y);
+    ASSERT(memcmp(ref, b.x, sizeof(float) * 6 * (size_t)b.size) == 0);
+    ASSERT(memcmp(ref_y, b.y, sizeof(int32_t) * (size_t)b.size) == 0);
+    ASSERT_STATUS(dt_loader_fill(l, 2, b.size - 1), DT_INVALID_ARGUMENT); /* past the batch's end */
+    ASSERT_STATUS(dt_loader_fill(l, -1, 1), DT_INVALID_ARGUMENT);
+    pos += b.size;
+  }
+  dt_loader_free(l);
+  /* A threaded loader's unfilled batch is made already: dt_loader_fill leaves it as it is. */
+  c.workers = 1;
+  ASSERT_OK(dt_loader_new(ds, &c, &l));
+  ASSERT_OK(dt_loader_start_epoch(l, 0));
+  expected_order(103, 1, 42, 0, order);
+  dt_batch b;
+  ASSERT_OK(dt_loader_next_unfilled(l, &b));
+  dt_dataset_gather(ds, order, b.size, ref, ref_y);
+  ASSERT(memcmp(ref, b.x, sizeof(float) * 6 * (size_t)b.size) == 0);
+  ASSERT_OK(dt_loader_fill(l, 0, b.size));
+  dt_loader_free(l);
+  c.workers = -2;
+  ASSERT_STATUS(dt_loader_new(ds, &c, &l), DT_INVALID_ARGUMENT);
+  dt_dataset_free(ds);
+}
+
 TEST(loader_order_is_pure_function_of_seed_and_epoch) {
   int64_t a[500], b[500], c[500];
   expected_order(500, 1, 7, 3, a);
@@ -756,6 +827,7 @@ TEST_MAIN(TEST_ENTRY(idx_parses_u8_3d), TEST_ENTRY(idx_parses_big_endian_types),
           TEST_ENTRY(idx_gzip_bomb_is_bounded), TEST_ENTRY(idx_load_missing_file_names_it),
           TEST_ENTRY(dataset_loads_fake_dir_and_normalises_exactly), TEST_ENTRY(dataset_rejects_bad_files),
           TEST_ENTRY(dataset_real_fashion_mnist), TEST_ENTRY(loader_visits_every_sample_once),
+          TEST_ENTRY(inline_loader_makes_the_batches_in_the_callers_threads),
           TEST_ENTRY(loader_order_is_pure_function_of_seed_and_epoch), TEST_ENTRY(loader_drop_last),
           TEST_ENTRY(loader_sampler_is_honoured), TEST_ENTRY(loader_restart_mid_epoch),
           TEST_ENTRY(loader_validates_config))

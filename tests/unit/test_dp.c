@@ -425,6 +425,70 @@ TEST(batchnorm_statistics_come_from_worker_0) {
   dt_model_free(m);
 }
 
+/* A fill callback's source: the batch it copies slices from, which samples were asked for, and a slice that fails. */
+typedef struct fill_src {
+  const float *x;
+  const int32_t *y;
+  float *step_x;
+  int32_t *step_y;
+  int asked[MAX_BATCH]; /* times each sample was filled */
+  int fail_from;        /* a slice starting here fails (-1: none) */
+} fill_src;
+
+static dt_status copy_slice(void *user, int lo, int n) {
+  fill_src *f = user;
+  if (lo == f->fail_from) return dt_error(DT_CORRUPT, "images/%d.png: not a PNG", lo);
+  const size_t at = (size_t)lo * SAMPLE_NUMEL;
+  memcpy(f->step_x + at, f->x + at, sizeof(float) * SAMPLE_NUMEL * (size_t)n);
+  memcpy(f->step_y + lo, f->y + lo, sizeof(int32_t) * (size_t)n);
+  for (int i = lo; i < lo + n; i++) __atomic_fetch_add(&f->asked[i], 1, __ATOMIC_RELAXED);
+  return DT_OK;
+}
+
+/* Workers that fetch their own slices (dt_dp_set_fill) train on what a made batch gives, bit for bit; each sample is
+ * fetched once, by the worker whose slice holds it; a failed fetch fails the step naming the worker and the file. */
+TEST(workers_fill_their_own_slices) {
+  dt_model *a = NULL, *b = NULL;
+  dt_dp *da = NULL, *db = NULL;
+  ASSERT_OK(build_model(MLP, MAX_BATCH, &a));
+  ASSERT_OK(build_model(MLP, MAX_BATCH, &b));
+  ASSERT_OK(dt_dp_new(a, 3, MAX_BATCH, &da));
+  ASSERT_OK(dt_dp_new(b, 3, MAX_BATCH, &db));
+  float x[MAX_BATCH * SAMPLE_NUMEL], step_x[MAX_BATCH * SAMPLE_NUMEL];
+  int32_t y[MAX_BATCH], step_y[MAX_BATCH];
+  fill_src f = {.x = x, .y = y, .step_x = step_x, .step_y = step_y, .fail_from = -1};
+  dt_dp_set_fill(db, copy_slice, &f);
+  const int batches[] = {MAX_BATCH, 7, 2};
+  for (int k = 0; k < 3; k++) {
+    const int batch = batches[k];
+    make_batch(x, y, batch, 40 + (uint64_t)k);
+    memset(step_x, 0xff, sizeof step_x); /* NaN until filled */
+    memset(step_y, 0, sizeof step_y);
+    memset(f.asked, 0, sizeof f.asked);
+    float la = 0, lb = 0;
+    int64_t ta = 0, tb = 0;
+    dt_model_zero_grad(a);
+    dt_model_zero_grad(b);
+    ASSERT_OK(dp_step(da, x, y, batch, 0.0f, &la, &ta, NULL));
+    ASSERT_OK(dp_step(db, step_x, step_y, batch, 0.0f, &lb, &tb, NULL));
+    ASSERT(la == lb && ta == tb);
+    size_t n = 0;
+    const float *ga = dt_model_grads(a, &n), *gb = dt_model_grads(b, NULL);
+    ASSERT(memcmp(ga, gb, n * sizeof(float)) == 0);
+    for (int i = 0; i < MAX_BATCH; i++) ASSERT_EQ(f.asked[i], i < batch ? 1 : 0);
+  }
+  f.fail_from = 3; /* worker 1's slice of 8 over 3 workers: samples 3..5 */
+  ASSERT_STATUS(dp_step(db, step_x, step_y, MAX_BATCH, 0.0f, NULL, NULL, NULL), DT_CORRUPT);
+  ASSERT_MSG(strstr(dt_last_error(), "worker 1") && strstr(dt_last_error(), "images/3.png"), dt_last_error());
+  dt_dp_set_fill(db, NULL, NULL); /* off again: the buffers are read as they are */
+  f.fail_from = 0;
+  ASSERT_OK(dp_step(db, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL));
+  dt_dp_free(db);
+  dt_dp_free(da);
+  dt_model_free(b);
+  dt_model_free(a);
+}
+
 TEST(argument_errors) {
   dt_model *m = NULL;
   dt_dp *dp = NULL;
@@ -510,4 +574,5 @@ TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(one_wor
           TEST_ENTRY(a_deferred_zero_grad_is_overwritten_then_added_to),
           TEST_ENTRY(the_calling_thread_keeps_its_openmp_threads),
           TEST_ENTRY(forward_equals_whole_batch_forward), TEST_ENTRY(batchnorm_statistics_come_from_worker_0),
-          TEST_ENTRY(argument_errors), TEST_ENTRY(no_thread_leak), TEST_ENTRY(fused_steps_give_the_unfused_bits))
+          TEST_ENTRY(argument_errors), TEST_ENTRY(workers_fill_their_own_slices), TEST_ENTRY(no_thread_leak),
+          TEST_ENTRY(fused_steps_give_the_unfused_bits))

@@ -458,7 +458,7 @@ TEST(model_and_loader_record_spans) {
   ASSERT_EQ(events_on(arr, 0, main_tid, "backward bn+relu+pool"), 1);
   ASSERT_EQ(events_on(arr, 0, main_tid, "backward conv"), 1);
   ASSERT_EQ(events_on(arr, 0, loader_tid, "load batch"), 3);
-  ASSERT(strstr(arr, "\"name\":\"load batch\",\"args\":{\"batch\":2,\"samples\":2}"));
+  ASSERT(strstr(arr, "\"name\":\"load batch\",\"args\":{\"batch\":2,\"first\":0,\"samples\":2}"));
   ASSERT(strstr(arr, "\"name\":\"backward conv\",\"args\":{\"kind\":\"Conv2d\""));
   free(arr);
   dt_trace_reset();
