@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/impl.h"
 
@@ -28,6 +29,24 @@ dt_status dt_alloc_array(size_t n, size_t size, const char *what, void **out) {
     return dt_error(DT_OUT_OF_MEMORY, "%s: %zu x %zu bytes overflows", what, n, size);
   if (dt_alloc(bytes, out) != DT_OK)
     return dt_error(DT_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", what, bytes);
+  return DT_OK;
+}
+
+#define HUGE_MIN ((size_t)4 << 20)
+#define HUGE_PAGE ((size_t)2 << 20)
+
+dt_status dt_alloc_array_huge(size_t n, size_t size, const char *what, void **out) {
+  size_t bytes;
+  if (dt_mul_overflow(n, size, &bytes))
+    return dt_error(DT_OUT_OF_MEMORY, "%s: %zu x %zu bytes overflows", what, n, size);
+  if (bytes < HUGE_MIN) return dt_alloc_array(n, size, what, out);
+  const size_t whole = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+  void *p = NULL;
+  if (posix_memalign(&p, HUGE_PAGE, whole) != 0)
+    return dt_error(DT_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", what, bytes);
+  (void)madvise(p, whole, MADV_HUGEPAGE); /* advice: a kernel without THP leaves 4 KiB pages */
+  memset(p, 0, whole);
+  *out = p;
   return DT_OK;
 }
 

@@ -81,7 +81,7 @@ static dt_status read_file(const char *dir, const char *name, int hundred, cifar
     while (ncap < have + n) ncap *= 2;
     uint8_t *img = NULL;
     int32_t *lab = NULL;
-    DT_CHECK_GOTO(dt_alloc_array(ncap, 3 * PIXELS, "CIFAR images", (void **)&img), st, done);
+    DT_CHECK_GOTO(dt_alloc_array_huge(ncap, 3 * PIXELS, "CIFAR images", (void **)&img), st, done);
     if ((st = dt_alloc_array(ncap, sizeof *lab, "CIFAR labels", (void **)&lab)) != DT_OK) {
       dt_free(img);
       goto done;

@@ -93,7 +93,7 @@ dt_status dt_idx_parse(const uint8_t *buf, size_t len, size_t max_bytes, dt_idx 
                     found - bytes, bytes, hdr, found);
 
   void *data;
-  DT_CHECK(dt_alloc_array(count, esize, "idx data", &data));
+  DT_CHECK(dt_alloc_array_huge(count, esize, "idx data", &data));
   to_host(data, buf + hdr, count, esize);
   memset(out, 0, sizeof *out);
   out->type = type;

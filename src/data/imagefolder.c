@@ -265,7 +265,7 @@ static dt_status fill_cache(folder *f, const char *root, const int32_t *hw) {
     return dt_error(DT_UNSUPPORTED, "%s: --cache-images needs %.1f MB for %lld decoded images; the bound is %.1f MB "
                     "(DT_IMAGE_CACHE_MB, default half the memory): drop --cache-images to decode on every fetch",
                     root, total / 1e6, (long long)f->n, bound / 1e6);
-  DT_CHECK(dt_alloc(total ? total : 1, (void **)&f->cache));
+  DT_CHECK(dt_alloc_array_huge(total ? total : 1, 1, "image cache", (void **)&f->cache));
   DT_CHECK(dt_alloc_array((size_t)f->n, sizeof *f->cache_at, "image cache", (void **)&f->cache_at));
   DT_CHECK(dt_alloc_array((size_t)f->n, 2 * sizeof *f->cache_hw, "image cache", (void **)&f->cache_hw));
   size_t at = 0;

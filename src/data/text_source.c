@@ -210,7 +210,8 @@ static dt_status open_text(const char *spec, dt_split split, const dt_data_optio
     goto done;
   }
   DT_CHECK_GOTO(dt_wordpiece_load(t->vocab, !t->keep_case, &wp), st, done);
-  DT_CHECK_GOTO(dt_alloc_array((size_t)s->n * (size_t)max_len, sizeof *s->ids, "token ids", (void **)&s->ids), st, done);
+  DT_CHECK_GOTO(dt_alloc_array_huge((size_t)s->n * (size_t)max_len, sizeof *s->ids, "token ids", (void **)&s->ids), st,
+                done);
   DT_CHECK_GOTO(dt_alloc_array((size_t)s->n, sizeof *s->n_tok, "token counts", (void **)&s->n_tok), st, done);
   DT_CHECK_GOTO(dt_alloc_array((size_t)s->n, sizeof *s->n_first, "token counts", (void **)&s->n_first), st, done);
   DT_CHECK_GOTO(tokenize_all(s, &c, rows, text, pair, wp, path), st, done);

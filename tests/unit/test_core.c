@@ -49,6 +49,19 @@ TEST(alloc_is_aligned_zeroed_and_checked) {
   void *q = (void *)0x1;
   ASSERT_STATUS(dt_alloc_array(SIZE_MAX / 2, 4, "test", &q), DT_OUT_OF_MEMORY);
   ASSERT(q == (void *)0x1); /* output untouched on failure */
+  /* Data sets' arrays: from 4 MiB on 2 MiB boundaries (where the kernel can back them with huge pages), zeroed. */
+  const size_t sizes[] = {100, (size_t)5 << 20};
+  for (int k = 0; k < 2; k++) {
+    unsigned char *h = NULL;
+    ASSERT_OK(dt_alloc_array_huge(sizes[k], 1, "test data", (void **)&h));
+    ASSERT(((uintptr_t)h % (k ? (uintptr_t)2 << 20 : 64)) == 0);
+    for (size_t i = 0; i < sizes[k]; i += 4093) ASSERT(h[i] == 0);
+    ASSERT(h[sizes[k] - 1] == 0);
+    h[sizes[k] - 1] = 1;
+    dt_free(h);
+  }
+  ASSERT_STATUS(dt_alloc_array_huge(SIZE_MAX / 2, 4, "test", &q), DT_OUT_OF_MEMORY);
+  ASSERT(q == (void *)0x1);
 }
 
 TEST(philox_known_answer) {
