@@ -72,6 +72,9 @@ dt_status dt_alloc_array_unset(size_t n, size_t size, const char *what, void **o
  * 4 KiB page was first read; with huge pages 18-30 us from the start. Not for GEMM operands: with physical pages
  * contiguous, power-of-two strides meet in the same cache sets (the 2048-wide mlp ran 3-6% slower). */
 dt_status dt_alloc_array_huge(size_t n, size_t size, const char *what, void **out);
+/* dst[0..n) = src[0..n) with streaming stores where the CPU has them (src/core/stream.c), fenced: for memory another
+ * core reads next, whose copies of the lines the stores invalidate without first taking them. */
+void dt_stream_store(float *dst, const float *src, size_t n);
 /* This thread's scratch of at least n bytes, 64-byte aligned, for a kernel's work within one call (the bf16 GEMMs'
  * packed operands): kept and reused, grown as needed (what it held is then lost), freed when the thread exits;
  * NULL without memory. */

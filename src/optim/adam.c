@@ -97,7 +97,7 @@ void dt_adam_update_pieces(dt_optim *o, float *params, const float *grads, float
   }
 }
 
-void dt_adam_update_run(dt_optim *o, float *params, const float *g, float lr, size_t lo, size_t n, int decay) {
+void dt_adam_update_run(dt_optim *o, float *p, const float *g, float lr, size_t lo, size_t n, int decay) {
   const adam_coef c = step_coef(o, lr, decay ? o->cfg.weight_decay : 0.0f);
-  adam_range(&c, params + lo, g, o->state[0] + lo, o->state[1] + lo, n);
+  adam_range(&c, p, g, o->state[0] + lo, o->state[1] + lo, n);
 }

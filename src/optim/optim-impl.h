@@ -33,6 +33,7 @@ struct dt_optim {
   dt_optim_piece *pieces; /* (n_pieces) tiling [0, count) in order; NULL: every element decays */
   int64_t n_pieces;
   size_t no_decay;        /* elements without weight decay */
+  int shared_params;      /* dt_optim_set_shared_params: blocks are stepped in a copy and streamed back */
 };
 
 /* One update at learning rate lr; o->steps is already the 1-based number of
@@ -46,9 +47,9 @@ void dt_adam_update_pieces(dt_optim *o, float *params, const float *grads, float
 void dt_sgd_update_piece_run(dt_optim *o, float *params, const float *grads, float lr, int64_t a, int64_t b);
 void dt_adam_update_piece_run(dt_optim *o, float *params, const float *grads, float lr, int64_t a, int64_t b);
 /* The same over elements [lo, lo + n) of the arena on the calling thread, all with the configured weight decay
- * (decay 1) or none (0); their gradients at g (g[0] is element lo's). */
-void dt_sgd_update_run(dt_optim *o, float *params, const float *g, float lr, size_t lo, size_t n, int decay);
-void dt_adam_update_run(dt_optim *o, float *params, const float *g, float lr, size_t lo, size_t n, int decay);
+ * (decay 1) or none (0); their parameters at p and gradients at g (p[0] and g[0] are element lo's). */
+void dt_sgd_update_run(dt_optim *o, float *p, const float *g, float lr, size_t lo, size_t n, int decay);
+void dt_adam_update_run(dt_optim *o, float *p, const float *g, float lr, size_t lo, size_t n, int decay);
 /* The same over elements [lo, lo + n) of the arena only. */
 void dt_sgd_update_span(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n);
 void dt_adam_update_span(dt_optim *o, float *params, const float *grads, float lr, size_t lo, size_t n);

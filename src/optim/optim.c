@@ -153,14 +153,12 @@ void dt_optim_step_range(dt_optim *o, float *params, const float *grads, float l
   if (o && grads && lo < hi && lo < o->count) dt_optim_step_block(o, params, grads + lo, lr, lo, hi);
 }
 
-void dt_optim_step_block(dt_optim *o, float *params, const float *g, float lr, size_t lo, size_t hi) {
-  if (!o) return;
-  if (hi > o->count) hi = o->count;
-  if (lo >= hi) return;
+/* Elements [lo, hi) with their parameters at p and gradients at g (p[0] and g[0] are element lo's). */
+static void step_run(dt_optim *o, float *p, const float *g, float lr, size_t lo, size_t hi) {
   void (*run)(dt_optim *, float *, const float *, float, size_t, size_t, int) =
       o->cfg.kind == DT_OPTIM_SGD ? dt_sgd_update_run : dt_adam_update_run;
   if (!o->pieces) {
-    run(o, params, g, lr, lo, hi - lo, 1);
+    run(o, p, g, lr, lo, hi - lo, 1);
     return;
   }
   int64_t a = 0, b = o->n_pieces; /* the first piece that ends after lo */
@@ -172,8 +170,33 @@ void dt_optim_step_block(dt_optim *o, float *params, const float *g, float lr, s
   for (int64_t i = a; i < o->n_pieces && o->pieces[i].lo < hi; i++) {
     const dt_optim_piece pc = o->pieces[i];
     const size_t s = pc.lo > lo ? pc.lo : lo, e = pc.lo + pc.n < hi ? pc.lo + pc.n : hi;
-    run(o, params, g + (s - lo), lr, s, e - s, pc.decay);
+    run(o, p + (s - lo), g + (s - lo), lr, s, e - s, pc.decay);
   }
+}
+
+/* Parameters other cores read between steps are stepped in a copy in L1, SHARED_BLOCK at a time, and streamed back
+ * (dt_stream_store): the same arithmetic, so the same bits. */
+#define SHARED_BLOCK 2048
+
+void dt_optim_step_block(dt_optim *o, float *params, const float *g, float lr, size_t lo, size_t hi) {
+  if (!o) return;
+  if (hi > o->count) hi = o->count;
+  if (lo >= hi) return;
+  if (!o->shared_params) {
+    step_run(o, params + lo, g, lr, lo, hi);
+    return;
+  }
+  float copy[SHARED_BLOCK];
+  for (size_t b = lo; b < hi; b += SHARED_BLOCK) {
+    const size_t e = hi - b < SHARED_BLOCK ? hi : b + SHARED_BLOCK;
+    memcpy(copy, params + b, (e - b) * sizeof *copy);
+    step_run(o, copy, g + (b - lo), lr, b, e);
+    dt_stream_store(params + b, copy, e - b);
+  }
+}
+
+void dt_optim_set_shared_params(dt_optim *o, int on) {
+  if (o) o->shared_params = on != 0;
 }
 
 dt_status dt_optim_step(dt_optim *o, float *params, const float *grads, float lr) {

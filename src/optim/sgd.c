@@ -81,7 +81,7 @@ void dt_sgd_update_pieces(dt_optim *o, float *params, const float *grads, float 
   }
 }
 
-void dt_sgd_update_run(dt_optim *o, float *params, const float *g, float lr, size_t lo, size_t n, int decay) {
+void dt_sgd_update_run(dt_optim *o, float *p, const float *g, float lr, size_t lo, size_t n, int decay) {
   const sgd_coef c = step_coef(o, lr, decay ? o->cfg.weight_decay : 0.0f);
-  sgd_range(&c, params + lo, g, o->cfg.momentum != 0 ? o->state[0] + lo : NULL, n);
+  sgd_range(&c, p, g, o->cfg.momentum != 0 ? o->state[0] + lo : NULL, n);
 }

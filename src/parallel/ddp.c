@@ -665,6 +665,7 @@ dt_status dt_ddp_set_optim(dt_ddp *d, dt_optim *o, int *on) {
   }
   DT_CHECK(dt_ddp_shards_open(&d->shards, d->g, d->m, o));
   *on = d->stats.sharded_update = d->shards.optim != NULL;
+  dt_optim_set_shared_params(o, *on); /* the other ranks read every share in their forward */
   DT_LOG_INFO("ddp", "rank %d: %s", d->rank,
               *on ? "parameters and optimizer state in memory common to the host; each rank updates its share"
                   : "every rank steps the whole model: the group cannot share memory");

@@ -15,6 +15,7 @@ static dt_status dp_wrap(dt_run *r) {
    * scaling do), the workers sum them block by block into the update itself. */
   const dt_train_config *c = r->cfg;
   dt_dp_set_fused_step(r->dp, c->accumulate == 1 && c->amp != DT_AMP_FP16 && !(c->clip_grad_norm > 0));
+  dt_optim_set_shared_params(r->optim, workers > 1); /* each worker steps a share the others read in their forward */
   const size_t n = (size_t)r->cfg->batch_size * (size_t)dt_task_config_of(r->task)->outputs;
   return dt_alloc_array(n, sizeof(float), "dp evaluation outputs", (void **)&r->eval_buf);
 }

@@ -380,13 +380,14 @@ TEST(schedule_linear_as_transformers) {
 }
 
 /* A step in parts (DataParallel's workers take one each), or in ranges of any length (dt_optim_step_range, odd
- * tiles taken from the end), is dt_optim_step's update bit for bit: every kind, with and without a no-decay table,
- * 1 to 5 parts, over 3 steps (the step count advances once a step). */
+ * tiles taken from the end; with shared parameters too, stepped in copies and streamed back from unaligned starts),
+ * is dt_optim_step's update bit for bit: every kind, with and without a no-decay table, 1 to 5 parts, over 3 steps
+ * (the step count advances once a step). */
 TEST(step_in_parts_equals_one_step) {
   const size_t n = 50021;
   const dt_optim_range nd[2] = {{3, 5}, {8190, 9000}};
-  float *p[3] = {NULL, NULL, NULL}, *g = NULL;
-  for (int s = 0; s < 3; s++) ASSERT_OK(dt_alloc_array(n, sizeof(float), "p", (void **)&p[s]));
+  float *p[4] = {NULL, NULL, NULL, NULL}, *g = NULL;
+  for (int s = 0; s < 4; s++) ASSERT_OK(dt_alloc_array(n, sizeof(float), "p", (void **)&p[s]));
   ASSERT_OK(dt_alloc_array(n, sizeof(float), "g", (void **)&g));
   const dt_optim_kind kinds[3] = {DT_OPTIM_SGD, DT_OPTIM_ADAM, DT_OPTIM_ADAMW};
   for (int k = 0; k < 3; k++)
@@ -396,12 +397,13 @@ TEST(step_in_parts_equals_one_step) {
         dt_optim_config_default(kinds[k], &c);
         if (kinds[k] == DT_OPTIM_SGD) c = sgd(0.9f, 0, 0, 0);
         c.weight_decay = 0.05f;
-        dt_optim *o[3] = {NULL, NULL, NULL};
-        for (int s = 0; s < 3; s++) {
+        dt_optim *o[4] = {NULL, NULL, NULL, NULL};
+        for (int s = 0; s < 4; s++) {
           ASSERT_OK(dt_optim_new(&c, n, &o[s]));
           if (table) ASSERT_OK(dt_optim_set_no_decay(o[s], nd, 2));
           for (size_t i = 0; i < n; i++) p[s][i] = 0.5f - (float)(i % 97) / 97.0f;
         }
+        dt_optim_set_shared_params(o[3], 1);
         for (int step = 0; step < 3; step++) {
           for (size_t i = 0; i < n; i++) g[i] = (float)((i * 31 + (size_t)step * 7) % 101) / 50.0f - 1.0f;
           ASSERT_OK(dt_optim_step(o[0], p[0], g, 0.01f));
@@ -411,15 +413,20 @@ TEST(step_in_parts_equals_one_step) {
           const size_t tile = 997 * (size_t)parts;
           for (size_t hi = n; hi > 0; hi = hi > tile ? hi - tile : 0)
             dt_optim_step_range(o[2], p[2], g, 0.01f, hi > tile ? hi - tile : 0, hi);
+          ASSERT_OK(dt_optim_begin_step(o[3], 0.01f));
+          const size_t big = 4999 * (size_t)parts; /* more than one copy's block, starting anywhere in a line */
+          for (size_t lo = 0; lo < n; lo += big) dt_optim_step_range(o[3], p[3], g, 0.01f, lo, lo + big);
         }
         if (memcmp(p[0], p[1], n * sizeof(float)) != 0)
           FAIL_("kind %d, table %d, %d parts: the parts' update differs", k, table, parts);
         if (memcmp(p[0], p[2], n * sizeof(float)) != 0)
           FAIL_("kind %d, table %d, tiles of %d: the ranges' update differs", k, table, 997 * parts);
+        if (memcmp(p[0], p[3], n * sizeof(float)) != 0)
+          FAIL_("kind %d, table %d, tiles of %d: the shared parameters' update differs", k, table, 4999 * parts);
         ASSERT_EQ(dt_optim_step_count(o[1]), 3);
-        for (int s = 0; s < 3; s++) dt_optim_free(o[s]);
+        for (int s = 0; s < 4; s++) dt_optim_free(o[s]);
       }
-  for (int s = 0; s < 3; s++) dt_free(p[s]);
+  for (int s = 0; s < 4; s++) dt_free(p[s]);
   dt_free(g);
 }
 
