@@ -246,6 +246,18 @@ else
   fi
   eval_matches "dp train --workers 2, final test metrics" "$tmp/dp" 1001
 fi
+# Workers that fetch their own slices (--data-workers 0: no loader thread) train on what a loader thread makes.
+for dw in 0 1; do
+  timeout -k 2 60 "$DTRAIN" train --strategy dp --workers 2 --threads 2 --data-workers "$dw" --epochs 1 \
+    --limit-train 700 --limit-test 64 --batch-size 50 --out "$tmp/dpdw$dw" --progress none >"$tmp/dpdw$dw.out" 2>&1
+done
+if cmp -s "$tmp/dpdw0/model.safetensors" "$tmp/dpdw1/model.safetensors" && grep -q '"data_workers":0' \
+  "$tmp/dpdw0/config.json"; then
+  ok "dp: workers fetching their own slices (--data-workers 0) give a loader thread's weights"
+else
+  fail "dp --data-workers 0 against 1: $(cmp "$tmp/dpdw0/model.safetensors" "$tmp/dpdw1/model.safetensors" 2>&1)"
+  show dpdw0
+fi
 
 # ---- 4: mpirun --------------------------------------------------------------------------------
 section "4 mpirun"
