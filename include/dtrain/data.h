@@ -252,7 +252,8 @@ dt_status dt_loader_next(dt_loader *l, dt_batch *b);
  * [lo, lo + n) of that batch at their places in its buffers, from any threads on disjoint ranges (a DataParallel
  * worker its own slice: the fetch is parallel and the samples land in the cache of the core that trains on them),
  * before anything reads them and before the loader's next call. dt_loader_fill of a batch already made is DT_OK
- * and does nothing; a failed fetch returns the source's error (the file that did not decode). */
+ * and does nothing; a failed fetch returns the source's error (the file that did not decode) and leaves the loader
+ * as it was: the caller stops (the trainer fails the run), the epoch does not. */
 dt_status dt_loader_next_unfilled(dt_loader *l, dt_batch *b);
 dt_status dt_loader_fill(const dt_loader *l, int lo, int n);
 int64_t dt_loader_batches_per_epoch(const dt_loader *l);

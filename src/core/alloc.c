@@ -42,7 +42,7 @@ dt_status dt_alloc_array_huge(size_t n, size_t size, const char *what, void **ou
   if (bytes < HUGE_MIN) return dt_alloc_array(n, size, what, out);
   const size_t whole = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
   void *p = NULL;
-  if (posix_memalign(&p, HUGE_PAGE, whole) != 0)
+  if (whole < bytes || posix_memalign(&p, HUGE_PAGE, whole) != 0)
     return dt_error(DT_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", what, bytes);
   (void)madvise(p, whole, MADV_HUGEPAGE); /* advice: a kernel without THP leaves 4 KiB pages */
   memset(p, 0, whole);

@@ -74,6 +74,12 @@ static dt_status fetch_into(const dt_loader *l, int64_t k, const slot *s, int lo
   return st;
 }
 
+/* The epoch's first failed fetch, kept for the caller's next dt_loader_next (mu held). */
+static void set_err(dt_loader *l, dt_status st) {
+  l->err = st;
+  snprintf(l->err_detail, sizeof l->err_detail, "%s", dt_last_error());
+}
+
 static void *worker(void *arg) {
   dt_loader *l = arg;
   dt_trace_thread_name("loader");
@@ -94,10 +100,7 @@ static void *worker(void *arg) {
     pthread_mutex_lock(&l->mu);
     l->busy--;
     if (gen == l->gen) {
-      if (st != DT_OK && !l->err) {
-        l->err = st;
-        snprintf(l->err_detail, sizeof l->err_detail, "%s", dt_last_error());
-      }
+      if (st != DT_OK && !l->err) set_err(l, st);
       s->done = k;
       while (l->produced < l->n_batches && l->slots[l->produced % l->nslots].done == l->produced) l->produced++;
     }
@@ -335,8 +338,7 @@ static void make_inline(dt_loader *l, int64_t k, int fill) {
   dt_status st = fetch_into(l, k, s, 0, batch_size_of(l, k));
   l->wait_s += dt_time_now() - t0;
   if (st != DT_OK) {
-    l->err = st;
-    snprintf(l->err_detail, sizeof l->err_detail, "%s", dt_last_error());
+    set_err(l, st);
     return;
   }
   s->done = k;

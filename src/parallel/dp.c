@@ -21,6 +21,9 @@ void openblas_set_num_threads(int n);
 #define DP_REDUCE_BLOCK 4096
 /* Task counters a worker keeps per slice (dt_task_num_sums). */
 #define DP_MAX_SUMS 8
+/* Each worker thread's stack: a worker may fetch its slice of the batch (dt_dp_set_fill), and the image transforms
+ * keep their resize tables (about 330 KiB) on the stack, as the loader's threads do; musl's default is 128 KiB. */
+#define DP_STACK_BYTES ((size_t)4 << 20)
 /* Seconds a handshake wait spins before it sleeps, where the workers' threads have a CPU each. */
 #define DP_SPIN_S 100e-6
 
@@ -428,15 +431,20 @@ dt_status dt_dp_new(dt_model *m, int workers, int max_batch, dt_dp **out) {
                                  (void **)&wk->dlogits),
                   st, fail);
   }
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, DP_STACK_BYTES);
   for (int w = d->inline0; w < workers; w++) {
-    int rc = pthread_create(&d->w[w].thread, NULL, worker_main, &d->w[w]);
+    int rc = pthread_create(&d->w[w].thread, &attr, worker_main, &d->w[w]);
     if (rc != 0) {
+      pthread_attr_destroy(&attr);
       st = dt_error(DT_INTERNAL, "dt_dp_new: starting the thread of worker %d (of %d): %s", w, workers,
                     strerror(rc));
       goto fail;
     }
     d->started++;
   }
+  pthread_attr_destroy(&attr);
   DT_LOG_INFO("dp", "%d worker(s), slices up to %d of %d, %d OpenMP thread(s) each, BLAS %s", workers,
               d->max_slice, max_batch, d->omp_threads, d->blas_pinned ? "single-threaded per worker" : "as set");
   *out = d;

@@ -18,7 +18,9 @@ int dt_run_loader_workers(const dt_run *r, const dt_dataset *ds) {
   if (r->cfg->data_workers) return r->cfg->data_workers;
   if (dt_dataset_info(ds)->decodes) return 0;
   const long ranks_here = r->group ? dt_group_local_size(r->group) : 1;
-  return (long)dt_get_threads() * (ranks_here > 0 ? ranks_here : 1) >= dt_usable_cores() ? DT_LOADER_INLINE : 0;
+  long threads = dt_get_threads();
+  if (r->cfg->workers > threads) threads = r->cfg->workers; /* dp: at least a thread a worker */
+  return threads * (ranks_here > 0 ? ranks_here : 1) >= dt_usable_cores() ? DT_LOADER_INLINE : 0;
 }
 
 dt_status dt_run_prefix_loader(dt_run *r, const dt_dataset *ds, int shuffle, uint64_t seed, int64_t limit,

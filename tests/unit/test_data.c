@@ -647,7 +647,9 @@ TEST(inline_loader_makes_the_batches_in_the_callers_threads) {
   ASSERT_OK(dt_loader_next_unfilled(l, &b));
   dt_dataset_gather(ds, order, b.size, ref, ref_y);
   ASSERT(memcmp(ref, b.x, sizeof(float) * 6 * (size_t)b.size) == 0);
+  memset((void *)b.x, 0, sizeof(float) * 6 * (size_t)b.size);
   ASSERT_OK(dt_loader_fill(l, 0, b.size));
+  ASSERT(((const float *)b.x)[0] == 0.0f && ((const float *)b.x)[6 * b.size - 1] == 0.0f); /* not fetched again */
   dt_loader_free(l);
   c.workers = -2;
   ASSERT_STATUS(dt_loader_new(ds, &c, &l), DT_INVALID_ARGUMENT);

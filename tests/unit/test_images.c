@@ -348,6 +348,30 @@ TEST(imagefolder_bad_images_error_or_skip) {
   for (int k = 0; k < 4 && st == DT_OK; k++) st = dt_loader_next(l, &b);
   ASSERT_EQ(st, DT_CORRUPT);
   dt_loader_free(l);
+  /* so does one without threads, and every later call says so again; a fill of an unfilled batch fails naming the
+   * file, and the epoch goes on (the caller stops) */
+  const dt_loader_config li = {.batch_size = 2, .workers = DT_LOADER_INLINE};
+  ASSERT_OK(dt_loader_new(ds, &li, &l));
+  ASSERT_OK(dt_loader_start_epoch(l, 0));
+  int bad = 0; /* the first sample that does not decode */
+  while (bad < 5 && fetch(ds, 0, &idx[bad], 1, x, y) == DT_OK) bad++;
+  ASSERT(bad < 4);
+  st = DT_OK;
+  int made = 0;
+  for (; made < 4 && st == DT_OK; made++) st = dt_loader_next(l, &b);
+  ASSERT_EQ(st, DT_CORRUPT);
+  ASSERT_EQ(made, bad / 2 + 1); /* the batch holding it */
+  ASSERT(strstr(dt_last_error(), "a/2.jpg") != NULL);
+  ASSERT_STATUS(dt_loader_next(l, &b), DT_CORRUPT);
+  ASSERT_OK(dt_loader_start_epoch(l, 0));
+  for (int k = 0; k < bad / 2; k++) ASSERT_OK(dt_loader_next_unfilled(l, &b));
+  ASSERT_OK(dt_loader_next_unfilled(l, &b));
+  if (bad % 2) ASSERT_OK(dt_loader_fill(l, 0, 1));
+  ASSERT_STATUS(dt_loader_fill(l, bad % 2, 1), DT_CORRUPT);
+  ASSERT(strstr(dt_last_error(), "a/2.jpg") != NULL);
+  ASSERT_OK(dt_loader_next_unfilled(l, &b)); /* the epoch goes on */
+  ASSERT_EQ(b.index, bad / 2 + 1);
+  dt_loader_free(l);
   dt_dataset_free(ds);
   /* skipped: both bad files (the truncated one only a whole decode finds), counted */
   for (int cache = 0; cache < 2; cache++) {
