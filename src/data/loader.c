@@ -404,8 +404,8 @@ dt_status dt_loader_fill(const dt_loader *l, int lo, int n) {
   const slot *s = &l->slots[k % l->nslots];
   const int size = batch_size_of(l, k);
   if (lo < 0 || n < 0 || n > size - lo)
-    return dt_error(DT_INVALID_ARGUMENT, "dt_loader_fill: samples [%d, %d) outside batch %lld of %d samples", lo,
-                    lo + n, (long long)k, size);
+    return dt_error(DT_INVALID_ARGUMENT, "dt_loader_fill: samples [%d, %lld) outside batch %lld of %d samples", lo,
+                    (long long)lo + n, (long long)k, size);
   if (s->done == k || n == 0) return DT_OK; /* made by a loader thread or by dt_loader_next */
   return fetch_into(l, k, s, lo, n);
 }

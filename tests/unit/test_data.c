@@ -1,4 +1,5 @@
 /* Tests of the data layer: IDX parsing and loading (raw, gzip), datasets, the prefetching loader. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -635,6 +636,8 @@ TEST(inline_loader_makes_the_batches_in_the_callers_threads) {
     ASSERT(memcmp(ref_y, b.y, sizeof(int32_t) * (size_t)b.size) == 0);
     ASSERT_STATUS(dt_loader_fill(l, 2, b.size - 1), DT_INVALID_ARGUMENT); /* past the batch's end */
     ASSERT_STATUS(dt_loader_fill(l, -1, 1), DT_INVALID_ARGUMENT);
+    ASSERT_STATUS(dt_loader_fill(l, 1, INT_MAX), DT_INVALID_ARGUMENT);
+    ASSERT(strstr(dt_last_error(), "2147483648") != NULL); /* the range's end, not a wrapped int */
     pos += b.size;
   }
   dt_loader_free(l);
