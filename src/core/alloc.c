@@ -1,15 +1,22 @@
 /* Checked, 64-byte aligned allocation: zeroed, or not (for buffers written before they are read), and each thread's
  * reusable scratch. */
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "core/impl.h"
 
+static _Atomic uint64_t blocks_allocated;
+
+uint64_t dt_alloc_count(void) { return blocks_allocated; }
+
 /* bytes (at least 1) rounded up to the alignment, into *out; 0 on success. */
 static int aligned_block(size_t bytes, void **out, size_t *rounded) {
   const size_t n = DT_ALIGN_UP(bytes ? bytes : 1);
+  atomic_fetch_add_explicit(&blocks_allocated, 1, memory_order_relaxed);
   *rounded = n;
   return n < bytes || posix_memalign(out, DT_ALIGN, n) != 0;
 }
@@ -42,6 +49,7 @@ dt_status dt_alloc_array_huge(size_t n, size_t size, const char *what, void **ou
   if (bytes < HUGE_MIN) return dt_alloc_array(n, size, what, out);
   const size_t whole = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
   void *p = NULL;
+  atomic_fetch_add_explicit(&blocks_allocated, 1, memory_order_relaxed);
   if (whole < bytes || posix_memalign(&p, HUGE_PAGE, whole) != 0)
     return dt_error(DT_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", what, bytes);
   (void)madvise(p, whole, MADV_HUGEPAGE); /* advice: a kernel without THP leaves 4 KiB pages */

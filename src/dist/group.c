@@ -61,6 +61,8 @@ struct dt_group {
   int stop;
   uint64_t next_seq;
   int handles;   /* work handles given out and not yet freed */
+  dt_work *spare; /* finished handles kept for the next ones (a list through next): no allocation per step */
+  int n_spare;
   int destroyed; /* dt_group_destroy ran; the last dt_work_free releases the memory */
   dt_status broken;
   char broken_err[ERR_LEN];
@@ -85,8 +87,34 @@ void dt_group_block(const dt_group *g, size_t count, int r, size_t *off, size_t 
 
 /* ---- the queue ------------------------------------------------------------- */
 
+/* Handles a group keeps for reuse: a DDP step takes one per bucket, so a few dozen cover any model. */
+enum { SPARE_MAX = 64 };
+
 static void work_release_locked(dt_work *w) {
-  if (--w->refs == 0 && !w->on_stack) dt_free(w);
+  if (--w->refs != 0 || w->on_stack) return;
+  dt_group *g = w->g;
+  if (g->n_spare >= SPARE_MAX) {
+    dt_free(w);
+    return;
+  }
+  w->next = g->spare;
+  g->spare = w;
+  g->n_spare++;
+}
+
+/* A zeroed handle: a spare one, else a new one. */
+static dt_status work_new(dt_group *g, dt_work **out) {
+  pthread_mutex_lock(&g->mu);
+  dt_work *w = g->spare;
+  if (w) {
+    g->spare = w->next;
+    g->n_spare--;
+  }
+  pthread_mutex_unlock(&g->mu);
+  if (!w) return dt_alloc(sizeof *w, (void **)out);
+  memset(w, 0, sizeof *w);
+  *out = w;
+  return DT_OK;
 }
 
 /* The first rank whose collective fails writes why to the store; a rank that
@@ -286,6 +314,11 @@ double dt_work_elapsed(dt_work *w) {
 }
 
 static void group_release_memory(dt_group *g) {
+  while (g->spare) {
+    dt_work *w = g->spare;
+    g->spare = w->next;
+    dt_free(w);
+  }
   pthread_mutex_destroy(&g->mu);
   pthread_cond_destroy(&g->cv_queue);
   pthread_cond_destroy(&g->cv_done);
@@ -322,7 +355,7 @@ static dt_status submit(dt_group *g, const dt_coll *c, dt_work **out) {
   /* A blocking call keeps its work on the stack: no allocation on the small-message path. */
   dt_work local, *w = &local;
   if (out)
-    DT_CHECK(dt_alloc(sizeof *w, (void **)&w));
+    DT_CHECK(work_new(g, &w));
   else
     memset(&local, 0, sizeof local), local.on_stack = 1;
   w->g = g;

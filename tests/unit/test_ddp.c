@@ -124,6 +124,11 @@ static void copy_out(dt_model *m, dt_optim *o, int grads, float **out, size_t *n
   *n = count * (size_t)(1 + states);
 }
 
+/* Blocks dtrain allocated in the steps of the last ddp_train from step WARM_STEPS on (the layout is measured
+ * after step 3): a warm step allocates nothing. */
+enum { WARM_STEPS = 6 };
+static uint64_t warm_allocs;
+
 /* DDP training on group g; *out receives the parameters (the gradients with
  * no_optim). The trace of the last step and the stats go to trace / stats if non-NULL. */
 static dt_status ddp_train(dt_group *g, const run_cfg *c, float **out, size_t *n, dt_ddp_stats *stats,
@@ -161,7 +166,10 @@ static dt_status ddp_train(dt_group *g, const run_cfg *c, float **out, size_t *n
   dt_ddp_set_lr(d, 0.1f);
   if (overlapped_steps) *overlapped_steps = 0;
   if (launch_before_last_layer) *launch_before_last_layer = 0;
+  uint64_t allocs_before = 0;
+  warm_allocs = 0;
   for (int s = 0; s < c->steps; s++) {
+    if (s == WARM_STEPS) allocs_before = dt_alloc_count();
     make_batch(x, y, batch, numel, 100 + (uint64_t)s);
     dt_model_zero_grad(m);
     for (int k = 0; k < c->accum; k++) {
@@ -187,6 +195,7 @@ static dt_status ddp_train(dt_group *g, const run_cfg *c, float **out, size_t *n
     if (c->no_optim) break;
     if (!sharded) DT_CHECK_GOTO(dt_optim_step(o, dt_model_params(m, NULL), dt_model_grads(m, NULL), 0.1f), st, done);
   }
+  if (c->steps > WARM_STEPS) warm_allocs = dt_alloc_count() - allocs_before;
   if (stats) dt_ddp_get_stats(d, stats);
   copy_out(m, c->with_state ? o : NULL, c->no_optim, out, n);
   if (!*out) st = dt_error(DT_OUT_OF_MEMORY, "copy of the result");
@@ -429,6 +438,41 @@ TEST(sharded_update_gives_the_unsharded_bits) {
   ASSERT_EQ(run_job_on("tcp", 2, equiv_child, &off, 30), 0);
   off.runs[0] = off.runs[1];
   ASSERT_EQ(run_job(2, equiv_child, &off, 30), 0);
+}
+
+/* Once warm, a step allocates nothing in dtrain: not the bucket all-reduces' work handles, not the measured layout's
+ * buckets, not the sharded update, accumulation or the tcp backend. */
+static int warm_child(df_job *j, int r, int world, void *arg) {
+  (void)arg;
+  dt_group *g;
+  if (!join_or_fail(j, r, world, &g)) return 2;
+  const run_cfg runs[] = {
+      {.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 10, .dscale = 1, .cap_mb = 1e-3, .first_mb = 1e-3},
+      {.kind = MLP_BIG, .b = 4, .accum = 2, .steps = 10, .dscale = 1, .auto_buckets = 1, .shared = 1},
+      {.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 10, .dscale = 1, .shared = 1, .sharded = 1, .adam = 1,
+       .cap_mb = 0.01},
+      {.kind = CONV, .b = 4, .accum = 1, .steps = 10, .dscale = 1, .shared = 1, .cap_mb = 1e-3, .first_mb = 1e-3}};
+  int bad = 0;
+  for (size_t i = 0; i < sizeof runs / sizeof runs[0] && !bad; i++) {
+    float *p = NULL;
+    size_t n = 0;
+    if (ddp_train(g, &runs[i], &p, &n, NULL, NULL, NULL) != DT_OK) {
+      fprintf(stderr, "rank %d run %zu: %s\n", r, i, dt_last_error());
+      bad = 3;
+    } else if (warm_allocs != 0) {
+      fprintf(stderr, "rank %d run %zu (%s): %llu blocks allocated in steps %d-%d\n", r, i, j->backend,
+              (unsigned long long)warm_allocs, WARM_STEPS + 1, runs[i].steps);
+      bad = 4;
+    }
+    free(p);
+  }
+  dt_group_destroy(g);
+  return bad;
+}
+
+TEST(warm_steps_allocate_nothing) {
+  ASSERT_EQ(run_job(2, warm_child, NULL, 30), 0);
+  ASSERT_EQ(run_job_on("tcp", 2, warm_child, NULL, 30), 0);
 }
 
 /* Layouts on one rank: buckets tile the arena in order, end on tensor boundaries, respect the caps. */
@@ -862,7 +906,8 @@ TEST(unused_parameters_and_misuse) { ASSERT_EQ(run_job(2, unused_child, NULL, 30
 TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
 
 TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(shared_gradients_give_the_slot_paths_bits),
-          TEST_ENTRY(sharded_update_gives_the_unsharded_bits), TEST_ENTRY(no_sync_accumulates_like_one_large_batch),
+          TEST_ENTRY(sharded_update_gives_the_unsharded_bits), TEST_ENTRY(warm_steps_allocate_nothing),
+          TEST_ENTRY(no_sync_accumulates_like_one_large_batch),
           TEST_ENTRY(measured_layout_equals_whole_batch), TEST_ENTRY(bucket_caps_change_nothing_but_the_layout),
           TEST_ENTRY(bucket_layouts_tile_the_arena), TEST_ENTRY(all_reduce_overlaps_backward),
           TEST_ENTRY(measured_layout_overlaps_backward), TEST_ENTRY(model_mismatch_is_named_and_state_is_broadcast),

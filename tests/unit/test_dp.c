@@ -336,6 +336,48 @@ TEST(fused_steps_give_the_unfused_bits) {
       }
 }
 
+/* Once warm, a DP step allocates nothing in dtrain: the train jobs, the fused reduce and update (Adam, a no-decay
+ * table), an inference between steps, 2 and 3 workers, an mlp and a conv with batch norm. */
+TEST(warm_steps_allocate_nothing) {
+  const model_kind kinds[] = {MLP_WIDE, CONV_BN};
+  for (int k = 0; k < 2; k++)
+    for (int workers = 2; workers <= 3; workers++) {
+      dt_model *m = NULL;
+      dt_dp *dp = NULL;
+      dt_optim *o = NULL;
+      dt_task *t = NULL;
+      dt_optim_config oc;
+      dt_optim_config_default(DT_OPTIM_ADAM, &oc);
+      const dt_task_config tc = {.kind = DT_TASK_CLASSIFICATION, .outputs = CLASSES};
+      ASSERT_OK(build_model(kinds[k], MAX_BATCH, &m));
+      ASSERT_OK(dt_dp_new(m, workers, MAX_BATCH, &dp));
+      ASSERT_OK(dt_optim_new(&oc, dt_model_num_params(m), &o));
+      const dt_optim_range nd = {.lo = 3, .n = dt_model_num_params(m) / 3};
+      ASSERT_OK(dt_optim_set_no_decay(o, &nd, 1));
+      ASSERT_OK(dt_task_new(&tc, &t));
+      dt_dp_set_fused_step(dp, 1);
+      uint64_t before = 0;
+      for (int step = 0; step < 10; step++) {
+        if (step == 4) before = dt_alloc_count();
+        float x[MAX_BATCH * SAMPLE_NUMEL], out[MAX_BATCH * CLASSES], loss;
+        int32_t y[MAX_BATCH];
+        double sums[DT_TASK_MAX_SUMS] = {0};
+        make_batch(x, y, MAX_BATCH, 500 + (uint64_t)step);
+        dt_model_zero_grad_deferred(m);
+        ASSERT_OK(dt_dp_train_step(dp, t, x, y, MAX_BATCH, &loss, sums));
+        ASSERT_OK(dt_dp_optim_step(dp, o, 0.01f));
+        ASSERT_OK(dt_dp_forward(dp, x, MAX_BATCH - 1, out));
+      }
+      const uint64_t allocs = dt_alloc_count() - before;
+      dt_task_free(t);
+      dt_optim_free(o);
+      dt_dp_free(dp);
+      dt_model_free(m);
+      if (allocs) FAIL_("model %d, %d workers: %llu blocks allocated in steps 5-10", (int)kinds[k], workers,
+                        (unsigned long long)allocs);
+    }
+}
+
 /* The calling thread runs worker 0's part with the workers' share of OpenMP threads, and has its own setting back
  * after every job (its regions outside DP, the evaluation's, use the whole budget). Checked after an optimizer
  * step: after a train step OpenBLAS's thread reset (set_blas_for_workers) would set it back whatever DP did. */
@@ -575,4 +617,4 @@ TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(one_wor
           TEST_ENTRY(the_calling_thread_keeps_its_openmp_threads),
           TEST_ENTRY(forward_equals_whole_batch_forward), TEST_ENTRY(batchnorm_statistics_come_from_worker_0),
           TEST_ENTRY(argument_errors), TEST_ENTRY(workers_fill_their_own_slices), TEST_ENTRY(no_thread_leak),
-          TEST_ENTRY(fused_steps_give_the_unfused_bits))
+          TEST_ENTRY(fused_steps_give_the_unfused_bits), TEST_ENTRY(warm_steps_allocate_nothing))
