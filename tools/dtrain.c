@@ -1,5 +1,4 @@
 /* dtrain command-line tool: a registry of commands (train, eval, recommend, models, inspect, version, help) over flag tables. */
-#include <malloc.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1403,23 +1402,11 @@ static const command *find_command(const char *name) {
   return NULL;
 }
 
-/* glibc's malloc keeps what a step frees for the next step: a block is not mapped and unmapped on every step, and
- * the top of the heap is not handed back to the kernel after every free of a large one. On the 2-vCPU machines a
- * page's first touch costs about 5 us, and BERT-mini's DDP x2 steps with such churn ran at 113-173 samples/s
- * against 167-201 with these settings (MALLOC_MMAP_THRESHOLD_ and the like set in the environment, alternated). */
-static void keep_freed_memory(void) {
-#ifdef __GLIBC__
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  mallopt(M_TOP_PAD, 64 << 20);
-#endif
-}
-
 int main(int argc, char **argv) {
   /* A write past a file-size limit (ulimit -f) then fails with EFBIG through the error path a full disk takes
    * (temporary removed, previous file intact) instead of killing the process; dtrun's workers inherit it. */
   signal(SIGXFSZ, SIG_IGN);
-  keep_freed_memory();
+  dt_keep_freed_memory(); /* for every command: evaluation and the benchmarks allocate as training does */
   if (argc < 2) {
     print_main_usage(stderr);
     return EXIT_USAGE;

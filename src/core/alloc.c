@@ -1,5 +1,6 @@
 /* Checked, 64-byte aligned allocation: zeroed, or not (for buffers written before they are read), and each thread's
  * reusable scratch. */
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -82,6 +83,14 @@ dt_status dt_grow_array(void **arr, int64_t *cap, int64_t used, int64_t need, in
 }
 
 void dt_free(void *p) { free(p); }
+
+void dt_keep_freed_memory(void) {
+#ifdef __GLIBC__
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_TOP_PAD, 64 << 20);
+#endif
+}
 
 /* The thread's scratch: the buffer itself in thread-local storage (read on every call), and registered under a
  * key whose destructor frees it when the thread exits (worker threads come and go with DP runs). */

@@ -240,6 +240,7 @@ static dt_status run_forward(void *user, const void *x, int n, const float **out
 static dt_status open_run(dt_run *r, dt_train_result *out) {
   const dt_train_config *c = r->cfg;
   DT_CHECK(dt_set_threads(c->threads));
+  dt_keep_freed_memory(); /* oneDNN's per-call buffers: see dtrain/core.h */
   DT_CHECK(r->strategy->join(r));
   r->lead = r->rank == 0;
   if (c->trace) {

@@ -3,6 +3,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "core/impl.h"
 #include "core/text.h"
@@ -198,9 +201,34 @@ TEST(json_escape_quotes_backslashes_and_controls_only) {
   ASSERT_EQ(pos, 0);
 }
 
+/* Every block the allocators hand out is counted (the tests of warm steps rely on it), huge ones included. */
+TEST(allocations_are_counted) {
+  const uint64_t before = dt_alloc_count();
+  void *a = NULL, *b = NULL;
+  ASSERT_OK(dt_alloc(10, &a));
+  ASSERT_OK(dt_alloc_array_huge((size_t)5 << 20, 1, "test", &b));
+  ASSERT(dt_alloc_count() - before == 2);
+  dt_free(b);
+  dt_free(a);
+}
+
+/* After dt_keep_freed_memory a 64 MiB block comes from the heap, not from a mapping of its own that free would
+ * unmap (glibc counts those in hblks; by default it maps every block from 128 KiB up). */
+TEST(freed_memory_is_kept) {
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) /* ASan brings its own malloc */
+  dt_keep_freed_memory();
+  const size_t mapped = mallinfo2().hblks;
+  void *p = malloc((size_t)64 << 20);
+  ASSERT(p != NULL);
+  ASSERT_EQ(mallinfo2().hblks, mapped);
+  free(p);
+#endif
+}
+
 TEST_MAIN(TEST_ENTRY(status_names_and_messages), TEST_ENTRY(error_detail_is_recorded_and_prefixed),
           TEST_ENTRY(tunables_read_environment_and_reject_garbage), TEST_ENTRY(alloc_is_aligned_zeroed_and_checked),
           TEST_ENTRY(philox_known_answer), TEST_ENTRY(rng_is_reproducible_and_uniform),
           TEST_ENTRY(rng_normal_is_reproducible_with_standard_moments),
           TEST_ENTRY(tensor_describe_and_convert), TEST_ENTRY(thread_budget), TEST_ENTRY(utf8_is_rfc3629_strict),
-          TEST_ENTRY(json_escape_quotes_backslashes_and_controls_only))
+          TEST_ENTRY(json_escape_quotes_backslashes_and_controls_only), TEST_ENTRY(allocations_are_counted),
+          TEST_ENTRY(freed_memory_is_kept))
