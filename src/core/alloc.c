@@ -17,9 +17,10 @@ uint64_t dt_alloc_count(void) { return blocks_allocated; }
 /* bytes (at least 1) rounded up to the alignment, into *out; 0 on success. */
 static int aligned_block(size_t bytes, void **out, size_t *rounded) {
   const size_t n = DT_ALIGN_UP(bytes ? bytes : 1);
-  atomic_fetch_add_explicit(&blocks_allocated, 1, memory_order_relaxed);
   *rounded = n;
-  return n < bytes || posix_memalign(out, DT_ALIGN, n) != 0;
+  if (n < bytes || posix_memalign(out, DT_ALIGN, n) != 0) return 1;
+  atomic_fetch_add_explicit(&blocks_allocated, 1, memory_order_relaxed);
+  return 0;
 }
 
 dt_status dt_alloc(size_t bytes, void **out) {
@@ -50,9 +51,9 @@ dt_status dt_alloc_array_huge(size_t n, size_t size, const char *what, void **ou
   if (bytes < HUGE_MIN) return dt_alloc_array(n, size, what, out);
   const size_t whole = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
   void *p = NULL;
-  atomic_fetch_add_explicit(&blocks_allocated, 1, memory_order_relaxed);
   if (whole < bytes || posix_memalign(&p, HUGE_PAGE, whole) != 0)
     return dt_error(DT_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", what, bytes);
+  atomic_fetch_add_explicit(&blocks_allocated, 1, memory_order_relaxed);
   (void)madvise(p, whole, MADV_HUGEPAGE); /* advice: a kernel without THP leaves 4 KiB pages */
   memset(p, 0, whole);
   *out = p;
@@ -84,13 +85,23 @@ dt_status dt_grow_array(void **arr, int64_t *cap, int64_t used, int64_t need, in
 
 void dt_free(void *p) { free(p); }
 
-void dt_keep_freed_memory(void) {
+/* Older glibc refuses a threshold above 32 MiB (half its largest thread heap): then 32 MiB, which still covers
+ * oneDNN's buffers. The trim and padding settings freeze the threshold glibc would otherwise raise by itself, so
+ * they are set only once a threshold is. */
+int dt_keep_freed_memory_threshold(void) {
 #ifdef __GLIBC__
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  mallopt(M_TOP_PAD, 64 << 20);
+  const int sizes[2] = {256 << 20, 32 << 20};
+  for (int i = 0; i < 2; i++)
+    if (mallopt(M_MMAP_THRESHOLD, sizes[i]) == 1) {
+      mallopt(M_TRIM_THRESHOLD, sizes[i]);
+      mallopt(M_TOP_PAD, 64 << 20);
+      return sizes[i];
+    }
 #endif
+  return 0;
 }
+
+void dt_keep_freed_memory(void) { (void)dt_keep_freed_memory_threshold(); }
 
 /* The thread's scratch: the buffer itself in thread-local storage (read on every call), and registered under a
  * key whose destructor frees it when the thread exits (worker threads come and go with DP runs). */

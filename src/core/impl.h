@@ -79,9 +79,11 @@ void dt_stream_store(float *dst, const float *src, size_t n);
  * packed operands): kept and reused, grown as needed (what it held is then lost), freed when the thread exits;
  * NULL without memory. */
 void *dt_thread_scratch(size_t n);
-/* How many blocks the functions above have allocated in this process (huge ones and thread scratch included): the
- * tests check that a training step, once warm, allocates none. */
+/* How many blocks dt_alloc and the functions above have handed out in this process (huge ones and thread scratch
+ * included; not what other code takes from malloc): the tests check that a training step, once warm, takes none. */
 uint64_t dt_alloc_count(void);
+/* dt_keep_freed_memory, returning the mmap threshold glibc accepted (256 or 32 MiB), 0 where none was. */
+int dt_keep_freed_memory_threshold(void);
 /* Room for `need` elements of `size` bytes in *arr (doubling *cap from `first`,
  * keeping the first `used`); *arr and *cap change only on success. */
 dt_status dt_grow_array(void **arr, int64_t *cap, int64_t used, int64_t need, int64_t first, size_t size,

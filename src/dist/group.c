@@ -23,6 +23,13 @@
 #include "dist/dist-impl.h"
 #include "dtrain/trace.h"
 
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#else
+#define ASAN_POISON_MEMORY_REGION(p, n) ((void)(p), (void)(n))
+#define ASAN_UNPOISON_MEMORY_REGION(p, n) ((void)(p), (void)(n))
+#endif
+
 #define ERR_LEN 768
 
 enum { W_QUEUED, W_RUNNING, W_DONE };
@@ -62,7 +69,6 @@ struct dt_group {
   uint64_t next_seq;
   int handles;   /* work handles given out and not yet freed */
   dt_work *spare; /* finished handles kept for the next ones (a list through next): no allocation per step */
-  int n_spare;
   int destroyed; /* dt_group_destroy ran; the last dt_work_free releases the memory */
   dt_status broken;
   char broken_err[ERR_LEN];
@@ -87,19 +93,15 @@ void dt_group_block(const dt_group *g, size_t count, int r, size_t *off, size_t 
 
 /* ---- the queue ------------------------------------------------------------- */
 
-/* Handles a group keeps for reuse: a DDP step takes one per bucket, so a few dozen cover any model. */
-enum { SPARE_MAX = 64 };
-
+/* A released handle goes to the group's spares for the next asynchronous call: a DDP step takes one a bucket and
+ * frees them together, so the spares never outnumber the handles a step had alive at once. Under ASan a spare is
+ * poisoned, so a use after dt_work_free is still caught. */
 static void work_release_locked(dt_work *w) {
   if (--w->refs != 0 || w->on_stack) return;
   dt_group *g = w->g;
-  if (g->n_spare >= SPARE_MAX) {
-    dt_free(w);
-    return;
-  }
   w->next = g->spare;
   g->spare = w;
-  g->n_spare++;
+  ASAN_POISON_MEMORY_REGION(w, sizeof *w);
 }
 
 /* A zeroed handle: a spare one, else a new one. */
@@ -107,8 +109,8 @@ static dt_status work_new(dt_group *g, dt_work **out) {
   pthread_mutex_lock(&g->mu);
   dt_work *w = g->spare;
   if (w) {
+    ASAN_UNPOISON_MEMORY_REGION(w, sizeof *w);
     g->spare = w->next;
-    g->n_spare--;
   }
   pthread_mutex_unlock(&g->mu);
   if (!w) return dt_alloc(sizeof *w, (void **)out);
@@ -316,6 +318,7 @@ double dt_work_elapsed(dt_work *w) {
 static void group_release_memory(dt_group *g) {
   while (g->spare) {
     dt_work *w = g->spare;
+    ASAN_UNPOISON_MEMORY_REGION(w, sizeof *w);
     g->spare = w->next;
     dt_free(w);
   }
