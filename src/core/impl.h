@@ -72,6 +72,10 @@ dt_status dt_alloc_array_unset(size_t n, size_t size, const char *what, void **o
  * 4 KiB page was first read; with huge pages 18-30 us from the start. Not for GEMM operands: with physical pages
  * contiguous, power-of-two strides meet in the same cache sets (the 2048-wide mlp ran 3-6% slower). */
 dt_status dt_alloc_array_huge(size_t n, size_t size, const char *what, void **out);
+/* Reads a byte of every 4 KiB page of [p, p + bytes): memory another process wrote, mapped here but not yet read,
+ * costs a fault a page at its first read (about 5 us a page on the 2-vCPU machines); a run pays that at its
+ * start instead of in its first step. */
+void dt_touch_pages(const void *p, size_t bytes);
 /* dst[0..n) = src[0..n) with streaming stores where the CPU has them (src/core/stream.c), fenced: for memory another
  * core reads next, whose copies of the lines the stores invalidate without first taking them. */
 void dt_stream_store(float *dst, const float *src, size_t n);

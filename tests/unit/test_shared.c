@@ -4,6 +4,7 @@
  * a share that fails on one rank fails on all of them and leaves the group
  * usable; tcp and one-rank groups share nothing; a rank that dies is
  * DT_PEER_LOST, not a hang; nothing is left in /dev/shm. */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -35,11 +36,35 @@ static dt_group *join(df_job *j, int r, int world) {
   return g;
 }
 
-/* Joins as rank r and shares SHARED_BYTES into *mem; NULL (said on stderr) if either fails. */
+/* How many 4 KiB pages of [p, p + bytes) this process has no page-table entry for yet (/proc/self/pagemap: bit 63
+ * of a page's entry says present); -1 where pagemap cannot be read. A share maps every page at once, so a step
+ * pays no fault at its first read of a page another rank wrote. */
+static long pages_not_mapped(const void *p, size_t bytes) {
+  const int fd = open("/proc/self/pagemap", O_RDONLY);
+  if (fd < 0) return -1;
+  long missing = 0;
+  for (uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095; a < (uintptr_t)p + bytes; a += 4096) {
+    uint64_t e = 0;
+    if (pread(fd, &e, sizeof e, (off_t)(a / 4096 * sizeof e)) != (ssize_t)sizeof e) {
+      missing = -1;
+      break;
+    }
+    missing += !(e >> 63);
+  }
+  close(fd);
+  return missing;
+}
+
+/* Joins as rank r and shares SHARED_BYTES into *mem, every page mapped; NULL (said on stderr) if not. */
 static dt_group *join_shared(df_job *j, int r, int world, void **mem) {
   dt_group *g = join(j, r, world);
   if (g && dt_group_share(g, SHARED_BYTES, mem) != DT_OK) {
     fprintf(stderr, "rank %d: share: %s\n", r, dt_last_error());
+    return NULL;
+  }
+  const long unmapped = g ? pages_not_mapped(*mem, SHARED_BYTES) : 0;
+  if (unmapped > 0) {
+    fprintf(stderr, "rank %d: %ld pages of the shared memory not mapped yet\n", r, unmapped);
     return NULL;
   }
   return g;
@@ -284,7 +309,10 @@ static int common_child(df_job *j, int r, int world, void *arg) {
   if (!g) return 2;
   unsigned char *mem = NULL;
   int bad = dt_group_share_common(g, SHARED_BYTES, (void **)&mem) != DT_OK || !mem;
+  const long unmapped = bad ? 0 : pages_not_mapped(mem, SHARED_BYTES);
+  if (unmapped > 0) fprintf(stderr, "rank %d: %ld pages of the common memory not mapped yet\n", r, unmapped), bad = 1;
   for (size_t i = 0; !bad && i < SHARED_BYTES; i += 4093) bad |= mem[i] != 0;
+  if (!bad) bad = dt_barrier(g, NULL) != DT_OK; /* every rank has seen the zeros before any writes */
   if (!bad) memset(mem + (size_t)r * 4096, 'a' + r, 4096);
   if (!bad) bad = dt_barrier(g, NULL) != DT_OK;
   for (int q = 0; !bad && q < world; q++) bad |= mem[(size_t)q * 4096 + 4095] != 'a' + q;
