@@ -61,12 +61,12 @@ void dt_tunables_each(void (*fn)(const char *name, const char *def, const char *
 dt_status dt_alloc(size_t bytes, void **out);
 void dt_free(void *p);
 /* Has glibc's malloc keep what a training step frees for the next step, for the whole process: blocks up to
- * 256 MiB (32 MiB where an older glibc refuses more; in threads' own pools up to their 64 MiB heaps) come from the heap rather
- * than fresh mappings, and the heap's top is not handed back to the kernel after every large free. oneDNN's sgemm allocates its packing buffer on every call (up to 2 MiB each, some
- * 3,000 calls a BERT-mini step); without this each such block was mapped again and every page paid its first
- * touch (about 5 us a page on the 2-vCPU machines measured; BERT-mini's DDP x2 113-173 samples/s against
- * 167-201). dt_train_run calls it; a program that steps models itself may call it once at its start. A no-op
- * where the C library is not glibc. */
+ * 256 MiB (32 MiB where an older glibc refuses more; in threads' own pools up to their 64 MiB heaps) come from the
+ * heap rather than fresh mappings, and the heap's top is not handed back to the kernel after every large free.
+ * oneDNN's sgemm allocates its packing buffer on every call (up to 2 MiB each, some 3,000 calls a BERT-mini step);
+ * without this each such block was mapped again and every page paid its first touch (about 5 us a page on the
+ * 2-vCPU machines measured; BERT-mini's DDP x2 113-173 samples/s against 167-201). dt_train_run calls it; a program
+ * that steps models itself may call it once at its start. A no-op where the C library is not glibc. */
 void dt_keep_freed_memory(void);
 
 /* ---- RNG: Philox4x32-10, counter based -------------------------------- */
