@@ -124,8 +124,8 @@ static void copy_out(dt_model *m, dt_optim *o, int grads, float **out, size_t *n
   *n = count * (size_t)(1 + states);
 }
 
-/* Blocks dtrain allocated in the steps of the last ddp_train from step WARM_STEPS on (the layout is measured
- * after step 3): a warm step allocates nothing. */
+/* Blocks dtrain allocated in the steps of the last ddp_train from step WARM_STEPS on (the measured layout is
+ * planned after the first 2 steps and its buckets made then): a warm step allocates nothing. */
 enum { WARM_STEPS = 6 };
 static uint64_t warm_allocs;
 

@@ -63,6 +63,7 @@ static dt_group *join_shared(df_job *j, int r, int world, void **mem) {
     return NULL;
   }
   const long unmapped = g ? pages_not_mapped(*mem, SHARED_BYTES) : 0;
+  if (unmapped < 0) fprintf(stderr, "rank %d: /proc/self/pagemap unreadable: mapping not checked\n", r);
   if (unmapped > 0) {
     fprintf(stderr, "rank %d: %ld pages of the shared memory not mapped yet\n", r, unmapped);
     return NULL;
@@ -310,6 +311,7 @@ static int common_child(df_job *j, int r, int world, void *arg) {
   unsigned char *mem = NULL;
   int bad = dt_group_share_common(g, SHARED_BYTES, (void **)&mem) != DT_OK || !mem;
   const long unmapped = bad ? 0 : pages_not_mapped(mem, SHARED_BYTES);
+  if (unmapped < 0) fprintf(stderr, "rank %d: /proc/self/pagemap unreadable: mapping not checked\n", r);
   if (unmapped > 0) fprintf(stderr, "rank %d: %ld pages of the common memory not mapped yet\n", r, unmapped), bad = 1;
   for (size_t i = 0; !bad && i < SHARED_BYTES; i += 4093) bad |= mem[i] != 0;
   if (!bad) bad = dt_barrier(g, NULL) != DT_OK; /* every rank has seen the zeros before any writes */
