@@ -516,7 +516,7 @@ dt_status dt_model_ctx_new(dt_model *m, int max_batch, int update_buffers, dt_mo
     if (e > biggest) biggest = e;
     if (!aliases_input(&m->layers[i])) bytes += DT_ALIGN_UP(e * (size_t)max_batch * sizeof(float));
   }
-  DT_CHECK_GOTO(dt_alloc_array(bytes, 1, "activations", &c->act_block), st, fail);
+  DT_CHECK_GOTO(dt_alloc_array_unset(bytes, 1, "activations", &c->act_block), st, fail);
   char *p = c->act_block;
   c->act[0] = (float *)p;
   p += DT_ALIGN_UP(m->sample_numel * (size_t)max_batch * sizeof(float));
@@ -532,7 +532,7 @@ dt_status dt_model_ctx_new(dt_model *m, int max_batch, int update_buffers, dt_mo
   for (int i = 0; i < n; i++)
     if (m->layers[i].ops->ws_bytes) wbytes += DT_ALIGN_UP(m->layers[i].ops->ws_bytes(&m->layers[i], max_batch));
   if (wbytes) {
-    DT_CHECK_GOTO(dt_alloc_array(wbytes, 1, "layer workspaces", &c->ws_block), st, fail);
+    DT_CHECK_GOTO(dt_alloc_array_unset(wbytes, 1, "layer workspaces", &c->ws_block), st, fail);
     char *w = c->ws_block;
     for (int i = 0; i < n; i++) {
       size_t b = m->layers[i].ops->ws_bytes ? m->layers[i].ops->ws_bytes(&m->layers[i], max_batch) : 0;
@@ -541,7 +541,7 @@ dt_status dt_model_ctx_new(dt_model *m, int max_batch, int update_buffers, dt_mo
     }
   }
   for (int k = 0; k < 2; k++)
-    DT_CHECK_GOTO(dt_alloc_array(biggest * (size_t)max_batch, sizeof(float), "backward buffers",
+    DT_CHECK_GOTO(dt_alloc_array_unset(biggest * (size_t)max_batch, sizeof(float), "backward buffers",
                                  (void **)&c->gbuf[k]),
                   st, fail);
   DT_CHECK_GOTO(dt_alloc_array(m->n_params ? m->n_params : 1, sizeof(float), "gradient arena", (void **)&c->grads),
