@@ -20,6 +20,7 @@
 
 #include "cmd_scaling.h"
 #include "cpu_line.h"
+#include "cpu_speed.h"
 
 #define MAX_ARGS 96 /* the runs' own flags and the extra ones after -- */
 #define NUM_LEN 24
@@ -465,6 +466,7 @@ int bench_scaling_run(const bench_scaling_args *a) {
          a->hidden ? " " : "", a->hidden ? a->hidden : "", a->data ? a->data : "the default data", j.epochs, samples,
          j.batch, j.threads);
   print_cpu_line(stdout);
+  print_cpu_speeds(stdout, "at the start");
   printf("# speedup: train samples/s over 'single' (one worker); efficiency = speedup / workers; ddp: rank 0's\n"
          "# all-reduce time waited for (comm s) and in total (allred s), hidden = share behind backward;\n"
          "# cpu/wall: CPU seconds per wall second of (rank 0's) process, well below its threads when cores were\n"
@@ -475,6 +477,7 @@ int bench_scaling_run(const bench_scaling_args *a) {
          "hidden", "top-1 %", "cpu/wall");
   fflush(stdout);
   int rc = run_rounds(&j, max_workers, a->reps > 0 ? a->reps : 1);
+  print_cpu_speeds(stdout, "at the end"); /* a CPU's speed can change in minutes: the table lies between these */
   sigaction(SIGINT, &old_int, NULL);
   nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   return rc;

@@ -45,6 +45,9 @@ static void print_rank_table(FILE *f, const dt_metric_set *ms, const double *all
     }
     fputc('\n', f);
   }
+  char note[512];
+  dt_progress_rank_balance(all + RK_COMPUTE, RK_N, world, note, sizeof note);
+  if (note[0]) fprintf(f, "%s\n", note);
   fflush(f);
 }
 

@@ -93,3 +93,23 @@ void dt_progress_epoch_end(dt_progress *p, const dt_epoch_metrics *m) {
   fprintf(p->f, "%s%s\n", p->bar && !p->steps_off ? "\r\033[K" : "", line);
   fflush(p->f);
 }
+
+/* A rank this much slower than another is named: the noise of equal ranks on a quiet machine stays under it. */
+#define UNEQUAL_RANKS 1.10
+
+void dt_progress_rank_balance(const double *compute_s, size_t stride, int world, char *buf, size_t len) {
+  if (len) buf[0] = '\0';
+  int slow = 0, fast = 0;
+  for (int q = 1; q < world; q++) {
+    if (compute_s[(size_t)q * stride] > compute_s[(size_t)slow * stride]) slow = q;
+    if (compute_s[(size_t)q * stride] < compute_s[(size_t)fast * stride]) fast = q;
+  }
+  if (world < 2) return;
+  const double hi = compute_s[(size_t)slow * stride], lo = compute_s[(size_t)fast * stride];
+  if (!(lo > 0) || hi < UNEQUAL_RANKS * lo) return;
+  snprintf(buf, len,
+           "rank %d computed %.2f s, rank %d %.2f s (+%.0f%%): every step waits for the slowest rank, the others "
+           "count it as comm s; a slower or busier CPU (see 'dtrain bench scaling', its CPU speed lines) or more "
+           "work on that rank",
+           slow, hi, fast, lo, 100.0 * (hi / lo - 1.0));
+}

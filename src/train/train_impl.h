@@ -51,6 +51,10 @@ void dt_progress_step(dt_progress *p, int64_t step, double loss, int64_t samples
 void dt_progress_epoch_end(dt_progress *p, const dt_epoch_metrics *m);
 /* "epoch 1/3  train loss ... acc ...  test loss ... top1 ...  4870 samples/s" into buf (ms NULL: classification's names). */
 void dt_progress_format_epoch(const dt_epoch_metrics *m, const dt_metric_set *ms, int epochs, char *buf, size_t len);
+/* Under the per-rank table: where one rank's compute seconds (compute_s[q * stride], q < world) are 10% or more
+ * above another's, "rank 1 computed 11.48 s, rank 0 8.95 s (+28%): ..." into buf (what it means and where to look);
+ * else "". */
+void dt_progress_rank_balance(const double *compute_s, size_t stride, int world, char *buf, size_t len);
 
 /* ---- evaluation pass (eval.c) ------------------------------------------- */
 /* An evaluation forward: outputs (n, outputs) of x, valid until the next call. */

@@ -244,6 +244,10 @@ done
 [ -n "$(sps indep 2)" ] || fail "bench scaling: no 'indep 2' row: $(cat "$tmp/scaling.out")"
 grep -qE "^# CPU: .*; avx2[+-] .*; [0-9]+ online CPUs" "$tmp/scaling.out" ||
   fail "bench scaling: no '# CPU:' line: $(head -3 "$tmp/scaling.out")"
+for when in start end; do
+  grep -qE "^# CPU speed at the $when \(f32 GEMM 256x256x256 by .*, GFLOP/s\): cpu[0-9]+ [0-9]+" "$tmp/scaling.out" ||
+    fail "bench scaling: no '# CPU speed at the $when' line: $(cat "$tmp/scaling.out")"
+done
 
 # --reps: three rounds; each row is the round with its median samples/s, every round listed at the end; the
 # speedup is over single's median; nothing is left in TMPDIR

@@ -154,6 +154,24 @@ TEST(epoch_line_format) {
                       "4870 samples/s");
 }
 
+/* The line under the per-rank table: a rank 10% or more slower than another is named with both figures; closer
+ * ranks, one rank, or a rank that computed nothing give none. Compute seconds sit every 3 doubles here. */
+TEST(rank_balance_names_the_slow_rank) {
+  char line[512];
+  const double three[9] = {8.95, 0, 0, 11.48, 0, 0, 9.20, 0, 0};
+  dt_progress_rank_balance(three, 3, 3, line, sizeof line);
+  const char *want = "rank 1 computed 11.48 s, rank 0 8.95 s (+28%): every step waits for the slowest rank";
+  ASSERT_MSG(strncmp(line, want, strlen(want)) == 0, line);
+  const double close[6] = {10.0, 0, 0, 10.9, 0, 0};
+  dt_progress_rank_balance(close, 3, 2, line, sizeof line);
+  ASSERT_STR_EQ(line, "");
+  dt_progress_rank_balance(three, 3, 1, line, sizeof line);
+  ASSERT_STR_EQ(line, "");
+  const double idle[6] = {0, 0, 0, 5.0, 0, 0};
+  dt_progress_rank_balance(idle, 3, 2, line, sizeof line);
+  ASSERT_STR_EQ(line, "");
+}
+
 TEST(plain_progress_prints_at_most_one_line_per_tenth) {
   FILE *f = tmpfile();
   ASSERT(f != NULL);
@@ -404,6 +422,7 @@ TEST(cleanup_synthetic_data) {
 
 TEST_MAIN(TEST_ENTRY(config_default_is_valid), TEST_ENTRY(config_check_names_the_bad_field),
           TEST_ENTRY(config_json_holds_every_setting), TEST_ENTRY(epoch_line_format),
+          TEST_ENTRY(rank_balance_names_the_slow_rank),
           TEST_ENTRY(plain_progress_prints_at_most_one_line_per_tenth), TEST_ENTRY(prefix_sampler_is_a_seeded_permutation),
           TEST_ENTRY(tiny_run_learns_and_writes_outputs), TEST_ENTRY(same_seed_same_numbers_and_limits),
           TEST_ENTRY(stop_request_still_writes_metrics_and_weights),
