@@ -64,8 +64,9 @@ static int by_speed(const void *a, const void *b) {
 
 void describe_cpu_speeds(const int *cpus, const double *gflops, int n, char *out, size_t cap) {
   size_t at = 0;
+  if (cap == 0) return;
   out[0] = '\0';
-  if (n <= 0 || cap == 0) return;
+  if (n <= 0) return;
   int lo = 0, hi = 0;
   for (int i = 1; i < n; i++) {
     if (gflops[i] < gflops[lo]) lo = i;

@@ -1,6 +1,6 @@
 /* Each CPU's speed at dtrain's f32 GEMM, measured on one thread pinned to each CPU in turn, as a comment line over
  * and under a benchmark table. The CPUs of one machine can differ, and for a while: on a 2-vCPU AMD EPYC VM one
- * vCPU ran single-worker fashioncnn 13-24% slower than the other for some minutes (at 56% of its AVX-512 FMA rate,
+ * vCPU ran single-worker fashioncnn 14-24% slower than the other for some minutes (at 56% of its AVX-512 FMA rate,
  * the other vCPU idle or not: the host's load on that core), and as fast as the other later. Then one worker's
  * figure depends on the CPU it ran on, and workers that step together run at the slowest one's pace, whatever the
  * strategy. */
