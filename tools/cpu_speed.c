@@ -11,7 +11,7 @@
 #include "dtrain/dtrain.h"
 #include "tensor/kernels.h"
 
-#define PROBE_N 256   /* a square GEMM of this size: 34 MFLOP, in L2, about 0.5 ms on one Zen 5 core */
+#define PROBE_N 256   /* a square GEMM of this size: 34 MFLOP, 768 KiB of operands, 0.16 ms on one Zen 5 core */
 #define PROBE_CALLS 8 /* a timing, */
 #define PROBE_TIMINGS 5 /* the best of these */
 #define MAX_CPUS 1024
@@ -25,7 +25,9 @@ typedef struct probe {
 static void *probe_main(void *arg) {
   probe *p = arg;
   const size_t n = PROBE_N;
-  dt_set_threads(1); /* this thread's GEMMs on itself alone (the OpenMP count is a per-thread setting) */
+  /* this thread's GEMMs on itself alone; it also sets the process's budget (and OpenBLAS's count), which the caller
+   * restores after the last probe: nothing else runs meanwhile */
+  dt_set_threads(1);
   float *m = NULL;
   if (dt_alloc_array(3 * n * n, sizeof(float), "CPU speed probe", (void **)&m) != DT_OK) return NULL;
   for (size_t i = 0; i < 2 * n * n; i++) m[i] = (float)(i % 7) * 0.125f;
@@ -77,12 +79,13 @@ void describe_cpu_speeds(const int *cpus, const double *gflops, int n, char *out
     for (int i = 0; i < n; i++) PUT("%scpu%d %.0f", i ? ", " : "", cpus[i], gflops[i]);
   } else {
     double *sorted = malloc((size_t)n * sizeof *sorted);
+    PUT("%d CPUs: slowest cpu%d %.0f", n, cpus[lo], gflops[lo]);
     if (sorted) {
       memcpy(sorted, gflops, (size_t)n * sizeof *sorted);
       qsort(sorted, (size_t)n, sizeof *sorted, by_speed);
+      PUT(", median %.0f", sorted[n / 2]);
     }
-    PUT("%d CPUs: slowest cpu%d %.0f, median %.0f, fastest cpu%d %.0f", n, cpus[lo], gflops[lo],
-        sorted ? sorted[n / 2] : gflops[lo], cpus[hi], gflops[hi]);
+    PUT(", fastest cpu%d %.0f", cpus[hi], gflops[hi]);
     free(sorted);
   }
   if (gflops[hi] > 0 && gflops[lo] < SAME_SPEED * gflops[hi])
@@ -94,7 +97,10 @@ void describe_cpu_speeds(const int *cpus, const double *gflops, int n, char *out
 
 void print_cpu_speeds(FILE *f, const char *when) {
   cpu_set_t mine;
-  if (sched_getaffinity(0, sizeof mine, &mine) != 0) return;
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0) {
+    fprintf(f, "# CPU speed %s: not measured (this process's CPUs cannot be read)\n", when);
+    return;
+  }
   int cpus[MAX_CPUS], n = 0;
   double gflops[MAX_CPUS];
   for (int c = 0; c < CPU_SETSIZE && n < MAX_CPUS; c++)
@@ -109,9 +115,12 @@ void print_cpu_speeds(FILE *f, const char *when) {
   dt_set_threads(threads); /* the budget and BLAS's count as they were */
   static char text[4096];
   describe_cpu_speeds(cpus, gflops, measured, text, sizeof text);
-  if (measured)
+  if (measured == n)
     fprintf(f, "# CPU speed %s (f32 GEMM %dx%dx%d by %s, one thread pinned to each CPU in turn, GFLOP/s): %s\n", when,
             PROBE_N, PROBE_N, PROBE_N, dt_sgemm_name(), text);
+  else if (measured)
+    fprintf(f, "# CPU speed %s (f32 GEMM %dx%dx%d by %s, one thread pinned to each CPU in turn, GFLOP/s; %d of %d CPUs "
+            "measured): %s\n", when, PROBE_N, PROBE_N, PROBE_N, dt_sgemm_name(), measured, n, text);
   else
     fprintf(f, "# CPU speed %s: not measured (no thread could be pinned to a CPU)\n", when);
 }

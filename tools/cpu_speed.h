@@ -12,7 +12,7 @@
 /* "# CPU speed <when> (f32 GEMM ..., GFLOP/s): cpu0 217, cpu1 121; the slowest (cpu1) is 56% of the fastest
  * (cpu0): ..." for the CPUs this process may run on; when: "at the start", say. */
 void print_cpu_speeds(FILE *f, const char *when);
-/* The line's text after "GFLOP/s) " for speeds gflops[i] of CPUs cpus[i], i < n, into out: every CPU's up to 16
+/* The line's text after "GFLOP/s): " for speeds gflops[i] of CPUs cpus[i], i < n, into out: every CPU's up to 16
  * of them, else the slowest, median and fastest; and, where the slowest is under 90% of the fastest, what that
  * means for the table. */
 void describe_cpu_speeds(const int *cpus, const double *gflops, int n, char *out, size_t cap);

@@ -13,11 +13,15 @@
 static _Atomic uint64_t blocks_allocated;
 static _Atomic int poison_unset;
 
-void dt_alloc_poison_unset(int on) { atomic_store_explicit(&poison_unset, on != 0, memory_order_relaxed); }
+void dt_alloc_poison_unset(int mode) { atomic_store_explicit(&poison_unset, mode, memory_order_relaxed); }
 
-/* NaN and 3.4e38 in turn, a float at a time (as 0xff and 0x7f bytes). */
-static void poison(void *p, size_t bytes) {
+/* Mode 1: NaN and 3.4e38 in turn, a float at a time (as 0xff and 0x7f bytes); mode 2: zeros. */
+static void poison(void *p, size_t bytes, int mode) {
   uint32_t *w = p;
+  if (mode == 2) {
+    memset(p, 0, bytes);
+    return;
+  }
   for (size_t i = 0; i < bytes / 4; i++) w[i] = i & 1 ? 0x7f7f7f7fu : 0xffffffffu;
 }
 
@@ -75,7 +79,8 @@ dt_status dt_alloc_array_unset(size_t n, size_t size, const char *what, void **o
     return dt_error(DT_OUT_OF_MEMORY, "%s: %zu x %zu bytes overflows", what, n, size);
   if (aligned_block(bytes, out, &rounded))
     return dt_error(DT_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", what, bytes);
-  if (atomic_load_explicit(&poison_unset, memory_order_relaxed)) poison(*out, rounded);
+  const int mode = atomic_load_explicit(&poison_unset, memory_order_relaxed);
+  if (mode) poison(*out, rounded, mode);
   return DT_OK;
 }
 

@@ -66,9 +66,10 @@ dt_status dt_alloc_array(size_t n, size_t size, const char *what, void **out);
  * or the heap grown) unless freed memory is reused, and its pages never written then take no memory (a model
  * context's activations, workspaces and backward buffers). Freed with dt_free. */
 dt_status dt_alloc_array_unset(size_t n, size_t size, const char *what, void **out);
-/* For tests: on, every later dt_alloc_array_unset block is filled with NaN and 3.4e38 in turn, a float at a time,
- * before it is handed out, so a read before the first write shows in the results; off (the default): not. */
-void dt_alloc_poison_unset(int on);
+/* For tests: what every later dt_alloc_array_unset block holds when handed out. 0 (the default): whatever it held;
+ * 1: NaN and 3.4e38 in turn, a float at a time, so a read before the first write shows in the results; 2: zeros, a
+ * clean baseline to hold those results against (freed blocks come back: "whatever it held" may be a poison). */
+void dt_alloc_poison_unset(int mode);
 /* dt_alloc_array for a data set held in memory and read at random, a sample here and there: from 4 MiB, 2 MiB-aligned
  * and asked of the kernel as transparent huge pages (MADV_HUGEPAGE; "madvise" is the default THP mode) before its
  * pages are first written, so a sample's read finds its page in the TLB. Measured on 2 Zen 5 vCPUs: fetching

@@ -112,7 +112,7 @@ static void bert_emb_backward(const dt_layer *l, const dt_layer_io *io, const fl
       }
     }
   }
-  (void)dinp; /* indices have no gradient */
+  if (dinp) memset(dinp, 0, (size_t)B * l->in_numel * sizeof(float)); /* indices have no gradient: zeros */
 }
 
 const dt_layer_ops dt_bert_embeddings_ops = {

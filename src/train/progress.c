@@ -110,6 +110,6 @@ void dt_progress_rank_balance(const double *compute_s, size_t stride, int world,
   snprintf(buf, len,
            "rank %d computed %.2f s, rank %d %.2f s (+%.0f%%): every step waits for the slowest rank, the others "
            "count it as comm s; a slower or busier CPU (see 'dtrain bench scaling', its CPU speed lines) or more "
-           "work on that rank",
+           "work on that rank (rank 0 also writes snapshots, metrics and the report within the epoch)",
            slow, hi, fast, lo, 100.0 * (hi / lo - 1.0));
 }

@@ -245,7 +245,8 @@ done
 grep -qE "^# CPU: .*; avx2[+-] .*; [0-9]+ online CPUs" "$tmp/scaling.out" ||
   fail "bench scaling: no '# CPU:' line: $(head -3 "$tmp/scaling.out")"
 for when in start end; do
-  grep -qE "^# CPU speed at the $when \(f32 GEMM 256x256x256 by .*, GFLOP/s\): cpu[0-9]+ [0-9]+" "$tmp/scaling.out" ||
+  grep -qE "^# CPU speed at the $when \(f32 GEMM 256x256x256 by .*, GFLOP/s\): (cpu[0-9]+|[0-9]+ CPUs: slowest cpu[0-9]+) [0-9]+" \
+    "$tmp/scaling.out" ||
     fail "bench scaling: no '# CPU speed at the $when' line: $(cat "$tmp/scaling.out")"
 done
 
