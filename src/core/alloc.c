@@ -116,13 +116,13 @@ int dt_keep_freed_memory_threshold(void) {
   return 0;
 }
 
+void dt_keep_freed_memory(void) { (void)dt_keep_freed_memory_threshold(); }
+
 void dt_touch_pages(const void *p, size_t bytes) {
   const volatile unsigned char *c = p;
   for (size_t at = 0; at < bytes; at += 4096) (void)c[at];
   if (bytes) (void)c[bytes - 1];
 }
-
-void dt_keep_freed_memory(void) { (void)dt_keep_freed_memory_threshold(); }
 
 /* The thread's scratch: the buffer itself in thread-local storage (read on every call), and registered under a
  * key whose destructor frees it when the thread exits (worker threads come and go with DP runs). */

@@ -99,12 +99,12 @@ void dt_progress_epoch_end(dt_progress *p, const dt_epoch_metrics *m) {
 
 void dt_progress_rank_balance(const double *compute_s, size_t stride, int world, char *buf, size_t len) {
   if (len) buf[0] = '\0';
+  if (world < 2) return;
   int slow = 0, fast = 0;
   for (int q = 1; q < world; q++) {
     if (compute_s[(size_t)q * stride] > compute_s[(size_t)slow * stride]) slow = q;
     if (compute_s[(size_t)q * stride] < compute_s[(size_t)fast * stride]) fast = q;
   }
-  if (world < 2) return;
   const double hi = compute_s[(size_t)slow * stride], lo = compute_s[(size_t)fast * stride];
   if (!(lo > 0) || hi < UNEQUAL_RANKS * lo) return;
   snprintf(buf, len,
