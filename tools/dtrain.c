@@ -384,7 +384,8 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
     [TRAIN_STRATEGY] = {"--strategy", "NAME", FLAG_CHOICE, "single", "ddp",
                         .help = "single (one process), dp (worker threads on slices of each batch, like "
                         "nn.DataParallel) or ddp (one process per worker under dtrun/torchrun/mpirun/srun, like "
-                        "DistributedDataParallel)", .choices = strategies},
+                        "DistributedDataParallel); single or dp started as one of several copies by a launcher (WORLD_SIZE, "
+                        "OMPI_COMM_WORLD_SIZE or SLURM_STEP_NUM_TASKS above 1) is an error", .choices = strategies},
     [TRAIN_WORKERS] = {"--workers", "N", FLAG_POS_INT, "the thread budget", "2", .help = "dp: worker threads"},
     [TRAIN_ACCUMULATE] = {"--accumulate", "K", FLAG_POS_INT, "1", "4",
                           .help = "batches per optimizer step (gradient accumulation; ddp all-reduces on the last one "
@@ -683,10 +684,25 @@ static int train_strategy_flags(const flag_args *p, dt_train_config *cfg) {
   return 0;
 }
 
+/* A launcher's copy of a run that is not DDP would train a model of its own and write it where the other copies
+ * write theirs: a usage error (every copy says it). 0 or EXIT_USAGE. */
+static int alone_or_refused(const dt_train_config *cfg) {
+  const char *var = NULL;
+  const int world = dt_dist_launched_world(&var);
+  if (world <= 1) return 0;
+  const int dp = cfg->strategy == DT_STRATEGY_DP;
+  fprintf(stderr,
+          "dtrain train: this process is one of %d a launcher started (%s=%s) but --strategy is %s: each would train "
+          "a model of its own and write it to the same outputs; add --strategy ddp to train one model across the %d processes, or "
+          "start dtrain train once without the launcher%s\n",
+          world, var, getenv(var), dp ? "dp" : "single", world, dp ? " (--strategy dp --workers N)" : "");
+  return EXIT_USAGE;
+}
+
 /* Under a launcher only rank 0 speaks; the others print nothing but errors. 0 or the runtime exit code. */
 static int train_rank(const dt_train_config *cfg, int *rank) {
   *rank = 0;
-  if (cfg->strategy != DT_STRATEGY_DDP) return 0;
+  if (cfg->strategy != DT_STRATEGY_DDP) return alone_or_refused(cfg);
   char url[300];
   if (cfg->master) snprintf(url, sizeof url, "tcp://%s", cfg->master);
   dt_dist_env env;

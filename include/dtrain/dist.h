@@ -115,6 +115,12 @@ typedef struct dt_dist_env {
  * A missing or malformed variable is DT_INVALID_ARGUMENT naming it. */
 dt_status dt_dist_env_detect(const char *init_method, int rank, int world_size, dt_dist_env *env);
 
+/* How many processes a launcher started together with this one, from the variable that says so for every
+ * process it starts (WORLD_SIZE of dtrun/torchrun, OMPI_COMM_WORLD_SIZE of mpirun, SLURM_STEP_NUM_TASKS of
+ * srun; a Slurm batch script, one process, has none of them), named in *var; 1 where none is set or the value
+ * is not a whole number. For a program that is not meant to run as several copies. */
+int dt_dist_launched_world(const char **var);
+
 /* ---- process groups -------------------------------------------------------- */
 typedef enum dt_redop { DT_SUM = 0, DT_AVG, DT_MIN, DT_MAX, DT_REDOP_COUNT } dt_redop;
 const char *dt_redop_name(dt_redop op);

@@ -297,6 +297,21 @@ static dt_status job_identity(dt_dist_env *e) {
   return dt_job_secret_from_env(e->job_secret, sizeof e->job_secret);
 }
 
+int dt_dist_launched_world(const char **var) {
+  static const char *const vars[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = env_get(vars[i]);
+    char *end = NULL;
+    errno = 0;
+    const long n = v ? strtol(v, &end, 10) : 0;
+    if (!v || errno || *end || n < 1 || n > 1 << 24) continue;
+    if (var) *var = vars[i];
+    return (int)n;
+  }
+  if (var) *var = NULL;
+  return 1;
+}
+
 dt_status dt_dist_env_detect(const char *init_method, int rank, int world_size, dt_dist_env *env) {
   dt_dist_env e;
   memset(&e, 0, sizeof e);
