@@ -108,7 +108,7 @@ static const char *end_label(const dt_layer *l) { return "Residual(+)"; }
 dt_status dt_residual_relu_forward(const dt_layer *end, const dt_layer_io *io, const float *in, float *out) {
   const size_t n = dt_layer_in_elems(end, io);
   const float *skip = io->partner_in;
-#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+#pragma omp parallel for simd if (parallel: n >= PAR_MIN) schedule(static)
   for (size_t i = 0; i < n; i++) {
     const float v = in[i] + skip[i];
     out[i] = v > 0.0f ? v : 0.0f; /* as dt_act_forward: NaN -> 0 */
@@ -121,7 +121,7 @@ void dt_residual_relu_backward(const dt_layer *end, const dt_layer_io *io, const
                                float *dinp) {
   const size_t n = dt_layer_in_elems(end, io);
   float *skip = io->partner_ws;
-#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+#pragma omp parallel for simd if (parallel: n >= PAR_MIN) schedule(static)
   for (size_t i = 0; i < n; i++) {
     const float g = out[i] > 0.0f ? dout[i] : 0.0f;
     skip[i] = g;

@@ -38,7 +38,7 @@ dt_status dt_clip_grad_norm(float *grads, size_t count, float max_norm, float *n
     const float coef = max_norm / (total + 1e-6f); /* float, as torch's tensor math */
     if (coef < 1.0f) {
       const ptrdiff_t n = (ptrdiff_t)count;
-#pragma omp parallel for simd schedule(static) if (n >= 32768)
+#pragma omp parallel for simd schedule(static) if (parallel: n >= 32768)
       for (ptrdiff_t i = 0; i < n; i++) grads[i] *= coef;
     }
   } else {

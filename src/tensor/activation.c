@@ -51,11 +51,11 @@ static inline float normal_cdf(float x) {
 void dt_act_forward(dt_act_kind k, float *out, const float *inp, size_t n) {
   switch (k) {
   case DT_ACT_RELU:
-#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+#pragma omp parallel for simd if (parallel: n >= PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
     break;
   case DT_ACT_GELU:
-#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+#pragma omp parallel for simd if (parallel: n >= PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = inp[i] * normal_cdf(inp[i]);
     break;
   case DT_ACT_GELU_TANH:
@@ -80,11 +80,11 @@ void dt_act_backward(dt_act_kind k, float *dinp, const float *dout, const float 
   switch (k) {
   case DT_ACT_RELU:
     /* torch's threshold_backward: pass the gradient where the output is positive. */
-#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+#pragma omp parallel for simd if (parallel: n >= PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) dinp[i] = out[i] > 0.0f ? dout[i] : 0.0f;
     break;
   case DT_ACT_GELU:
-#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+#pragma omp parallel for simd if (parallel: n >= PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) {
       const float x = inp[i];
       const float cdf = normal_cdf(x), pdf = INV_SQRT_2PI * vexp(-0.5f * x * x);
@@ -101,11 +101,11 @@ void dt_act_backward(dt_act_kind k, float *dinp, const float *dout, const float 
     }
     break;
   case DT_ACT_TANH:
-#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+#pragma omp parallel for simd if (parallel: n >= PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) dinp[i] = dout[i] * (1.0f - out[i] * out[i]);
     break;
   case DT_ACT_SIGMOID:
-#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+#pragma omp parallel for simd if (parallel: n >= PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) dinp[i] = dout[i] * out[i] * (1.0f - out[i]);
     break;
   }

@@ -47,6 +47,6 @@ void dt_dropout_range(float *out, const float *inp, size_t first, size_t n, floa
 
 void dt_dropout_backward(float *dinp, const float *dout, const uint8_t *mask, size_t n, float p) {
   const float scale = 1.0f / (1.0f - p);
-#pragma omp parallel for simd if (n >= 65536) schedule(static)
+#pragma omp parallel for simd if (parallel: n >= 65536) schedule(static)
   for (size_t i = 0; i < n; i++) dinp[i] = mask[i] ? dout[i] * scale : 0.0f;
 }

@@ -5,16 +5,16 @@
 #define PAR_MIN 65536
 
 void dt_add_forward(float *out, const float *a, const float *b, size_t n) {
-#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+#pragma omp parallel for simd if (parallel: n >= PAR_MIN) schedule(static)
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 void dt_axpy(float *y, float a, const float *x, size_t n) {
-#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+#pragma omp parallel for simd if (parallel: n >= PAR_MIN) schedule(static)
   for (size_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
 void dt_fill(float *x, float v, size_t n) {
-#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+#pragma omp parallel for simd if (parallel: n >= PAR_MIN) schedule(static)
   for (size_t i = 0; i < n; i++) x[i] = v;
 }
