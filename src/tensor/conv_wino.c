@@ -373,8 +373,100 @@ static inline AI void product_block(float *m, size_t ldm, const float *const *a,
     }
 }
 
+#if defined(__AVX512F__)
+/* With AVX-512 the products take 16 outputs a vector and 12 accumulators: 6 rows x 32 outputs, or 12 rows x 16
+ * where 16 outputs are left; each sum still runs over k in order, one FMA a term, so the bits are the 8-wide
+ * kernels'. (8 wide, the loads of a and b, not the FMAs, bounded them: 8 loads per 12 FMAs of 8 lanes.) */
+typedef float v16 __attribute__((vector_size(64)));
+#define RB16 12 /* rows of a 16-output block; a 32-output block takes RB16 / 2 */
+static inline v16 load16(const float *p) {
+  v16 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+#define store16(p, v) memcpy((p), &(v), sizeof(v16))
+#define splat16(x) ((v16)_mm512_set1_ps(x))
+#define fma16(a, b, c) ((v16)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
+#define KEEP16(v) __asm__("" : "+v"(v))
+
+/* m (rows, 16*nv) = sum over k < K of a[r][k] * b[k][.], RB16 / nv rows at pointers a[r] (rows of them kept). */
+static inline AI void product_block16(float *m, size_t ldm, const float *const *a, const float *b, size_t ldb, int K,
+                                      int rows, int nv) {
+  const int R = RB16 / nv;
+  v16 acc[RB16];
+  for (int i = 0; i < RB16; i++) acc[i] = splat16(0.0f);
+  for (int k = 0; k < K; k++) {
+    v16 b0 = load16(b + (size_t)k * ldb), b1 = nv > 1 ? load16(b + (size_t)k * ldb + 16) : splat16(0.0f);
+    KEEP16(b0);
+    KEEP16(b1);
+    for (int r = 0; r < R; r++) {
+      const v16 x = splat16(a[r][k]);
+      acc[nv * r] = fma16(x, b0, acc[nv * r]);
+      if (nv > 1) acc[nv * r + 1] = fma16(x, b1, acc[nv * r + 1]);
+    }
+  }
+  for (int r = 0; r < rows; r++)
+    for (int v = 0; v < nv; v++) store16(m + (size_t)r * ldm + 16 * v, acc[nv * r + v]);
+}
+
+/* Columns [o, o + 16*nv) of M (nt, OC) = V (nt, C) @ U (C, OC), RB16 / nv tiles at a time. */
+static inline AI void multiply16_columns(float *M, const float *V, const float *U, int nt, int C, int OC, int o,
+                                         int nv) {
+  const int R = RB16 / nv;
+  for (int t0 = 0; t0 < nt; t0 += R) {
+    const float *a[RB16];
+    for (int r = 0; r < R; r++) a[r] = V + (size_t)(t0 + r < nt ? t0 + r : nt - 1) * C;
+    product_block16(M + (size_t)t0 * OC + o, OC, a, U + o, OC, C, nt - t0 < R ? nt - t0 : R, nv);
+  }
+}
+
+/* s (C, OC) += V^T @ Z, rows c0 .. c0 + R (R <= RB16 / nv; the last repeated past C) x 16*nv outputs, over nt
+ * tiles. */
+static inline AI void gradient_block16(float *s, int OC, const float *V, int C, int c0, const float *z, int nt,
+                                       int rows, int nv, int R) {
+  v16 acc[RB16];
+  for (int i = 0; i < RB16; i++) acc[i] = splat16(0.0f);
+  int cidx[RB16];
+  for (int r = 0; r < R; r++) cidx[r] = c0 + r < C ? c0 + r : C - 1;
+  for (int t = 0; t < nt; t++) {
+    const float *vt = V + (size_t)t * C;
+    v16 z0 = load16(z + (size_t)t * OC), z1 = nv > 1 ? load16(z + (size_t)t * OC + 16) : splat16(0.0f);
+    KEEP16(z0);
+    KEEP16(z1);
+    for (int r = 0; r < R; r++) {
+      const v16 x = splat16(vt[cidx[r]]);
+      acc[nv * r] = fma16(x, z0, acc[nv * r]);
+      if (nv > 1) acc[nv * r + 1] = fma16(x, z1, acc[nv * r + 1]);
+    }
+  }
+  for (int r = 0; r < rows; r++)
+    for (int v = 0; v < nv; v++) {
+      float *dst = s + (size_t)(c0 + r) * OC + 16 * v;
+      v16 sum = acc[nv * r + v] + load16(dst);
+      store16(dst, sum);
+    }
+}
+
+/* Rows are input channels, a multiple of 8: 16 outputs take them 8 at a time (12 would leave a third of a 16-channel
+ * layer's last block repeated rows). */
+static inline AI void multiply_grad16_columns(float *S, const float *V, const float *Z, int nt, int C, int OC, int o,
+                                              int nv) {
+  const int R = nv > 1 ? RB16 / 2 : 8;
+  for (int c0 = 0; c0 < C; c0 += R)
+    gradient_block16(S + o, OC, V, C, c0, Z + o, nt, C - c0 < R ? C - c0 : R, nv, R);
+}
+#endif
+
 /* Forward, one xi: M (nt, OC) = V (nt, C) @ U (C, OC). */
 static void multiply(float *M, const float *V, const float *U, int nt, int C, int OC) {
+#if defined(__AVX512F__)
+  if (OC % 16 == 0) {
+    int o = 0;
+    for (; o + 32 <= OC; o += 32) multiply16_columns(M, V, U, nt, C, OC, o, 2);
+    if (o < OC) multiply16_columns(M, V, U, nt, C, OC, o, 1);
+    return;
+  }
+#endif
   for (int t0 = 0; t0 < nt; t0 += RB) {
     const float *a[RB];
     for (int r = 0; r < RB; r++) a[r] = V + (size_t)(t0 + r < nt ? t0 + r : nt - 1) * C;
@@ -413,6 +505,14 @@ static inline AI void gradient_block(float *s, int OC, const float *V, int C, in
 }
 
 static void multiply_grad(float *S, const float *V, const float *Z, int nt, int C, int OC) {
+#if defined(__AVX512F__)
+  if (OC % 16 == 0) {
+    int o = 0;
+    for (; o + 32 <= OC; o += 32) multiply_grad16_columns(S, V, Z, nt, C, OC, o, 2);
+    if (o < OC) multiply_grad16_columns(S, V, Z, nt, C, OC, o, 1);
+    return;
+  }
+#endif
   for (int c0 = 0; c0 < C; c0 += RB) {
     const int rows = C - c0 < RB ? C - c0 : RB;
     int o = 0;

@@ -306,6 +306,8 @@ TEST(conv2d_winograd) {
     ASSERT_EQ(wino_case(3, 16, 16, 16, 8, 0), 0); /* 4x4 tiles, whole */
     ASSERT_EQ(wino_case(1, 200, 16, 16, 64, 0), 0); /* 200 and 64 channels: 2x2 tiles even at 16x16 */
     ASSERT_EQ(wino_case(1, 16, 32, 32, 16, 1), 0);  /* 4x4 tiles, 64 of them: a full block and a short one */
+    ASSERT_EQ(wino_case(2, 24, 10, 10, 48, 1), 0);  /* AVX-512: 48 outputs, a block of 32 and one of 16; 24 channels */
+    ASSERT_EQ(wino_case(1, 8, 3, 3, 32, 0), 0);     /* AVX-512: 4 tiles, fewer than a block's rows; 8 channels */
     ASSERT_EQ(wino_case_capped(4, 8, 8, 8, 8, 0, 2), 0); /* scratch for 2 threads: no more run */
   }
   ASSERT_OK(dt_set_threads(1));
