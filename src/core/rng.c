@@ -2,11 +2,12 @@
 #include <math.h>
 
 #include "core/impl.h"
+#include "core/philox.h"
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
+#define PHILOX_M0 DT_PHILOX_M0
+#define PHILOX_M1 DT_PHILOX_M1
+#define PHILOX_W0 DT_PHILOX_W0
+#define PHILOX_W1 DT_PHILOX_W1
 
 void dt_philox4x32(uint64_t key, uint64_t counter, uint32_t out[4]) {
   uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;

@@ -925,6 +925,22 @@ TEST(dropout) {
   uint32_t w[4];
   dt_philox4x32(r.key, 5, w);
   ASSERT_EQ(m1[22], (w[2] >> 8) >= (uint32_t)(0.3 * 16777216.0 + 0.5));
+  /* every element does (the kernel draws 16 blocks at a time, in vectors) */
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (i % 4 == 0) dt_philox4x32(r.key, i / 4, w);
+    wrong += m1[i] != ((w[i % 4] >> 8) >= (uint32_t)(0.3 * 16777216.0 + 0.5));
+  }
+  ASSERT_EQ(wrong, 0);
+  /* dt_dropout_range: any window of the same draw, from any element (inside a block, a run of 16, across them) */
+  static const size_t windows[][2] = {{0, 1}, {3, 70}, {61, 5}, {64, 64}, {100, 1000}, {n - 4, 4}};
+  float *z = zeros(1000);
+  for (size_t k = 0; k < sizeof windows / sizeof windows[0]; k++) {
+    const size_t first = windows[k][0], len = windows[k][1];
+    dt_dropout_range(z, x + first, first, len, p, 11, 3);
+    ASSERT(memcmp(z, y1 + first, len * sizeof(float)) == 0);
+  }
+  free(z);
   /* another stream gives another mask */
   dt_dropout_forward(y2, m2, x, n, p, 11, 4);
   ASSERT(memcmp(m1, m2, n) != 0);
