@@ -20,8 +20,11 @@ void dt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
   }
 }
 
+#define LN_COLS 64 /* columns of the weight gradient summed together */
+
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * w. The parameter gradients are summed
  * over rows per column, each column by one thread, so the bits do not depend on the thread count. */
+
 void dt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *mean,
                            const float *rstd, const float *w, int N, int C) {
   if (dinp) {
@@ -45,15 +48,24 @@ void dt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
     }
   }
   if (!dw && !db) return;
+  /* Column blocks, each summed row by row: every column adds its rows in order, as one column at a time would, and
+   * the rows are read along (a column at a time strode C floats a load). */
+  const int blocks = (C + LN_COLS - 1) / LN_COLS;
 #pragma omp parallel for schedule(static)
-  for (int c = 0; c < C; c++) {
-    float sw = 0.0f, sb = 0.0f;
+  for (int b = 0; b < blocks; b++) {
+    const int c0 = b * LN_COLS, nc = C - c0 < LN_COLS ? C - c0 : LN_COLS;
+    float sw[LN_COLS] = {0}, sb[LN_COLS] = {0};
     for (int r = 0; r < N; r++) {
-      const float dy = dout[(size_t)r * C + c];
-      sw += dy * (inp[(size_t)r * C + c] - mean[r]) * rstd[r];
-      sb += dy;
+      const float *dy = dout + (size_t)r * C + c0, *x = inp + (size_t)r * C + c0;
+      const float m = mean[r], rs = rstd[r];
+      for (int c = 0; c < nc; c++) {
+        sw[c] += dy[c] * (x[c] - m) * rs;
+        sb[c] += dy[c];
+      }
     }
-    if (dw) dw[c] += sw;
-    if (db) db[c] += sb;
+    for (int c = 0; c < nc; c++) {
+      if (dw) dw[c0 + c] += sw[c];
+      if (db) db[c0 + c] += sb[c];
+    }
   }
 }

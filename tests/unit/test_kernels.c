@@ -960,6 +960,45 @@ TEST(dropout) {
   free(x), free(y1), free(y2), free(m1), free(m2), free(dy), free(y), free(dx);
 }
 
+/* LayerNorm's parameter gradients add each column's rows in row order, whatever the blocking of columns and the
+ * thread count: the same bits as one column at a time, and they accumulate into dw and db. */
+TEST(layernorm_weight_gradient) {
+  dt_rng_init(&rng, 21, 0);
+  static const int widths[] = {5, 64, 100, 200};
+  const int N = 37, threads = dt_get_threads();
+  for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++) {
+    const int C = widths[k];
+    float *x = randf((size_t)N * C, -2, 2), *dy = randf((size_t)N * C, -1, 1), *w = randf((size_t)C, 0.5f, 1.5f);
+    float *b = zeros((size_t)C), *y = zeros((size_t)N * C), *mean = zeros((size_t)N), *rstd = zeros((size_t)N);
+    float *dw = randf((size_t)C, -1, 1), *db = randf((size_t)C, -1, 1), *want_w = zeros((size_t)C),
+          *want_b = zeros((size_t)C);
+    dt_layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f);
+    for (int c = 0; c < C; c++) {
+      float sw = 0.0f, sb = 0.0f;
+      for (int r = 0; r < N; r++) {
+        const float g = dy[(size_t)r * C + c];
+        sw += g * (x[(size_t)r * C + c] - mean[r]) * rstd[r];
+        sb += g;
+      }
+      want_w[c] = dw[c] + sw;
+      want_b[c] = db[c] + sb;
+    }
+    for (int t = 1; t <= 2; t++) {
+      float *gw = zeros((size_t)C), *gb = zeros((size_t)C);
+      memcpy(gw, dw, (size_t)C * sizeof(float));
+      memcpy(gb, db, (size_t)C * sizeof(float));
+      ASSERT_OK(dt_set_threads(t));
+      dt_layernorm_backward(NULL, gw, gb, dy, x, mean, rstd, w, N, C);
+      if (memcmp(gw, want_w, (size_t)C * sizeof(float)) || memcmp(gb, want_b, (size_t)C * sizeof(float)))
+        FAIL_("C=%d, %d thread(s): the parameter gradients differ from a column at a time", C, t);
+      free(gw), free(gb);
+    }
+    free(x), free(dy), free(w), free(b), free(y), free(mean), free(rstd), free(dw), free(db), free(want_w),
+        free(want_b);
+  }
+  ASSERT_OK(dt_set_threads(threads));
+}
+
 TEST(elementwise) {
   float a[5] = {1, 2, 3, 4, 5}, b[5] = {10, 20, 30, 40, 50}, out[5];
   dt_add_forward(out, a, b, 5);
@@ -980,4 +1019,4 @@ TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_gr
           TEST_ENTRY(pool_grad), TEST_ENTRY(pool_exact), TEST_ENTRY(maxpool_nan_and_ties_both_paths), TEST_ENTRY(maxpool_vector_paths_match_reference), TEST_ENTRY(pool_geom_rejects), TEST_ENTRY(batchnorm_grad),
           TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(batchnorm_long_planes_match_double), TEST_ENTRY(bn_relu_maxpool_fused_matches_composition), TEST_ENTRY(bn_relu_fused_matches_composition), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
           TEST_ENTRY(cross_entropy_grad), TEST_ENTRY(cross_entropy_rejects), TEST_ENTRY(topk_correct),
-          TEST_ENTRY(dropout), TEST_ENTRY(elementwise))
+          TEST_ENTRY(dropout), TEST_ENTRY(layernorm_weight_gradient), TEST_ENTRY(elementwise))
