@@ -384,8 +384,8 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
     [TRAIN_STRATEGY] = {"--strategy", "NAME", FLAG_CHOICE, "single", "ddp",
                         .help = "single (one process), dp (worker threads on slices of each batch, like "
                         "nn.DataParallel) or ddp (one process per worker under dtrun/torchrun/mpirun/srun, like "
-                        "DistributedDataParallel); single or dp started as one of several copies by a launcher (WORLD_SIZE, "
-                        "OMPI_COMM_WORLD_SIZE or SLURM_STEP_NUM_TASKS above 1) is an error", .choices = strategies},
+                        "DistributedDataParallel); not given in one of several copies a launcher started (WORLD_SIZE, "
+                        "OMPI_COMM_WORLD_SIZE or SLURM_STEP_NUM_TASKS above 1), an error", .choices = strategies},
     [TRAIN_WORKERS] = {"--workers", "N", FLAG_POS_INT, "the thread budget", "2", .help = "dp: worker threads"},
     [TRAIN_ACCUMULATE] = {"--accumulate", "K", FLAG_POS_INT, "1", "4",
                           .help = "batches per optimizer step (gradient accumulation; ddp all-reduces on the last one "
@@ -656,10 +656,27 @@ static int train_schedule_flags(const flag_args *p, dt_train_config *cfg) {
   return set_threads(p->prog, cfg->threads);
 }
 
+/* With no --strategy, a launcher's copy of the run (one of several: the user meant ddp, or forgot the launcher) would
+ * train a model of its own into the outputs the other copies write too: a usage error, said by every copy. An
+ * explicit --strategy single or dp runs the copies on purpose (a sweep, each copy with its own --out). 0 or
+ * EXIT_USAGE. */
+static int launcher_copies_refused(void) {
+  const char *var = NULL;
+  const int world = dt_dist_launched_world(&var);
+  if (world <= 1) return 0;
+  fprintf(stderr,
+          "dtrain train: this process is one of %d a launcher started (%s=%s) and no --strategy was given: each "
+          "would train a model of its own into the same outputs; add --strategy ddp to train one model across "
+          "the %d processes, or --strategy single to run the copies on purpose (each with its own --out)\n",
+          world, var, getenv(var), world);
+  return EXIT_USAGE;
+}
+
 /* Strategy: the flags of one strategy are errors under another. */
 static int train_strategy_flags(const flag_args *p, dt_train_config *cfg) {
   const flag_value *v = p->v;
   if (v[TRAIN_STRATEGY].given) cfg->strategy = v[TRAIN_STRATEGY].choice;
+  else if (launcher_copies_refused()) return EXIT_USAGE;
   if (v[TRAIN_WORKERS].given) {
     if (cfg->strategy != DT_STRATEGY_DP)
       return flags_usage_error(p->prog, "add --strategy dp", "--workers applies only to --strategy dp");
@@ -684,25 +701,10 @@ static int train_strategy_flags(const flag_args *p, dt_train_config *cfg) {
   return 0;
 }
 
-/* A launcher's copy of a run that is not DDP would train a model of its own and write it where the other copies
- * write theirs: a usage error (every copy says it). 0 or EXIT_USAGE. */
-static int alone_or_refused(const dt_train_config *cfg) {
-  const char *var = NULL;
-  const int world = dt_dist_launched_world(&var);
-  if (world <= 1) return 0;
-  const int dp = cfg->strategy == DT_STRATEGY_DP;
-  fprintf(stderr,
-          "dtrain train: this process is one of %d a launcher started (%s=%s) but --strategy is %s: each would train "
-          "a model of its own and write it to the same outputs; add --strategy ddp to train one model across the %d processes, or "
-          "start dtrain train once without the launcher%s\n",
-          world, var, getenv(var), dp ? "dp" : "single", world, dp ? " (--strategy dp --workers N)" : "");
-  return EXIT_USAGE;
-}
-
 /* Under a launcher only rank 0 speaks; the others print nothing but errors. 0 or the runtime exit code. */
 static int train_rank(const dt_train_config *cfg, int *rank) {
   *rank = 0;
-  if (cfg->strategy != DT_STRATEGY_DDP) return alone_or_refused(cfg);
+  if (cfg->strategy != DT_STRATEGY_DDP) return 0;
   char url[300];
   if (cfg->master) snprintf(url, sizeof url, "tcp://%s", cfg->master);
   dt_dist_env env;

@@ -116,9 +116,10 @@ typedef struct dt_dist_env {
 dt_status dt_dist_env_detect(const char *init_method, int rank, int world_size, dt_dist_env *env);
 
 /* How many processes a launcher started together with this one, from the variable that says so for every
- * process it starts (WORLD_SIZE of dtrun/torchrun, OMPI_COMM_WORLD_SIZE of mpirun, SLURM_STEP_NUM_TASKS of
- * srun; a Slurm batch script, one process, has none of them), named in *var; 1 where none is set or the value
- * is not a whole number. For a program that is not meant to run as several copies. */
+ * process it starts: WORLD_SIZE (dtrun, torchrun), else OMPI_COMM_WORLD_SIZE (mpirun), else
+ * SLURM_STEP_NUM_TASKS (srun; a Slurm batch script, one process, has none of them). The first of them that holds
+ * a whole number from 1 to 2^24 counts (one that does not is passed over) and is named in *var; 1 and NULL where
+ * none does. For a program that is not meant to run as several copies. */
 int dt_dist_launched_world(const char **var);
 
 /* ---- process groups -------------------------------------------------------- */

@@ -4,29 +4,7 @@
 #include "core/impl.h"
 #include "core/philox.h"
 
-#define PHILOX_M0 DT_PHILOX_M0
-#define PHILOX_M1 DT_PHILOX_M1
-#define PHILOX_W0 DT_PHILOX_W0
-#define PHILOX_W1 DT_PHILOX_W1
-
-void dt_philox4x32(uint64_t key, uint64_t counter, uint32_t out[4]) {
-  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
-  uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-  for (int round = 0; round < 10; round++) {
-    uint64_t p0 = (uint64_t)PHILOX_M0 * c0, p1 = (uint64_t)PHILOX_M1 * c2;
-    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-    c1 = (uint32_t)p1;
-    c3 = (uint32_t)p0;
-    c0 = n0;
-    c2 = n2;
-    k0 += PHILOX_W0;
-    k1 += PHILOX_W1;
-  }
-  out[0] = c0;
-  out[1] = c1;
-  out[2] = c2;
-  out[3] = c3;
-}
+void dt_philox4x32(uint64_t key, uint64_t counter, uint32_t out[4]) { dt_philox_block(key, counter, out); }
 
 /* SplitMix64 finaliser: spreads (seed, stream) over the whole key space. */
 static uint64_t mix64(uint64_t x) {

@@ -23,10 +23,12 @@
 #include <string.h>
 
 #include "tensor/conv_wino.h"
+#include "tensor/v16.h"
 #include "tensor/v8.h"
 
 #define AI __attribute__((always_inline))
-#define RB 6               /* register block: RB rows (tiles, or input channels for the gradient) x 16 outputs */
+#define RB 6               /* register block: RB rows (tiles, or input channels for the gradient) x 16 outputs
+                            * (8 wide; the 16-wide blocks are RB16 below) */
 #define BLOCK_FLOATS 65536 /* a block's V and M together: 256 KiB */
 #define TB_MAX 120
 
@@ -373,21 +375,11 @@ static inline AI void product_block(float *m, size_t ldm, const float *const *a,
     }
 }
 
-#if defined(__AVX512F__)
+#if DT_V16
 /* With AVX-512 the products take 16 outputs a vector and 12 accumulators: 6 rows x 32 outputs, or 12 rows x 16
  * where 16 outputs are left; each sum still runs over k in order, one FMA a term, so the bits are the 8-wide
  * kernels'. (8 wide, the loads of a and b, not the FMAs, bounded them: 8 loads per 12 FMAs of 8 lanes.) */
-typedef float v16 __attribute__((vector_size(64)));
 #define RB16 12 /* rows of a 16-output block; a 32-output block takes RB16 / 2 */
-static inline v16 load16(const float *p) {
-  v16 v;
-  memcpy(&v, p, sizeof v);
-  return v;
-}
-#define store16(p, v) memcpy((p), &(v), sizeof(v16))
-#define splat16(x) ((v16)_mm512_set1_ps(x))
-#define fma16(a, b, c) ((v16)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
-#define KEEP16(v) __asm__("" : "+v"(v))
 
 /* m (rows, 16*nv) = sum over k < K of a[r][k] * b[k][.], RB16 / nv rows at pointers a[r] (rows of them kept). */
 static inline AI void product_block16(float *m, size_t ldm, const float *const *a, const float *b, size_t ldb, int K,
@@ -457,10 +449,14 @@ static inline AI void multiply_grad16_columns(float *S, const float *V, const fl
 }
 #endif
 
+/* 0: the 8-wide products even where the 16-wide ones apply (dt_wino_set_wide, for the tests). */
+static int wide = 1;
+void dt_wino_set_wide(int on) { wide = on != 0; }
+
 /* Forward, one xi: M (nt, OC) = V (nt, C) @ U (C, OC). */
 static void multiply(float *M, const float *V, const float *U, int nt, int C, int OC) {
-#if defined(__AVX512F__)
-  if (OC % 16 == 0) {
+#if DT_V16
+  if (wide && OC % 16 == 0) {
     int o = 0;
     for (; o + 32 <= OC; o += 32) multiply16_columns(M, V, U, nt, C, OC, o, 2);
     if (o < OC) multiply16_columns(M, V, U, nt, C, OC, o, 1);
@@ -505,8 +501,8 @@ static inline AI void gradient_block(float *s, int OC, const float *V, int C, in
 }
 
 static void multiply_grad(float *S, const float *V, const float *Z, int nt, int C, int OC) {
-#if defined(__AVX512F__)
-  if (OC % 16 == 0) {
+#if DT_V16
+  if (wide && OC % 16 == 0) {
     int o = 0;
     for (; o + 32 <= OC; o += 32) multiply_grad16_columns(S, V, Z, nt, C, OC, o, 2);
     if (o < OC) multiply_grad16_columns(S, V, Z, nt, C, OC, o, 1);

@@ -29,5 +29,7 @@ void dt_wino_forward(const dt_conv2d_geom *g, float *out, float *scratch, const 
                      const float *b);
 /* dw (OC, C, 3, 3) += the weight gradient from dout (N, OC, H, W) and the forward's inp (N, C, H, W). */
 void dt_wino_weights(const dt_conv2d_geom *g, float *dw, float *scratch, const float *dout, const float *inp);
+/* Tests: 0 runs the 8-wide products where AVX-512 would take 16-wide ones (the same bits), 1 (the default) not. */
+void dt_wino_set_wide(int on);
 
 #endif

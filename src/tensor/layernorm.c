@@ -1,5 +1,6 @@
 /* Layer normalisation over the last dimension (torch.nn.LayerNorm(C)): biased variance, eps inside the root. */
 #include <math.h>
+#include <omp.h>
 
 #include "tensor/kernels.h"
 
@@ -20,11 +21,17 @@ void dt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
   }
 }
 
-#define LN_COLS 64 /* columns of the weight gradient summed together */
+#define LN_COLS 64 /* the most columns of the weight gradient summed together */
+
+/* Columns a task of the weight gradient sums: up to LN_COLS, fewer where that would leave threads idle (any width
+ * adds each column's rows in the same order). */
+static int ln_cols(int C) {
+  const int t = omp_get_max_threads(), per = (C + t - 1) / t, w = (per + 15) / 16 * 16;
+  return w < 16 ? 16 : w > LN_COLS ? LN_COLS : w;
+}
 
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * w. The parameter gradients are summed
  * over rows per column, each column by one thread, so the bits do not depend on the thread count. */
-
 void dt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *mean,
                            const float *rstd, const float *w, int N, int C) {
   if (dinp) {
@@ -50,10 +57,10 @@ void dt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
   if (!dw && !db) return;
   /* Column blocks, each summed row by row: every column adds its rows in order, as one column at a time would, and
    * the rows are read along (a column at a time strode C floats a load). */
-  const int blocks = (C + LN_COLS - 1) / LN_COLS;
+  const int cols = ln_cols(C), blocks = (C + cols - 1) / cols;
 #pragma omp parallel for schedule(static)
   for (int b = 0; b < blocks; b++) {
-    const int c0 = b * LN_COLS, nc = C - c0 < LN_COLS ? C - c0 : LN_COLS;
+    const int c0 = b * cols, nc = C - c0 < cols ? C - c0 : cols;
     float sw[LN_COLS] = {0}, sb[LN_COLS] = {0};
     for (int r = 0; r < N; r++) {
       const float *dy = dout + (size_t)r * C + c0, *x = inp + (size_t)r * C + c0;

@@ -20,6 +20,7 @@ DTRUN=$b/dtrun
 . "$SRC/tests/cli/common.sh" # fail, ok, section, max_diff, use_tmp
 for x in "$DTRAIN" "$DTRUN"; do [ -x "$x" ] || { echo "FAIL: $x is not built" >&2; exit 1; }; done
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK PMI_RANK SLURM_PROCID
+unset OMPI_COMM_WORLD_SIZE SLURM_STEP_NUM_TASKS # they decide whether a train without --strategy runs
 
 use_tmp
 # train NAME WORLD|dp:N|single ARGS...: dtrain train into $tmp/NAME (world W: dtrun with W ranks, strategy ddp).

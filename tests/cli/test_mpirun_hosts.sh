@@ -20,6 +20,7 @@ for x in "$DTRAIN" "$DTRUN"; do [ -x "$x" ] || { echo "FAIL: $x is not built" >&
 command -v mpirun >/dev/null || { echo "skip: mpirun not installed (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
 nm -D "$b/libdtrain.so" | grep -q " U MPI_Init" || { echo "skip: libdtrain was built without MPI"; exit 77; }
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT DT_RUN_ID SLURM_PROCID OMPI_COMM_WORLD_RANK
+unset OMPI_COMM_WORLD_SIZE SLURM_STEP_NUM_TASKS # they decide whether a train without --strategy runs
 . "$SRC/tests/cli/common.sh" # fail, ok, section, alive, wait_for, wait_line, same_tensors, run, show
 
 tag=$$

@@ -21,6 +21,7 @@ DTRUN=$b/dtrun
 ATTACK=$SRC/tests/cli/store_attack.py
 for x in "$DTRAIN" "$DTRUN"; do [ -x "$x" ] || { echo "FAIL: $x is not built" >&2; exit 1; }; done
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK PMI_RANK SLURM_PROCID
+unset OMPI_COMM_WORLD_SIZE SLURM_STEP_NUM_TASKS # they decide whether a train without --strategy runs
 unset DT_JOB_SECRET DT_RUN_ID
 . "$SRC/tests/cli/common.sh" # fail, ok, section, alive, wait_for, wait_line, same_tensors, use_tmp
 use_tmp

@@ -28,6 +28,7 @@ W=$SRC/tests/cli/ddp_worker.sh
 . "$SRC/tests/cli/common.sh" # fail, ok, section, alive, wait_for, same_tensors
 for x in "$DTRAIN" "$DTRUN" "$EVALM"; do [ -x "$x" ] || { echo "FAIL: $x is not built" >&2; exit 1; }; done
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK PMI_RANK SLURM_PROCID
+unset OMPI_COMM_WORLD_SIZE SLURM_STEP_NUM_TASKS # they decide whether a train without --strategy runs
 
 use_tmp
 # col FILE NAME: the column NAME of a CSV, one value a line.

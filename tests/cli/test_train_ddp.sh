@@ -10,7 +10,8 @@
 #  6. a rank killed with SIGKILL mid-epoch: dtrun fails fast naming it, survivors report the
 #     lost peer (checked without dtrun too), nothing left in /dev/shm, no orphan processes;
 #  7. dtrun --max-restarts 1 with a rank that fails in round 0 only: the job finishes;
-#  8. usage errors (--sharded-update on with clipping too; single or dp as one of a launcher's copies), and --comm-hook bf16 reaching the accuracy of the uncompressed run;
+#  8. usage errors (--sharded-update on with clipping too; no --strategy in one of a launcher's copies), and
+#     --comm-hook bf16 reaching the accuracy of the uncompressed run;
 #  9. SIGINT to dtrun: every rank stops at the same step, rank 0 writes metrics and weights,
 #     exit 130.
 # Sizes are small (--limit-train/--limit-test): the whole script takes well under a minute.
@@ -25,6 +26,7 @@ DTRUN=$b/dtrun
 W=$SRC/tests/cli/ddp_worker.sh
 for x in "$DTRAIN" "$DTRUN"; do [ -x "$x" ] || { echo "FAIL: $x is not built" >&2; exit 1; }; done
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK PMI_RANK SLURM_PROCID
+unset OMPI_COMM_WORLD_SIZE SLURM_STEP_NUM_TASKS # they decide whether a train without --strategy runs
 
 tmp=$(mktemp -d)
 bg_pids=()
@@ -462,21 +464,27 @@ fi
 rc=$?
 [ "$rc" -eq 2 ] && grep -q -- '--workers' "$tmp/u2.err" && ok "--workers without dp: exit 2" ||
   fail "--workers without dp: exit $rc, stderr: $(cat "$tmp/u2.err")"
-# A launcher's copies of a run that is not ddp would each train alone into the same outputs: refused by every copy.
+# A launcher's copies of a run with no --strategy would each train alone into the same outputs: every copy refuses;
+# an explicit --strategy runs them on purpose.
 dtr u4 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train --limit-train 100 --out "$tmp/u4"
-[ "$rc" -ne 0 ] && grep -q 'one of 2 a launcher started (WORLD_SIZE=2) but --strategy is single' "$tmp/u4.err" &&
+[ "$rc" -ne 0 ] && grep -q 'one of 2 a launcher started (WORLD_SIZE=2) and no --strategy was given' "$tmp/u4.err" &&
   grep -q -- 'add --strategy ddp' "$tmp/u4.err" && [ ! -e "$tmp/u4" ] &&
-  ok "single under dtrun x2: refused, nothing written" || { fail "single under dtrun x2"; show u4; }
+  ok "no --strategy under dtrun x2: refused, nothing written" || { fail "no --strategy under dtrun x2"; show u4; }
 for v in OMPI_COMM_WORLD_SIZE SLURM_STEP_NUM_TASKS; do
-  env "$v=3" "$DTRAIN" train --strategy dp --limit-train 100 --out "$tmp/u5" >"$tmp/u5.out" 2>"$tmp/u5.err" </dev/null
+  env "$v=3" "$DTRAIN" train --limit-train 100 --out "$tmp/u5" >"$tmp/u5.out" 2>"$tmp/u5.err" </dev/null
   rc=$?
-  [ "$rc" -eq 2 ] && [ "$(grep -c '' "$tmp/u5.err")" -eq 1 ] && grep -q "one of 3 a launcher started ($v=3) but --strategy is dp" "$tmp/u5.err" &&
-    [ ! -e "$tmp/u5" ] && ok "dp as one of 3 ($v): exit 2, one line" || fail "dp with $v=3: exit $rc, $(cat "$tmp/u5.err")"
+  [ "$rc" -eq 2 ] && [ "$(grep -c '' "$tmp/u5.err")" -eq 1 ] &&
+    grep -q "one of 3 a launcher started ($v=3) and no --strategy" "$tmp/u5.err" && [ ! -e "$tmp/u5" ] &&
+    ok "no --strategy as one of 3 ($v): exit 2, one line" || fail "$v=3: exit $rc, $(cat "$tmp/u5.err")"
 done
-WORLD_SIZE=1 "$DTRAIN" train --limit-train 64 --limit-test 64 --out "$tmp/u6" >"$tmp/u6.out" 2>&1 </dev/null
-rc=$?
-[ "$rc" -eq 0 ] && [ -e "$tmp/u6/model.safetensors" ] && ok "single with WORLD_SIZE=1: trains" ||
-  { fail "single with WORLD_SIZE=1: exit $rc"; tail -3 "$tmp/u6.out"; }
+for e in WORLD_SIZE=1 "WORLD_SIZE=2 --strategy single"; do
+  set -- $e
+  env "$1" "$DTRAIN" train "${@:2}" --limit-train 64 --limit-test 64 --out "$tmp/u6" >"$tmp/u6.out" 2>&1 </dev/null
+  rc=$?
+  [ "$rc" -eq 0 ] && [ -e "$tmp/u6/model.safetensors" ] && ok "$e: trains" ||
+    { fail "$e: exit $rc"; tail -3 "$tmp/u6.out"; }
+  rm -rf "$tmp/u6"
+done
 dtr u3 60 --standalone --nproc-per-node 1 -- "$DTRAIN" train --strategy ddp --sharded-update on --clip-grad-norm 1 \
   --limit-train 100 --out "$tmp/u3"
 [ "$rc" -ne 0 ] && grep -q -- '--sharded-update on: --clip-grad-norm reads the averaged gradients' "$tmp/u3.err" &&

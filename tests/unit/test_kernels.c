@@ -203,7 +203,8 @@ TEST(conv2d_direct_grad) {
  * outputs (maps under 16 or wide kernels) or 4x4: forward, input and weight gradients against sums in double
  * over every tap, relative to the sum of the terms' magnitudes; sizes that are not multiples of the tile (the
  * last tiles half outside), 8 and 24 output channels (register blocks of 8 and of 16), bias or none, 1 and 3
- * threads; and one case by finite differences, with gradient accumulation. */
+ * threads; the AVX-512 blocks (16 and 32 outputs) byte for byte against the 8-wide ones; and one case by finite
+ * differences, with gradient accumulation. */
 typedef struct conv_ref {
   double *y, *dx, *dw, *my, *mdx, *mdw; /* values and sums of magnitudes */
 } conv_ref;
@@ -263,6 +264,29 @@ static int wino_case_capped(int N, int C, int H, int W, int OC, int bias, int ca
 }
 static int wino_case(int N, int C, int H, int W, int OC, int bias) { return wino_case_capped(N, C, H, W, OC, bias, 0); }
 
+/* The 16-wide products (AVX-512) against the 8-wide ones: the same bytes (where the build has no 16-wide path both
+ * runs take the 8-wide one). */
+static int wino_widths_case(int N, int C, int H, int W, int OC) {
+  dt_conv2d_geom g;
+  if (dt_conv2d_geom_init(&g, N, C, H, W, OC, 3, 3, 1, 1) != DT_OK || !dt_wino_applies(&g)) return 100;
+  const size_t nx = (size_t)N * C * H * W, nw = (size_t)OC * C * 9, ny = (size_t)N * OC * H * W;
+  float *x = randf(nx, -1, 1), *w = randf(nw, -1, 1), *b = randf(OC, -1, 1), *dy = randf(ny, -1, 1);
+  float *out[2][3], *scratch = zeros(dt_conv2d_scratch_floats(&g));
+  for (int k = 0; k < 2; k++) {
+    out[k][0] = zeros(ny), out[k][1] = zeros(nx), out[k][2] = zeros(nw);
+    dt_wino_set_wide(k == 0);
+    dt_conv2d_forward(&g, out[k][0], scratch, x, w, b);
+    dt_conv2d_backward(&g, out[k][1], out[k][2], NULL, scratch, dy, x, w);
+  }
+  dt_wino_set_wide(1);
+  const int bad = memcmp(out[0][0], out[1][0], ny * sizeof(float)) ||
+                  memcmp(out[0][1], out[1][1], nx * sizeof(float)) || memcmp(out[0][2], out[1][2], nw * sizeof(float));
+  if (bad) fprintf(stderr, "winograd N=%d C=%d %dx%d OC=%d: 16-wide and 8-wide products differ\n", N, C, H, W, OC);
+  for (int k = 0; k < 2; k++) free(out[k][0]), free(out[k][1]), free(out[k][2]);
+  free(x), free(w), free(b), free(dy), free(scratch);
+  return bad;
+}
+
 /* Under native bf16 (AVX512_BF16) the direct 3x3 kernels stay for a single input channel only (its GEMMs would
  * pad 9 values of k or columns to 32), and compute autocast's result there: on operands on the bf16 grid, exact
  * products summed in f32 (against sums in double). Skipped on a CPU without native bf16. */
@@ -309,6 +333,10 @@ TEST(conv2d_winograd) {
     ASSERT_EQ(wino_case(2, 24, 10, 10, 48, 1), 0);  /* AVX-512: 48 outputs, a block of 32 and one of 16; 24 channels */
     ASSERT_EQ(wino_case(1, 8, 3, 3, 32, 0), 0);     /* AVX-512: 4 tiles, fewer than a block's rows; 8 channels */
     ASSERT_EQ(wino_case_capped(4, 8, 8, 8, 8, 0, 2), 0); /* scratch for 2 threads: no more run */
+    /* 16 outputs (12-tile blocks, 8-channel gradient rows), 32 and 64 (6 x 32), 48 (both), a few tiles */
+    static const int widths[][5] = {{2, 16, 32, 32, 16}, {2, 24, 10, 10, 48}, {1, 8, 3, 3, 32}, {2, 64, 8, 8, 64}};
+    for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++)
+      ASSERT_EQ(wino_widths_case(widths[k][0], widths[k][1], widths[k][2], widths[k][3], widths[k][4]), 0);
   }
   ASSERT_OK(dt_set_threads(1));
   ASSERT_EQ(conv_grad_case(3, 8, 5, 7, 8, 3, 1, 1, 1), 0); /* finite differences; dw accumulates, dx is rewritten */

@@ -9,7 +9,8 @@ static const char *const all_vars[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
     "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
-    "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_TASKS_PER_NODE", "DT_RUN_ID", "TORCHELASTIC_RUN_ID", "DT_RESTART_COUNT",
+    "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS", "SLURM_TASKS_PER_NODE", "DT_RUN_ID", "TORCHELASTIC_RUN_ID",
+    "DT_RESTART_COUNT",
     "TORCHELASTIC_RESTART_COUNT", "DT_STORE_SERVED"};
 
 static void clear_env(void) {
@@ -370,6 +371,33 @@ TEST(job_identity) {
   clear_env();
 }
 
+/* How many copies a launcher started: the first of WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_STEP_NUM_TASKS that holds a
+ * count; a batch script's SLURM_NTASKS is not one. */
+TEST(launched_world) {
+  clear_env();
+  const char *var = "x";
+  ASSERT_EQ(dt_dist_launched_world(&var), 1);
+  ASSERT(var == NULL);
+  set("SLURM_NTASKS", "4"); /* sbatch --ntasks=4: the script itself is one process */
+  ASSERT_EQ(dt_dist_launched_world(NULL), 1);
+  set("SLURM_STEP_NUM_TASKS", "3");
+  ASSERT_EQ(dt_dist_launched_world(&var), 3);
+  ASSERT_STR_EQ(var, "SLURM_STEP_NUM_TASKS");
+  set("OMPI_COMM_WORLD_SIZE", "5");
+  ASSERT_EQ(dt_dist_launched_world(&var), 5);
+  ASSERT_STR_EQ(var, "OMPI_COMM_WORLD_SIZE");
+  set("WORLD_SIZE", "2");
+  ASSERT_EQ(dt_dist_launched_world(&var), 2);
+  ASSERT_STR_EQ(var, "WORLD_SIZE");
+  static const char *const bad[] = {"two", "0", "-2", "3x", "", "99999999999"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    set("WORLD_SIZE", bad[i]); /* passed over: the next variable counts */
+    ASSERT_EQ(dt_dist_launched_world(&var), 5);
+  }
+  clear_env();
+}
+
 TEST_MAIN(TEST_ENTRY(nothing_set_says_what_to_do), TEST_ENTRY(torchrun_variables), TEST_ENTRY(torchrun_errors),
           TEST_ENTRY(open_mpi_variables), TEST_ENTRY(slurm_variables), TEST_ENTRY(slurm_job_identity),
-          TEST_ENTRY(slurm_node_list_parser), TEST_ENTRY(slurm_errors), TEST_ENTRY(tcp_init_method), TEST_ENTRY(job_identity))
+          TEST_ENTRY(slurm_node_list_parser), TEST_ENTRY(slurm_errors), TEST_ENTRY(tcp_init_method),
+          TEST_ENTRY(job_identity), TEST_ENTRY(launched_world))
