@@ -384,8 +384,8 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
     [TRAIN_STRATEGY] = {"--strategy", "NAME", FLAG_CHOICE, "single", "ddp",
                         .help = "single (one process), dp (worker threads on slices of each batch, like "
                         "nn.DataParallel) or ddp (one process per worker under dtrun/torchrun/mpirun/srun, like "
-                        "DistributedDataParallel); not given in one of several copies a launcher started (WORLD_SIZE, "
-                        "OMPI_COMM_WORLD_SIZE or SLURM_STEP_NUM_TASKS above 1), an error", .choices = strategies},
+                        "DistributedDataParallel); an error to leave out where a launcher started several copies "
+                        "(WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_STEP_NUM_TASKS above 1)", .choices = strategies},
     [TRAIN_WORKERS] = {"--workers", "N", FLAG_POS_INT, "the thread budget", "2", .help = "dp: worker threads"},
     [TRAIN_ACCUMULATE] = {"--accumulate", "K", FLAG_POS_INT, "1", "4",
                           .help = "batches per optimizer step (gradient accumulation; ddp all-reduces on the last one "

@@ -961,7 +961,7 @@ TEST(dropout) {
   }
   ASSERT_EQ(wrong, 0);
   /* dt_dropout_range: any window of the same draw, from any element (inside a block, a run of 16, across them) */
-  static const size_t windows[][2] = {{0, 1}, {3, 70}, {61, 5}, {64, 64}, {100, 1000}, {n - 4, 4}};
+  const size_t windows[][2] = {{0, 1}, {3, 70}, {61, 5}, {64, 64}, {100, 1000}, {n - 4, 4}}; /* n: not static */
   float *z = zeros(1000);
   for (size_t k = 0; k < sizeof windows / sizeof windows[0]; k++) {
     const size_t first = windows[k][0], len = windows[k][1];
