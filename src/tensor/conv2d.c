@@ -1,6 +1,6 @@
 /* conv2d kernels: per sample, im2col into a per-thread buffer and GEMMs on NCHW data (col2im for backward);
- * 3x3 stride-1 padded convolutions go to Winograd's algorithm (conv_wino.c) when their channels come in 8s and
- * the transformed kernel fits in L2, else to the direct kernels of conv3x3.c where those apply. */
+ * 3x3 stride-1 convolutions (padding 0 to 2) go to Winograd's algorithm (conv_wino.c) when their channels come
+ * in 8s and the transformed kernel fits in L2, else to the direct kernels of conv3x3.c where those apply. */
 #include <limits.h>
 #include <omp.h>
 #include <string.h>
@@ -80,13 +80,13 @@ static size_t block_floats(const dt_conv2d_geom *g) {
 static int transposed_geom(const dt_conv2d_geom *g, dt_conv2d_geom *t) {
   if (g->C < CONV_TRANSPOSED_MIN_C || g->stride != 1 || g->pad > g->KH - 1 || g->pad > g->KW - 1 || g->KH != g->KW)
     return 0;
-  /* Padded by K-1-pad, it multiplies by zeros where the input is larger than the output: with fashioncnn's
-   * unpadded 3x3 on 14x14 (36% more products) it was 8% slower for the whole training step. */
-  if ((int64_t)g->H * g->W > (int64_t)g->OH * g->OW) return 0;
   *t = *g;
   t->C = g->OC, t->H = g->OH, t->W = g->OW, t->OC = g->C, t->OH = g->H, t->OW = g->W;
   t->pad = g->KH - 1 - g->pad;
-  return 1;
+  /* Padded by K-1-pad, it multiplies by zeros where the input is larger than the output: by GEMMs, with
+   * fashioncnn's unpadded 3x3 on 14x14 (36% more products), it was 8% slower for the whole training step than
+   * the GEMM and col2im of backward_groups; by Winograd, it is faster. */
+  return (int64_t)g->H * g->W <= (int64_t)g->OH * g->OW || dt_wino_applies(t);
 }
 
 /* Floats of the forward's scratch for geometry g, by whichever path it takes. Winograd, where it applies, is

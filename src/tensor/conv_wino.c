@@ -1,5 +1,5 @@
-/* Winograd F(m x m, 3x3), m = 2 or 4, stride 1, padding 1: forward and weight gradient (conv_wino.h says what
- * it computes).
+/* Winograd F(m x m, 3x3), m = 2 or 4, stride 1, padding 0 to 2: forward and weight gradient (conv_wino.h says
+ * what it computes).
  *
  * With d an a x a input tile (a = m + 2), w a 3x3 kernel and y the m x m outputs of the tile:
  *   y = A^T [(G w G^T) . (B^T d B)] A  (. element-wise),
@@ -10,10 +10,10 @@
  *   m = 4: B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1],
  *          G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1],
  *          A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1].
- * Tile (i, j) covers outputs (m i, m j) to (m i + m-1, m j + m-1) and inputs from (m i - 1, m j - 1); tiles that
- * pass the bottom or right edge read zeros there and only what lies inside is kept.
+ * Tile (i, j) covers outputs (m i, m j) to (m i + m-1, m j + m-1) and inputs from (m i - pad, m j - pad); tiles
+ * that pass the bottom or right edge read zeros there and only what lies inside is kept.
  *
- * Layout. Per sample, the input is copied into blocks of 8 channels with a zero border, (C/8, PH, PW, 8), so a
+ * Layout. Per sample, the input is copied into blocks of 8 channels with a zero border of pad, (C/8, PH, PW, 8), so a
  * tile's a x a positions are vector loads of 8 channels. Tiles are taken TB at a time: the block's transformed
  * inputs V (a*a, TB, C) and the products M (a*a, TB, OC) stay in L2 from the transform through the a*a small
  * GEMMs to the inverse transform, which writes the sample's outputs blocked the same way before they are
@@ -39,7 +39,8 @@
  * (low-precision operands, f32 sums) up to f32 rounding; it stays even where bf16 GEMMs are native, being
  * faster than them on these layers (docs/benchmarks.md). */
 int dt_wino_applies(const dt_conv2d_geom *g) {
-  return g->KH == 3 && g->KW == 3 && g->stride == 1 && g->pad == 1 && g->C % 8 == 0 && g->OC % 8 == 0 &&
+  return g->KH == 3 && g->KW == 3 && g->stride == 1 && g->pad >= 0 && g->pad <= 2 && g->C % 8 == 0 &&
+         g->OC % 8 == 0 &&
          (int64_t)g->C * g->OC <= MAX_KERNEL_FLOATS;
 }
 
@@ -49,13 +50,14 @@ int dt_wino_applies(const dt_conv2d_geom *g) {
  * resnet20's and resnet18's layers (bench/conv_kernels --algos): F(4x4) up to 1.8x faster on 16-32 channels at
  * 16x16 and 32x32 and 64 at 56x56, as fast with 128 at 28x28, slower on 64 at 8x8 and 256 at 14x14. Its f32 error
  * is larger (resnet18's gradients 6.7e-5 from torch's against 2.4e-5, within the 1e-4 of the parity tests). */
-static int tile_outputs(const dt_conv2d_geom *g) { return g->H >= 16 && g->W >= 16 && g->C + g->OC <= 256 ? 4 : 2; }
+static int tile_outputs(const dt_conv2d_geom *g) { return g->OH >= 16 && g->OW >= 16 && g->C + g->OC <= 256 ? 4 : 2; }
 
 /* One convolution's tiling: everything below reads it. */
 typedef struct tiling {
   int m, a, xi;   /* outputs a side of a tile, inputs a side, transformed elements (a*a) */
   int th, tw;     /* tiles down and across */
-  int ph, pw;     /* the bordered input planes: m*th + 2 by m*tw + 2 */
+  int ph, pw;     /* the bordered input planes: m*th + 2 by m*tw + 2 (the input from (pad, pad); OH = H + 2 pad - 2
+                  * so it fits) */
   int oh, ow;     /* the blocked output (gradient) planes: m*th by m*tw */
   int tb;         /* tiles per block */
 } tiling;
@@ -63,7 +65,7 @@ typedef struct tiling {
 static tiling tiling_of(const dt_conv2d_geom *g) {
   tiling t;
   t.m = tile_outputs(g), t.a = t.m + 2, t.xi = t.a * t.a;
-  t.th = (g->H + t.m - 1) / t.m, t.tw = (g->W + t.m - 1) / t.m;
+  t.th = (g->OH + t.m - 1) / t.m, t.tw = (g->OW + t.m - 1) / t.m;
   t.ph = t.m * t.th + 2, t.pw = t.m * t.tw + 2, t.oh = t.m * t.th, t.ow = t.m * t.tw;
   const int tb = BLOCK_FLOATS / (t.xi * (g->C + g->OC)) / RB * RB, tiles = (t.th * t.tw + RB - 1) / RB * RB;
   t.tb = tb < RB ? RB : tb > TB_MAX ? TB_MAX : tb;
@@ -521,7 +523,7 @@ void dt_wino_forward(const dt_conv2d_geom *g, float *out, float *scratch, const 
                      const float *b) {
   const tiling tl = tiling_of(g);
   const int C = g->C, OC = g->OC, TB = tl.tb, TS = tl.th * tl.tw;
-  const size_t HW = (size_t)g->H * g->W, block = forward_block(g, &tl);
+  const size_t HW = (size_t)g->H * g->W, P = (size_t)g->OH * g->OW, block = forward_block(g, &tl);
   float *U = scratch, *blocks0 = scratch + kernel_floats(g, &tl);
   transform_weights(&tl, U, w, C, OC);
 #pragma omp parallel num_threads(threads_for(g))
@@ -533,7 +535,7 @@ void dt_wino_forward(const dt_conv2d_geom *g, float *out, float *scratch, const 
      * result does not depend on which thread took which sample (the weight gradient's partials below do). */
 #pragma omp for schedule(dynamic, 2)
     for (int n = 0; n < g->N; n++) {
-      pack_blocked(X, inp + (size_t)n * C * HW, C, g->H, g->W, tl.ph, tl.pw, 1);
+      pack_blocked(X, inp + (size_t)n * C * HW, C, g->H, g->W, tl.ph, tl.pw, g->pad);
       for (int t0 = 0; t0 < TS; t0 += TB) {
         const int nt = TS - t0 < TB ? TS - t0 : TB;
         transform_inputs(&tl, V, X, C, t0, nt);
@@ -541,7 +543,7 @@ void dt_wino_forward(const dt_conv2d_geom *g, float *out, float *scratch, const 
           multiply(M + (size_t)xi * TB * OC, V + (size_t)xi * TB * C, U + (size_t)xi * C * OC, nt, C, OC);
         transform_outputs(&tl, Y, M, b, OC, t0, nt);
       }
-      unpack_blocked(out + (size_t)n * OC * HW, Y, OC, g->H, g->W, tl.oh, tl.ow);
+      unpack_blocked(out + (size_t)n * OC * P, Y, OC, g->OH, g->OW, tl.oh, tl.ow);
     }
   }
 }
@@ -551,7 +553,8 @@ void dt_wino_forward(const dt_conv2d_geom *g, float *out, float *scratch, const 
 void dt_wino_weights(const dt_conv2d_geom *g, float *dw, float *scratch, const float *dout, const float *inp) {
   const tiling tl = tiling_of(g);
   const int C = g->C, OC = g->OC, TB = tl.tb, TS = tl.th * tl.tw;
-  const size_t HW = (size_t)g->H * g->W, block = weights_block(g, &tl), kn = kernel_floats(g, &tl);
+  const size_t HW = (size_t)g->H * g->W, P = (size_t)g->OH * g->OW, block = weights_block(g, &tl);
+  const size_t kn = kernel_floats(g, &tl);
   float *S = scratch, *blocks0 = scratch + kn;
 #pragma omp parallel num_threads(threads_for(g))
   {
@@ -562,8 +565,8 @@ void dt_wino_weights(const dt_conv2d_geom *g, float *dw, float *scratch, const f
     memset(part, 0, kn * sizeof(float));
 #pragma omp for schedule(static)
     for (int n = 0; n < g->N; n++) {
-      pack_blocked(X, inp + (size_t)n * C * HW, C, g->H, g->W, tl.ph, tl.pw, 1);
-      pack_blocked(D, dout + (size_t)n * OC * HW, OC, g->H, g->W, tl.oh, tl.ow, 0);
+      pack_blocked(X, inp + (size_t)n * C * HW, C, g->H, g->W, tl.ph, tl.pw, g->pad);
+      pack_blocked(D, dout + (size_t)n * OC * P, OC, g->OH, g->OW, tl.oh, tl.ow, 0);
       for (int t0 = 0; t0 < TS; t0 += TB) {
         const int nt = TS - t0 < TB ? TS - t0 : TB;
         transform_inputs(&tl, V, X, C, t0, nt);

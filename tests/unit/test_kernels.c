@@ -199,8 +199,8 @@ TEST(conv2d_direct_grad) {
   ASSERT_OK(dt_set_threads(1));
 }
 
-/* Winograd (conv_wino.c) takes 3x3 stride-1 pad-1 convolutions whose channels come in 8s, with tiles of 2x2
- * outputs (maps under 16 or wide kernels) or 4x4: forward, input and weight gradients against sums in double
+/* Winograd (conv_wino.c) takes 3x3 stride-1 convolutions padded by 0 to 2 whose channels come in 8s, with tiles of
+ * 2x2 outputs (maps under 16 or wide kernels) or 4x4: forward, input and weight gradients against sums in double
  * over every tap, relative to the sum of the terms' magnitudes; sizes that are not multiples of the tile (the
  * last tiles half outside), 8 and 24 output channels (register blocks of 8 and of 16), bias or none, 1 and 3
  * threads; the AVX-512 blocks (16 and 32 outputs) byte for byte against the 8-wide ones; and one case by finite
@@ -211,16 +211,16 @@ typedef struct conv_ref {
 
 static void naive_conv(const dt_conv2d_geom *g, const float *x, const float *w, const float *b, const float *dy,
                        conv_ref *r) {
-  const int H = g->H, W = g->W, C = g->C, OC = g->OC;
+  const int H = g->H, W = g->W, C = g->C, OC = g->OC, OH = g->OH, OW = g->OW;
   for (int n = 0; n < g->N; n++)
     for (int o = 0; o < OC; o++)
-      for (int h = 0; h < H; h++)
-        for (int v = 0; v < W; v++) {
-          const size_t yi = (((size_t)n * OC + o) * H + h) * W + v;
+      for (int h = 0; h < OH; h++)
+        for (int v = 0; v < OW; v++) {
+          const size_t yi = (((size_t)n * OC + o) * OH + h) * OW + v;
           r->y[yi] = b ? b[o] : 0.0, r->my[yi] = fabs(r->y[yi]);
           for (int c = 0; c < C; c++)
             for (int k = 0; k < 9; k++) {
-              const int ih = h + k / 3 - 1, iw = v + k % 3 - 1;
+              const int ih = h + k / 3 - g->pad, iw = v + k % 3 - g->pad;
               if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
               const size_t xi = (((size_t)n * C + c) * H + ih) * W + iw, wi = ((size_t)o * C + c) * 9 + k;
               r->y[yi] += (double)x[xi] * w[wi], r->my[yi] += fabs((double)x[xi] * w[wi]);
@@ -242,11 +242,11 @@ static double worst_rel(const float *got, const double *ref, const double *mag, 
 static double *dzeros(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
 
 /* cap: the scratch sized for at most that many threads (g.threads), fewer than may run */
-static int wino_case_capped(int N, int C, int H, int W, int OC, int bias, int cap) {
+static int wino_case_full(int N, int C, int H, int W, int OC, int bias, int cap, int pad) {
   dt_conv2d_geom g;
-  if (dt_conv2d_geom_init(&g, N, C, H, W, OC, 3, 3, 1, 1) != DT_OK || !dt_wino_applies(&g)) return 100;
+  if (dt_conv2d_geom_init(&g, N, C, H, W, OC, 3, 3, 1, pad) != DT_OK || !dt_wino_applies(&g)) return 100;
   if (cap) g.threads = cap;
-  const size_t nx = (size_t)N * C * H * W, nw = (size_t)OC * C * 9, ny = (size_t)N * OC * H * W;
+  const size_t nx = (size_t)N * C * H * W, nw = (size_t)OC * C * 9, ny = (size_t)N * OC * g.OH * g.OW;
   float *x = randf(nx, -1, 1), *w = randf(nw, -1, 1), *b = bias ? randf(OC, -1, 1) : NULL, *dy = randf(ny, -1, 1);
   float *y = zeros(ny), *dx = zeros(nx), *dw = zeros(nw), *scratch = zeros(dt_conv2d_scratch_floats(&g));
   conv_ref r = {dzeros(ny), dzeros(nx), dzeros(nw), dzeros(ny), dzeros(nx), dzeros(nw)};
@@ -256,13 +256,18 @@ static int wino_case_capped(int N, int C, int H, int W, int OC, int bias, int ca
   const double ey = worst_rel(y, r.y, r.my, ny), edx = worst_rel(dx, r.dx, r.mdx, nx), edw = worst_rel(dw, r.dw, r.mdw, nw);
   const int bad = ey > 1e-5 || edx > 1e-5 || edw > 1e-5;
   if (bad)
-    fprintf(stderr, "winograd N=%d C=%d %dx%d OC=%d: relative error y %.3g dx %.3g dw %.3g\n", N, C, H, W, OC, ey, edx,
-            edw);
+    fprintf(stderr, "winograd N=%d C=%d %dx%d OC=%d pad %d: relative error y %.3g dx %.3g dw %.3g\n", N, C, H, W, OC,
+            pad, ey, edx, edw);
   free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(scratch);
   free(r.y), free(r.dx), free(r.dw), free(r.my), free(r.mdx), free(r.mdw);
   return bad;
 }
-static int wino_case(int N, int C, int H, int W, int OC, int bias) { return wino_case_capped(N, C, H, W, OC, bias, 0); }
+static int wino_case(int N, int C, int H, int W, int OC, int bias) {
+  return wino_case_full(N, C, H, W, OC, bias, 0, 1);
+}
+static int wino_pad_case(int N, int C, int H, int W, int OC, int pad) {
+  return wino_case_full(N, C, H, W, OC, 1, 0, pad);
+}
 
 /* The 16-wide products (AVX-512) against the 8-wide ones: the same bytes (where the build has no 16-wide path both
  * runs take the 8-wide one). */
@@ -332,7 +337,15 @@ TEST(conv2d_winograd) {
     ASSERT_EQ(wino_case(1, 16, 32, 32, 16, 1), 0);  /* 4x4 tiles, 64 of them: a full block and a short one */
     ASSERT_EQ(wino_case(2, 24, 10, 10, 48, 1), 0);  /* AVX-512: 48 outputs, a block of 32 and one of 16; 24 channels */
     ASSERT_EQ(wino_case(1, 8, 3, 3, 32, 0), 0);     /* AVX-512: 4 tiles, fewer than a block's rows; 8 channels */
-    ASSERT_EQ(wino_case_capped(4, 8, 8, 8, 8, 0, 2), 0); /* scratch for 2 threads: no more run */
+    ASSERT_EQ(wino_case_full(4, 8, 8, 8, 8, 0, 2, 1), 0); /* scratch for 2 threads: no more run */
+    /* Padding 0 (fashioncnn's second conv: 14x14 -> 12x12; its input gradient is the padding-2 forward of the
+     * transposed convolution, by Winograd too) and 2, with 2x2 and 4x4 tiles, whole and cut */
+    ASSERT_EQ(wino_pad_case(2, 32, 14, 14, 64, 0), 0);
+    ASSERT_EQ(wino_pad_case(2, 8, 9, 7, 16, 0), 0);   /* 7x5 outputs: the last tiles half outside */
+    ASSERT_EQ(wino_pad_case(2, 16, 19, 18, 8, 0), 0); /* 17x16: 4x4 tiles, the last row of tiles one row inside */
+    ASSERT_EQ(wino_pad_case(1, 8, 5, 5, 8, 0), 0);    /* 3x3 outputs: the last tiles mostly outside */
+    ASSERT_EQ(wino_pad_case(2, 16, 12, 12, 8, 2), 0); /* 14x14 outputs */
+    ASSERT_EQ(wino_pad_case(1, 8, 15, 14, 24, 2), 0); /* 17x16: 4x4 tiles */
     /* 16 outputs (12-tile blocks, 8-channel gradient rows), 32 and 64 (6 x 32), 48 (both), a few tiles */
     static const int widths[][5] = {{2, 16, 32, 32, 16}, {2, 24, 10, 10, 48}, {1, 8, 3, 3, 32}, {2, 64, 8, 8, 64}};
     for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++)
@@ -345,6 +358,8 @@ TEST(conv2d_winograd) {
   ASSERT_EQ(dt_wino_applies(&g), 0); /* 12 input channels */
   ASSERT_OK(dt_conv2d_geom_init(&g, 1, 16, 8, 8, 16, 3, 3, 2, 1));
   ASSERT_EQ(dt_wino_applies(&g), 0); /* stride 2 */
+  ASSERT_OK(dt_conv2d_geom_init(&g, 1, 16, 8, 8, 16, 3, 3, 1, 3));
+  ASSERT_EQ(dt_wino_applies(&g), 0); /* padding 3: an output row of zeros-only taps */
   ASSERT_OK(dt_conv2d_geom_init(&g, 1, 512, 7, 7, 256, 3, 3, 1, 1));
   ASSERT_EQ(dt_wino_applies(&g), 0); /* a transformed kernel past 256 KiB */
 }
