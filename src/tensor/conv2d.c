@@ -9,6 +9,7 @@
 #include "tensor/conv3x3.h"
 #include "tensor/conv_wino.h"
 #include "tensor/kernels.h"
+#include "tensor/v8.h"
 
 dt_status dt_conv2d_geom_init(dt_conv2d_geom *g, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
                               int pad) {
@@ -201,12 +202,12 @@ static void col2im_sample(const dt_conv2d_geom *g, float *dinp_n, const float *d
   }
 }
 
-/* sum of x (n); 8 independent lanes so the compiler vectorises it without reassociating on its own. */
+/* sum of x (n) in 8 independent lanes, one vector (an array of 8 lanes was left scalar by GCC, with the lanes
+ * moved through memory: 5% of fashioncnn's step), the lanes then added in double in order. */
 static double sum_floats(const float *x, int n) {
-  float lane[8] = {0};
+  v8 lane = splat8(0.0f);
   int i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; j++) lane[j] += x[i + j];
+  for (; i + 8 <= n; i += 8) lane += load8(x + i);
   double s = 0.0;
   for (int j = 0; j < 8; j++) s += lane[j];
   for (; i < n; i++) s += x[i];
