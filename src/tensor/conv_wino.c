@@ -134,7 +134,9 @@ static inline void transpose_copy(const float *src, size_t ss, float *dst, size_
 }
 
 /* Between planes (C, H, W) and blocks of 8 channels (C/8, PH, PW, 8) whose interior starts at (off, off):
- * 8 channels x 8 columns at a time through a transpose, the columns past the last multiple of 8 one by one. */
+ * 8 channels x 8 columns at a time through a transpose. Columns past the last multiple of 8 go through one more
+ * transpose of the row's last 8 columns (rewriting some with the same values; fashioncnn's rows are 12 and 14
+ * wide), or one by one in rows narrower than 8. */
 static void pack_blocked(float *X, const float *src, int C, int H, int W, int PH, int PW, int off) {
   const size_t HW = (size_t)H * W;
   for (int cb = 0; cb < C / 8; cb++)
@@ -143,8 +145,10 @@ static void pack_blocked(float *X, const float *src, int C, int H, int W, int PH
       float *x = X + (((size_t)cb * PH + h + off) * PW + off) * 8;
       int w = 0;
       for (; w + 8 <= W; w += 8) transpose_copy(p + w, HW, x + (size_t)w * 8, 8);
-      for (; w < W; w++)
-        for (int l = 0; l < 8; l++) x[(size_t)w * 8 + l] = p[l * HW + w];
+      if (w < W && W >= 8) transpose_copy(p + W - 8, HW, x + (size_t)(W - 8) * 8, 8);
+      else
+        for (; w < W; w++)
+          for (int l = 0; l < 8; l++) x[(size_t)w * 8 + l] = p[l * HW + w];
     }
 }
 
@@ -156,8 +160,10 @@ static void unpack_blocked(float *dst, const float *Y, int C, int H, int W, int 
       const float *y = Y + ((size_t)cb * PH + h) * PW * 8;
       int w = 0;
       for (; w + 8 <= W; w += 8) transpose_copy(y + (size_t)w * 8, 8, p + w, HW);
-      for (; w < W; w++)
-        for (int l = 0; l < 8; l++) p[l * HW + w] = y[(size_t)w * 8 + l];
+      if (w < W && W >= 8) transpose_copy(y + (size_t)(W - 8) * 8, 8, p + W - 8, HW);
+      else
+        for (; w < W; w++)
+          for (int l = 0; l < 8; l++) p[l * HW + w] = y[(size_t)w * 8 + l];
     }
 }
 
