@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "tensor/kernels.h"
+#include "tensor/v8.h"
 
 /* A channel's planes lie C*HW floats apart, each too short for the hardware prefetcher to get going:
  * ask for the next plane while working on this one. */
@@ -198,10 +199,57 @@ void dt_bn_relu_backward(float *dinp, float *dgamma, float *dbeta, const float *
 
 /* ---- BatchNorm -> ReLU -> MaxPool(2, stride 2, no padding), fused ------------------------------------ */
 
-/* The pooled planes are walked as flat runs of up to CHUNK outputs p = oh*OW + ow, each with the offset
- * 2*oh*W + 2*ow of its window in the input plane: full-width vector loops (gathers) where the rows
- * (OW = 14, 6 in fashioncnn) are too short for them. */
+/* Pooled rows at least 8 wide (fashioncnn's first, 14) are walked 8 windows at a time: two input rows' 16
+ * columns each, loaded whole and split into the windows' even and odd columns (row_windows below; the last 8 of
+ * a row overlap the ones before where its width is not a multiple of 8). Narrower ones (fashioncnn's second, 6)
+ * as flat runs of up to CHUNK outputs p = oh*OW + ow, each with the offset 2*oh*W + 2*ow of its window in the
+ * input plane: full-width vector loops (gathers). */
 #define CHUNK 1024
+#define ROW_WINDOWS 8
+
+/* Where the 8-window blocks of a pooled row start: 0, 8, ... and OW - 8 last. */
+static inline int next_block(int ow0, int OW) {
+  return ow0 + ROW_WINDOWS <= OW - ROW_WINDOWS || ow0 + ROW_WINDOWS >= OW ? ow0 + ROW_WINDOWS : OW - ROW_WINDOWS;
+}
+
+/* Windows ow0 .. ow0+7 of pooled row oh, r0 the input row 2*oh at column 2*ow0 (r0 + W the next row): their
+ * four values, each as 8 lanes, in the order of bn_relu_pool_run's xa, xb, xc, xd. */
+typedef struct row_windows {
+  v8 a, b, c, d;
+} row_windows;
+static inline row_windows load_windows(const float *r0, int W) {
+  const v8 l0 = load8(r0), h0 = load8(r0 + 8), l1 = load8(r0 + W), h1 = load8(r0 + W + 8);
+  return (row_windows){EVEN8(l0, h0), ODD8(l0, h0), EVEN8(l1, h1), ODD8(l1, h1)};
+}
+static inline v8 bn_relu8(v8 x, float m, float scale, float shift) {
+  const v8 v = (x - splat8(m)) * splat8(scale) + splat8(shift);
+  return sel8(v > splat8(0.0f), v, splat8(0.0f));
+}
+
+/* bn_relu_pool_run's arithmetic and choices lane for lane, for 8 windows of one row (the same bits): o0 the
+ * offset of the first window in the input plane. */
+static void bn_relu_pool8(float *y, int32_t *am, float *xs, const float *r0, int32_t o0, float m, float is,
+                          float scale, float shift, int W) {
+  const row_windows x = load_windows(r0, W);
+  const v8 a = bn_relu8(x.a, m, scale, shift), b = bn_relu8(x.b, m, scale, shift);
+  const v8 c = bn_relu8(x.c, m, scale, shift), d = bn_relu8(x.d, m, scale, shift);
+  v8 v = a, xv = x.a;
+  v8i k = {0};
+  v8i gt = b > v;
+  k = seli8(gt, (v8i){1, 1, 1, 1, 1, 1, 1, 1}, k), xv = sel8(gt, x.b, xv), v = sel8(gt, b, v);
+  gt = c > v;
+  const v8i kw = {W, W, W, W, W, W, W, W};
+  k = seli8(gt, kw, k), xv = sel8(gt, x.c, xv), v = sel8(gt, c, v);
+  gt = d > v;
+  k = seli8(gt, kw + 1, k), xv = sel8(gt, x.d, xv), v = sel8(gt, d, v);
+  const v8i o = (v8i){o0, o0, o0, o0, o0, o0, o0, o0} + (v8i){0, 2, 4, 6, 8, 10, 12, 14} + k;
+  store8(y, v);
+  memcpy(am, &o, sizeof o);
+  if (xs) {
+    const v8 sel = (xv - splat8(m)) * splat8(is);
+    store8(xs, sel);
+  }
+}
 
 static void window_offsets(int32_t *off, int p0, int np, int W, int OW) {
   for (int i = 0; i < np; i++) off[i] = 2 * ((p0 + i) / OW) * W + 2 * ((p0 + i) % OW);
@@ -243,7 +291,19 @@ static void bn_relu_pool_run(float *restrict y, int32_t *restrict am, float *res
 /* Planes n = 0..N-1 of channel c (N = 1 with the plane pointers for one plane). */
 static void bn_relu_pool_planes(float *out, int32_t *argmax, float *xsel, const float *inp, int N, int C, int c,
                                 int H, int W, float m, float is, float scale, float shift) {
-  const int HW = H * W, OW = W / 2, P = (H / 2) * OW;
+  const int HW = H * W, OW = W / 2, OH = H / 2, P = OH * OW;
+  if (OW >= ROW_WINDOWS) {
+    for (int n = 0; n < N; n++) {
+      const size_t pl = (size_t)n * C + c;
+      for (int oh = 0; oh < OH; oh++)
+        for (int ow0 = 0; ow0 < OW; ow0 = next_block(ow0, OW)) {
+          const size_t p = pl * P + (size_t)oh * OW + ow0;
+          const int32_t o0 = 2 * oh * W + 2 * ow0;
+          bn_relu_pool8(out + p, argmax + p, xsel ? xsel + p : NULL, inp + pl * HW + o0, o0, m, is, scale, shift, W);
+        }
+    }
+    return;
+  }
   int32_t off[CHUNK];
   for (int p0 = 0; p0 < P; p0 += CHUNK) {
     const int np = P - p0 < CHUNK ? P - p0 : CHUNK;
@@ -287,6 +347,44 @@ void dt_bn_relu_maxpool2x2_forward_eval(float *out, int32_t *argmax, const float
   }
 }
 
+/* One plane's input gradient in 8-window blocks (OW >= ROW_WINDOWS): each input the dy = 0 formula, the argmax
+ * of its window the pooled gradient's (as dt_bn_relu_maxpool2x2_backward's two loops, lane for lane: the same
+ * bits) in one pass over the windows' rows; the column and row that no window covers (W, H odd) the dy = 0
+ * formula. */
+static void bn_pool_dx_rows(float *restrict dx, const float *restrict x, const float *restrict dy,
+                            const float *restrict y, const float *restrict xs, const int32_t *restrict am, int H, int W,
+                            float m, float is, float k, float a, float b) {
+  const int OH = H / 2, OW = W / 2;
+  const v8 vm = splat8(m), vis = splat8(is), vk = splat8(k), vb = splat8(b), vna = splat8(0.0f - a);
+  for (int oh = 0; oh < OH; oh++) {
+    for (int ow0 = 0; ow0 < OW; ow0 = next_block(ow0, OW)) {
+      const int p = oh * OW + ow0, o0 = 2 * oh * W + 2 * ow0;
+      const row_windows w = load_windows(x + o0, W);
+      const v8 yv = load8(y + p), g = sel8(yv > splat8(0.0f), load8(dy + p), splat8(0.0f));
+      const v8 at = vk * (g - splat8(a) - load8(xs + p) * vb);
+      v8i kk;
+      memcpy(&kk, am + p, sizeof kk);
+      kk -= (v8i){o0, o0, o0, o0, o0, o0, o0, o0} + (v8i){0, 2, 4, 6, 8, 10, 12, 14};
+      const v8i one = {1, 1, 1, 1, 1, 1, 1, 1}, kw = {W, W, W, W, W, W, W, W};
+      const v8 da = sel8(kk == (v8i){0}, at, vk * (vna - (w.a - vm) * vis * vb));
+      const v8 db = sel8(kk == one, at, vk * (vna - (w.b - vm) * vis * vb));
+      const v8 dc = sel8(kk == kw, at, vk * (vna - (w.c - vm) * vis * vb));
+      const v8 dd = sel8(kk == kw + 1, at, vk * (vna - (w.d - vm) * vis * vb));
+      const v8 r0l = INTERLEAVE_LO8(da, db), r0h = INTERLEAVE_HI8(da, db);
+      const v8 r1l = INTERLEAVE_LO8(dc, dd), r1h = INTERLEAVE_HI8(dc, dd);
+      store8(dx + o0, r0l), store8(dx + o0 + 8, r0h), store8(dx + o0 + W, r1l), store8(dx + o0 + W + 8, r1h);
+    }
+    if (W % 2)
+      for (int r = 2 * oh; r < 2 * oh + 2; r++) {
+        const int i = r * W + W - 1;
+        dx[i] = k * ((0.0f - a) - (x[i] - m) * is * b);
+      }
+  }
+  if (H % 2)
+#pragma omp simd
+    for (int i = (H - 1) * W; i < H * W; i++) dx[i] = k * ((0.0f - a) - (x[i] - m) * is * b);
+}
+
 /* The BN gradient dy is the pooled gradient scattered to the argmax where the pooled output is positive
  * (ReLU passes it) and zero elsewhere, so the sums run over the pooled positions only (with xhat at the
  * argmax saved by the forward) and dinp is the dy = 0 formula everywhere, rewritten at the argmax
@@ -328,6 +426,10 @@ void dt_bn_relu_maxpool2x2_backward(float *dinp, float *dgamma, float *dbeta, co
       const int32_t *restrict am = argmax + pl * P;
       float *restrict dx = dinp + pl * HW;
       if (n + 1 < N) prefetch_plane(x + (size_t)C * HW, HW);
+      if (W / 2 >= ROW_WINDOWS) {
+        bn_pool_dx_rows(dx, x, dy, y, xs, am, H, W, m, is, k, a, b);
+        continue;
+      }
 #pragma omp simd
       for (int i = 0; i < HW; i++) dx[i] = k * (na - (x[i] - m) * is * b);
       /* The argmax positions (distinct: the windows do not overlap) get their gradient. */

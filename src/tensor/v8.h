@@ -1,4 +1,4 @@
-/* Vectors of 8 floats for the hand-blocked kernels (conv3x3.c, conv_wino.c; tensor-internal).
+/* Vectors of 8 floats for the hand-blocked kernels (conv3x3.c, conv_wino.c, batchnorm.c's pooling; tensor-internal).
  *
  * GCC/Clang vector extensions: with AVX2 + FMA (the -march=native release build) they compile to ymm registers
  * and vfmadd; without (the sanitizer build, other CPUs) to whatever the target has, correct and slower. */
@@ -32,6 +32,15 @@ static inline v8 load8(const float *p) {
 #endif
 #define store8(p, v) memcpy((p), &(v), sizeof(v8)) /* v an lvalue */
 static inline v8 splat8(float x) { return (v8){x, x, x, x, x, x, x, x}; }
+/* Lane masks (all ones or zeros, what a comparison of v8s gives) and selects by them: m ? a : b per lane. */
+typedef int v8i __attribute__((vector_size(32)));
+static inline v8 sel8(v8i m, v8 a, v8 b) { return (v8)(((v8i)a & m) | ((v8i)b & ~m)); }
+static inline v8i seli8(v8i m, v8i a, v8i b) { return (a & m) | (b & ~m); }
+/* The even and the odd elements of the 16 floats lo, hi; and back. */
+#define EVEN8(lo, hi) __builtin_shufflevector((lo), (hi), 0, 2, 4, 6, 8, 10, 12, 14)
+#define ODD8(lo, hi) __builtin_shufflevector((lo), (hi), 1, 3, 5, 7, 9, 11, 13, 15)
+#define INTERLEAVE_LO8(e, o) __builtin_shufflevector((e), (o), 0, 8, 1, 9, 2, 10, 3, 11)
+#define INTERLEAVE_HI8(e, o) __builtin_shufflevector((e), (o), 4, 12, 5, 13, 6, 14, 7, 15)
 /* a * b + c (a macro, as store8: a function taking vectors draws GCC's ABI note in builds without AVX) */
 #if defined(__FMA__)
 #define fma8(a, b, c) ((v8)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))

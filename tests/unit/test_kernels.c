@@ -661,6 +661,10 @@ TEST(bn_relu_maxpool_fused_matches_composition) {
   bn_relu_pool_check(2, 3, 7, 5, 0, dt_test_failed_); /* odd: last row and column dropped */
   bn_relu_pool_check(2, 3, 4, 4, 1, dt_test_failed_); /* NaN in channel 0 */
   bn_relu_pool_check(1, 2, 72, 72, 0, dt_test_failed_); /* 1296 outputs: more than one run of offsets */
+  /* pooled rows of 8 and more, 8 windows at a time: 14 (the last block overlapping), 8 with odd H and W, 16 */
+  bn_relu_pool_check(2, 3, 28, 28, 0, dt_test_failed_);
+  bn_relu_pool_check(2, 3, 9, 17, 0, dt_test_failed_);
+  bn_relu_pool_check(2, 2, 16, 32, 1, dt_test_failed_);
 }
 
 /* BatchNorm -> ReLU fused equals the two kernels in turn bit for bit: training (output, batch and running
