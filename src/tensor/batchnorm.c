@@ -207,6 +207,10 @@ void dt_bn_relu_backward(float *dinp, float *dgamma, float *dbeta, const float *
 #define CHUNK 1024
 #define ROW_WINDOWS 8
 
+/* 0: the gathers and the scatter even on rows of 8 windows and more (dt_bn_pool_set_rows, for the tests). */
+static int row_windows_on = 1;
+void dt_bn_pool_set_rows(int on) { row_windows_on = on != 0; }
+
 /* Where the 8-window blocks of a pooled row start: 0, 8, ... and OW - 8 last. */
 static inline int next_block(int ow0, int OW) {
   return ow0 + ROW_WINDOWS <= OW - ROW_WINDOWS || ow0 + ROW_WINDOWS >= OW ? ow0 + ROW_WINDOWS : OW - ROW_WINDOWS;
@@ -292,7 +296,7 @@ static void bn_relu_pool_run(float *restrict y, int32_t *restrict am, float *res
 static void bn_relu_pool_planes(float *out, int32_t *argmax, float *xsel, const float *inp, int N, int C, int c,
                                 int H, int W, float m, float is, float scale, float shift) {
   const int HW = H * W, OW = W / 2, OH = H / 2, P = OH * OW;
-  if (OW >= ROW_WINDOWS) {
+  if (OW >= ROW_WINDOWS && row_windows_on) {
     for (int n = 0; n < N; n++) {
       const size_t pl = (size_t)n * C + c;
       for (int oh = 0; oh < OH; oh++)
@@ -426,7 +430,7 @@ void dt_bn_relu_maxpool2x2_backward(float *dinp, float *dgamma, float *dbeta, co
       const int32_t *restrict am = argmax + pl * P;
       float *restrict dx = dinp + pl * HW;
       if (n + 1 < N) prefetch_plane(x + (size_t)C * HW, HW);
-      if (W / 2 >= ROW_WINDOWS) {
+      if (W / 2 >= ROW_WINDOWS && row_windows_on) {
         bn_pool_dx_rows(dx, x, dy, y, xs, am, H, W, m, is, k, a, b);
         continue;
       }

@@ -139,6 +139,9 @@ void dt_bn_relu_maxpool2x2_forward_eval(float *out, int32_t *argmax, const float
 void dt_bn_relu_maxpool2x2_backward(float *dinp, float *dgamma, float *dbeta, const float *dout, const float *out,
                                     const int32_t *argmax, const float *xsel, const float *inp, const float *mean,
                                     const float *invstd, const float *gamma, int N, int C, int H, int W);
+/* Tests: 0 takes pooled rows of 8 windows and more through the gathers and the scatter of narrower rows (the same
+ * results), 1 (the default) 8 windows at a time. */
+void dt_bn_pool_set_rows(int on);
 
 /* ---- activations -------------------------------------------------------- */
 typedef enum dt_act_kind {

@@ -9,6 +9,22 @@
 #include "core/impl.h"
 #include "tensor/kernels.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+/* Whether CPUID leaf 7 sets EDX bit `bit` and the OS saves every state of xcr0_mask (XCR0): for AVX512-FP16 (bit 23,
+ * the AVX-512 states) and AMX-BF16 (bit 22, the tile states), which clang 14's __builtin_cpu_supports cannot name. */
+static int leaf7_edx(int bit, unsigned xcr0_mask) {
+  unsigned a, b, c, d, lo, hi;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> bit) & 1u)) return 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1u)) return 0; /* OSXSAVE: xgetbv may run */
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  (void)hi;
+  return (lo & xcr0_mask) == xcr0_mask;
+}
+#define XCR0_AVX512 0xe6u  /* SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM */
+#define XCR0_AMX 0x60000u  /* XTILECFG, XTILEDATA */
+#endif
+
 static inline uint32_t f32_bits(float x) {
   uint32_t u;
   memcpy(&u, &x, sizeof u);
@@ -121,8 +137,11 @@ static void bf16_choose(void) {
                                    "projections; the rest f32 on the grid)"};
   const char *v;
   const int k = kernels_asked(&v); /* checked before any run (dt_amp_kernels_check): anything else is auto */
-  __builtin_cpu_init();
-  const int amx = __builtin_cpu_supports("amx-bf16");
+#if defined(__x86_64__) && defined(__GNUC__)
+  const int amx = leaf7_edx(22, XCR0_AMX);
+#else
+  const int amx = 0;
+#endif
   if ((k == KERNELS_ONEDNN || (k != KERNELS_OWN && k != KERNELS_EMULATED && amx)) && dt_gemm_bf16_onednn_available())
     bf16_path = &onednn;
   else if (k != KERNELS_EMULATED && dt_gemm_bf16_own_available())
@@ -216,7 +235,7 @@ int dt_amp_cpu_native(dt_amp mode) {
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
   if (mode == DT_AMP_BF16) return __builtin_cpu_supports("avx512bf16");
-  if (mode == DT_AMP_FP16) return __builtin_cpu_supports("avx512fp16");
+  if (mode == DT_AMP_FP16) return leaf7_edx(23, XCR0_AVX512);
 #endif
   (void)mode;
   return 0;

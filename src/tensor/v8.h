@@ -1,4 +1,4 @@
-/* Vectors of 8 floats for the hand-blocked kernels (conv3x3.c, conv_wino.c, batchnorm.c's pooling; tensor-internal).
+/* Vectors of 8 floats for the hand-blocked kernels (conv3x3.c, conv_wino.c, conv2d.c, batchnorm.c; tensor-internal).
  *
  * GCC/Clang vector extensions: with AVX2 + FMA (the -march=native release build) they compile to ymm registers
  * and vfmadd; without (the sanitizer build, other CPUs) to whatever the target has, correct and slower. */
@@ -11,9 +11,9 @@
 #include <immintrin.h>
 #endif
 
-/* Without AVX (sanitizer and debug builds) GCC warns that passing 32-byte vectors changes the ABI: the kernels
- * pass them between static functions only, so no ABI is crossed. (Clang has no such warning, nor the option.) */
-#if defined(__GNUC__) && !defined(__clang__)
+/* Without AVX (sanitizer and debug builds) GCC and Clang warn that passing 32-byte vectors changes the ABI: the
+ * kernels pass them between static functions only, so no ABI is crossed. */
+#if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 typedef float v8 __attribute__((vector_size(32)));

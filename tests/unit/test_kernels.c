@@ -200,7 +200,7 @@ TEST(conv2d_direct_grad) {
 }
 
 /* Winograd (conv_wino.c) takes 3x3 stride-1 convolutions padded by 0 to 2 whose channels come in 8s, with tiles of
- * 2x2 outputs (maps under 16 or wide kernels) or 4x4: forward, input and weight gradients against sums in double
+ * 2x2 outputs (outputs under 16x16 or wide kernels) or 4x4: forward, input and weight gradients against sums in double
  * over every tap, relative to the sum of the terms' magnitudes; sizes that are not multiples of the tile (the
  * last tiles half outside), 8 and 24 output channels (register blocks of 8 and of 16), bias or none, 1 and 3
  * threads; the AVX-512 blocks (16 and 32 outputs) byte for byte against the 8-wide ones; and one case by finite
@@ -254,7 +254,10 @@ static int wino_case_full(int N, int C, int H, int W, int OC, int bias, int cap,
   dt_conv2d_backward(&g, dx, dw, NULL, scratch, dy, x, w);
   naive_conv(&g, x, w, b, dy, &r);
   const double ey = worst_rel(y, r.y, r.my, ny), edx = worst_rel(dx, r.dx, r.mdx, nx), edw = worst_rel(dw, r.dw, r.mdw, nw);
-  const int bad = ey > 1e-5 || edx > 1e-5 || edw > 1e-5;
+  /* Padding 2 with 4x4 tiles: the corner output has one tap inside, and F(4x4)'s transforms mix in the tile's
+   * other inputs and cancel them, with an error (up to 1.0e-5 seen) relative to that one term's size. */
+  const double tol = pad == 2 ? 3e-5 : 1e-5;
+  const int bad = ey > tol || edx > tol || edw > tol;
   if (bad)
     fprintf(stderr, "winograd N=%d C=%d %dx%d OC=%d pad %d: relative error y %.3g dx %.3g dw %.3g\n", N, C, H, W, OC,
             pad, ey, edx, edw);
@@ -346,6 +349,7 @@ TEST(conv2d_winograd) {
     ASSERT_EQ(wino_pad_case(1, 8, 5, 5, 8, 0), 0);    /* 3x3 outputs: the last tiles mostly outside */
     ASSERT_EQ(wino_pad_case(2, 16, 12, 12, 8, 2), 0); /* 14x14 outputs */
     ASSERT_EQ(wino_pad_case(1, 8, 15, 14, 24, 2), 0); /* 17x16: 4x4 tiles */
+    ASSERT_EQ(wino_pad_case(1, 8, 30, 30, 8, 2), 0);  /* 32x32: 4x4 tiles, whole */
     /* 16 outputs (12-tile blocks, 8-channel gradient rows), 32 and 64 (6 x 32), 48 (both), a few tiles */
     static const int widths[][5] = {{2, 16, 32, 32, 16}, {2, 24, 10, 10, 48}, {1, 8, 3, 3, 32}, {2, 64, 8, 8, 64}};
     for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++)
@@ -598,7 +602,9 @@ TEST(batchnorm_grad) {
 
 /* BatchNorm -> ReLU -> MaxPool(2) fused vs the three kernels in turn: forward bit-identical (outputs,
  * argmax, saved and running statistics; with NaN inputs, ReLU ties at 0 and odd H, W), eval too;
- * backward equal up to the order of the channel sums. */
+ * backward equal up to the order of the channel sums. Pooled rows of 8 windows and more: the 8-window path
+ * against the gathers and the scatter byte for byte, forward and backward (without NaN: a NaN's sign may
+ * differ between the two). */
 static void bn_relu_pool_check(int N, int C, int H, int W, int with_nan, int *dt_test_failed_) {
   const int HW = H * W, OH = H / 2, OW = W / 2, P = OH * OW;
   const size_t nx = (size_t)N * C * HW, ny = (size_t)N * C * P;
@@ -621,13 +627,25 @@ static void bn_relu_pool_check(int N, int C, int H, int W, int with_nan, int *dt
   ASSERT(memcmp(mean, mean2, C * sizeof(float)) == 0 && memcmp(is, is2, C * sizeof(float)) == 0);
   ASSERT(memcmp(rm, rm2, C * sizeof(float)) == 0 && memcmp(rv, rv2, C * sizeof(float)) == 0);
   if (with_nan) ASSERT(isnan(mean2[0]) && y2[0] == 0.0f && am2[0] == 0);
+  float *dy = randf(ny, -1, 1), *dx2 = zeros(nx), *dg2 = zeros(C), *db2 = zeros(C);
+  dt_bn_relu_maxpool2x2_backward(dx2, dg2, db2, dy, y2, am2, xs, x, mean2, is2, gamma, N, C, H, W);
+  if (OW >= 8 && !with_nan) {
+    float *y3 = zeros(ny), *xs3 = zeros(ny), *dx3 = zeros(nx), *dg3 = zeros(C), *db3 = zeros(C);
+    int32_t *am3 = calloc(ny, sizeof(int32_t));
+    dt_bn_pool_set_rows(0);
+    dt_bn_relu_maxpool2x2_forward_train(y3, am3, xs3, mean2, is2, NULL, NULL, x, gamma, beta, N, C, H, W, 0.1f,
+                                        1e-5f);
+    dt_bn_relu_maxpool2x2_backward(dx3, dg3, db3, dy, y3, am3, xs3, x, mean2, is2, gamma, N, C, H, W);
+    dt_bn_pool_set_rows(1);
+    ASSERT(memcmp(y2, y3, ny * sizeof(float)) == 0 && memcmp(am2, am3, ny * sizeof(int32_t)) == 0);
+    ASSERT(memcmp(xs, xs3, ny * sizeof(float)) == 0 && memcmp(dx2, dx3, nx * sizeof(float)) == 0);
+    free(y3), free(xs3), free(dx3), free(dg3), free(db3), free(am3);
+  }
   /* backward: pool -> relu -> bn vs fused */
-  float *dy = randf(ny, -1, 1), *d1 = zeros(nx), *d2 = zeros(nx), *dx = zeros(nx), *dx2 = zeros(nx);
-  float *dg = zeros(C), *db = zeros(C), *dg2 = zeros(C), *db2 = zeros(C);
+  float *d1 = zeros(nx), *d2 = zeros(nx), *dx = zeros(nx), *dg = zeros(C), *db = zeros(C);
   dt_maxpool2d_backward(&g, d1, dy, am);
   dt_act_backward(DT_ACT_RELU, d2, d1, bn, r, nx);
   dt_batchnorm_backward(dx, dg, db, d2, x, mean, is, gamma, N, C, HW);
-  dt_bn_relu_maxpool2x2_backward(dx2, dg2, db2, dy, y2, am2, xs, x, mean2, is2, gamma, N, C, H, W);
   for (int c = with_nan; c < C; c++) {
     ASSERT_NEAR(dg2[c], dg[c], 1e-5 * (1 + fabs(dg[c])));
     ASSERT_NEAR(db2[c], db[c], 1e-5 * (1 + fabs(db[c])));
@@ -660,9 +678,12 @@ TEST(bn_relu_maxpool_fused_matches_composition) {
   bn_relu_pool_check(3, 4, 6, 8, 0, dt_test_failed_);
   bn_relu_pool_check(2, 3, 7, 5, 0, dt_test_failed_); /* odd: last row and column dropped */
   bn_relu_pool_check(2, 3, 4, 4, 1, dt_test_failed_); /* NaN in channel 0 */
-  bn_relu_pool_check(1, 2, 72, 72, 0, dt_test_failed_); /* 1296 outputs: more than one run of offsets */
-  /* pooled rows of 8 and more, 8 windows at a time: 14 (the last block overlapping), 8 with odd H and W, 16 */
+  bn_relu_pool_check(1, 2, 300, 14, 0, dt_test_failed_); /* pooled rows of 7, 1050 outputs: two runs of offsets */
+  /* pooled rows of 8 and more, 8 windows at a time: 36, 14 (the last block overlapping), 14 with odd W, 8 with odd
+   * H and W, 16 with NaN */
+  bn_relu_pool_check(1, 2, 72, 72, 0, dt_test_failed_);
   bn_relu_pool_check(2, 3, 28, 28, 0, dt_test_failed_);
+  bn_relu_pool_check(2, 3, 9, 29, 0, dt_test_failed_);
   bn_relu_pool_check(2, 3, 9, 17, 0, dt_test_failed_);
   bn_relu_pool_check(2, 2, 16, 32, 1, dt_test_failed_);
 }
