@@ -5,6 +5,7 @@ into consecutive segments, as mean / median / p90 in microseconds.
 
   stop all-reduce      ddp: the per-step agreement on a stop request (1 int32, max)
   wait for data        dt_loader_next: handing over the next batch
+  buffers broadcast    ddp: rank 0's buffers (BatchNorm's running statistics) sent before forward
   forward, backward    the model's spans
   loss + metrics       between forward and backward (loss, its gradient, counters)
   after backward       between backward and the step's end phase: the gradient
@@ -23,7 +24,7 @@ by the epoch's end) are left out; the first epoch is left out as warm-up.
 Usage: bench/trace_steps.py TRACE.json [--skip-epochs N]"""
 import argparse, json, sys
 
-SEGMENTS = ("stop all-reduce", "wait for data", "forward", "loss + metrics", "backward", "after backward",
+SEGMENTS = ("stop all-reduce", "wait for data", "buffers broadcast", "forward", "loss + metrics", "backward", "after backward",
             "grad all-reduce", "optimizer + rest", "step hooks", "step total")
 
 
@@ -60,8 +61,13 @@ def steps_of(main):
         if j == i + 1 or j >= len(main) or not main[j]["name"].startswith("finish"):
             continue
         b0, b1, fin = main[i + 1], main[j - 1], main[j]
-        w = main[i - 1] if i >= 1 and main[i - 1]["name"] == "wait for data" else None
-        s = main[i - 2] if w is not None and i >= 2 and is_stop(main[i - 2]) else None
+        k = i - 1
+        bc = []
+        while k >= 0 and main[k]["name"] == "broadcast":
+            bc.append(main[k])
+            k -= 1
+        w = main[k] if k >= 0 and main[k]["name"] == "wait for data" else None
+        s = main[k - 1] if w is not None and k >= 1 and is_stop(main[k - 1]) else None
         j += 1
         ga = []
         while j < len(main) and is_grad(main[j]) and main[j]["ts"] >= fin["ts"] and end(main[j]) <= end(fin) + 1e-3:
@@ -70,6 +76,7 @@ def steps_of(main):
         seg = {
             "stop all-reduce": s["dur"] if s else None,
             "wait for data": w["dur"] if w else None,
+            "buffers broadcast": (end(bc[0]) - bc[-1]["ts"]) if bc else None,
             "forward": f["dur"],
             "loss + metrics": b0["ts"] - end(f),
             "backward": end(b1) - b0["ts"],
@@ -77,7 +84,7 @@ def steps_of(main):
             "grad all-reduce": sum(ga) if ga else None,
             "optimizer + rest": fin["dur"] - sum(ga),
         }
-        start = s["ts"] if s else (w["ts"] if w else f["ts"])
+        start = s["ts"] if s else (w["ts"] if w else (bc[-1]["ts"] if bc else f["ts"]))
         out.append((seg, start, j, end(fin)))
     return out
 
@@ -96,17 +103,24 @@ def main():
     for pid in sorted({e["pid"] for e in spans}):
         main_tid = next((tid for (p, tid), n in names.items() if p == pid and n == "main"), 1)
         # the per-layer forward spans ("forward conv1") nest inside the model's forward, and a batch the training
-        # threads fetch themselves (no loader thread) is loaded inside the step: not steps' segments
+        # threads fetch themselves (no loader thread) is loaded inside the step, and a bucket's all-reduce from launch
+        # to completion ("bucket 3") spans backward: not steps' segments
         main = sorted((e for e in spans if e["pid"] == pid and e["tid"] == main_tid
-                       and not e["name"].startswith("forward ") and e["name"] != "load batch"),
+                       and not e["name"].startswith(("forward ", "bucket ")) and e["name"] != "load batch"),
                       key=lambda e: e["ts"])
         steps = steps_of(main)
         if not steps:
             continue
         per_epoch = None
-        # epoch boundaries: a "wait for data" that is not followed by a forward (the loader's end of epoch)
+        # epoch boundaries: a "wait for data" that is not followed by a forward (the loader's end of epoch), buffer
+        # broadcasts between them aside
+        def next_after_broadcasts(k):
+            while k < len(main) and main[k]["name"] == "broadcast":
+                k += 1
+            return main[k]["name"] if k < len(main) else None
+
         boundaries = [k for k, e in enumerate(main) if e["name"] == "wait for data"
-                      and (k + 1 >= len(main) or main[k + 1]["name"] != "forward")]
+                      and next_after_broadcasts(k + 1) != "forward"]
         if boundaries:
             first_epoch_end = main[boundaries[0]]["ts"]
             per_epoch = sum(1 for _, st, _, _ in steps if st < first_epoch_end)

@@ -195,7 +195,7 @@ typedef enum train_flag {
   TRAIN_THREADS, TRAIN_SEED,
   TRAIN_OUT, TRAIN_PROGRESS, TRAIN_QUIET,
   TRAIN_STRATEGY, TRAIN_WORKERS, TRAIN_ACCUMULATE, TRAIN_BACKEND, TRAIN_MASTER, TRAIN_BUCKET_CAP_MB,
-  TRAIN_FIRST_BUCKET_MB, TRAIN_BROADCAST_BUFFERS, TRAIN_SHARED_GRADS, TRAIN_SHARDED_UPDATE,
+  TRAIN_FIRST_BUCKET_MB, TRAIN_GRAD_PIECE_MB, TRAIN_BROADCAST_BUFFERS, TRAIN_SHARED_GRADS, TRAIN_SHARDED_UPDATE,
   TRAIN_FIND_UNUSED_PARAMETERS, TRAIN_COMM_HOOK, TRAIN_EMBEDDING_EXCHANGE,
   TRAIN_TIMEOUT, TRAIN_SAVE_EVERY, TRAIN_SAVE_EVERY_STEPS, TRAIN_KEEP, TRAIN_SAVE_ON_INTERRUPT, TRAIN_RESUME,
   TRAIN_ALLOW_DATA_CHANGE, TRAIN_OVERWRITE, TRAIN_TENSORBOARD, TRAIN_TENSORBOARD_ALL_RANKS, TRAIN_LOG_EVERY, TRAIN_TRACE,
@@ -401,6 +401,10 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
     [TRAIN_FIRST_BUCKET_MB] = {"--first-bucket-mb", "MB", FLAG_POS_FLOAT, "measured (1 for the first steps)", "1",
                                .help = "ddp: size of the first bucket (the last layers) in MiB; fixes the layout as "
                                "--bucket-cap-mb does"},
+    [TRAIN_GRAD_PIECE_MB] = {"--grad-piece-mb", "MB", FLAG_NONNEG_FLOAT, "0.25", "1",
+                             .help = "ddp, measured layout: a weight whose gradient is larger (a Linear's) is computed "
+                             "and announced in up to 8 pieces of whole rows of about this size, so the measured "
+                             "layout can start its all-reduce before all of it is computed (0: whole tensors)"},
     [TRAIN_BROADCAST_BUFFERS] = {"--broadcast-buffers", "on|off", FLAG_CHOICE, "on", "off",
                                  .help = "ddp: broadcast batch-norm statistics from rank 0 before every forward, as "
                                  "PyTorch does", .choices = on_off},
@@ -462,6 +466,7 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
 static const train_flag sgd_only[] = {TRAIN_MOMENTUM, TRAIN_DAMPENING, TRAIN_NESTEROV};
 static const train_flag adam_only[] = {TRAIN_BETAS, TRAIN_EPS};
 static const train_flag ddp_only[] = {TRAIN_BACKEND, TRAIN_MASTER, TRAIN_BUCKET_CAP_MB, TRAIN_FIRST_BUCKET_MB,
+                                      TRAIN_GRAD_PIECE_MB,
                                       TRAIN_BROADCAST_BUFFERS, TRAIN_SHARED_GRADS, TRAIN_SHARDED_UPDATE,
                                       TRAIN_FIND_UNUSED_PARAMETERS, TRAIN_COMM_HOOK,
                                       TRAIN_EMBEDDING_EXCHANGE, TRAIN_TIMEOUT};
@@ -691,6 +696,11 @@ static int train_strategy_flags(const flag_args *p, dt_train_config *cfg) {
   if (v[TRAIN_BUCKET_CAP_MB].given) cfg->ddp.bucket_cap_mb = v[TRAIN_BUCKET_CAP_MB].f;
   if (v[TRAIN_FIRST_BUCKET_MB].given) cfg->ddp.first_bucket_mb = v[TRAIN_FIRST_BUCKET_MB].f;
   if (v[TRAIN_BUCKET_CAP_MB].given || v[TRAIN_FIRST_BUCKET_MB].given) cfg->ddp.auto_buckets = 0;
+  if (v[TRAIN_GRAD_PIECE_MB].given && !cfg->ddp.auto_buckets)
+    return flags_usage_error(p->prog, "leave out --bucket-cap-mb and --first-bucket-mb",
+                             "--grad-piece-mb applies to the measured bucket layout, and %s fixes the layout",
+                             v[TRAIN_BUCKET_CAP_MB].given ? "--bucket-cap-mb" : "--first-bucket-mb");
+  if (v[TRAIN_GRAD_PIECE_MB].given) cfg->ddp.grad_piece_mb = v[TRAIN_GRAD_PIECE_MB].f;
   if (v[TRAIN_BROADCAST_BUFFERS].given) cfg->ddp.broadcast_buffers = v[TRAIN_BROADCAST_BUFFERS].choice;
   if (v[TRAIN_SHARED_GRADS].given) cfg->ddp.shared_grads = v[TRAIN_SHARED_GRADS].choice;
   if (v[TRAIN_SHARDED_UPDATE].given) cfg->sharded_update = v[TRAIN_SHARDED_UPDATE].choice;

@@ -134,6 +134,12 @@ void dt_model_on_grad_ready(dt_model *m, dt_grad_ready_fn fn, void *user);
  * (a Linear layer otherwise announces dW before it computes its input gradient from W): for a hook that changes
  * the parameters, such as DDP's sharded update. 0 (the default): as early as they are final. */
 void dt_model_set_ready_late(dt_model *m, int late);
+/* Asks the layer holding trainable tensor `tensor` to announce its gradient (to the model's own hook) in pieces of
+ * at most max_elems elements, front to back, each as soon as it is final, before the rest of the layer's block: a
+ * Linear weight computes its gradient a block of output rows at a time (the same sums, so the same bits). Returns
+ * the piece chosen (whole rows), or 0 where the tensor's kind cannot (it is then announced whole), or where one
+ * piece would hold it all; max_elems 0 turns pieces off. */
+size_t dt_model_set_grad_pieces(dt_model *m, int tensor, size_t max_elems);
 
 /* ---- arenas and named tensors ------------------------------------------------ */
 /* The flat arenas (valid after build): parameters and their gradients share one

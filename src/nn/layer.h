@@ -81,6 +81,11 @@ typedef struct dt_grads_final {
   void *user;
   size_t offset, count; /* the layer's block of the gradient arena */
   int done;
+  int late;             /* the hook may change the parameters (dt_model_set_ready_late): announce nothing while the
+                           backward still reads them */
+  size_t piece;         /* > 0: the layer may announce its first tensor's gradient in pieces of this many elements,
+                           front to back (dt_layer_grads_piece; ops->grads_in_rows), before the rest */
+  size_t announced;     /* elements of the block announced so far, from offset */
 } dt_grads_final;
 
 /* Everything a layer's forward/backward may touch for one call. */
@@ -112,14 +117,23 @@ typedef struct dt_layer_io {
   dt_grads_final *final; /* backward, a layer run alone: where it announces its parameter gradients early, or NULL */
 } dt_layer_io;
 
-/* In backward: the layer's parameter gradients are final and will not be touched again in this backward. A kind
- * that computes them before dinp (Linear) says so then, so data-parallel training starts reducing them while dinp
- * is computed; the executor announces every other layer's after its backward. */
+/* In backward: the layer's parameter gradients (those not announced as pieces) are final and will not be touched
+ * again in this backward. A kind that computes them before dinp (Linear) says so then, so data-parallel training
+ * starts reducing them while dinp is computed (with io->final->late it computes dinp first); the executor
+ * announces every other layer's after its backward. */
 static inline void dt_layer_grads_final(const dt_layer_io *io) {
   dt_grads_final *f = io->final;
   if (!f || f->done) return;
   f->done = 1;
-  if (f->fn) f->fn(f->user, f->offset, f->count);
+  if (f->fn) f->fn(f->user, f->offset + f->announced, f->count - f->announced);
+}
+/* In backward: the next n elements of the layer's gradient block (a piece of io->final->piece elements, the last
+ * maybe shorter) are final; dt_layer_grads_final then announces the rest. */
+static inline void dt_layer_grads_piece(const dt_layer_io *io, size_t n) {
+  dt_grads_final *f = io->final;
+  if (!f || f->done || !n) return;
+  if (f->fn) f->fn(f->user, f->offset + f->announced, n);
+  f->announced += n;
 }
 
 /* A layer kind. infer runs at add time: reads l->in_*, sets l->out_*, declares
@@ -147,6 +161,8 @@ typedef struct dt_layer_ops {
   int assigns_grads; /* 1: backward writes every parameter gradient of the layer when io->grads_unset (as PyTorch's
                       * first backward after zero_grad(set_to_none=True) assigns .grad): the executor then skips
                       * clearing the block first, and its GEMMs skip reading it; else it clears it */
+  int grads_in_rows; /* 1: backward can announce its first tensor's gradient in pieces of whole rows (its first
+                      * dimension), front to back, as each is final (io->final->piece, dt_layer_grads_piece) */
 } dt_layer_ops;
 
 struct dt_layer {
@@ -163,6 +179,8 @@ struct dt_layer {
   dt_layer_tensor t[DT_LAYER_MAX_TENSORS];
   size_t n_params, n_buffers, n_counters; /* elements per arena */
   size_t param_off, buffer_off, counter_off; /* the layer's block in each arena (set by build) */
+  size_t grad_piece; /* > 0: announce the first tensor's gradient in pieces of this many elements (whole rows) where
+                      * a gradient-ready hook listens (dt_model_set_grad_pieces) */
 };
 
 /* Fills s (off and sq_off: batch + 1 each) from the mask row of the i32 input x (rows x L per sample);

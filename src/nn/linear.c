@@ -36,6 +36,21 @@ static dt_status linear_forward(const dt_layer *l, const dt_layer_io *io, const 
   return DT_OK;
 }
 
+/* dW in pieces of whole output rows where io->final asks (each announced as soon as it is final), then db. Only
+ * where the backward writes the gradients (the step's first): a GEMM that adds to a gradient may sum a cut of it
+ * in another order than the whole (oneDNN does), and the bits must not depend on the pieces. */
+static void linear_param_grads(const dt_layer_io *io, const float *g, const float *x, int B, int I, int O,
+                               float *dw, float *db) {
+  const size_t piece = io->final && io->grads_unset ? io->final->piece : 0;
+  const int rows = piece >= (size_t)I && piece / (size_t)I < (size_t)O ? (int)(piece / (size_t)I) : O;
+  for (int o0 = 0; o0 < O; o0 += rows) {
+    const int o1 = O - o0 > rows ? o0 + rows : O;
+    dt_linear_backward_dw_rows(io->amp, dw, g, x, B, I, O, o0, o1, io->grads_unset);
+    if (o1 < O) dt_layer_grads_piece(io, (size_t)(o1 - o0) * (size_t)I);
+  }
+  if (db) dt_linear_backward(io->amp, NULL, NULL, db, g, NULL, NULL, B, I, O, io->grads_unset);
+}
+
 static void linear_backward(const dt_layer *l, const dt_layer_io *io, const float *in, const float *out,
                             const float *dout, float *dinp) {
   const linear_priv *p = l->priv;
@@ -43,16 +58,18 @@ static void linear_backward(const dt_layer *l, const dt_layer_io *io, const floa
   float *dw = io->grads, *db = p->bias ? io->grads + (size_t)O * I : NULL;
   const float *g = dt_amp_operand(io, 1, dout, dt_layer_out_elems(l, io)), *w = dt_amp_weights(io);
   const int B = dt_layer_rows(l, io);
-  /* dW and db first: announced final, they can be all-reduced while dinp is computed (it reads W, not them) */
-  dt_linear_backward(io->amp, NULL, dw, db, g, dt_amp_operand(io, 0, in, dt_layer_in_elems(l, io)), w, B, I, O,
-                     io->grads_unset);
+  /* dW and db first: announced final, they can be all-reduced while dinp is computed (it reads W, not them);
+   * where the hook may step W (late), dinp first */
+  const int late = io->final && io->final->late;
+  if (dinp && late) dt_linear_backward(io->amp, dinp, NULL, NULL, g, NULL, w, B, I, O, 0); /* dinp rounded there */
+  linear_param_grads(io, g, dt_amp_operand(io, 0, in, dt_layer_in_elems(l, io)), B, I, O, dw, db);
   dt_layer_grads_final(io);
-  if (dinp) dt_linear_backward(io->amp, dinp, NULL, NULL, g, NULL, w, B, I, O, 0); /* dinp rounded there */
+  if (dinp && !late) dt_linear_backward(io->amp, dinp, NULL, NULL, g, NULL, w, B, I, O, 0);
 }
 
 const dt_layer_ops dt_linear_ops = {
     .kind = "Linear", .infer = linear_infer, .forward = linear_forward, .backward = linear_backward,
-    .gemm_operands = 1, .assigns_grads = 1};
+    .gemm_operands = 1, .assigns_grads = 1, .grads_in_rows = 1};
 
 dt_status dt_model_add_linear(dt_model *m, const char *name, int out_features, int bias) {
   if (out_features < 1)

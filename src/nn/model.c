@@ -848,8 +848,12 @@ static void backward_unit(dt_model *m, dt_model_ctx *c, int first, int last, con
     m->fusion[first]->backward(l, io, c->act + first, dout, dinp);
     return;
   }
-  *final = (dt_grads_final){c->on_ready, c->on_ready_user, l->param_off, l->n_params, !l->n_params};
-  io[0].final = c->ready_late ? NULL : final; /* NULL: the caller announces them after the backward */
+  /* pieces only where someone listens: a split GEMM is the same work, announced in parts */
+  *final = (dt_grads_final){.fn = c->on_ready, .user = c->on_ready_user, .offset = l->param_off,
+                            .count = l->n_params, .done = !l->n_params, .late = c->ready_late,
+                            .piece = c->on_ready && c == m->ctx ? l->grad_piece : 0};
+  /* a kind that announces early learns of late announcements; any other is announced by the caller */
+  io[0].final = !c->ready_late || l->ops->grads_in_rows ? final : NULL;
   l->ops->backward(l, io, c->act[first], c->act[first + 1], dout, dinp);
 }
 
@@ -889,8 +893,10 @@ dt_status dt_model_ctx_backward(dt_model *m, dt_model_ctx *c, const float *dout)
     backward_unit(m, c, i, last, cur, dinp, &final);
     if (tracing) trace_layer(m, "backward", i, last, layer_t0);
     for (int k = last; k >= i && c->on_ready; k--) /* arena order: the last layer's block first */
-      if (m->layers[k].n_params && (i < last || !final.done))
-        c->on_ready(c->on_ready_user, m->layers[k].param_off, m->layers[k].n_params);
+      if (m->layers[k].n_params && (i < last || !final.done)) {
+        const size_t sent = i < last ? 0 : final.announced; /* pieces the layer announced itself */
+        c->on_ready(c->on_ready_user, m->layers[k].param_off + sent, m->layers[k].n_params - sent);
+      }
     cur = dinp;
     which ^= 1;
   }
@@ -966,6 +972,20 @@ dt_status dt_model_set_param_memory(dt_model *m, float *mem, int copy, void (*re
 
 void dt_model_set_ready_late(dt_model *m, int late) {
   if (m && m->ctx) m->ctx->ready_late = late != 0;
+}
+
+size_t dt_model_set_grad_pieces(dt_model *m, int tensor, size_t max_elems) {
+  if (!m || tensor < 0 || tensor >= m->n_tensors) return 0;
+  dt_layer *l = &m->layers[m->tensors[tensor].layer];
+  const dt_layer_tensor *t = &l->t[m->tensors[tensor].k];
+  if (!l->ops->grads_in_rows || m->tensors[tensor].k != 0 || t->off != 0 || t->place != DT_PLACE_PARAM ||
+      t->ndim < 2 || t->row_table)
+    return 0;
+  const size_t row = numel_of(t->ndim - 1, t->shape + 1), rows = (size_t)t->shape[0];
+  size_t per = max_elems / row;
+  if (per >= rows) per = 0; /* one piece: the whole tensor */
+  l->grad_piece = per * row;
+  return l->grad_piece;
 }
 
 float *dt_model_buffers(dt_model *m, size_t *count) {

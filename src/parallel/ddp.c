@@ -11,7 +11,8 @@
 #include "dtrain/trace.h"
 #include "parallel/parallel-impl.h"
 
-/* A trainable tensor, in arena order (the arena holds the last layer first). */
+/* A trainable tensor, or a piece of one its layer announces by itself (split_pieces), in arena order (the arena
+ * holds the last layer first). */
 typedef struct ddp_tensor {
   size_t off, numel; /* elements of the gradient arena */
   int index;         /* dt_model_tensor_info index (for its name) */
@@ -19,7 +20,7 @@ typedef struct ddp_tensor {
   int table;         /* the model's row table it is, or -1 */
 } ddp_tensor;
 
-/* A contiguous slice of the gradient arena, made of whole tensors. */
+/* A contiguous slice of the gradient arena, made of whole entries of the tensor table. */
 typedef struct ddp_bucket {
   size_t off, count; /* elements */
   int first, n;      /* its tensors: tensors[first .. first + n) */
@@ -86,6 +87,7 @@ void dt_ddp_config_default(dt_ddp_config *c) {
   c->find_unused_parameters = 0;
   c->comm_hook = DT_COMM_HOOK_NONE;
   c->shared_grads = 0; /* it moves the arena: a caller's earlier dt_model_grads pointer would dangle */
+  c->grad_piece_mb = 0.25;
 }
 
 /* ---- model identity ------------------------------------------------------------------ */
@@ -321,6 +323,64 @@ static dt_status collect_tensors(dt_ddp *d) {
   return DT_OK;
 }
 
+/* Pieces (dt_model_set_grad_pieces) of a tensor of numel elements: as many as make pieces of about piece_mb, at
+ * most DT_DDP_MAX_PIECES; 0 elements where it stays whole. */
+static size_t piece_elems(const dt_ddp *d, const ddp_tensor *t) {
+  const double want = d->cfg.grad_piece_mb * (1024.0 * 1024.0) / sizeof(float);
+  if (t->table >= 0 || !(want >= 1) || (double)t->numel < 2 * want) return 0;
+  const double n = (double)t->numel / want;
+  const size_t pieces = n > DT_DDP_MAX_PIECES ? DT_DDP_MAX_PIECES : (size_t)n;
+  return (t->numel + pieces - 1) / pieces;
+}
+
+/* With the measured layout, a large weight becomes one entry per piece its layer announces (the layer decides, in
+ * whole rows), so the plan may start its all-reduce before its whole gradient is computed. */
+static dt_status split_pieces(dt_ddp *d) {
+  if (!d->cfg.auto_buckets || d->world < 2 || !(d->cfg.grad_piece_mb > 0)) return DT_OK;
+  size_t *piece = NULL;
+  DT_CHECK(dt_alloc_array((size_t)d->n_tensors, sizeof *piece, "DDP pieces", (void **)&piece));
+  size_t total = 0;
+  for (int i = 0; i < d->n_tensors; i++) {
+    const ddp_tensor *t = &d->tensors[i];
+    piece[i] = dt_model_set_grad_pieces(d->m, t->index, piece_elems(d, t));
+    total += piece[i] ? (t->numel + piece[i] - 1) / piece[i] : 1;
+    d->stats.pieced_tensors += piece[i] > 0;
+  }
+  dt_status st = DT_OK;
+  ddp_tensor *pieces = NULL;
+  unsigned char *ready = NULL;
+  if (total > (size_t)d->n_tensors) {
+    st = dt_alloc_array(total, sizeof *pieces, "DDP tensor table", (void **)&pieces);
+    if (st == DT_OK) st = dt_alloc_array(total, 1, "DDP ready flags", (void **)&ready);
+  }
+  if (st == DT_OK && pieces) {
+    size_t n = 0;
+    for (int i = 0; i < d->n_tensors; i++) {
+      const ddp_tensor *t = &d->tensors[i];
+      for (size_t at = 0; at < t->numel; at += piece[i] ? piece[i] : t->numel) {
+        pieces[n] = *t;
+        pieces[n].off = t->off + at;
+        pieces[n++].numel = piece[i] && t->numel - at > piece[i] ? piece[i] : t->numel - at;
+      }
+    }
+    dt_free(d->tensors);
+    dt_free(d->ready);
+    d->tensors = pieces, d->ready = ready;
+    d->n_tensors = (int)total;
+    pieces = NULL, ready = NULL;
+  }
+  dt_free(ready);
+  dt_free(pieces);
+  dt_free(piece);
+  return st;
+}
+
+/* Whole tensors again: the model's layers stop announcing pieces. */
+static void unsplit(dt_ddp *d) {
+  for (int i = 0; i < d->n_tensors; i++)
+    if (i == 0 || d->tensors[i].index != d->tensors[i - 1].index) (void)dt_model_set_grad_pieces(d->m, d->tensors[i].index, 0);
+}
+
 static void free_bucket_rows(dt_ddp *d) {
   for (int i = 0; i < d->n_buckets; i++)
     if (d->buckets[i].rows) {
@@ -362,8 +422,8 @@ static dt_status set_layout(dt_ddp *d, const int *first, int nb) {
 }
 
 /* PyTorch's layout: whole tensors in arena order, the first bucket up to first_bucket_mb, later ones up to
- * bucket_cap_mb; a tensor larger than the cap is a bucket alone. A pure function of the model and the config,
- * so identical on every rank. */
+ * bucket_cap_mb; a tensor larger than the cap is a bucket alone (the first steps of the measured layout: a piece
+ * counts as a tensor). A pure function of the model and the config, so identical on every rank. */
 static dt_status lay_buckets(dt_ddp *d) {
   const double mib = 1024.0 * 1024.0;
   if (!d->n_tensors) return DT_OK;
@@ -546,6 +606,7 @@ dt_status dt_ddp_new(dt_model *m, dt_group *g, const dt_ddp_config *cfg, dt_ddp 
   if (c.shared_grads && c.comm_hook == DT_COMM_HOOK_NONE && d->world > 1 && n_params)
     DT_CHECK_GOTO(share_grads(d), st, fail);
   DT_CHECK_GOTO(collect_tensors(d), st, fail);
+  DT_CHECK_GOTO(split_pieces(d), st, fail);
   DT_CHECK_GOTO(lay_buckets(d), st, fail);
   /* as many buckets as tensors at most (a measured layout may have more buckets than the first) */
   const size_t nt = d->n_tensors ? (size_t)d->n_tensors : 1;
@@ -566,6 +627,9 @@ dt_status dt_ddp_new(dt_model *m, dt_group *g, const dt_ddp_config *cfg, dt_ddp 
               n_params, d->n_buckets, c.first_bucket_mb, c.bucket_cap_mb,
               c.auto_buckets ? "; measured layout after the first steps" : "", (int)c.comm_hook,
               d->shared ? ", gradients in shared memory" : "");
+  if (d->stats.pieced_tensors)
+    DT_LOG_INFO("ddp", "rank %d: %d weights announced in pieces of about %.3g MiB (%d entries for the layout)",
+                d->rank, d->stats.pieced_tensors, c.grad_piece_mb, d->n_tensors);
   *out = d;
   return DT_OK;
 fail:
@@ -618,6 +682,7 @@ void dt_ddp_free(dt_ddp *d) {
   /* The communication thread may still use the arena and staging: wait (bounded by the group's deadline). */
   if (d->buckets) (void)wait_launched(d);
   if (d->hooked) dt_model_on_grad_ready(d->m, NULL, NULL);
+  if (d->tensors) unsplit(d);
   if (d->shared) dt_group_unshare(d->g, d->grads); /* the model keeps the memory */
   dt_free(d->event_off);
   dt_free(d->event_s);
@@ -682,7 +747,8 @@ static void unused_names(const dt_ddp *d, char *buf, size_t len, int *count) {
   int n = 0, full = 0;
   buf[0] = 0;
   for (int i = 0; i < d->n_tensors; i++) {
-    if (d->ready[i]) continue;
+    if (d->ready[i] || (i > 0 && d->tensors[i - 1].index == d->tensors[i].index && !d->ready[i - 1]))
+      continue; /* a tensor's later pieces: named once */
     n++;
     dt_tensor_info t;
     if (full || dt_model_tensor_info(d->m, d->tensors[i].index, &t) != DT_OK) continue;

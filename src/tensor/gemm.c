@@ -144,10 +144,17 @@ void dt_linear_forward(dt_amp amp, float *out, const float *inp, const float *w,
   dt_lowp_gemm_round(amp, 0, 1, B, O, I, 1.0f, inp, I, w, I, b ? 1.0f : 0.0f, out, O);
 }
 
+void dt_linear_backward_dw_rows(dt_amp amp, float *dw, const float *dout, const float *inp, int B, int I, int O,
+                                int o0, int o1, int assign) {
+  if (o1 <= o0) return;
+  dt_lowp_gemm(amp, 1, 0, o1 - o0, I, B, 1.0f, dout + o0, O, inp, I, assign ? 0.0f : 1.0f, dw + (size_t)o0 * I,
+               I); /* (o1 - o0, B) @ (B, I) */
+}
+
 void dt_linear_backward(dt_amp amp, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, int B, int I, int O, int assign) {
   if (dinp) dt_lowp_gemm_round(amp, 0, 0, B, I, O, 1.0f, dout, O, w, I, 0.0f, dinp, I); /* (B, O) @ (O, I) */
-  if (dw) dt_lowp_gemm(amp, 1, 0, O, I, B, 1.0f, dout, O, inp, I, assign ? 0.0f : 1.0f, dw, I); /* (O, B) @ (B, I) */
+  if (dw) dt_linear_backward_dw_rows(amp, dw, dout, inp, B, I, O, 0, O, assign);
   if (db) {
     if (assign) memset(db, 0, (size_t)O * sizeof *db); /* then the sum in the same order, to the same bits */
     /* threads by blocks of columns, each summed over the rows in order: the bits of one thread's sum */

@@ -52,6 +52,9 @@ void dt_linear_forward(dt_amp amp, float *out, const float *inp, const float *w,
  * dw and db are written (=), their contents never read */
 void dt_linear_backward(dt_amp amp, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, int B, int I, int O, int assign);
+/* Rows [o0, o1) of dt_linear_backward's dw: dw + o0 * I (o1 - o0, I) += dout[:, o0:o1]^T @ inp (= with assign). */
+void dt_linear_backward_dw_rows(dt_amp amp, float *dw, const float *dout, const float *inp, int B, int I, int O,
+                                int o0, int o1, int assign);
 
 /* ---- conv2d (im2col + GEMM) ---------------------------------------------- */
 typedef struct dt_conv2d_geom {

@@ -100,7 +100,7 @@ train_flags="--model --hidden --dropout --factors --embedding-l2 --sparse-embedd
 --optimizer --lr --momentum --dampening --nesterov --weight-decay --no-decay --betas --eps --schedule --step-size --gamma
 --min-lr --warmup-epochs --warmup-steps --clip-grad-norm --amp --label-smoothing --loss --pos-weight --val-fraction --val-data
 --threads --seed --out --progress --quiet
---strategy --workers --accumulate --backend --master --bucket-cap-mb --first-bucket-mb --broadcast-buffers --shared-grads
+--strategy --workers --accumulate --backend --master --bucket-cap-mb --first-bucket-mb --grad-piece-mb --broadcast-buffers --shared-grads
 --sharded-update
 --find-unused-parameters --comm-hook --embedding-exchange --timeout --save-every --save-every-steps --keep --save-on-interrupt --resume
 --allow-data-change --overwrite --tensorboard --tensorboard-all-ranks --log-every --trace"

@@ -171,6 +171,33 @@ else
   fail "ddp 3 ranks: shared_grads '$s_on' / '$s_off', in place '$n_on' / '$n_off'; weights $(cmp "$tmp/sgon/model.safetensors" "$tmp/sgoff/model.safetensors" 2>&1)"
 fi
 
+section "ddp: weights in pieces give the bits of whole ones"
+# The default mlp's first weight (784 x 256, 0.77 MiB) is announced in 3 pieces at the default --grad-piece-mb;
+# 0 keeps it whole. With the fixed layout the flag is a usage error.
+for gp in default 0; do
+  extra=()
+  [ "$gp" = default ] || extra=(--grad-piece-mb "$gp")
+  DT_DEBUG=ddp dtr "gp$gp" 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train --strategy ddp --model mlp --epochs 1 \
+    --limit-train 1280 --limit-test 100 --out "$tmp/gp$gp" --progress none "${extra[@]}"
+  [ "$rc" -eq 0 ] || { fail "ddp --grad-piece-mb $gp: exit $rc"; show "gp$gp"; }
+done
+if grep -q "rank 0: 1 weights announced in pieces of about 0.25 MiB" "$tmp/gpdefault.out" "$tmp/gpdefault.err" &&
+  ! grep -q "announced in pieces" "$tmp/gp0.out" "$tmp/gp0.err" &&
+  grep -q '"grad_piece_mb":0.25' "$tmp/gpdefault/config.json" &&
+  cmp -s "$tmp/gpdefault/model.safetensors" "$tmp/gp0/model.safetensors"; then
+  ok "ddp: the mlp's first weight in pieces (DT_DEBUG=ddp says so), the same weights as whole"
+else
+  fail "ddp --grad-piece-mb: pieces not logged, or weights differ: $(cmp "$tmp/gpdefault/model.safetensors" "$tmp/gp0/model.safetensors" 2>&1)"
+  show gpdefault
+fi
+"$DTRAIN" train --strategy ddp --bucket-cap-mb 5 --grad-piece-mb 1 --out "$tmp/gpbad" >"$tmp/gpbad.out" 2>&1
+rc=$?
+if [ "$rc" -eq 2 ] && grep -q -- "--grad-piece-mb applies to the measured bucket layout, and --bucket-cap-mb fixes" "$tmp/gpbad.out"; then
+  ok "ddp: --grad-piece-mb with --bucket-cap-mb is a usage error"
+else
+  fail "ddp: --grad-piece-mb with --bucket-cap-mb: exit $rc: $(cat "$tmp/gpbad.out")"
+fi
+
 section "ddp: the sharded update gives the unsharded bits, and its snapshot resumes"
 # Each rank steps its share of parameters and momentum common to the host: the weights of every rank stepping the
 # whole model, bit for bit (a warmed-up cosine schedule, weight decay but not on biases); the epoch-1 snapshot

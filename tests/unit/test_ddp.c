@@ -100,6 +100,8 @@ typedef struct run_cfg {
   int sharded;        /* the optimizer's step made by DDP, each rank on its share (dt_ddp_set_optim) */
   int adam;           /* Adam (else SGD with momentum 0.9) */
   int with_state;     /* the result holds the optimizer's states after the parameters */
+  double piece_mb;    /* grad_piece_mb: 0 the default, < 0 none (whole tensors) */
+  int deferred;       /* zero_grad deferred: the step's first backward writes the gradients (as the trainer's) */
 } run_cfg;
 
 /* The optimizer both trainings use, and the floats of a result (parameters, and states with with_state). */
@@ -128,6 +130,7 @@ static void copy_out(dt_model *m, dt_optim *o, int grads, float **out, size_t *n
  * planned after the first 2 steps and its buckets made then): a warm step allocates nothing. */
 enum { WARM_STEPS = 6 };
 static uint64_t warm_allocs;
+static int last_events; /* gradient-ready events DDP saw in the last ddp_train's last step */
 
 /* DDP training on group g; *out receives the parameters (the gradients with
  * no_optim). The trace of the last step and the stats go to trace / stats if non-NULL. */
@@ -151,6 +154,7 @@ static dt_status ddp_train(dt_group *g, const run_cfg *c, float **out, size_t *n
   dc.comm_hook = c->hook;
   dc.auto_buckets = c->auto_buckets;
   dc.shared_grads = c->shared;
+  if (c->piece_mb) dc.grad_piece_mb = c->piece_mb > 0 ? c->piece_mb : 0;
   x = malloc((size_t)batch * (size_t)numel * sizeof(float));
   y = malloc((size_t)batch * sizeof(int32_t));
   dl = malloc((size_t)c->b * CLASSES * sizeof(float));
@@ -171,7 +175,10 @@ static dt_status ddp_train(dt_group *g, const run_cfg *c, float **out, size_t *n
   for (int s = 0; s < c->steps; s++) {
     if (s == WARM_STEPS) allocs_before = dt_alloc_count();
     make_batch(x, y, batch, numel, 100 + (uint64_t)s);
-    dt_model_zero_grad(m);
+    if (c->deferred)
+      dt_model_zero_grad_deferred(m);
+    else
+      dt_model_zero_grad(m);
     for (int k = 0; k < c->accum; k++) {
       const int first = (c->same_data ? k : k * world + rank) * c->b;
       const float *logits;
@@ -187,6 +194,7 @@ static dt_status ddp_train(dt_group *g, const run_cfg *c, float **out, size_t *n
     }
     dt_ddp_trace t;
     dt_ddp_get_trace(d, &t);
+    last_events = t.events;
     if (overlapped_steps && t.done_at_last_event > 0) (*overlapped_steps)++;
     /* bucket 0 (the last layer) was queued before the first layer's gradient-ready event, i.e. before
      * the first layer's backward ran (the second-to-last event comes right before it) */
@@ -302,6 +310,14 @@ static int equiv_child(df_job *j, int r, int world, void *arg) {
         fprintf(stderr, "rank %d run %d: shared_grads %d, %llu all-reduces in place\n", r, i, stats.shared_grads,
                 (unsigned long long)stats.shared_allreduces);
         bad = 7;
+      }
+      /* asked pieces: some weight split, and its pieces announced one by one (MLP_BIG: 4 layers) where the synced
+       * backward writes the gradients (adding to a micro-step's, a weight is announced whole) */
+      if (c->piece_mb > 0 && c->auto_buckets && world > 1 &&
+          (stats.pieced_tensors < 1 || (c->kind == MLP_BIG && c->deferred && c->accum == 1 && last_events <= 4))) {
+        fprintf(stderr, "rank %d run %d: %d weights in pieces, %d events a step\n", r, i, stats.pieced_tensors,
+                last_events);
+        bad = 9;
       }
       if (stats.sharded_update != (c->sharded && want_shared)) {
         fprintf(stderr, "rank %d run %d: sharded update %d\n", r, i, stats.sharded_update);
@@ -438,6 +454,23 @@ TEST(sharded_update_gives_the_unsharded_bits) {
   ASSERT_EQ(run_job_on("tcp", 2, equiv_child, &off, 30), 0);
   off.runs[0] = off.runs[1];
   ASSERT_EQ(run_job(2, equiv_child, &off, 30), 0);
+}
+
+/* Large weights announced in pieces of whole rows (grad_piece_mb, with the measured layout; each piece a bucket of
+ * its own in the first steps, where the caps are tiny) give the bits of whole tensors: world 2 and 3, plain SGD and
+ * the sharded update (a Linear then computes its input gradient before its pieces), with accumulation, on shared
+ * gradients and through the slots; every run equals whole-batch training. */
+TEST(weight_pieces_give_the_whole_tensors_bits) {
+  for (int world = 2; world <= 3; world++)
+    for (int sharded = 0; sharded <= 1; sharded++) {
+      const run_cfg whole = {.kind = MLP_BIG, .b = 4, .accum = 1 + sharded, .steps = 6, .dscale = 1, .shared = 1,
+                             .sharded = sharded, .deferred = 1, .with_state = 1, .auto_buckets = 1, .piece_mb = -1};
+      equiv_case ec = {.runs = {whole, whole, whole}, .n_runs = 3, .tol = 1e-3, .cross_tol = 0};
+      ec.runs[0].piece_mb = 0.3, ec.runs[0].shared = 0, ec.runs[0].sharded = 0; /* first: the group's count of
+                                                                                  all-reduces in place is 0 */
+      ec.runs[2].piece_mb = 0.1, ec.runs[2].cap_mb = 1e-3, ec.runs[2].first_mb = 1e-3;
+      ASSERT_EQ(run_job(world, equiv_child, &ec, 30), 0);
+    }
 }
 
 /* Once warm, a step allocates nothing in dtrain: not the bucket all-reduces' work handles, not the measured layout's
@@ -906,7 +939,7 @@ TEST(unused_parameters_and_misuse) { ASSERT_EQ(run_job(2, unused_child, NULL, 30
 TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
 
 TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(shared_gradients_give_the_slot_paths_bits),
-          TEST_ENTRY(sharded_update_gives_the_unsharded_bits), TEST_ENTRY(warm_steps_allocate_nothing),
+          TEST_ENTRY(sharded_update_gives_the_unsharded_bits), TEST_ENTRY(weight_pieces_give_the_whole_tensors_bits), TEST_ENTRY(warm_steps_allocate_nothing),
           TEST_ENTRY(no_sync_accumulates_like_one_large_batch),
           TEST_ENTRY(measured_layout_equals_whole_batch), TEST_ENTRY(bucket_caps_change_nothing_but_the_layout),
           TEST_ENTRY(bucket_layouts_tile_the_arena), TEST_ENTRY(all_reduce_overlaps_backward),

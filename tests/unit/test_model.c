@@ -220,6 +220,95 @@ TEST(linear_announces_its_gradients_before_its_input_gradient) {
   dt_model_free(m);
 }
 
+/* What each gradient-ready event of a Linear announcing its weight in row pieces finds: its range final, every
+ * later range of the block still stale (NaN: announced as soon as computed, not at the end), and the input
+ * gradient written or not as the order asks. */
+typedef struct piece_probe {
+  const float *grads, *want, *dinp;
+  size_t n, n_in, off[16], cnt[16];
+  int events, ok, dinp_written;
+} piece_probe;
+
+static void probe_piece(void *user, size_t offset, size_t count) {
+  piece_probe *p = user;
+  if (p->events < 16) p->off[p->events] = offset, p->cnt[p->events] = count;
+  p->events++;
+  if (offset + count > p->n || memcmp(p->grads + offset, p->want + offset, count * sizeof(float)) != 0) p->ok = 0;
+  for (size_t i = offset + count; i < p->n && i < offset + count + 40; i++) p->ok &= isnan(p->grads[i]);
+  int written = 1;
+  for (size_t i = 0; i < p->n_in; i++) written &= !isnan(p->dinp[i]);
+  p->dinp_written = written;
+}
+
+/* DDP's pieces: a Linear asked (dt_model_set_grad_pieces) announces its weight's gradient a block of whole output
+ * rows at a time, each once final, then the rest of its block with the bias, to the same bits as one GEMM; before
+ * its input gradient, or after it where announcements are late (the sharded update steps W); where the backward
+ * writes the gradients only. Only a layer's first tensor of 2 or more dimensions of a kind that can splits. */
+TEST(linear_announces_its_weight_in_row_pieces) {
+  enum { B = 6, I = 40, O = 24, N = O * I + O };
+  dt_model *m = NULL;
+  ASSERT_OK(dt_model_new(1, (int64_t[]){I}, &m));
+  ASSERT_OK(dt_model_add_linear(m, "fc", O, 1));
+  ASSERT_OK(dt_model_build(m, B, 3));
+  dt_model_ctx *c = dt_model_default_ctx(m);
+  dt_model_ctx_want_input_grad(c, 1);
+  static float x[B * I], dout[B * O], want[N], want_dinp[B * I];
+  fill_uniform(x, B * I, 4, -1, 1);
+  fill_uniform(dout, B * O, 5, -1, 1);
+  const float *y;
+  ASSERT_OK(dt_model_forward(m, x, B, &y));
+  dt_model_zero_grad(m);
+  ASSERT_OK(dt_model_backward(m, dout));
+  memcpy(want, dt_model_grads(m, NULL), sizeof want);
+  float *dinp = (float *)dt_model_ctx_input_grad(c);
+  memcpy(want_dinp, dinp, sizeof want_dinp);
+  int w = -1, b = -1;
+  ASSERT_OK(dt_model_find_tensor(m, "fc.weight", &w));
+  ASSERT_OK(dt_model_find_tensor(m, "fc.bias", &b));
+  ASSERT_EQ(dt_model_set_grad_pieces(m, b, 8), 0); /* not the first tensor */
+  ASSERT_EQ(dt_model_set_grad_pieces(m, w, I - 1), 0); /* less than a row */
+  ASSERT_EQ(dt_model_set_grad_pieces(m, w, O * I), 0); /* one piece: whole */
+  ASSERT_EQ(dt_model_set_grad_pieces(m, w, 5 * I + 7), 5 * I); /* whole rows */
+  float *grads = dt_model_grads(m, NULL);
+  piece_probe p = {.grads = grads, .want = want, .dinp = dinp, .n = N, .n_in = B * I};
+  dt_model_on_grad_ready(m, probe_piece, &p);
+  for (int late = 0; late <= 1; late++) {
+    dt_model_set_ready_late(m, late);
+    p.events = 0, p.ok = 1;
+    ASSERT_OK(dt_model_forward(m, x, B, &y));
+    dt_model_zero_grad_deferred(m);
+    for (int i = 0; i < N; i++) grads[i] = NAN;
+    for (int i = 0; i < B * I; i++) dinp[i] = NAN;
+    ASSERT_OK(dt_model_backward(m, dout));
+    ASSERT_EQ(p.events, 5); /* rows 0-4, 5-9, 10-14, 15-19, then rows 20-23 and the bias */
+    for (int k = 0; k < 4; k++) ASSERT(p.off[k] == (size_t)k * 5 * I && p.cnt[k] == 5 * I);
+    ASSERT(p.off[4] == 20 * I && p.cnt[4] == 4 * I + O);
+    ASSERT(p.ok);
+    ASSERT_EQ(p.dinp_written, late);
+    ASSERT(memcmp(grads, want, sizeof want) == 0 && memcmp(dinp, want_dinp, sizeof want_dinp) == 0);
+  }
+  /* a backward adding to the gradients (accumulation) announces the weight whole: a cut GEMM adding to C may sum
+   * in another order */
+  p.events = 0;
+  ASSERT_OK(dt_model_forward(m, x, B, &y));
+  ASSERT_OK(dt_model_backward(m, dout));
+  ASSERT_EQ(p.events, 1);
+  ASSERT_EQ(dt_model_set_grad_pieces(m, w, 0), 0); /* off: one event again */
+  p.events = 0;
+  ASSERT_OK(dt_model_forward(m, x, B, &y));
+  dt_model_zero_grad_deferred(m);
+  ASSERT_OK(dt_model_backward(m, dout));
+  ASSERT_EQ(p.events, 1);
+  dt_model_free(m);
+  /* a convolution's weight cannot split */
+  ASSERT_OK(dt_model_new(3, (int64_t[]){1, 6, 6}, &m));
+  ASSERT_OK(dt_model_add_conv2d(m, "conv", 8, 3, 1, 1, 1));
+  ASSERT_OK(dt_model_build(m, 2, 3));
+  ASSERT_OK(dt_model_find_tensor(m, "conv.weight", &w));
+  ASSERT_EQ(dt_model_set_grad_pieces(m, w, 9), 0);
+  dt_model_free(m);
+}
+
 TEST(init_is_seeded_and_bounded_like_pytorch) {
   dt_model *a = NULL, *b = NULL, *c = NULL;
   ASSERT_OK(fashioncnn(-1, &a));
@@ -836,6 +925,7 @@ TEST(fused_relu_rows_keep_nan_semantics) {
 
 TEST_MAIN(TEST_ENTRY(fashioncnn_tensor_names_order_shapes_and_count), TEST_ENTRY(arena_is_in_reverse_layer_order),
           TEST_ENTRY(grad_ready_ranges_increase_and_tile_the_arena),
+          TEST_ENTRY(linear_announces_its_weight_in_row_pieces),
           TEST_ENTRY(linear_announces_its_gradients_before_its_input_gradient), TEST_ENTRY(init_is_seeded_and_bounded_like_pytorch),
           TEST_ENTRY(model_gradient_matches_finite_differences), TEST_ENTRY(batchnorm_train_and_eval),
           TEST_ENTRY(dropout_masks_follow_seed_stream_and_step), TEST_ENTRY(error_cases_name_layers_and_numbers),
