@@ -130,15 +130,17 @@ void dt_model_zero_grad_deferred(dt_model *m);
  * reverse layer order, so ranges arrive front to back: [0, a), [a, b), ... */
 typedef void (*dt_grad_ready_fn)(void *user, size_t offset, size_t count);
 void dt_model_on_grad_ready(dt_model *m, dt_grad_ready_fn fn, void *user);
-/* 1: each layer's gradients are announced after its whole backward, never while it still reads its parameters
- * (a Linear layer otherwise announces dW before it computes its input gradient from W): for a hook that changes
- * the parameters, such as DDP's sharded update. 0 (the default): as early as they are final. */
+/* 1: a layer's gradients are announced only once its backward reads its parameters no more (a Linear layer then
+ * computes its input gradient from W first, and announces dW after, in pieces too; otherwise dW comes first): for a
+ * hook that changes the parameters, such as DDP's sharded update. 0 (the default): as early as they are final. */
 void dt_model_set_ready_late(dt_model *m, int late);
-/* Asks the layer holding trainable tensor `tensor` to announce its gradient (to the model's own hook) in pieces of
- * at most max_elems elements, front to back, each as soon as it is final, before the rest of the layer's block: a
- * Linear weight computes its gradient a block of output rows at a time (the same sums, so the same bits). Returns
- * the piece chosen (whole rows), or 0 where the tensor's kind cannot (it is then announced whole), or where one
- * piece would hold it all; max_elems 0 turns pieces off. */
+/* Asks the layer holding trainable tensor `tensor` to announce its gradient (to the model's own hook) in pieces,
+ * front to back, each as soon as it is final, before the rest of the layer's block: as many as pieces of
+ * max_elems elements would make, of whole rows (its first dimension) as even as rows allow, the last maybe
+ * shorter. A Linear weight computes its gradient a block of output rows at a time: the same sums, but a GEMM
+ * library may order a cut product's sums otherwise (OpenBLAS's Haswell kernels do), so the last bits may change.
+ * Returns the piece chosen (elements), or 0 where the tensor's kind cannot (it is then announced whole), where one
+ * piece would hold it all, or for max_elems 0 (pieces off). */
 size_t dt_model_set_grad_pieces(dt_model *m, int tensor, size_t max_elems);
 
 /* ---- arenas and named tensors ------------------------------------------------ */

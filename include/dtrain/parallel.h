@@ -54,7 +54,8 @@ typedef struct dt_ddp_config {
                                  is announced by its layer in up to DT_DDP_MAX_PIECES pieces of about this size
                                  (MiB), each as soon as it is computed, and the measured layout may put them in
                                  different buckets, so the all-reduce of a large last weight starts while the rest
-                                 of it is computed (0: whole tensors; default 0.25) */
+                                 of it is computed; the last bits may change (dt_model_set_grad_pieces) (0: whole
+                                 tensors; default 0.25) */
   int shared_grads;           /* 1: where the ranks share a host (shm backend), the gradient arena moves into
                                  memory they map from each other and the all-reduces read it in place (0 by
                                  default here, as it moves the arena; the trainer's default is 1) */

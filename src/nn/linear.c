@@ -36,12 +36,10 @@ static dt_status linear_forward(const dt_layer *l, const dt_layer_io *io, const 
   return DT_OK;
 }
 
-/* dW in pieces of whole output rows where io->final asks (each announced as soon as it is final), then db. Only
- * where the backward writes the gradients (the step's first): a GEMM that adds to a gradient may sum a cut of it
- * in another order than the whole (oneDNN does), and the bits must not depend on the pieces. */
+/* dW in pieces of whole output rows where io->final asks (each announced as soon as it is final), then db. */
 static void linear_param_grads(const dt_layer_io *io, const float *g, const float *x, int B, int I, int O,
                                float *dw, float *db) {
-  const size_t piece = io->final && io->grads_unset ? io->final->piece : 0;
+  const size_t piece = io->final ? io->final->piece : 0;
   const int rows = piece >= (size_t)I && piece / (size_t)I < (size_t)O ? (int)(piece / (size_t)I) : O;
   for (int o0 = 0; o0 < O; o0 += rows) {
     const int o1 = O - o0 > rows ? o0 + rows : O;

@@ -67,7 +67,8 @@ struct dt_model_ctx {
   uint64_t rng_stream, step; /* dropout stream inputs; step counts training forwards */
   dt_grad_ready_fn on_ready;
   void *on_ready_user;
-  int ready_late;    /* 1: a layer's gradients are announced after its whole backward (dt_model_set_ready_late) */
+  int ready_late;    /* 1: a layer's gradients are announced only once its backward reads its parameters no more
+                        (dt_model_set_ready_late) */
   int want_input_grad;
   const float *input_grad;
   int no_fusion;     /* 1: run every layer on its own */
@@ -982,9 +983,11 @@ size_t dt_model_set_grad_pieces(dt_model *m, int tensor, size_t max_elems) {
       t->ndim < 2 || t->row_table)
     return 0;
   const size_t row = numel_of(t->ndim - 1, t->shape + 1), rows = (size_t)t->shape[0];
-  size_t per = max_elems / row;
-  if (per >= rows) per = 0; /* one piece: the whole tensor */
-  l->grad_piece = per * row;
+  l->grad_piece = 0;
+  if (max_elems < row) return 0;
+  /* as many pieces as max_elems asks, of rows as even as whole rows allow (no sliver of a row at the end) */
+  const size_t n = (t->numel + max_elems - 1) / max_elems, per = (rows + n - 1) / n;
+  if (n > 1 && per < rows) l->grad_piece = per * row;
   return l->grad_piece;
 }
 

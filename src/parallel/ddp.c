@@ -335,8 +335,12 @@ static size_t piece_elems(const dt_ddp *d, const ddp_tensor *t) {
 
 /* With the measured layout, a large weight becomes one entry per piece its layer announces (the layer decides, in
  * whole rows), so the plan may start its all-reduce before its whole gradient is computed. */
+static void unsplit(dt_ddp *d);
 static dt_status split_pieces(dt_ddp *d) {
-  if (!d->cfg.auto_buckets || d->world < 2 || !(d->cfg.grad_piece_mb > 0)) return DT_OK;
+  if (!d->cfg.auto_buckets || d->world < 2 || !(d->cfg.grad_piece_mb > 0)) {
+    unsplit(d); /* whole tensors, whatever the model was asked before */
+    return DT_OK;
+  }
   size_t *piece = NULL;
   DT_CHECK(dt_alloc_array((size_t)d->n_tensors, sizeof *piece, "DDP pieces", (void **)&piece));
   size_t total = 0;

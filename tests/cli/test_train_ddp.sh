@@ -171,9 +171,10 @@ else
   fail "ddp 3 ranks: shared_grads '$s_on' / '$s_off', in place '$n_on' / '$n_off'; weights $(cmp "$tmp/sgon/model.safetensors" "$tmp/sgoff/model.safetensors" 2>&1)"
 fi
 
-section "ddp: weights in pieces give the bits of whole ones"
+section "ddp: weights in pieces train as whole ones"
 # The default mlp's first weight (784 x 256, 0.77 MiB) is announced in 3 pieces at the default --grad-piece-mb;
-# 0 keeps it whole. With the fixed layout the flag is a usage error.
+# 0 keeps it whole. The weights agree to rounding (a GEMM library may sum a cut product in another order). With the
+# fixed layout the flag is a usage error.
 for gp in default 0; do
   extra=()
   [ "$gp" = default ] || extra=(--grad-piece-mb "$gp")
@@ -184,10 +185,10 @@ done
 if grep -q "rank 0: 1 weights announced in pieces of about 0.25 MiB" "$tmp/gpdefault.out" "$tmp/gpdefault.err" &&
   ! grep -q "announced in pieces" "$tmp/gp0.out" "$tmp/gp0.err" &&
   grep -q '"grad_piece_mb":0.25' "$tmp/gpdefault/config.json" &&
-  cmp -s "$tmp/gpdefault/model.safetensors" "$tmp/gp0/model.safetensors"; then
-  ok "ddp: the mlp's first weight in pieces (DT_DEBUG=ddp says so), the same weights as whole"
+  near "$(max_diff "$tmp/gpdefault/model.safetensors" "$tmp/gp0/model.safetensors")" 0 1e-5; then
+  ok "ddp: the mlp's first weight in pieces (DT_DEBUG=ddp says so), the weights of whole ones"
 else
-  fail "ddp --grad-piece-mb: pieces not logged, or weights differ: $(cmp "$tmp/gpdefault/model.safetensors" "$tmp/gp0/model.safetensors" 2>&1)"
+  fail "ddp --grad-piece-mb: pieces not logged, or weights differ by $(max_diff "$tmp/gpdefault/model.safetensors" "$tmp/gp0/model.safetensors" 2>&1)"
   show gpdefault
 fi
 "$DTRAIN" train --strategy ddp --bucket-cap-mb 5 --grad-piece-mb 1 --out "$tmp/gpbad" >"$tmp/gpbad.out" 2>&1

@@ -311,10 +311,9 @@ static int equiv_child(df_job *j, int r, int world, void *arg) {
                 (unsigned long long)stats.shared_allreduces);
         bad = 7;
       }
-      /* asked pieces: some weight split, and its pieces announced one by one (MLP_BIG: 4 layers) where the synced
-       * backward writes the gradients (adding to a micro-step's, a weight is announced whole) */
+      /* asked pieces: some weight split, and its pieces announced one by one (MLP_BIG: 4 layers) */
       if (c->piece_mb > 0 && c->auto_buckets && world > 1 &&
-          (stats.pieced_tensors < 1 || (c->kind == MLP_BIG && c->deferred && c->accum == 1 && last_events <= 4))) {
+          (stats.pieced_tensors < 1 || (c->kind == MLP_BIG && last_events <= 4))) {
         fprintf(stderr, "rank %d run %d: %d weights in pieces, %d events a step\n", r, i, stats.pieced_tensors,
                 last_events);
         bad = 9;
@@ -457,15 +456,16 @@ TEST(sharded_update_gives_the_unsharded_bits) {
 }
 
 /* Large weights announced in pieces of whole rows (grad_piece_mb, with the measured layout; each piece a bucket of
- * its own in the first steps, where the caps are tiny) give the bits of whole tensors: world 2 and 3, plain SGD and
- * the sharded update (a Linear then computes its input gradient before its pieces), with accumulation, on shared
- * gradients and through the slots; every run equals whole-batch training. */
+ * its own in the first steps, where the caps are tiny) train as whole tensors do: world 2 and 3, plain SGD and the
+ * sharded update (a Linear then computes its input gradient before its pieces) with accumulation, on shared
+ * gradients and through the slots; every run equals whole-batch training. Within 1e-6, not bit for bit: a GEMM
+ * library may sum a cut product in another order (here, with 4 samples a rank, the bits are equal). */
 TEST(weight_pieces_give_the_whole_tensors_bits) {
   for (int world = 2; world <= 3; world++)
     for (int sharded = 0; sharded <= 1; sharded++) {
       const run_cfg whole = {.kind = MLP_BIG, .b = 4, .accum = 1 + sharded, .steps = 6, .dscale = 1, .shared = 1,
                              .sharded = sharded, .deferred = 1, .with_state = 1, .auto_buckets = 1, .piece_mb = -1};
-      equiv_case ec = {.runs = {whole, whole, whole}, .n_runs = 3, .tol = 1e-3, .cross_tol = 0};
+      equiv_case ec = {.runs = {whole, whole, whole}, .n_runs = 3, .tol = 1e-3, .cross_tol = 1e-6};
       ec.runs[0].piece_mb = 0.3, ec.runs[0].shared = 0, ec.runs[0].sharded = 0; /* first: the group's count of
                                                                                   all-reduces in place is 0 */
       ec.runs[2].piece_mb = 0.1, ec.runs[2].cap_mb = 1e-3, ec.runs[2].first_mb = 1e-3;
