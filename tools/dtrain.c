@@ -401,7 +401,8 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
     [TRAIN_FIRST_BUCKET_MB] = {"--first-bucket-mb", "MB", FLAG_POS_FLOAT, "measured (1 for the first steps)", "1",
                                .help = "ddp: size of the first bucket (the last layers) in MiB; fixes the layout as "
                                "--bucket-cap-mb does"},
-    [TRAIN_GRAD_PIECE_MB] = {"--grad-piece-mb", "MB", FLAG_NONNEG_FLOAT, "0.25", "1",
+    [TRAIN_GRAD_PIECE_MB] = {"--grad-piece-mb", "MB", FLAG_NONNEG_FLOAT,
+                             "auto: 0.25 where every rank's communication thread has a CPU of its own, else 0", "1",
                              .help = "ddp, measured layout: a weight whose gradient is larger (a Linear's) is computed "
                              "and announced in up to 8 pieces of whole rows of about this size, so the measured "
                              "layout can start its all-reduce before all of it is computed (0: whole tensors)"},

@@ -54,14 +54,17 @@ typedef struct dt_ddp_config {
                                  is announced by its layer in up to DT_DDP_MAX_PIECES pieces of about this size
                                  (MiB), each as soon as it is computed, and the measured layout may put them in
                                  different buckets, so the all-reduce of a large last weight starts while the rest
-                                 of it is computed; the last bits may change (dt_model_set_grad_pieces) (0: whole
-                                 tensors; default 0.25) */
+                                 of it is computed (a weight whose pieces the layout keeps in one bucket is computed
+                                 whole again); the last bits may change (dt_model_set_grad_pieces). 0: whole
+                                 tensors; < 0 (the default): auto, DT_DDP_AUTO_PIECE_MB where every rank's
+                                 communication thread has a CPU of its own (dt_group_comm_has_cpu), else 0 */
   int shared_grads;           /* 1: where the ranks share a host (shm backend), the gradient arena moves into
                                  memory they map from each other and the all-reduces read it in place (0 by
                                  default here, as it moves the arena; the trainer's default is 1) */
 } dt_ddp_config;
 void dt_ddp_config_default(dt_ddp_config *c);
 #define DT_DDP_MAX_PIECES 8
+#define DT_DDP_AUTO_PIECE_MB 0.25
 
 typedef struct dt_ddp dt_ddp;
 
@@ -111,7 +114,8 @@ typedef struct dt_ddp_stats {
   uint64_t shared_allreduces; /* all-reduces of the group run in place on shared memory so far (the measured
                                  layout's probe, 10 of them, included) */
   int sharded_update;      /* 1: the optimizer's step is DDP's, each rank on its share (dt_ddp_set_optim) */
-  int pieced_tensors;      /* weights whose layers announce their gradients in pieces (grad_piece_mb) */
+  int pieced_tensors;      /* weights whose layers announce their gradients in pieces (grad_piece_mb); once the
+                              measured layout is made, those whose pieces it put in more than one bucket */
 } dt_ddp_stats;
 void dt_ddp_get_stats(const dt_ddp *d, dt_ddp_stats *s);
 /* Bucket i: [offset, offset + count) of the gradient arena. */

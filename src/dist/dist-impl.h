@@ -210,6 +210,9 @@ int dt_mpi_launched(void);
 /* How many all-reduces the shm backend b ran in place on shared memory (0 for
  * another backend or NULL): dt_group_shared_allreduces. */
 uint64_t dt_backend_shm_shared_allreduces(const dt_backend *b);
+/* 1 where the shm backend b found that the communication thread has a CPU of its own beside the compute threads
+ * of the ranks sharing this rank's CPUs, 0 where not; -1 for another backend (dt_group_comm_has_cpu). */
+int dt_backend_shm_comm_cpu(const dt_backend *b);
 
 /* Runs c on b through the ops table (switch on kind); used by the group and
  * by backends composed of others (hierarchical). */

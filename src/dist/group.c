@@ -456,6 +456,13 @@ uint64_t dt_group_shared_allreduces(const dt_group *g) {
   return g ? dt_backend_shm_shared_allreduces(g->backend) : 0;
 }
 
+int dt_group_comm_has_cpu(const dt_group *g) {
+  if (!g) return 0;
+  const int shm = dt_backend_shm_comm_cpu(g->backend);
+  if (shm >= 0) return shm; /* from the ranks' CPU sets */
+  return (long)g->local_size * (dt_get_threads() + 1) <= dt_usable_cores();
+}
+
 void dt_shared_free(void *mem, size_t bytes) {
   if (mem) munmap(mem, bytes);
 }

@@ -444,6 +444,10 @@ uint64_t dt_backend_shm_shared_allreduces(const dt_backend *b) {
   return b && b->ops == &shm_ops ? ((const shm_backend *)b)->shared_allreduces : 0;
 }
 
+int dt_backend_shm_comm_cpu(const dt_backend *b) {
+  return b && b->ops == &shm_ops ? ((const shm_backend *)b)->spin_background : -1;
+}
+
 /* ---- setup ------------------------------------------------------------------ */
 static uint64_t fnv1a(const char *s) {
   uint64_t h = 1469598103934665603ull;

@@ -291,10 +291,15 @@ dt_status dt_train_config_json(const dt_train_config *c, char *buf, size_t len) 
   if (c->strategy == DT_STRATEGY_DDP) {
     static const char *const hooks[] = {"none", "bf16", "fp16"};
     STR("backend", c->backend ? c->backend : "auto");
-    RAW(",\"bucket_cap_mb\":%g,\"first_bucket_mb\":%g,\"buckets\":\"%s\",\"grad_piece_mb\":%g,"
-        "\"broadcast_buffers\":%s,\"shared_grads\":%s,\"find_unused_parameters\":%s", c->ddp.bucket_cap_mb,
-        c->ddp.first_bucket_mb, c->ddp.auto_buckets ? "measured" : "fixed", c->ddp.grad_piece_mb, c->ddp.broadcast_buffers ? "true" : "false",
-        c->ddp.shared_grads ? "true" : "false", c->ddp.find_unused_parameters ? "true" : "false");
+    RAW(",\"bucket_cap_mb\":%g,\"first_bucket_mb\":%g,\"buckets\":\"%s\"", c->ddp.bucket_cap_mb,
+        c->ddp.first_bucket_mb, c->ddp.auto_buckets ? "measured" : "fixed");
+    if (c->ddp.grad_piece_mb < 0)
+      STR("grad_piece_mb", "auto");
+    else
+      RAW(",\"grad_piece_mb\":%g", c->ddp.grad_piece_mb);
+    RAW(",\"broadcast_buffers\":%s,\"shared_grads\":%s,\"find_unused_parameters\":%s",
+        c->ddp.broadcast_buffers ? "true" : "false", c->ddp.shared_grads ? "true" : "false",
+        c->ddp.find_unused_parameters ? "true" : "false");
     STR("sharded_update", c->sharded_update < 0 ? "auto" : c->sharded_update ? "on" : "off");
     STR("comm_hook", hooks[c->ddp.comm_hook]);
     if (c->ddp.rows_exchange != DT_ROWS_AUTO) STR("embedding_exchange", c->ddp.rows_exchange == DT_ROWS_SPARSE ? "sparse" : "dense");

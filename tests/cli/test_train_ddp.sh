@@ -172,24 +172,27 @@ else
 fi
 
 section "ddp: weights in pieces train as whole ones"
-# The default mlp's first weight (784 x 256, 0.77 MiB) is announced in 3 pieces at the default --grad-piece-mb;
-# 0 keeps it whole. The weights agree to rounding (a GEMM library may sum a cut product in another order). With the
-# fixed layout the flag is a usage error.
-for gp in default 0; do
+# The default mlp's first weight (784 x 256, 0.77 MiB) is announced in 3 pieces at --grad-piece-mb 0.25; 0 keeps
+# it whole. The weights agree to rounding (a GEMM library may sum a cut product in another order). Left out, auto
+# says what it chose. With the fixed layout the flag is a usage error.
+for gp in 0.25 0 auto; do
   extra=()
-  [ "$gp" = default ] || extra=(--grad-piece-mb "$gp")
+  [ "$gp" = auto ] || extra=(--grad-piece-mb "$gp")
   DT_DEBUG=ddp dtr "gp$gp" 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train --strategy ddp --model mlp --epochs 1 \
     --limit-train 1280 --limit-test 100 --out "$tmp/gp$gp" --progress none "${extra[@]}"
   [ "$rc" -eq 0 ] || { fail "ddp --grad-piece-mb $gp: exit $rc"; show "gp$gp"; }
 done
-if grep -q "rank 0: 1 weights announced in pieces of about 0.25 MiB" "$tmp/gpdefault.out" "$tmp/gpdefault.err" &&
+if grep -q "rank 0: 1 weights announced in pieces of about 0.25 MiB" "$tmp/gp0.25.out" "$tmp/gp0.25.err" &&
   ! grep -q "announced in pieces" "$tmp/gp0.out" "$tmp/gp0.err" &&
-  grep -q '"grad_piece_mb":0.25' "$tmp/gpdefault/config.json" &&
-  near "$(max_diff "$tmp/gpdefault/model.safetensors" "$tmp/gp0/model.safetensors")" 0 1e-5; then
-  ok "ddp: the mlp's first weight in pieces (DT_DEBUG=ddp says so), the weights of whole ones"
+  grep -q '"grad_piece_mb":0.25' "$tmp/gp0.25/config.json" &&
+  grep -q '"grad_piece_mb":"auto"' "$tmp/gpauto/config.json" &&
+  grep -q "rank 0: grad_piece_mb auto: " "$tmp/gpauto.out" "$tmp/gpauto.err" &&
+  near "$(max_diff "$tmp/gp0.25/model.safetensors" "$tmp/gp0/model.safetensors")" 0 1e-5; then
+  ok "ddp: the mlp's first weight in pieces (DT_DEBUG=ddp says so), the weights of whole ones; auto logged"
 else
-  fail "ddp --grad-piece-mb: pieces not logged, or weights differ by $(max_diff "$tmp/gpdefault/model.safetensors" "$tmp/gp0/model.safetensors" 2>&1)"
-  show gpdefault
+  fail "ddp --grad-piece-mb: pieces not logged, or weights differ by $(max_diff "$tmp/gp0.25/model.safetensors" "$tmp/gp0/model.safetensors" 2>&1)"
+  show gp0.25
+  show gpauto
 fi
 "$DTRAIN" train --strategy ddp --bucket-cap-mb 5 --grad-piece-mb 1 --out "$tmp/gpbad" >"$tmp/gpbad.out" 2>&1
 rc=$?

@@ -130,7 +130,8 @@ static void copy_out(dt_model *m, dt_optim *o, int grads, float **out, size_t *n
  * planned after the first 2 steps and its buckets made then): a warm step allocates nothing. */
 enum { WARM_STEPS = 6 };
 static uint64_t warm_allocs;
-static int last_events; /* gradient-ready events DDP saw in the last ddp_train's last step */
+static int max_events, last_events; /* gradient-ready events DDP saw in a step of the last ddp_train: the most, and
+                                        in its last step */
 
 /* DDP training on group g; *out receives the parameters (the gradients with
  * no_optim). The trace of the last step and the stats go to trace / stats if non-NULL. */
@@ -194,6 +195,7 @@ static dt_status ddp_train(dt_group *g, const run_cfg *c, float **out, size_t *n
     }
     dt_ddp_trace t;
     dt_ddp_get_trace(d, &t);
+    if (s == 0 || t.events > max_events) max_events = t.events;
     last_events = t.events;
     if (overlapped_steps && t.done_at_last_event > 0) (*overlapped_steps)++;
     /* bucket 0 (the last layer) was queued before the first layer's gradient-ready event, i.e. before
@@ -311,11 +313,13 @@ static int equiv_child(df_job *j, int r, int world, void *arg) {
                 (unsigned long long)stats.shared_allreduces);
         bad = 7;
       }
-      /* asked pieces: some weight split, and its pieces announced one by one (MLP_BIG: 4 layers) */
-      if (c->piece_mb > 0 && c->auto_buckets && world > 1 &&
-          (stats.pieced_tensors < 1 || (c->kind == MLP_BIG && last_events <= 4))) {
-        fprintf(stderr, "rank %d run %d: %d weights in pieces, %d events a step\n", r, i, stats.pieced_tensors,
-                last_events);
+      /* asked pieces: before the measured layout (which may merge them) some weight's pieces announced one by
+       * one (MLP_BIG: 4 layers) */
+      /* and after it, pieces only where they are in different buckets: whole weights (4 events) where none is */
+      if (c->piece_mb > 0 && c->auto_buckets && world > 1 && c->kind == MLP_BIG &&
+          (max_events <= 4 || (stats.pieced_tensors == 0) != (last_events == 4))) {
+        fprintf(stderr, "rank %d run %d: %d weights in pieces, at most %d events a step, %d in the last\n", r, i,
+                stats.pieced_tensors, max_events, last_events);
         bad = 9;
       }
       if (stats.sharded_update != (c->sharded && want_shared)) {
