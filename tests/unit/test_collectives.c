@@ -84,6 +84,34 @@ TEST(tcp_every_collective_world_1_to_5) {
 
 TEST(auto_picks_shm_on_one_host) { ASSERT_EQ(run_backend("auto", 3, 0), 0); }
 
+/* Whether the communication thread has a CPU of its own: the ranks (unbound, so all sharing this one's CPUs) times
+ * their compute threads and one communication thread each fit in the CPUs; on shm from the ranks' CPU sets, on tcp
+ * from the host's rank count. On 2 CPUs: yes for 1 rank of 1 thread, no for 2. */
+static int comm_cpu_child(df_job *j, int r, int world, void *arg) {
+  (void)arg;
+  dt_set_threads(1);
+  dt_group *g;
+  if (df_join(j, r, world, &g) != DT_OK) {
+    fprintf(stderr, "rank %d: join: %s\n", r, dt_last_error());
+    return 2;
+  }
+  const int want = world * 2 <= dt_usable_cores(), got = dt_group_comm_has_cpu(g);
+  if (got != want)
+    fprintf(stderr, "[%s world %d rank %d] comm thread has a CPU: %d, want %d\n", j->backend, world, r, got, want);
+  dt_group_destroy(g);
+  return got != want;
+}
+
+TEST(comm_thread_cpu_counts_ranks_and_threads) {
+  static const char *const backends[] = {"shm", "tcp"};
+  for (int b = 0; b < 2; b++)
+    for (int world = 1; world <= 3; world++) {
+      df_job j = {.port = df_start_store(RUN_ID), .run_id = RUN_ID, .round = next_round++, .backend = backends[b],
+                  .timeout_s = 30};
+      ASSERT_EQ(df_run(&j, world, comm_cpu_child, NULL), 0);
+    }
+}
+
 /* Twenty all-reduces in flight at once, waited for in reverse order: each
  * completes with its own result, in issue order (sequence numbers 1..20).
  * A one-rank group completes each at submit. */
@@ -184,4 +212,4 @@ TEST(work_handles_freed_after_destroy) {
 
 TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
 
-TEST_MAIN(TEST_ENTRY(block_partition_tiles_count_in_rank_order), TEST_ENTRY(redop_names_parse_back), TEST_ENTRY(shm_every_collective_world_1_to_5), TEST_ENTRY(tcp_every_collective_world_1_to_5), TEST_ENTRY(auto_picks_shm_on_one_host), TEST_ENTRY(async_work_handles_complete_in_issue_order), TEST_ENTRY(bad_arguments_fail_locally), TEST_ENTRY(work_handles_freed_after_destroy), TEST_ENTRY(nothing_left_in_dev_shm))
+TEST_MAIN(TEST_ENTRY(block_partition_tiles_count_in_rank_order), TEST_ENTRY(redop_names_parse_back), TEST_ENTRY(shm_every_collective_world_1_to_5), TEST_ENTRY(tcp_every_collective_world_1_to_5), TEST_ENTRY(auto_picks_shm_on_one_host), TEST_ENTRY(comm_thread_cpu_counts_ranks_and_threads), TEST_ENTRY(async_work_handles_complete_in_issue_order), TEST_ENTRY(bad_arguments_fail_locally), TEST_ENTRY(work_handles_freed_after_destroy), TEST_ENTRY(nothing_left_in_dev_shm))
