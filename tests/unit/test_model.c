@@ -160,6 +160,28 @@ TEST(grad_ready_ranges_increase_and_tile_the_arena) {
   dt_model_free(m);
 }
 
+/* A Linear(I, O) with a bias over (B, I) inputs that computes its input gradient, after one forward and backward of
+ * x and dout (filled here): want (O * I + O) holds its gradients. NULL on a failure. */
+static dt_model *linear_reference(int B, int I, int O, float *x, float *dout, float *want) {
+  dt_model *m = NULL;
+  const float *y;
+  fill_uniform(x, B * I, 4, -1, 1);
+  fill_uniform(dout, B * O, 5, -1, 1);
+  if (dt_model_new(1, (int64_t[]){I}, &m) != DT_OK || dt_model_add_linear(m, "fc", O, 1) != DT_OK ||
+      dt_model_build(m, B, 3) != DT_OK) {
+    dt_model_free(m);
+    return NULL;
+  }
+  dt_model_ctx_want_input_grad(dt_model_default_ctx(m), 1);
+  dt_model_zero_grad(m);
+  if (dt_model_forward(m, x, B, &y) != DT_OK || dt_model_backward(m, dout) != DT_OK) {
+    dt_model_free(m);
+    return NULL;
+  }
+  memcpy(want, dt_model_grads(m, NULL), (size_t)(O * I + O) * sizeof *want);
+  return m;
+}
+
 /* What a gradient-ready event finds: the layer's gradients as they will end, and the layer's input gradient (NaN
  * before the backward) not yet written. */
 typedef struct early_probe {
@@ -181,20 +203,11 @@ static void probe_ready(void *user, size_t offset, size_t count) {
  * dt_model_set_ready_late, only once dinp is. */
 TEST(linear_announces_its_gradients_before_its_input_gradient) {
   enum { B = 3, I = 5, O = 4 };
-  dt_model *m = NULL;
-  ASSERT_OK(dt_model_new(1, (int64_t[]){I}, &m));
-  ASSERT_OK(dt_model_add_linear(m, "fc", O, 1));
-  ASSERT_OK(dt_model_build(m, B, 3));
-  dt_model_ctx *c = dt_model_default_ctx(m);
-  dt_model_ctx_want_input_grad(c, 1);
   float x[B * I], dout[B * O], want[O * I + O];
-  fill_uniform(x, B * I, 4, -1, 1);
-  fill_uniform(dout, B * O, 5, -1, 1);
+  dt_model *m = linear_reference(B, I, O, x, dout, want);
+  ASSERT(m != NULL);
+  dt_model_ctx *c = dt_model_default_ctx(m);
   const float *y;
-  ASSERT_OK(dt_model_forward(m, x, B, &y));
-  dt_model_zero_grad(m);
-  ASSERT_OK(dt_model_backward(m, dout));
-  memcpy(want, dt_model_grads(m, NULL), sizeof want);
   float *dinp = (float *)dt_model_ctx_input_grad(c); /* the backward's buffer for the layer's dinp */
   ASSERT(dinp != NULL);
   for (int i = 0; i < B * I; i++) dinp[i] = NAN;
@@ -246,20 +259,11 @@ static void probe_piece(void *user, size_t offset, size_t count) {
  * sharded update steps W). Only a layer's first tensor of 2 or more dimensions of a kind that can splits. */
 TEST(linear_announces_its_weight_in_row_pieces) {
   enum { B = 6, I = 40, O = 24, N = O * I + O };
-  dt_model *m = NULL;
-  ASSERT_OK(dt_model_new(1, (int64_t[]){I}, &m));
-  ASSERT_OK(dt_model_add_linear(m, "fc", O, 1));
-  ASSERT_OK(dt_model_build(m, B, 3));
-  dt_model_ctx *c = dt_model_default_ctx(m);
-  dt_model_ctx_want_input_grad(c, 1);
   static float x[B * I], dout[B * O], want[N], want_dinp[B * I];
-  fill_uniform(x, B * I, 4, -1, 1);
-  fill_uniform(dout, B * O, 5, -1, 1);
+  dt_model *m = linear_reference(B, I, O, x, dout, want);
+  ASSERT(m != NULL);
+  dt_model_ctx *c = dt_model_default_ctx(m);
   const float *y;
-  ASSERT_OK(dt_model_forward(m, x, B, &y));
-  dt_model_zero_grad(m);
-  ASSERT_OK(dt_model_backward(m, dout));
-  memcpy(want, dt_model_grads(m, NULL), sizeof want);
   float *dinp = (float *)dt_model_ctx_input_grad(c);
   memcpy(want_dinp, dinp, sizeof want_dinp);
   int w = -1, b = -1;
