@@ -24,8 +24,8 @@ by the epoch's end) are left out; the first epoch is left out as warm-up.
 Usage: bench/trace_steps.py TRACE.json [--skip-epochs N]"""
 import argparse, json, sys
 
-SEGMENTS = ("stop all-reduce", "wait for data", "buffers broadcast", "forward", "loss + metrics", "backward", "after backward",
-            "grad all-reduce", "optimizer + rest", "step hooks", "step total")
+SEGMENTS = ("stop all-reduce", "wait for data", "buffers broadcast", "forward", "loss + metrics", "backward",
+            "after backward", "grad all-reduce", "optimizer + rest", "step hooks", "step total")
 
 
 def stats(xs):

@@ -334,8 +334,6 @@ static size_t piece_elems(double mb, const ddp_tensor *t) {
   return (t->numel + pieces - 1) / pieces;
 }
 
-/* With the measured layout, a large weight becomes one entry per piece its layer announces (the layer decides, in
- * whole rows), so the plan may start its all-reduce before its whole gradient is computed. */
 /* The piece size: grad_piece_mb, or for auto (< 0) DT_DDP_AUTO_PIECE_MB where every rank's communication thread
  * has a CPU of its own (agreed: the tables must match), else 0. Where it shares the compute threads' CPUs, an
  * all-reduce launched during backward runs in their time slices, each bucket waiting for the other ranks'
@@ -354,6 +352,8 @@ static dt_status piece_mb(dt_ddp *d, double *mb) {
 }
 
 static void unsplit(dt_ddp *d);
+/* With the measured layout, a large weight becomes one entry per piece its layer announces (the layer decides, in
+ * whole rows), so the plan may start its all-reduce before its whole gradient is computed. */
 static dt_status split_pieces(dt_ddp *d) {
   double mb = 0;
   if (d->cfg.auto_buckets && d->world > 1) DT_CHECK(piece_mb(d, &mb));
@@ -403,7 +403,8 @@ static dt_status split_pieces(dt_ddp *d) {
 /* Whole tensors again: the model's layers stop announcing pieces. */
 static void unsplit(dt_ddp *d) {
   for (int i = 0; i < d->n_tensors; i++)
-    if (i == 0 || d->tensors[i].index != d->tensors[i - 1].index) (void)dt_model_set_grad_pieces(d->m, d->tensors[i].index, 0);
+    if (i == 0 || d->tensors[i].index != d->tensors[i - 1].index)
+      (void)dt_model_set_grad_pieces(d->m, d->tensors[i].index, 0);
 }
 
 static void free_bucket_rows(dt_ddp *d) {

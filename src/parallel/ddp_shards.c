@@ -7,8 +7,9 @@
  *
  * Why it is safe: a bucket's all-reduce starts only once every rank has announced its gradients, which a model
  * with dt_model_set_ready_late does once a layer's backward reads its parameters no more (after its input
- * gradient; a Linear's weight pieces after that too), so no rank reads those parameters again this step; the collective ends with a sync after every rank's update, and dt_ddp_finish waits for it, so the
- * next forward everywhere sees the stepped parameters. */
+ * gradient; a Linear's weight pieces after that too), so no rank reads those parameters again this step; the
+ * collective ends with a sync after every rank's update, and dt_ddp_finish waits for it, so the next forward
+ * everywhere sees the stepped parameters. */
 #include <math.h>
 #include <string.h>
 

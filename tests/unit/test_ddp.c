@@ -943,7 +943,8 @@ TEST(unused_parameters_and_misuse) { ASSERT_EQ(run_job(2, unused_child, NULL, 30
 TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
 
 TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(shared_gradients_give_the_slot_paths_bits),
-          TEST_ENTRY(sharded_update_gives_the_unsharded_bits), TEST_ENTRY(weight_pieces_give_the_whole_tensors_bits), TEST_ENTRY(warm_steps_allocate_nothing),
+          TEST_ENTRY(sharded_update_gives_the_unsharded_bits), TEST_ENTRY(weight_pieces_give_the_whole_tensors_bits),
+          TEST_ENTRY(warm_steps_allocate_nothing),
           TEST_ENTRY(no_sync_accumulates_like_one_large_batch),
           TEST_ENTRY(measured_layout_equals_whole_batch), TEST_ENTRY(bucket_caps_change_nothing_but_the_layout),
           TEST_ENTRY(bucket_layouts_tile_the_arena), TEST_ENTRY(all_reduce_overlaps_backward),
