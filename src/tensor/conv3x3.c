@@ -58,7 +58,7 @@ int dt_conv3x3_forward_applies(const dt_conv2d_geom *g) {
 /* The weight gradient streams rows of one input channel and 3 output channels: no such limit (resnet18's 56x56
  * with 64 channels: 60-62 against GEMM's 55-56 GFLOP/s). */
 int dt_conv3x3_weights_applies(const dt_conv2d_geom *g) {
-  return is_3x3_same(g) && g->W % 8 == 0 && !native_gemm_pays(g);
+  return is_3x3_same(g) && !native_gemm_pays(g);
 }
 
 /* Samples per group: from the geometry alone, not the thread count (as the GEMM path's groups), so a given
@@ -184,33 +184,43 @@ void dt_conv3x3_forward(const dt_conv2d_geom *g, float *out, float *scratch, con
   }
 }
 
+/* acc[o][kw] += the output gradient's vector at column ow of row oh (lanes off in `keep` read as 0) times the
+ * tap's input vector, for the first oc_n of DB channels. */
+static inline void weights_vector(v8 acc[DB][3], const float *xr, const float *d, size_t P, int oc_n, v8i keep) {
+  v8 x0 = load8(xr), x1 = load8(xr + 1), x2 = load8(xr + 2);
+  KEEP(x0);
+  KEEP(x1);
+  KEEP(x2);
+  for (int o = 0; o < DB; o++) {
+    v8 dv = o < oc_n ? sel8(keep, load8(d + o * P), splat8(0.0f)) : splat8(0.0f);
+    KEEP(dv);
+    acc[o][0] = fma8(dv, x0, acc[o][0]);
+    acc[o][1] = fma8(dv, x1, acc[o][1]);
+    acc[o][2] = fma8(dv, x2, acc[o][2]);
+  }
+}
+
 /* dw[oc0 + o][c][kh][0..2] += sum over the group's samples and outputs of dout * the tap's input, for the first
- * oc_n of DB output channels (the rest read zeros). Rows are whole vectors (the width is a multiple of 8), so no
- * output is counted twice. */
+ * oc_n of DB output channels (the rest read zeros). A width that is not a multiple of 8 ends in the forward's
+ * overlapping vector at W - 8, its lanes before column 8 * (W / 8) masked off, so no output is counted twice. */
 static void weights_block(const dt_conv2d_geom *g, float *dw, const float *in, const float *dout, int gn, int oc0,
                           int oc_n, int c, int kh) {
   const size_t PS = plane_floats(g), P = (size_t)g->H * g->W;
-  const int Wp = g->W + 2;
+  const int Wp = g->W + 2, whole = g->W / 8 * 8, lap = whole < g->W ? 8 - (g->W - whole) : 0;
+  const v8i all = {-1, -1, -1, -1, -1, -1, -1, -1};
+  v8i tail; /* lanes lap.. of the last vector: the columns from `whole` on */
+  for (int i = 0; i < 8; i++) tail[i] = i >= lap ? -1 : 0;
   v8 acc[DB][3];
   for (int o = 0; o < DB; o++) acc[o][0] = acc[o][1] = acc[o][2] = splat8(0.0f);
   for (int s = 0; s < gn; s++) {
     const float *x = in + ((size_t)s * g->C + c) * PS + (size_t)kh * Wp;
     const float *d = dout + ((size_t)s * g->OC + oc0) * P;
-    for (int oh = 0; oh < g->H; oh++)
-      for (int ow = 0; ow < g->W; ow += 8) {
-        const float *xr = x + (size_t)oh * Wp + ow;
-        v8 x0 = load8(xr), x1 = load8(xr + 1), x2 = load8(xr + 2);
-        KEEP(x0);
-        KEEP(x1);
-        KEEP(x2);
-        for (int o = 0; o < DB; o++) {
-          v8 dv = o < oc_n ? load8(d + o * P + (size_t)oh * g->W + ow) : splat8(0.0f);
-          KEEP(dv);
-          acc[o][0] = fma8(dv, x0, acc[o][0]);
-          acc[o][1] = fma8(dv, x1, acc[o][1]);
-          acc[o][2] = fma8(dv, x2, acc[o][2]);
-        }
-      }
+    for (int oh = 0; oh < g->H; oh++) {
+      for (int ow = 0; ow < whole; ow += 8)
+        weights_vector(acc, x + (size_t)oh * Wp + ow, d + (size_t)oh * g->W + ow, P, oc_n, all);
+      if (lap)
+        weights_vector(acc, x + (size_t)oh * Wp + g->W - 8, d + (size_t)oh * g->W + g->W - 8, P, oc_n, tail);
+    }
   }
   for (int o = 0; o < oc_n; o++)
     for (int kw = 0; kw < 3; kw++) dw[(((size_t)(oc0 + o)) * g->C + c) * 9 + kh * 3 + kw] += sum8(&acc[o][kw]);

@@ -14,7 +14,7 @@
 /* Whether the direct forward applies: a 3x3 kernel, stride 1, padding 1, at least 8 columns, and few enough
  * input channels that a block's input stays in L1 (conv3x3.c says why). */
 int dt_conv3x3_forward_applies(const dt_conv2d_geom *g);
-/* Whether the direct weight gradient applies: 3x3, stride 1, padding 1, a width that is a multiple of 8. */
+/* Whether the direct weight gradient applies: 3x3, stride 1, padding 1, a width of 8 or more. */
 int dt_conv3x3_weights_applies(const dt_conv2d_geom *g);
 
 /* Floats of scratch the forward needs (packed weights + a padded sample per thread). */

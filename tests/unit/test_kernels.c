@@ -185,15 +185,18 @@ TEST(conv2d_grad_threads) {
 }
 
 /* The direct 3x3 stride-1 pad-1 kernels (conv3x3.c) take widths >= 8: forward by vectors of 8 along a row (the
- * last two overlapping when the width is not a multiple of 8), weight gradient when it is a multiple of 8 (samples
- * grouped to 64 vectors), input gradient as the direct forward of the transposed convolution (9+ channels). */
+ * last two overlapping when the width is not a multiple of 8), weight gradient likewise, the overlapped lanes of
+ * the last vector masked off (samples grouped to 64 vectors), input gradient as the direct forward of the
+ * transposed convolution (9+ channels). */
 TEST(conv2d_direct_grad) {
   dt_rng_init(&rng, 13, 0);
   for (int t = 1; t <= 3; t += 2) {
     ASSERT_OK(dt_set_threads(t));
     ASSERT_EQ(conv_grad_case(3, 3, 4, 8, 5, 3, 1, 1, 1), 0);   /* 3 input channels: GEMM input gradient */
     ASSERT_EQ(conv_grad_case(11, 9, 3, 16, 6, 3, 1, 1, 0), 0); /* dw groups of 11 samples (6 vectors each) */
-    ASSERT_EQ(conv_grad_case(2, 10, 5, 13, 4, 3, 1, 1, 1), 0); /* width 13: overlap; GEMM dw */
+    ASSERT_EQ(conv_grad_case(2, 10, 5, 13, 4, 3, 1, 1, 1), 0); /* width 13: overlap, 3 lanes masked in dw */
+    ASSERT_EQ(conv_grad_case(3, 1, 6, 28, 4, 3, 1, 1, 1), 0);  /* one channel, width 28 (fashioncnn's first) */
+    ASSERT_EQ(conv_grad_case(2, 3, 4, 9, 5, 3, 1, 1, 0), 0);   /* width 9: 7 lanes masked */
     ASSERT_EQ(conv_grad_case(5, 8, 8, 8, 9, 3, 1, 1, 0), 0);   /* 9 output channels: a block of 1 */
   }
   ASSERT_OK(dt_set_threads(1));
