@@ -610,6 +610,8 @@ dt_status dt_ddp_new(dt_model *m, dt_group *g, const dt_ddp_config *cfg, dt_ddp 
                     c.bucket_cap_mb, c.first_bucket_mb);
   if (c.comm_hook != DT_COMM_HOOK_NONE && c.comm_hook != DT_COMM_HOOK_BF16 && c.comm_hook != DT_COMM_HOOK_FP16)
     return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_new: unknown comm_hook %d", (int)c.comm_hook);
+  if (isnan(c.grad_piece_mb))
+    return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_new: grad_piece_mb is NaN (< 0: auto, 0: whole tensors)");
   size_t n_params = 0;
   float *grads = dt_model_grads(m, &n_params);
   if (!grads) return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_new: the model is not built (call dt_model_build first)");

@@ -3,8 +3,8 @@
  * A sample's C input planes are copied into zero-bordered (H+2, W+2) planes, so every tap of every output
  * is an in-bounds read. Outputs are taken as vectors of 8 along a row: vector k of row oh starts at column
  * min(8k, W-8), so a width that is not a multiple of 8 overlaps its last two vectors (the forward computes the
- * overlap twice, identically; the weight gradient masks the last vector's repeated lanes off). The input gradient of such a convolution is again one (flipped, transposed weights), so
- * conv2d.c computes it with this forward. */
+ * overlap twice, identically; the weight gradient masks the last vector's repeated lanes off). The input gradient
+ * of such a convolution is again one (flipped, transposed weights), so conv2d.c computes it with this forward. */
 #include <omp.h>
 #include <string.h>
 

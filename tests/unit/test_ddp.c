@@ -314,8 +314,8 @@ static int equiv_child(df_job *j, int r, int world, void *arg) {
         bad = 7;
       }
       /* asked pieces: before the measured layout (which may merge them) some weight's pieces announced one by
-       * one (MLP_BIG: 4 layers) */
-      /* and after it, pieces only where they are in different buckets: whole weights (4 events) where none is */
+       * one (MLP_BIG: 4 layers); after it, pieces only where they are in different buckets, whole weights (4
+       * events) where none is */
       if (c->piece_mb > 0 && c->auto_buckets && world > 1 && c->kind == MLP_BIG &&
           (max_events <= 4 || (stats.pieced_tensors == 0) != (last_events == 4))) {
         fprintf(stderr, "rank %d run %d: %d weights in pieces, at most %d events a step, %d in the last\n", r, i,
@@ -464,7 +464,7 @@ TEST(sharded_update_gives_the_unsharded_bits) {
  * sharded update (a Linear then computes its input gradient before its pieces) with accumulation, on shared
  * gradients and through the slots; every run equals whole-batch training. Within 1e-6, not bit for bit: a GEMM
  * library may sum a cut product in another order (here, with 4 samples a rank, the bits are equal). */
-TEST(weight_pieces_give_the_whole_tensors_bits) {
+TEST(weight_pieces_train_as_whole_tensors) {
   for (int world = 2; world <= 3; world++)
     for (int sharded = 0; sharded <= 1; sharded++) {
       const run_cfg whole = {.kind = MLP_BIG, .b = 4, .accum = 1 + sharded, .steps = 6, .dscale = 1, .shared = 1,
@@ -924,11 +924,14 @@ static int unused_child(df_job *j, int r, int world, void *arg) {
   dt_ddp_config dc;
   dt_ddp_config_default(&dc);
   if (dc.bucket_cap_mb != 25 || dc.first_bucket_mb != 1 || dc.broadcast_buffers != 1 || dc.find_unused_parameters != 0 ||
-      dc.comm_hook != DT_COMM_HOOK_NONE)
+      dc.comm_hook != DT_COMM_HOOK_NONE || !(dc.grad_piece_mb < 0))
     bad = 9;
   dc.bucket_cap_mb = 0;
   if (build_model(MLP, 8, 1, &m) != DT_OK) return 10;
   if (dt_ddp_new(m, g, &dc, &d) != DT_INVALID_ARGUMENT || d || !strstr(dt_last_error(), "bucket_cap_mb")) bad = 11;
+  dt_ddp_config_default(&dc);
+  dc.grad_piece_mb = NAN;
+  if (dt_ddp_new(m, g, &dc, &d) != DT_INVALID_ARGUMENT || d || !strstr(dt_last_error(), "grad_piece_mb")) bad = 14;
   if (dt_ddp_new(NULL, g, NULL, &d) != DT_INVALID_ARGUMENT || dt_ddp_new(m, NULL, NULL, &d) != DT_INVALID_ARGUMENT)
     bad = 12;
   if (dt_ddp_finish(NULL) != DT_INVALID_ARGUMENT) bad = 13;
@@ -943,7 +946,7 @@ TEST(unused_parameters_and_misuse) { ASSERT_EQ(run_job(2, unused_child, NULL, 30
 TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
 
 TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(shared_gradients_give_the_slot_paths_bits),
-          TEST_ENTRY(sharded_update_gives_the_unsharded_bits), TEST_ENTRY(weight_pieces_give_the_whole_tensors_bits),
+          TEST_ENTRY(sharded_update_gives_the_unsharded_bits), TEST_ENTRY(weight_pieces_train_as_whole_tensors),
           TEST_ENTRY(warm_steps_allocate_nothing),
           TEST_ENTRY(no_sync_accumulates_like_one_large_batch),
           TEST_ENTRY(measured_layout_equals_whole_batch), TEST_ENTRY(bucket_caps_change_nothing_but_the_layout),
