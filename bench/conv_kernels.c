@@ -105,8 +105,15 @@ int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--cpu") == 0) use_cpu = 1, argc--, argv++;
   int compare = 0;
   if (argc > 1 && strcmp(argv[1], "--algos") == 0) compare = 1, argc--, argv++;
-  int reps = argc > 1 ? atoi(argv[1]) : 5;
+  char *end = NULL;
+  const long reps_arg = argc > 1 ? strtol(argv[1], &end, 10) : 5;
   const char *which = argc > 2 ? argv[2] : "all";
+  if ((argc > 1 && (*end || reps_arg < 1 || reps_arg > 1000)) ||
+      (strcmp(which, "all") != 0 && strcmp(which, "resnet20") != 0 && strcmp(which, "resnet18") != 0)) {
+    fprintf(stderr, "usage: conv_kernels [--cpu] [--algos] [REPS (1-1000)] [resnet20|resnet18|all]\n");
+    return 2;
+  }
+  const int reps = (int)reps_arg;
   if (dt_set_threads(0) != DT_OK) return 1;
   if (compare) {
     algos(reps, which);
