@@ -112,6 +112,14 @@ void dt_bn_relu_pool_backward(const dt_layer *bn, const dt_layer_io *io, const i
                                  io->batch, C, H, W);
 }
 
+void dt_bn_relu_pool_saved_of(const dt_layer *bn, const dt_layer_io *io, const int32_t *argmax, const float *xsel,
+                              const float *in, const float *out, dt_bn_pool_saved *s, float **dgamma, float **dbeta) {
+  int C = (int)bn->in_shape[0], H = (int)bn->in_shape[1], W = (int)bn->in_shape[2];
+  const float *mean = io->ws, *invstd = (const float *)io->ws + C;
+  *s = (dt_bn_pool_saved){out, argmax, xsel, in, mean, invstd, io->params, io->batch, C, H, W};
+  *dgamma = io->grads, *dbeta = io->grads + C;
+}
+
 const dt_layer_ops dt_batchnorm2d_ops = {.kind = "BatchNorm2d",
                                          .infer = bn_infer,
                                          .ws_bytes = bn_ws_bytes,

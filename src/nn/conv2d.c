@@ -1,6 +1,7 @@
 /* 2-D convolution layer (torch.nn.Conv2d, square kernel, zero padding) over im2col + GEMM kernels. */
 #include "core/impl.h"
 #include "nn/amp.h"
+#include "nn/fusion.h"
 #include "nn/layer.h"
 #include "tensor/kernels.h"
 
@@ -74,6 +75,36 @@ static void conv2d_backward(const dt_layer *l, const dt_layer_io *io, const floa
   dt_conv2d_backward(&g, dinp, dw, db, io->ws, gr, dt_amp_operand(io, 0, in, dt_layer_in_elems(l, io)),
                      dt_amp_weights(io));
   dt_amp_result(io, dinp, dt_layer_in_elems(l, io));
+}
+
+/* ---- Conv2d -> BatchNorm2d -> ReLU -> MaxPool2d(2) (a row of the fusion table, fusion.c) ---- */
+
+int dt_conv2d_is_3x3_same(const dt_layer *l) {
+  const conv2d_priv *p = l->priv;
+  return l->ops == &dt_conv2d_ops && p->kernel == 3 && p->stride == 1 && p->padding == 1;
+}
+
+dt_status dt_conv_bn_pool_forward(const dt_layer *l, const dt_layer_io *io, float *const *act) {
+  DT_CHECK(conv2d_forward(&l[0], &io[0], act[0], act[1]));
+  return dt_bn_relu_pool_forward(&l[1], &io[1], io[3].ws, act[2], act[1], act[4]);
+}
+
+void dt_conv_bn_pool_fused_backward(const dt_layer *l, const dt_layer_io *io, float *const *act, const float *dout,
+                                    float *dinp) {
+  const conv2d_priv *p = l[0].priv;
+  dt_conv2d_geom g;
+  if (conv_geom(&l[0], io[0].batch, io[0].amp, &g) != DT_OK) return; /* validated by the forward */
+  const size_t slot = (size_t)io[0].batch * l[3].in_numel; /* act[3]'s floats */
+  if (dinp || io[0].amp != DT_AMP_OFF || !dt_conv2d_weights_direct(&g) || act[3] == act[2] ||
+      dt_conv_bn_pool_work_floats(&g) > slot) {
+    dt_bn_relu_pool_backward(&l[1], &io[1], io[3].ws, act[2], act[1], act[4], dout, act[3]);
+    conv2d_backward(&l[0], &io[0], act[0], act[1], act[3], dinp);
+    return;
+  }
+  dt_bn_pool_saved s;
+  float *dgamma, *dbeta, *dw = io[0].grads, *db = p->bias ? io[0].grads + l[0].t[0].numel : NULL;
+  dt_bn_relu_pool_saved_of(&l[1], &io[1], io[3].ws, act[2], act[1], act[4], &s, &dgamma, &dbeta);
+  dt_conv_bn_pool_backward(&g, &s, dout, dw, db, dgamma, dbeta, io[0].ws, act[3], act[0]);
 }
 
 const dt_layer_ops dt_conv2d_ops = {.kind = "Conv2d",

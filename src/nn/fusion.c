@@ -18,6 +18,12 @@ static void bn_relu_pool_backward(const dt_layer *l, const dt_layer_io *io, floa
   dt_bn_relu_pool_backward(&l[0], &io[0], io[2].ws, act[1], act[0], act[3], dout, dinp);
 }
 
+/* ---- Conv2d(3x3) -> BatchNorm2d -> ReLU -> MaxPool2d(2) (fashioncnn's first layer) --- */
+
+static int conv_bn_relu_pool_applies(const dt_layer *l) {
+  return dt_conv2d_is_3x3_same(&l[0]) && l[1].in_numel == l[0].out_numel && bn_relu_pool_applies(&l[1]);
+}
+
 /* ---- BatchNorm2d -> ReLU (every ResNet block's first half, and the stem) ----------- */
 
 /* The second of two layers is a ReLU over the whole output of the first (also the residual end's row). */
@@ -48,6 +54,10 @@ static void end_relu_backward(const dt_layer *l, const dt_layer_io *io, float *c
 /* ---- the table ------------------------------------------------------------------ */
 
 static const dt_fusion fusions[] = {
+    {"Conv2d(3x3)+BatchNorm2d+ReLU+MaxPool2d(2)", 4,
+     {&dt_conv2d_ops, &dt_batchnorm2d_ops, &dt_activation_ops, &dt_maxpool2d_ops}, conv_bn_relu_pool_applies,
+     dt_conv_bn_pool_forward, dt_conv_bn_pool_fused_backward},
+    /* after the longer row: where no 3x3 convolution comes first, the three fuse */
     {"BatchNorm2d+ReLU+MaxPool2d(2)", 3, {&dt_batchnorm2d_ops, &dt_activation_ops, &dt_maxpool2d_ops},
      bn_relu_pool_applies, bn_relu_pool_forward, bn_relu_pool_backward},
     /* after the longer row: where a pool follows, the three fuse */

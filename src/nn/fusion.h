@@ -4,6 +4,7 @@
 
 #include "dtrain/model_ctx.h"
 #include "nn/layer.h"
+#include "tensor/kernels.h"
 
 #define DT_FUSION_MAX_LAYERS 4
 
@@ -45,6 +46,22 @@ dt_status dt_bn_relu_pool_forward(const dt_layer *bn, const dt_layer_io *io, int
                                   const float *in, float *out);
 void dt_bn_relu_pool_backward(const dt_layer *bn, const dt_layer_io *io, const int32_t *argmax, const float *xsel,
                               const float *in, const float *out, const float *dout, float *dinp);
+
+/* What the fused BatchNorm2d -> ReLU -> MaxPool2d(2)'s training forward saved (the arguments as its backward's),
+ * for kernels that make its input gradient a plane at a time; and where its parameter gradients go. */
+void dt_bn_relu_pool_saved_of(const dt_layer *bn, const dt_layer_io *io, const int32_t *argmax, const float *xsel,
+                              const float *in, const float *out, dt_bn_pool_saved *s, float **dgamma, float **dbeta);
+
+/* Conv2d -> BatchNorm2d -> ReLU -> MaxPool2d(2) (the layers l[0..3], act and io as in dt_fusion): the forward
+ * is the convolution's, then the fused BN-pool's into the group's slots. Where dinp is not wanted (a network's first
+ * layer), f32, and the convolution's weight gradient is the direct 3x3 kernel's, the backward makes the
+ * convolution's output gradient a block at a time where its weight and bias gradients consume it
+ * (dt_conv_bn_pool_backward), in act[3]'s slot (the ReLU's output, not otherwise used); anywhere else, the BN-pool's
+ * backward into that slot, then the convolution's. */
+int dt_conv2d_is_3x3_same(const dt_layer *l); /* kernel 3, stride 1, padding 1 */
+dt_status dt_conv_bn_pool_forward(const dt_layer *l, const dt_layer_io *io, float *const *act);
+void dt_conv_bn_pool_fused_backward(const dt_layer *l, const dt_layer_io *io, float *const *act, const float *dout,
+                                    float *dinp);
 
 /* BatchNorm2d -> ReLU in one kernel (the BN output is not materialised): forward reads the BN layer's io and
  * writes the ReLU output; backward takes the ReLU output and its gradient and writes the BN input gradient

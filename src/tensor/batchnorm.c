@@ -394,54 +394,68 @@ static void bn_pool_dx_rows(float *restrict dx, const float *restrict x, const f
  * argmax saved by the forward) and dinp is the dy = 0 formula everywhere, rewritten at the argmax
  * positions. Same per-element arithmetic as the three backward kernels in turn; the sums add the same
  * terms without the zeros. */
+void dt_bn_pool_channel_terms(const dt_bn_pool_saved *s, const float *dout, int c, float *dgamma, float *dbeta,
+                              float terms[3]) {
+  const int C = s->C, P = (s->H / 2) * (s->W / 2);
+  const size_t M = (size_t)s->N * s->H * s->W;
+  double sdy = 0.0, sdyx = 0.0;
+  for (int n = 0; n < s->N; n++) {
+    const size_t pl = (size_t)n * C + c;
+    const float *restrict dy = dout + pl * P, *restrict y = s->out + pl * P, *restrict xs = s->xsel + pl * P;
+    if (n + 1 < s->N) {
+      prefetch_plane(dy + (size_t)C * P, P);
+      prefetch_plane(y + (size_t)C * P, P);
+      prefetch_plane(xs + (size_t)C * P, P);
+    }
+#pragma omp simd reduction(+ : sdy, sdyx)
+    for (int p = 0; p < P; p++) {
+      const float g = y[p] > 0.0f ? dy[p] : 0.0f; /* what ReLU passes back to the argmax */
+      sdy += g;
+      sdyx += (double)g * xs[p];
+    }
+  }
+  if (dbeta) dbeta[c] += (float)sdy;
+  if (dgamma) dgamma[c] += (float)sdyx;
+  terms[0] = (s->gamma ? s->gamma[c] : 1.0f) * s->invstd[c];
+  terms[1] = (float)(sdy / (double)M);
+  terms[2] = (float)(sdyx / (double)M);
+}
+
+void dt_bn_pool_plane_grad(const dt_bn_pool_saved *s, const float *dout, int n, int c, const float terms[3],
+                           float *dx) {
+  const int H = s->H, W = s->W, HW = H * W, P = (H / 2) * (W / 2);
+  const size_t pl = (size_t)n * s->C + c;
+  const float *restrict x = s->inp + pl * HW, *restrict dy = dout + pl * P, *restrict y = s->out + pl * P;
+  const float *restrict xs = s->xsel + pl * P;
+  const int32_t *restrict am = s->argmax + pl * P;
+  const float m = s->mean[c], is = s->invstd[c], k = terms[0], a = terms[1], b = terms[2], na = 0.0f - a;
+  if (W / 2 >= ROW_WINDOWS && row_windows_on) {
+    bn_pool_dx_rows(dx, x, dy, y, xs, am, H, W, m, is, k, a, b);
+    return;
+  }
+#pragma omp simd
+  for (int i = 0; i < HW; i++) dx[i] = k * (na - (x[i] - m) * is * b);
+  /* The argmax positions (distinct: the windows do not overlap) get their gradient. */
+#pragma omp simd
+  for (int p = 0; p < P; p++) {
+    const float g = y[p] > 0.0f ? dy[p] : 0.0f;
+    dx[am[p]] = k * (g - a - xs[p] * b);
+  }
+}
+
 void dt_bn_relu_maxpool2x2_backward(float *dinp, float *dgamma, float *dbeta, const float *dout, const float *out,
                                     const int32_t *argmax, const float *xsel, const float *inp, const float *mean,
                                     const float *invstd, const float *gamma, int N, int C, int H, int W) {
-  const int HW = H * W, P = (H / 2) * (W / 2);
-  const size_t M = (size_t)N * HW;
+  const dt_bn_pool_saved s = {out, argmax, xsel, inp, mean, invstd, gamma, N, C, H, W};
+  const size_t HW = (size_t)H * W;
 #pragma omp parallel for schedule(static)
   for (int c = 0; c < C; c++) {
-    const float m = mean[c], is = invstd[c];
-    double sdy = 0.0, sdyx = 0.0;
-    for (int n = 0; n < N; n++) {
-      const size_t pl = (size_t)n * C + c;
-      const float *restrict dy = dout + pl * P, *restrict y = out + pl * P, *restrict xs = xsel + pl * P;
-      if (n + 1 < N) {
-        prefetch_plane(dy + (size_t)C * P, P);
-        prefetch_plane(y + (size_t)C * P, P);
-        prefetch_plane(xs + (size_t)C * P, P);
-      }
-#pragma omp simd reduction(+ : sdy, sdyx)
-      for (int p = 0; p < P; p++) {
-        const float g = y[p] > 0.0f ? dy[p] : 0.0f; /* what ReLU passes back to the argmax */
-        sdy += g;
-        sdyx += (double)g * xs[p];
-      }
-    }
-    if (dbeta) dbeta[c] += (float)sdy;
-    if (dgamma) dgamma[c] += (float)sdyx;
+    float terms[3];
+    dt_bn_pool_channel_terms(&s, dout, c, dgamma, dbeta, terms);
     if (!dinp) continue;
-    const float k = (gamma ? gamma[c] : 1.0f) * is;
-    const float a = (float)(sdy / (double)M), b = (float)(sdyx / (double)M), na = 0.0f - a;
     for (int n = 0; n < N; n++) {
-      const size_t pl = (size_t)n * C + c;
-      const float *restrict x = inp + pl * HW, *restrict dy = dout + pl * P, *restrict y = out + pl * P;
-      const float *restrict xs = xsel + pl * P;
-      const int32_t *restrict am = argmax + pl * P;
-      float *restrict dx = dinp + pl * HW;
-      if (n + 1 < N) prefetch_plane(x + (size_t)C * HW, HW);
-      if (W / 2 >= ROW_WINDOWS && row_windows_on) {
-        bn_pool_dx_rows(dx, x, dy, y, xs, am, H, W, m, is, k, a, b);
-        continue;
-      }
-#pragma omp simd
-      for (int i = 0; i < HW; i++) dx[i] = k * (na - (x[i] - m) * is * b);
-      /* The argmax positions (distinct: the windows do not overlap) get their gradient. */
-#pragma omp simd
-      for (int p = 0; p < P; p++) {
-        const float g = y[p] > 0.0f ? dy[p] : 0.0f;
-        dx[am[p]] = k * (g - a - xs[p] * b);
-      }
+      if (n + 1 < N) prefetch_plane(inp + ((size_t)(n + 1) * C + c) * HW, HW);
+      dt_bn_pool_plane_grad(&s, dout, n, c, terms, dinp + ((size_t)n * C + c) * HW);
     }
   }
 }

@@ -202,19 +202,6 @@ static void col2im_sample(const dt_conv2d_geom *g, float *dinp_n, const float *d
   }
 }
 
-/* sum of x (n) in 8 independent lanes, one vector (an array of 8 lanes was left scalar by GCC, with the lanes
- * moved through memory: 5% of fashioncnn's step), the lanes then added in double in order. */
-static double sum_floats(const float *x, int n) {
-  v8 lane = splat8(0.0f);
-  int i = 0;
-  for (; i + 8 <= n; i += 8) lane += load8(x + i);
-  double s = 0.0;
-  for (int j = 0; j < 8; j++) s += lane[j];
-  for (; i < n; i++) s += x[i];
-  return s;
-}
-
-
 /* Per group of G samples (conv_group), the unfolded inputs side by side, col (R, G*P), stay in cache for one
  * GEMM: y (OC, G*P) = w (OC, R) @ col, written straight into the NCHW output when G = 1, else into the block's
  * y and copied out per sample. Groups are spread over the threads, one single-threaded GEMM each. */
@@ -322,6 +309,8 @@ static void transposed_input_grad(const dt_conv2d_geom *g, const dt_conv2d_geom 
   dt_conv2d_forward(tg, dinp, scratch + (size_t)C * OC * KK, dout, wt, NULL);
 }
 
+int dt_conv2d_weights_direct(const dt_conv2d_geom *g) { return !dt_wino_applies(g) && dt_conv3x3_weights_applies(g); }
+
 void dt_conv2d_backward(const dt_conv2d_geom *g, float *dinp, float *dw, float *db, float *scratch,
                         const float *dout, const float *inp, const float *w) {
   const int P = g->OH * g->OW, OC = g->OC;
@@ -334,7 +323,7 @@ void dt_conv2d_backward(const dt_conv2d_geom *g, float *dinp, float *dw, float *
     }
   }
   dt_conv2d_geom tg;
-  const int wino_dw = dw && dt_wino_applies(g), direct_dw = dw && !wino_dw && dt_conv3x3_weights_applies(g);
+  const int wino_dw = dw && dt_wino_applies(g), direct_dw = dw && dt_conv2d_weights_direct(g);
   const int transposed = dinp && transposed_geom(g, &tg);
   if (wino_dw)
     dt_wino_weights(g, dw, scratch, dout, inp);

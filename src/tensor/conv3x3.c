@@ -201,10 +201,11 @@ static inline void weights_vector(v8 acc[DB][3], const float *xr, const float *d
 }
 
 /* dw[oc0 + o][c][kh][0..2] += sum over the group's samples and outputs of dout * the tap's input, for the first
- * oc_n of DB output channels (the rest read zeros). A width that is not a multiple of 8 ends in the forward's
+ * oc_n of DB output channels (the rest read zeros), d the output gradient of the group's first sample at channel
+ * oc0 and ds the floats from one sample's to the next. A width that is not a multiple of 8 ends in the forward's
  * overlapping vector at W - 8, its lanes before column 8 * (W / 8) masked off, so no output is counted twice. */
-static void weights_block(const dt_conv2d_geom *g, float *dw, const float *in, const float *dout, int gn, int oc0,
-                          int oc_n, int c, int kh) {
+static void weights_block(const dt_conv2d_geom *g, float *dw, const float *in, const float *d, size_t ds, int gn,
+                          int oc0, int oc_n, int c, int kh) {
   const size_t PS = plane_floats(g), P = (size_t)g->H * g->W;
   const int Wp = g->W + 2, whole = g->W / 8 * 8, lap = whole < g->W ? 8 - (g->W - whole) : 0;
   const v8i all = {-1, -1, -1, -1, -1, -1, -1, -1};
@@ -212,9 +213,8 @@ static void weights_block(const dt_conv2d_geom *g, float *dw, const float *in, c
   for (int i = 0; i < 8; i++) tail[i] = i >= lap ? -1 : 0;
   v8 acc[DB][3];
   for (int o = 0; o < DB; o++) acc[o][0] = acc[o][1] = acc[o][2] = splat8(0.0f);
-  for (int s = 0; s < gn; s++) {
+  for (int s = 0; s < gn; s++, d += ds) {
     const float *x = in + ((size_t)s * g->C + c) * PS + (size_t)kh * Wp;
-    const float *d = dout + ((size_t)s * g->OC + oc0) * P;
     for (int oh = 0; oh < g->H; oh++) {
       for (int ow = 0; ow < whole; ow += 8)
         weights_vector(acc, x + (size_t)oh * Wp + ow, d + (size_t)oh * g->W + ow, P, oc_n, all);
@@ -226,30 +226,49 @@ static void weights_block(const dt_conv2d_geom *g, float *dw, const float *in, c
     for (int kw = 0; kw < 3; kw++) dw[(((size_t)(oc0 + o)) * g->C + c) * 9 + kh * 3 + kw] += sum8(&acc[o][kw]);
 }
 
-static void weights_group(const dt_conv2d_geom *g, float *dw, const float *in, const float *dout, int gn) {
-  for (int oc0 = 0; oc0 < g->OC; oc0 += DB)
+/* Where a group's output gradient comes from: dout itself (make NULL), or made DB channels at a time into buf. */
+typedef struct dout_source {
+  const float *dout;
+  dt_conv3x3_make_fn make;
+  void *user;
+  float *buf;
+} dout_source;
+
+static void weights_group(const dt_conv2d_geom *g, float *dw, const float *in, const dout_source *src, int n0,
+                          int gn) {
+  const size_t P = (size_t)g->H * g->W;
+  for (int oc0 = 0; oc0 < g->OC; oc0 += DB) {
+    const int oc_n = g->OC - oc0 < DB ? g->OC - oc0 : DB;
+    const float *d = src->buf;
+    size_t ds = DB * P;
+    if (src->make)
+      src->make(src->user, src->buf, ds, n0, gn, oc0, oc_n);
+    else
+      d = src->dout + ((size_t)n0 * g->OC + oc0) * P, ds = (size_t)g->OC * P;
     for (int c = 0; c < g->C; c++)
-      for (int kh = 0; kh < 3; kh++)
-        weights_block(g, dw, in, dout, gn, oc0, g->OC - oc0 < DB ? g->OC - oc0 : DB, c, kh);
+      for (int kh = 0; kh < 3; kh++) weights_block(g, dw, in, d, ds, gn, oc0, oc_n, c, kh);
+  }
 }
 
 /* Groups of samples spread over the threads; with more than one thread each sums into its own partial dw,
  * added to dw at the end in thread order (as the im2col path does). */
-void dt_conv3x3_weights(const dt_conv2d_geom *g, float *dw, float *scratch, const float *dout, const float *inp) {
+static void weights(const dt_conv2d_geom *g, float *dw, float *scratch, const float *inp, dout_source src,
+                    float *made) {
   const int G = sample_group(g), groups = (g->N + G - 1) / G;
   const size_t HW = (size_t)g->H * g->W, wn = (size_t)g->OC * g->C * 9, planes = group_floats(g);
   const size_t block = planes + wn;
-#pragma omp parallel num_threads(threads_for(g, groups))
+#pragma omp parallel num_threads(threads_for(g, groups)) firstprivate(src)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     float *in = scratch + (size_t)t * block, *mydw = nt > 1 ? in + planes : dw;
+    if (made) src.buf = made + (size_t)t * G * DB * HW;
     memset(in, 0, planes * sizeof(float));
     if (nt > 1) memset(mydw, 0, wn * sizeof(float));
 #pragma omp for schedule(static)
     for (int gi = 0; gi < groups; gi++) {
       const int n0 = gi * G, gn = g->N - n0 < G ? g->N - n0 : G;
       pad_group(g, in, inp + (size_t)n0 * g->C * HW, gn);
-      weights_group(g, mydw, in, dout + (size_t)n0 * g->OC * HW, gn);
+      weights_group(g, mydw, in, &src, n0, gn);
     }
     if (nt > 1) {
 #pragma omp for schedule(static)
@@ -260,4 +279,17 @@ void dt_conv3x3_weights(const dt_conv2d_geom *g, float *dw, float *scratch, cons
       }
     }
   }
+}
+
+void dt_conv3x3_weights(const dt_conv2d_geom *g, float *dw, float *scratch, const float *dout, const float *inp) {
+  weights(g, dw, scratch, inp, (dout_source){.dout = dout}, NULL);
+}
+
+size_t dt_conv3x3_made_floats(const dt_conv2d_geom *g) {
+  return blocks(g) * (size_t)sample_group(g) * DB * g->H * g->W;
+}
+
+void dt_conv3x3_weights_made(const dt_conv2d_geom *g, float *dw, float *scratch, float *made, const float *inp,
+                             dt_conv3x3_make_fn make, void *user) {
+  weights(g, dw, scratch, inp, (dout_source){.make = make, .user = user}, made);
 }

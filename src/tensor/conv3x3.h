@@ -28,4 +28,14 @@ void dt_conv3x3_forward(const dt_conv2d_geom *g, float *out, float *scratch, con
 /* dw (OC, C, 3, 3) += the weight gradient from dout (N, OC, H, W) and the forward's inp (N, C, H, W). */
 void dt_conv3x3_weights(const dt_conv2d_geom *g, float *dw, float *scratch, const float *dout, const float *inp);
 
+/* The weight gradient from an output gradient made where it is consumed, never whole in memory (conv_bn_pool.c):
+ * make(user, dst, ds, n0, gn, oc0, oc_n) writes the (H, W) planes of channels oc0 .. oc0+oc_n-1 of samples
+ * n0 .. n0+gn-1, sample s's first at dst + s * ds; it runs on the weights' threads, a call per group of samples and
+ * block of channels, every (sample, channel) once. `made` holds dt_conv3x3_made_floats(g) floats for them. The
+ * same sums in the same order as dt_conv3x3_weights on the made values. */
+typedef void (*dt_conv3x3_make_fn)(void *user, float *dst, size_t ds, int n0, int gn, int oc0, int oc_n);
+size_t dt_conv3x3_made_floats(const dt_conv2d_geom *g);
+void dt_conv3x3_weights_made(const dt_conv2d_geom *g, float *dw, float *scratch, float *made, const float *inp,
+                             dt_conv3x3_make_fn make, void *user);
+
 #endif

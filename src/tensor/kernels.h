@@ -77,6 +77,8 @@ void dt_conv2d_forward(const dt_conv2d_geom *g, float *out, float *scratch, cons
 /* dinp (N, C, H, W) =;  dw (OC, C, KH, KW) +=;  db (OC) += ;  inp the forward's input */
 void dt_conv2d_backward(const dt_conv2d_geom *g, float *dinp, float *dw, float *db, float *scratch,
                         const float *dout, const float *inp, const float *w);
+/* Whether dt_conv2d_backward computes dw by the direct 3x3 kernel (conv3x3.h). */
+int dt_conv2d_weights_direct(const dt_conv2d_geom *g);
 
 /* ---- pooling (floor mode, like PyTorch's default ceil_mode=False) -------- */
 typedef struct dt_pool2d_geom {
@@ -142,6 +144,31 @@ void dt_bn_relu_maxpool2x2_forward_eval(float *out, int32_t *argmax, const float
 void dt_bn_relu_maxpool2x2_backward(float *dinp, float *dgamma, float *dbeta, const float *dout, const float *out,
                                     const int32_t *argmax, const float *xsel, const float *inp, const float *mean,
                                     const float *invstd, const float *gamma, int N, int C, int H, int W);
+/* The same backward a plane at a time, for kernels that consume the input gradient where it is made
+ * (conv_bn_pool.c): what the training forward saved, and dinp's terms for channel c (k, a, b: three floats),
+ * computed once from the channel's sums (dgamma, dbeta += as above; either may be NULL). The plane's values are
+ * dt_bn_relu_maxpool2x2_backward's, bit for bit. */
+typedef struct dt_bn_pool_saved {
+  const float *out;       /* the pool's output (N, C, H/2, W/2) */
+  const int32_t *argmax;  /* (N, C, H/2, W/2), indices into an H*W plane */
+  const float *xsel;      /* the normalised input at the argmax */
+  const float *inp;       /* the BN input (N, C, H, W) */
+  const float *mean, *invstd, *gamma; /* (C); gamma may be NULL */
+  int N, C, H, W;
+} dt_bn_pool_saved;
+void dt_bn_pool_channel_terms(const dt_bn_pool_saved *s, const float *dout, int c, float *dgamma, float *dbeta,
+                              float terms[3]);
+/* dx (H, W) = dinp of sample n, channel c. */
+void dt_bn_pool_plane_grad(const dt_bn_pool_saved *s, const float *dout, int n, int c, const float terms[3],
+                           float *dx);
+/* Conv2d -> BatchNorm2d -> ReLU -> MaxPool2d(2) backward where the convolution's input gradient is not wanted
+ * (conv_bn_pool.c), for g with dt_conv2d_weights_direct and the BN-pool's (H, W) = g's (OH, OW): dw, db (may be
+ * NULL), dgamma, dbeta +=, with the bits of dt_bn_relu_maxpool2x2_backward into a buffer then dt_conv2d_backward
+ * (at the same thread count), the buffer never written. scratch: dt_conv2d_scratch_floats(g); work:
+ * dt_conv_bn_pool_work_floats(g), 64-byte aligned. */
+size_t dt_conv_bn_pool_work_floats(const dt_conv2d_geom *g);
+void dt_conv_bn_pool_backward(const dt_conv2d_geom *g, const dt_bn_pool_saved *s, const float *dout, float *dw,
+                              float *db, float *dgamma, float *dbeta, float *scratch, float *work, const float *inp);
 /* Tests: 0 takes pooled rows of 8 windows and more through the gathers and the scatter of narrower rows (the same
  * results), 1 (the default) 8 windows at a time. */
 void dt_bn_pool_set_rows(int on);

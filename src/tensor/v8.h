@@ -48,4 +48,16 @@ static inline v8i seli8(v8i m, v8i a, v8i b) { return (a & m) | (b & ~m); }
 #define fma8(a, b, c) ((a) * (b) + (c))
 #endif
 
+/* The sum of x[0..n): 8 independent float lanes in one vector (an array of 8 lanes was left scalar by GCC, with
+ * the lanes moved through memory: 5% of fashioncnn's step), the lanes then added in double in order. */
+static inline double sum_floats(const float *x, int n) {
+  v8 lane = splat8(0.0f);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) lane += load8(x + i);
+  double s = 0.0;
+  for (int j = 0; j < 8; j++) s += lane[j];
+  for (; i < n; i++) s += x[i];
+  return s;
+}
+
 #endif

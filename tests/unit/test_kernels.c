@@ -691,6 +691,57 @@ TEST(bn_relu_maxpool_fused_matches_composition) {
   bn_relu_pool_check(2, 2, 16, 32, 1, dt_test_failed_);
 }
 
+/* Conv2d(3x3) -> BatchNorm -> ReLU -> MaxPool(2) backward without the convolution's input gradient
+ * (conv_bn_pool.c) against the BN-pool backward into a buffer and then the convolution's: the weight, bias, gamma and
+ * beta gradients byte for byte, added onto the same values, at 1 and 3 threads, through the 8-window rows and
+ * without them, and with no bias. */
+static void conv_bn_pool_check(int N, int C, int H, int W, int OC, int *dt_test_failed_) {
+  dt_conv2d_geom g;
+  ASSERT_OK(dt_conv2d_geom_init(&g, N, C, H, W, OC, 3, 3, 1, 1));
+  ASSERT(dt_conv2d_weights_direct(&g));
+  const size_t nx = (size_t)N * C * H * W, nw = (size_t)OC * C * 9, nc = (size_t)N * OC * H * W;
+  const size_t ny = (size_t)N * OC * (H / 2) * (W / 2), ng = nw + 3 * (size_t)OC;
+  float *x = randf(nx, -1, 1), *w = randf(nw, -1, 1), *b = randf(OC, -1, 1), *gamma = randf(OC, 0.5f, 1.5f);
+  float *beta = randf(OC, -0.5f, 0.5f), *conv = zeros(nc), *y = zeros(ny), *xs = zeros(ny), *mean = zeros(OC);
+  float *is = zeros(OC), *dy = randf(ny, -1, 1), *dx = zeros(nc), *start = randf(ng, -1, 1), *ga = zeros(ng);
+  float *gb = zeros(ng), *scratch = zeros(dt_conv2d_scratch_floats(&g));
+  const size_t wbytes = (dt_conv_bn_pool_work_floats(&g) * sizeof(float) + 63) / 64 * 64;
+  float *work = aligned_alloc(64, wbytes);
+  int32_t *am = calloc(ny, sizeof(int32_t));
+  dt_conv2d_forward(&g, conv, scratch, x, w, b);
+  dt_bn_relu_maxpool2x2_forward_train(y, am, xs, mean, is, NULL, NULL, conv, gamma, beta, N, OC, H, W, 0.1f, 1e-5f);
+  const dt_bn_pool_saved s = {y, am, xs, conv, mean, is, gamma, N, OC, H, W};
+  for (int t = 1; t <= 3; t += 2)
+    for (int rows = 1; rows >= 0; rows--)
+      for (int bias = 1; bias >= 0; bias--) {
+        ASSERT_OK(dt_set_threads(t));
+        dt_bn_pool_set_rows(rows);
+        memcpy(ga, start, ng * sizeof(float));
+        memcpy(gb, start, ng * sizeof(float));
+        float *dba = bias ? ga + nw : NULL, *dbb = bias ? gb + nw : NULL; /* dw, db, dgamma, dbeta */
+        dt_bn_relu_maxpool2x2_backward(dx, ga + nw + OC, ga + nw + 2 * OC, dy, y, am, xs, conv, mean, is, gamma, N,
+                                       OC, H, W);
+        dt_conv2d_backward(&g, NULL, ga, dba, scratch, dx, x, w);
+        memset(work, 0xff, wbytes); /* NaN: nothing is read before it is written */
+        dt_conv_bn_pool_backward(&g, &s, dy, gb, dbb, gb + nw + OC, gb + nw + 2 * OC, scratch, work, x);
+        ASSERT(memcmp(ga, gb, ng * sizeof(float)) == 0);
+        ASSERT(memcmp(ga, start, nw * sizeof(float)) != 0);
+      }
+  dt_bn_pool_set_rows(1);
+  ASSERT_OK(dt_set_threads(1));
+  float *all[] = {x, w, b, gamma, beta, conv, y, xs, mean, is, dy, dx, start, ga, gb, scratch, work};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+  free(am);
+}
+
+TEST(conv_bn_pool_backward_matches_the_layers) {
+  dt_rng_init(&rng, 22, 0);
+  conv_bn_pool_check(3, 1, 28, 28, 32, dt_test_failed_); /* fashioncnn's first layer: 8-window rows, a sample a group */
+  conv_bn_pool_check(9, 3, 10, 10, 7, dt_test_failed_);  /* groups of 4, 4 and 1 samples; a last block of 1 channel */
+  conv_bn_pool_check(2, 1, 11, 13, 5, dt_test_failed_);  /* odd sizes: a row and a column no window covers */
+  conv_bn_pool_check(5, 2, 9, 17, 4, dt_test_failed_);   /* pooled rows of 8 from an odd width */
+}
+
 /* BatchNorm -> ReLU fused equals the two kernels in turn bit for bit: training (output, batch and running
  * statistics), evaluation, backward (input and parameter gradients; the same sums in the same order, ReLU's
  * zeros added as zeros), dinp NULL, no affine parameters, and a NaN (its channel's statistics NaN, ReLU's 0). */
@@ -1088,6 +1139,6 @@ TEST(elementwise) {
 
 TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_grad_threads), TEST_ENTRY(conv2d_direct_grad), TEST_ENTRY(conv2d_one_channel_direct_under_native_bf16), TEST_ENTRY(conv2d_winograd), TEST_ENTRY(conv2d_exact), TEST_ENTRY(conv2d_geom_rejects),
           TEST_ENTRY(pool_grad), TEST_ENTRY(pool_exact), TEST_ENTRY(maxpool_nan_and_ties_both_paths), TEST_ENTRY(maxpool_vector_paths_match_reference), TEST_ENTRY(pool_geom_rejects), TEST_ENTRY(batchnorm_grad),
-          TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(batchnorm_long_planes_match_double), TEST_ENTRY(bn_relu_maxpool_fused_matches_composition), TEST_ENTRY(bn_relu_fused_matches_composition), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
+          TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(batchnorm_long_planes_match_double), TEST_ENTRY(bn_relu_maxpool_fused_matches_composition), TEST_ENTRY(conv_bn_pool_backward_matches_the_layers), TEST_ENTRY(bn_relu_fused_matches_composition), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
           TEST_ENTRY(cross_entropy_grad), TEST_ENTRY(cross_entropy_rejects), TEST_ENTRY(topk_correct),
           TEST_ENTRY(dropout), TEST_ENTRY(layernorm_weight_gradient), TEST_ENTRY(elementwise))

@@ -633,9 +633,10 @@ TEST(second_context_shares_parameters) {
   dt_model_free(m);
 }
 
-/* fashioncnn runs BatchNorm -> ReLU -> MaxPool(2) fused; a context with fusion off runs the layers one by
- * one. Outputs (training and eval), running statistics and the input gradient agree (forward exactly,
- * gradients up to the order of the BN channel sums). */
+/* fashioncnn runs Conv2d -> BatchNorm -> ReLU -> MaxPool(2) fused, and BatchNorm -> ReLU -> MaxPool(2); a
+ * context with fusion off runs the layers one by one. Outputs (training and eval), running statistics and the
+ * gradients, with and without the input's, agree (forward exactly, gradients up to the order of the BN channel
+ * sums). */
 TEST(fused_bn_relu_pool_matches_layer_by_layer) {
   enum { B = 4 };
   dt_model *m = NULL;
@@ -675,6 +676,11 @@ TEST(fused_bn_relu_pool_matches_layer_by_layer) {
   const float *d1 = dt_model_ctx_input_grad(c1), *d2 = dt_model_ctx_input_grad(c2);
   ASSERT(d1 && d2);
   for (int i = 0; i < B * 784; i++) bad += !(fabs(d1[i] - d2[i]) <= 1e-5 * (1.0 + fabs(d2[i])));
+  ASSERT_EQ(bad, 0);
+  /* no input gradient: layer1's four layers make the convolution's output gradient where they consume it */
+  dt_model_ctx_want_input_grad(c1, 0);
+  ASSERT_OK(step_both(m, c1, c2, x, B, dout, &y1, &y2));
+  for (size_t i = 0; i < n; i++) bad += !(fabs(g1[i] - g2[i]) <= 1e-5 * scale);
   ASSERT_EQ(bad, 0);
   /* fusion switched off between forward and backward: backward follows the forward's path */
   ASSERT_OK(dt_model_ctx_forward(m, c1, x, B, &y1));
@@ -824,17 +830,18 @@ TEST(avgpool2d_layer_matches_reference) {
   dt_model_free(m);
 }
 
-/* The fusion table matches BatchNorm2d -> ReLU -> MaxPool2d(2), else BatchNorm2d -> ReLU, and a residual end ->
- * ReLU, and nothing near them (another pool leaves BN -> ReLU, another activation nothing); a model with four
- * groups runs fused as it runs layer by layer, in training (outputs, parameter gradients: the fused end still
+/* The fusion table matches a 3x3 Conv2d -> BatchNorm2d -> ReLU -> MaxPool2d(2), else BatchNorm2d -> ReLU ->
+ * MaxPool2d(2), else BatchNorm2d -> ReLU, and a residual end -> ReLU, and nothing near them (another pool leaves
+ * BN -> ReLU, another activation nothing); a model with four groups runs fused as it runs layer by layer, in
+ * training (outputs, parameter gradients: the first group's made without its input gradient; the fused end still
  * hands the skip its gradient) and in evaluation (outputs, a NaN input included). */
 TEST(fusion_plan_matches_only_the_pattern) {
   enum { B = 2 };
   const int64_t shape[3] = {2, 8, 8};
   dt_model *m = NULL;
   ASSERT_OK(dt_model_new(3, shape, &m));
-  ASSERT_OK(dt_model_add_conv2d(m, "c", 4, 3, 1, 1, 1));
-  ASSERT_OK(dt_model_add_batchnorm2d(m, "bn1", 1e-5f, 0.1f)); /* 1..3: fused */
+  ASSERT_OK(dt_model_add_conv2d(m, "c", 4, 3, 1, 1, 1)); /* 0..3: fused */
+  ASSERT_OK(dt_model_add_batchnorm2d(m, "bn1", 1e-5f, 0.1f));
   ASSERT_OK(dt_model_add_activation(m, "r1", DT_RELU));
   ASSERT_OK(dt_model_add_maxpool2d(m, "p1", 2, 2, 0));
   ASSERT_OK(dt_model_add_batchnorm2d(m, "bn2", 1e-5f, 0.1f)); /* 4..5: fused; 6: a 3x3 pool */
@@ -859,10 +866,11 @@ TEST(fusion_plan_matches_only_the_pattern) {
   int first[N];
   dt_fusion_plan(dt_model_layer(m, 0), N, group, first);
   for (int i = 0; i < N; i++) {
-    ASSERT((group[i] != NULL) == (i == 1 || i == 4 || i == 10 || i == 15));
-    ASSERT_EQ(first[i], i == 3 ? 1 : i == 5 ? 4 : i == 12 ? 10 : i == 16 ? 15 : i);
+    ASSERT((group[i] != NULL) == (i == 0 || i == 4 || i == 10 || i == 15));
+    ASSERT_EQ(first[i], i == 3 ? 0 : i == 5 ? 4 : i == 12 ? 10 : i == 16 ? 15 : i);
   }
-  ASSERT_STR_EQ(group[1]->name, "BatchNorm2d+ReLU+MaxPool2d(2)");
+  ASSERT_STR_EQ(group[0]->name, "Conv2d(3x3)+BatchNorm2d+ReLU+MaxPool2d(2)");
+  ASSERT_STR_EQ(group[10]->name, "BatchNorm2d+ReLU+MaxPool2d(2)");
   ASSERT_STR_EQ(group[4]->name, "BatchNorm2d+ReLU");
   ASSERT_STR_EQ(group[15]->name, "Residual(+)+ReLU");
   ASSERT_EQ(group[10]->n_layers, 3);

@@ -398,7 +398,7 @@ static int write_idx(const char *path, int ndim, const uint32_t *dims, const uin
 TEST(model_and_loader_record_spans) {
   dt_trace_reset();
   ASSERT_OK(dt_trace_enable(0));
-  /* conv -> bn -> relu -> pool (fused in backward) -> flatten -> linear */
+  /* conv -> bn -> relu -> pool (one fused group) -> flatten -> linear */
   static const int64_t shape[3] = {1, 8, 8};
   dt_model *m = NULL;
   ASSERT_OK(dt_model_new(3, shape, &m));
@@ -455,11 +455,11 @@ TEST(model_and_loader_record_spans) {
   ASSERT(main_tid > 0 && loader_tid > 0 && main_tid != loader_tid);
   ASSERT_EQ(events_on(arr, 0, main_tid, "forward"), 1);
   ASSERT_EQ(events_on(arr, 0, main_tid, "backward fc"), 1);
-  ASSERT_EQ(events_on(arr, 0, main_tid, "backward bn+relu+pool"), 1);
-  ASSERT_EQ(events_on(arr, 0, main_tid, "backward conv"), 1);
+  ASSERT_EQ(events_on(arr, 0, main_tid, "backward conv+bn+relu+pool"), 1); /* a fused group: one span */
+  ASSERT_EQ(events_on(arr, 0, main_tid, "forward conv+bn+relu+pool"), 1);
   ASSERT_EQ(events_on(arr, 0, loader_tid, "load batch"), 3);
   ASSERT(strstr(arr, "\"name\":\"load batch\",\"args\":{\"batch\":2,\"first\":0,\"samples\":2}"));
-  ASSERT(strstr(arr, "\"name\":\"backward conv\",\"args\":{\"kind\":\"Conv2d\""));
+  ASSERT(strstr(arr, "\"name\":\"backward conv+bn+relu+pool\",\"args\":{\"kind\":\"Conv2d\""));
   free(arr);
   dt_trace_reset();
 }
