@@ -1,4 +1,5 @@
-/* The conv2d kernels alone on the shapes of resnet20 (CIFAR, batch 128) and resnet18 (224, batch 32): the best
+/* The conv2d kernels alone on the shapes of resnet20 (CIFAR, batch 128), resnet18 (224, batch 32) and fashioncnn
+ * (28x28, batch 64): the best
  * of REPS timings of forward, backward (weight and input gradients) and GFLOP/s of each (2 per multiply-add;
  * backward does twice the forward's). Threads: DT_NUM_THREADS or all cores. With --cpu the times are the
  * process's CPU time, not wall time: on a machine shared with other work (run with OMP_WAIT_POLICY=passive so
@@ -8,7 +9,7 @@
  * (conv3x3.c) and Winograd's (conv_wino.c), forward and weight gradient, in effective GFLOP/s (the direct
  * algorithm's FLOPs over the time, so the figures compare as speeds).
  *
- *   conv_kernels [--cpu] [--algos] [REPS] [resnet20|resnet18|all] */
+ *   conv_kernels [--cpu] [--algos] [REPS] [resnet20|resnet18|fashioncnn|all] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,8 @@ static const shape shapes[] = {
     {"resnet18", "layer2 128->128 28x28", 32, 128, 28, 128, 3, 1, 1},
     {"resnet18", "layer3 256->256 14x14", 32, 256, 14, 256, 3, 1, 1},
     {"resnet18", "layer4 512->512 7x7", 32, 512, 7, 512, 3, 1, 1},
+    {"fashioncnn", "layer1 1->32 28x28", 64, 1, 28, 32, 3, 1, 1},
+    {"fashioncnn", "layer2 32->64 14x14 p0", 64, 32, 14, 64, 3, 1, 0},
 };
 
 static float *filled(size_t n) {
@@ -79,21 +82,21 @@ static double best_of(int reps, int applies, kernel_fn f, const dt_conv2d_geom *
 }
 
 static void algos(int reps, const char *which) {
-  printf("%-8s %-24s %13s %13s %13s %13s\n", "model", "layer", "direct fwd", "wino fwd", "direct dw", "wino dw");
+  printf("%-10s %-24s %13s %13s %13s %13s\n", "model", "layer", "direct fwd", "wino fwd", "direct dw", "wino dw");
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     const shape *s = &shapes[i];
     if ((strcmp(which, "all") != 0 && strcmp(which, s->model) != 0) || s->K != 3 || s->stride != 1) continue;
     dt_conv2d_geom g;
-    if (dt_conv2d_geom_init(&g, s->N, s->C, s->H, s->H, s->OC, 3, 3, 1, 1) != DT_OK) exit(1);
+    if (dt_conv2d_geom_init(&g, s->N, s->C, s->H, s->H, s->OC, 3, 3, 1, s->pad) != DT_OK) exit(1);
     g.threads = dt_get_threads();
-    const size_t nx = (size_t)s->N * s->C * s->H * s->H, nw = (size_t)s->OC * s->C * 9, ny = (size_t)s->N * s->OC * s->H * s->H;
+    const size_t nx = (size_t)s->N * s->C * s->H * s->H, nw = (size_t)s->OC * s->C * 9, ny = (size_t)s->N * s->OC * g.OH * g.OW;
     float *x = filled(nx), *w = filled(nw), *y = filled(ny), *scratch = filled(dt_conv2d_scratch_floats(&g));
-    const double flop = 2.0 * s->N * s->OC * s->H * s->H * (double)s->C * 9;
+    const double flop = 2.0 * s->N * s->OC * g.OH * g.OW * (double)s->C * 9;
     const double t[4] = {best_of(reps, dt_conv3x3_forward_applies(&g), direct_fwd, &g, scratch, x, w, y),
                          best_of(reps, dt_wino_applies(&g), wino_fwd, &g, scratch, x, w, y),
                          best_of(reps, dt_conv3x3_weights_applies(&g), direct_dw, &g, scratch, x, w, y),
                          best_of(reps, dt_wino_applies(&g), wino_dw, &g, scratch, x, w, y)};
-    printf("%-8s %-24s", s->model, s->name);
+    printf("%-10s %-24s", s->model, s->name);
     for (int k = 0; k < 4; k++)
       if (t[k] > 0) printf(" %6.1f %6.1f", t[k] * 1e3, flop / t[k] / 1e9); else printf(" %13s", "-");
     printf("   (ms GF/s)\n");
@@ -109,8 +112,9 @@ int main(int argc, char **argv) {
   const long reps_arg = argc > 1 ? strtol(argv[1], &end, 10) : 5;
   const char *which = argc > 2 ? argv[2] : "all";
   if ((argc > 1 && (*end || reps_arg < 1 || reps_arg > 1000)) ||
-      (strcmp(which, "all") != 0 && strcmp(which, "resnet20") != 0 && strcmp(which, "resnet18") != 0)) {
-    fprintf(stderr, "usage: conv_kernels [--cpu] [--algos] [REPS (1-1000)] [resnet20|resnet18|all]\n");
+      (strcmp(which, "all") != 0 && strcmp(which, "resnet20") != 0 && strcmp(which, "resnet18") != 0 &&
+       strcmp(which, "fashioncnn") != 0)) {
+    fprintf(stderr, "usage: conv_kernels [--cpu] [--algos] [REPS (1-1000)] [resnet20|resnet18|fashioncnn|all]\n");
     return 2;
   }
   const int reps = (int)reps_arg;
@@ -119,7 +123,7 @@ int main(int argc, char **argv) {
     algos(reps, which);
     return 0;
   }
-  printf("%-8s %-24s %10s %10s %9s %9s\n", "model", "layer", "fwd ms", "bwd ms", "fwd GF/s", "bwd GF/s");
+  printf("%-10s %-24s %10s %10s %9s %9s\n", "model", "layer", "fwd ms", "bwd ms", "fwd GF/s", "bwd GF/s");
   double tf_all = 0, tb_all = 0, fl_all = 0;
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     const shape *s = &shapes[i];
@@ -142,12 +146,12 @@ int main(int argc, char **argv) {
       if (t2 - t1 < tb) tb = t2 - t1;
     }
     const double flop = 2.0 * s->N * s->OC * g.OH * g.OW * (double)s->C * s->K * s->K;
-    printf("%-8s %-24s %10.2f %10.2f %9.1f %9.1f\n", s->model, s->name, tf * 1e3, tb * 1e3, flop / tf / 1e9,
+    printf("%-10s %-24s %10.2f %10.2f %9.1f %9.1f\n", s->model, s->name, tf * 1e3, tb * 1e3, flop / tf / 1e9,
            2 * flop / tb / 1e9);
     tf_all += tf, tb_all += tb, fl_all += flop;
     free(x), free(w), free(y), free(dy), free(dx), free(dw), free(scratch);
   }
-  printf("%-8s %-24s %10.2f %10.2f %9.1f %9.1f\n", "total", "", tf_all * 1e3, tb_all * 1e3, fl_all / tf_all / 1e9,
+  printf("%-10s %-24s %10.2f %10.2f %9.1f %9.1f\n", "total", "", tf_all * 1e3, tb_all * 1e3, fl_all / tf_all / 1e9,
          2 * fl_all / tb_all / 1e9);
   return 0;
 }

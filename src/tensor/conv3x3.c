@@ -21,8 +21,17 @@ static inline float sum8(const v8 *p) {
  * 8 loads per 12 FMAs. Weight gradient: DB output channels x 3 taps of a row, the 3 input vectors held and
  * each output-gradient vector loaded once for 3 FMAs: 9 + 3 + 1 = 13 registers. Measured per core on resnet20's
  * shapes (AVX2, 78 GFLOP/s peak): forward 67-74 GFLOP/s, weight gradient 49-68; 4x3 and 3x4 forward blocks and a
- * 4-channel gradient block spill and were slower. */
+ * 4-channel gradient block spill and were slower. With AVX-512VL's 32 registers (for these 8-float vectors too)
+ * the forward takes 4 x 6 (24 + 4 + 1 = 29 registers, 10 loads per 24 FMAs): on a Zen 5 core (bench/conv_kernels
+ * --algos, one thread, best of six alternated runs) resnet20's stem 62 -> 82 GFLOP/s, fashioncnn's first layer
+ * 49 -> 63. An 8-channel gradient block was faster alone there (69 -> 86) but slower fed by conv_bn_pool.c's made
+ * planes (fashioncnn's layer1 backward 1,329-1,365 -> 1,435-1,481 us a step, traced): 8 planes of 28x28 and their
+ * inputs crowd L1. An output's sums run in the same order at any block size: the bits do not depend on them. */
+#if defined(__AVX512VL__)
+#define OB 4
+#else
 #define OB 2
+#endif
 #define VB 6
 #define DB 3
 #define GROUP_VECTORS 64 /* samples are grouped until a group has this many output vectors (small maps) */
