@@ -897,6 +897,39 @@ TEST(fusion_plan_matches_only_the_pattern) {
   dt_model_free(m);
 }
 
+/* The first layer's Conv2d+BatchNorm2d+ReLU+MaxPool2d(2) group where its ReLU slot cannot hold the planes it would
+ * make (one output channel, a batch of 1: 64 floats against 3 planes of 64) runs the two backwards in turn, with
+ * the gradients of the layers one by one; at a batch of 3 and 4 channels it makes them. */
+TEST(conv_bn_pool_group_falls_back_where_its_slot_is_short) {
+  const int64_t shape[3] = {1, 8, 8};
+  for (int oc = 1; oc <= 4; oc += 3) {
+    const int B = oc == 1 ? 1 : 3;
+    dt_model *m = NULL;
+    ASSERT_OK(dt_model_new(3, shape, &m));
+    ASSERT_OK(dt_model_add_conv2d(m, "c", oc, 3, 1, 1, 1));
+    ASSERT_OK(dt_model_add_batchnorm2d(m, "bn", 1e-5f, 0.1f));
+    ASSERT_OK(dt_model_add_activation(m, "r", DT_RELU));
+    ASSERT_OK(dt_model_add_maxpool2d(m, "p", 2, 2, 0));
+    ASSERT_OK(dt_model_add_flatten(m, "f"));
+    ASSERT_OK(dt_model_add_linear(m, "fc", 3, 1));
+    ASSERT_OK(dt_model_build(m, B, 7));
+    dt_model_ctx *plain = NULL;
+    ASSERT_OK(dt_model_ctx_new(m, B, 0, &plain));
+    dt_model_ctx_set_fusion(plain, 0);
+    float x[3 * 64], dout[3 * 3];
+    fill_uniform(x, (size_t)B * 64, 15, -1, 1);
+    fill_uniform(dout, (size_t)B * 3, 16, -1, 1);
+    const float *y1, *y2;
+    ASSERT_OK(step_both(m, dt_model_default_ctx(m), plain, x, B, dout, &y1, &y2));
+    ASSERT(memcmp(y1, y2, sizeof(float) * (size_t)B * 3) == 0);
+    size_t n;
+    const float *g1 = dt_model_grads(m, &n), *g2 = dt_model_ctx_grads(plain);
+    for (size_t i = 0; i < n; i++) ASSERT_NEAR(g1[i], g2[i], 1e-5 * (1 + fabs(g2[i])));
+    dt_model_ctx_free(plain);
+    dt_model_free(m);
+  }
+}
+
 /* A NaN reaching the BatchNorm2d+ReLU and Residual(+)+ReLU rows: both rectify it to 0, as the layers one by one
  * do, in training and in evaluation. */
 TEST(fused_relu_rows_keep_nan_semantics) {
@@ -945,4 +978,5 @@ TEST_MAIN(TEST_ENTRY(fashioncnn_tensor_names_order_shapes_and_count), TEST_ENTRY
           TEST_ENTRY(fused_bn_relu_pool_matches_layer_by_layer),
           TEST_ENTRY(deferred_zero_grad_gives_the_eager_gradients), TEST_ENTRY(flatten_is_a_zero_copy_view),
           TEST_ENTRY(avgpool2d_layer_matches_reference),
-          TEST_ENTRY(fusion_plan_matches_only_the_pattern), TEST_ENTRY(fused_relu_rows_keep_nan_semantics))
+          TEST_ENTRY(fusion_plan_matches_only_the_pattern), TEST_ENTRY(fused_relu_rows_keep_nan_semantics),
+          TEST_ENTRY(conv_bn_pool_group_falls_back_where_its_slot_is_short))
