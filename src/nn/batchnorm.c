@@ -104,20 +104,21 @@ dt_status dt_bn_relu_pool_forward(const dt_layer *bn, const dt_layer_io *io, int
   return DT_OK;
 }
 
-void dt_bn_relu_pool_backward(const dt_layer *bn, const dt_layer_io *io, const int32_t *argmax, const float *xsel,
-                              const float *in, const float *out, const float *dout, float *dinp) {
-  int C = (int)bn->in_shape[0], H = (int)bn->in_shape[1], W = (int)bn->in_shape[2];
-  const float *mean = io->ws, *invstd = (const float *)io->ws + C;
-  dt_bn_relu_maxpool2x2_backward(dinp, io->grads, io->grads + C, dout, out, argmax, xsel, in, mean, invstd, io->params,
-                                 io->batch, C, H, W);
-}
-
 void dt_bn_relu_pool_saved_of(const dt_layer *bn, const dt_layer_io *io, const int32_t *argmax, const float *xsel,
                               const float *in, const float *out, dt_bn_pool_saved *s, float **dgamma, float **dbeta) {
   int C = (int)bn->in_shape[0], H = (int)bn->in_shape[1], W = (int)bn->in_shape[2];
   const float *mean = io->ws, *invstd = (const float *)io->ws + C;
   *s = (dt_bn_pool_saved){out, argmax, xsel, in, mean, invstd, io->params, io->batch, C, H, W};
   *dgamma = io->grads, *dbeta = io->grads + C;
+}
+
+void dt_bn_relu_pool_backward(const dt_layer *bn, const dt_layer_io *io, const int32_t *argmax, const float *xsel,
+                              const float *in, const float *out, const float *dout, float *dinp) {
+  dt_bn_pool_saved s;
+  float *dgamma, *dbeta;
+  dt_bn_relu_pool_saved_of(bn, io, argmax, xsel, in, out, &s, &dgamma, &dbeta);
+  dt_bn_relu_maxpool2x2_backward(dinp, dgamma, dbeta, dout, s.out, s.argmax, s.xsel, s.inp, s.mean, s.invstd, s.gamma,
+                                 s.N, s.C, s.H, s.W);
 }
 
 const dt_layer_ops dt_batchnorm2d_ops = {.kind = "BatchNorm2d",

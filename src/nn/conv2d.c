@@ -95,6 +95,7 @@ void dt_conv_bn_pool_fused_backward(const dt_layer *l, const dt_layer_io *io, fl
   dt_conv2d_geom g;
   if (conv_geom(&l[0], io[0].batch, io[0].amp, &g) != DT_OK) return; /* validated by the forward */
   const size_t slot = (size_t)io[0].batch * l[3].in_numel; /* act[3]'s floats */
+  /* act[3] == act[2] cannot be (a ReLU is no view): a guard, as xsel lives in act[2] */
   if (dinp || io[0].amp != DT_AMP_OFF || !dt_conv2d_weights_direct(&g) || act[3] == act[2] ||
       dt_conv_bn_pool_work_floats(&g) > slot) {
     dt_bn_relu_pool_backward(&l[1], &io[1], io[3].ws, act[2], act[1], act[4], dout, act[3]);

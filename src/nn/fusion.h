@@ -23,9 +23,11 @@ typedef struct dt_fusion {
   int (*applies)(const dt_layer *l); /* beyond the kinds: hyper-parameters, shapes */
   dt_status (*forward)(const dt_layer *l, const dt_layer_io *io, float *const *act);
   void (*backward)(const dt_layer *l, const dt_layer_io *io, float *const *act, const float *dout, float *dinp);
+  int at_start; /* 1: only where no earlier layer has parameters (backward wants its input gradient only if asked) */
 } dt_fusion;
 
-/* Matches the table against layers[0..n-1] first to last, a matched group
+/* Matches the table against layers[0..n-1] first to last (a row with at_start
+ * only before the first layer with parameters), a matched group
  * taking its layers out of later matches: group[i] is the fusion of the group
  * that starts at layer i (NULL if none) and first[i] the first layer of the
  * group that ends at layer i (i if none). */
@@ -53,11 +55,11 @@ void dt_bn_relu_pool_saved_of(const dt_layer *bn, const dt_layer_io *io, const i
                               const float *in, const float *out, dt_bn_pool_saved *s, float **dgamma, float **dbeta);
 
 /* Conv2d -> BatchNorm2d -> ReLU -> MaxPool2d(2) (the layers l[0..3], act and io as in dt_fusion): the forward
- * is the convolution's, then the fused BN-pool's into the group's slots. Where dinp is not wanted (a network's first
- * layer), f32, and the convolution's weight gradient is the direct 3x3 kernel's, the backward makes the
- * convolution's output gradient a block at a time where its weight and bias gradients consume it
- * (dt_conv_bn_pool_backward), in act[3]'s slot (the ReLU's output, not otherwise used); anywhere else, the BN-pool's
- * backward into that slot, then the convolution's. */
+ * is the convolution's, then the fused BN-pool's into the group's slots. Where dinp is not wanted (the row matches
+ * a network's first layer only), f32, the convolution's weight gradient is the direct 3x3 kernel's and the work fits
+ * act[3]'s slot (the ReLU's output, not otherwise used; too small for fewer than about 4 channels), the backward
+ * makes the convolution's output gradient a block at a time where its weight and bias gradients consume it
+ * (dt_conv_bn_pool_backward); otherwise, the BN-pool's backward into that slot, then the convolution's. */
 int dt_conv2d_is_3x3_same(const dt_layer *l); /* kernel 3, stride 1, padding 1 */
 dt_status dt_conv_bn_pool_forward(const dt_layer *l, const dt_layer_io *io, float *const *act);
 void dt_conv_bn_pool_fused_backward(const dt_layer *l, const dt_layer_io *io, float *const *act, const float *dout,

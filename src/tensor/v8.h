@@ -25,7 +25,9 @@ static inline v8 load8(const float *p) {
 }
 /* The loaded vector stays in a register: GCC would otherwise fold the load into each FMA that uses it, and the
  * repeated loads, not the FMAs, would bound the kernels. */
-#if defined(__AVX__)
+#if defined(__AVX512VL__) /* any of the 32 vector registers ("x": the first 16 only, and copies into them) */
+#define KEEP(v) __asm__("" : "+v"(v))
+#elif defined(__AVX__)
 #define KEEP(v) __asm__("" : "+x"(v))
 #else
 #define KEEP(v) ((void)0)
