@@ -20,9 +20,6 @@ static void bn_relu_pool_backward(const dt_layer *l, const dt_layer_io *io, floa
 
 /* ---- Conv2d(3x3) -> BatchNorm2d -> ReLU -> MaxPool2d(2) (fashioncnn's first layer) --- */
 
-/* A network's first layer only: deeper, its input gradient is always wanted and the group would only delay the
- * BatchNorm's gradients (announced once the whole group is done) and merge the layers' trace spans. */
-
 static int conv_bn_relu_pool_applies(const dt_layer *l) {
   return dt_conv2d_is_3x3_same(&l[0]) && l[1].in_numel == l[0].out_numel && bn_relu_pool_applies(&l[1]);
 }
@@ -59,7 +56,9 @@ static void end_relu_backward(const dt_layer *l, const dt_layer_io *io, float *c
 static const dt_fusion fusions[] = {
     {"Conv2d(3x3)+BatchNorm2d+ReLU+MaxPool2d(2)", 4,
      {&dt_conv2d_ops, &dt_batchnorm2d_ops, &dt_activation_ops, &dt_maxpool2d_ops}, conv_bn_relu_pool_applies,
-     dt_conv_bn_pool_forward, dt_conv_bn_pool_fused_backward, 1},
+     dt_conv_bn_pool_forward, dt_conv_bn_pool_fused_backward,
+     1}, /* at the start only: deeper, its input gradient is always wanted, and the group would only delay
+          * BatchNorm's gradients (announced once the whole group is done) and merge the layers' trace spans */
     /* after the longer row: where no 3x3 convolution comes first, or not at the start, the three fuse */
     {"BatchNorm2d+ReLU+MaxPool2d(2)", 3, {&dt_batchnorm2d_ops, &dt_activation_ops, &dt_maxpool2d_ops},
      bn_relu_pool_applies, bn_relu_pool_forward, bn_relu_pool_backward, 0},

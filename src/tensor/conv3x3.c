@@ -47,8 +47,8 @@ static int is_3x3_same(const dt_conv2d_geom *g) {
 /* Bytes of input one forward block reads for every output-channel block: C channels x the rows its VB vectors
  * span plus the 2 halo rows x their width. Past L1 the input streams from L2 once per OB output channels and
  * GEMM is faster (resnet18's 56x56 with 64 channels: 43-53 vs 56 GFLOP/s; resnet20's maps fit, 70 vs 45-53;
- * measured with blocks of 2 channels on AVX2; the layers that take the direct forward now have 1 or 3 channels,
- * far below the limit). */
+ * measured with blocks of 2 channels on AVX2; the zoo's layers that take the direct forward have 1 or 3
+ * channels, far below the limit). */
 #define FORWARD_MAX_BLOCK_BYTES (24 << 10)
 static size_t forward_block_bytes(const dt_conv2d_geom *g) {
   const int per_row = row_vectors(g);
