@@ -1,6 +1,7 @@
 /* Benchmark: dtrain's f32 GEMM (dt_sgemm: oneDNN's sgemm or OpenBLAS, as DT_SGEMM and the CPU choose) against
  * OpenBLAS's cblas_sgemm as it loaded (OPENBLAS_CORETYPE picks its kernels), side by side on the shapes dtrain
- * multiplies: the convolutions' per-sample GEMMs of resnet20 and resnet18, a 2048-wide mlp and a 2048^3 square,
+ * multiplies: the convolutions' per-sample GEMMs of resnet20 and resnet18, a 2048-wide mlp, fashioncnn's fc1, the
+ * default mlp's first layer and a 2048^3 square,
  * one thread (the convolutions' GEMMs run single-threaded inside their OpenMP regions) and the process's budget.
  *
  * Usage: sgemm_shapes [REPS]   (median of REPS timings of a batch of calls, after a warm-up; default 7) */
@@ -24,6 +25,10 @@ static const shape shapes[] = {
     {"mlp 2048 forward (batch 256)", 0, 1, 256, 2048, 2048},
     {"mlp 2048 dw (dy^T @ x)", 1, 0, 2048, 2048, 256},
     {"square 2048^3", 0, 0, 2048, 2048, 2048},
+    {"fashioncnn fc1 forward (x @ w^T)", 0, 1, 64, 600, 2304},
+    {"fashioncnn fc1 dx (dy @ w)", 0, 0, 64, 2304, 600},
+    {"fashioncnn fc1 dw (dy^T @ x)", 1, 0, 600, 2304, 64},
+    {"mlp 784->256 forward (x @ w^T)", 0, 1, 64, 256, 784},
 };
 
 
