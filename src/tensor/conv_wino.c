@@ -361,40 +361,89 @@ static void transform_outputs(const tiling *tl, float *Y, const float *M, const 
 
 /* ---- the products: per transformed element, sums over input channels (forward) or tiles (weights) ---- */
 
-/* m (rows, 8*nv) = sum over k < K of a[r][k] * b[k][.]: RB rows at pointers a[r], b's rows ldb apart, m's ldm. */
+/* Row blocks: n rows (tiles, or input channels for the weights) go in as few blocks of at most R as they need, of
+ * sizes that differ by at most one: 9 tiles in blocks of 6 run as 5 + 4, not as 6 and 3 repeated to 6. No block
+ * computes rows it throws away, and each keeps enough accumulators to hide the FMA latency. A row's sums do not
+ * depend on its block, so neither do the bits. The rows of the next block, blocks_left of them still to go: */
+static inline int block_rows(int left, int blocks_left) { return (left + blocks_left - 1) / blocks_left; }
+
+/* BODY(r) with r = rows as a compile-time constant, up to 6 or 12: a block's accumulators stay in registers only
+ * where their count is known. */
+#define WITH_ROWS_6(rows, BODY)                                                                                    \
+  switch (rows) {                                                                                                  \
+  case 1: BODY(1); break;                                                                                          \
+  case 2: BODY(2); break;                                                                                          \
+  case 3: BODY(3); break;                                                                                          \
+  case 4: BODY(4); break;                                                                                          \
+  case 5: BODY(5); break;                                                                                          \
+  default: BODY(6); break;                                                                                         \
+  }
+#define WITH_ROWS_12(rows, BODY)                                                                                   \
+  switch (rows) {                                                                                                  \
+  case 7: BODY(7); break;                                                                                          \
+  case 8: BODY(8); break;                                                                                          \
+  case 9: BODY(9); break;                                                                                          \
+  case 10: BODY(10); break;                                                                                        \
+  case 11: BODY(11); break;                                                                                        \
+  case 12: BODY(12); break;                                                                                        \
+  default: WITH_ROWS_6(rows, BODY);                                                                                \
+  }
+
+/* m (R, 8*nv) = sum over k < K of a[r][k] * b[k][.]: R rows at pointers a[r], b's rows ldb apart, m's ldm. */
 static inline AI void product_block(float *m, size_t ldm, const float *const *a, const float *b, size_t ldb, int K,
-                                    int rows, int nv) {
+                                    int R, int nv) {
   v8 acc[RB][2];
-  for (int r = 0; r < RB; r++) acc[r][0] = acc[r][1] = splat8(0.0f);
+  for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = splat8(0.0f);
   for (int k = 0; k < K; k++) {
     v8 b0 = load8(b + (size_t)k * ldb), b1 = nv > 1 ? load8(b + (size_t)k * ldb + 8) : splat8(0.0f);
     KEEP(b0);
     KEEP(b1);
-    for (int r = 0; r < RB; r++) {
+    for (int r = 0; r < R; r++) {
       const v8 x = splat8(a[r][k]);
       acc[r][0] = fma8(x, b0, acc[r][0]);
       if (nv > 1) acc[r][1] = fma8(x, b1, acc[r][1]);
     }
   }
-  for (int r = 0; r < rows; r++)
+  for (int r = 0; r < R; r++)
+    for (int v = 0; v < nv; v++) store8(m + (size_t)r * ldm + 8 * v, acc[r][v]);
+}
+
+/* Weight gradient: s (C, OC) += V^T @ Z over nt tiles, R input channels from c0 x 8*nv outputs, V (nt, C) read a
+ * tile row at a time. */
+static inline AI void gradient_block(float *s, int OC, const float *V, int C, int c0, const float *z, int nt, int R,
+                                     int nv) {
+  v8 acc[RB][2];
+  for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = splat8(0.0f);
+  for (int t = 0; t < nt; t++) {
+    const float *vt = V + (size_t)t * C + c0;
+    v8 z0 = load8(z + (size_t)t * OC), z1 = nv > 1 ? load8(z + (size_t)t * OC + 8) : splat8(0.0f);
+    KEEP(z0);
+    KEEP(z1);
+    for (int r = 0; r < R; r++) {
+      const v8 x = splat8(vt[r]);
+      acc[r][0] = fma8(x, z0, acc[r][0]);
+      if (nv > 1) acc[r][1] = fma8(x, z1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < R; r++)
     for (int v = 0; v < nv; v++) {
-      float *dst = m + (size_t)r * ldm + 8 * v;
-      store8(dst, acc[r][v]);
+      float *dst = s + (size_t)(c0 + r) * OC + 8 * v;
+      const v8 sum = acc[r][v] + load8(dst);
+      store8(dst, sum);
     }
 }
 
 #if DT_V16
-/* With AVX-512 the products take 16 outputs a vector and 12 accumulators: 6 rows x 32 outputs, or 12 rows x 16
- * where 16 outputs are left; each sum still runs over k in order, one FMA a term, so the bits are the 8-wide
+/* With AVX-512 the products take 16 outputs a vector and up to 12 accumulators: 6 rows x 32 outputs, or 12 rows x
+ * 16 where 16 outputs are left; each sum still runs over k in order, one FMA a term, so the bits are the 8-wide
  * kernels'. (8 wide, the loads of a and b, not the FMAs, bounded them: 8 loads per 12 FMAs of 8 lanes.) */
 #define RB16 12 /* rows of a 16-output block; a 32-output block takes RB16 / 2 */
 
-/* m (rows, 16*nv) = sum over k < K of a[r][k] * b[k][.], RB16 / nv rows at pointers a[r] (rows of them kept). */
+/* m (R, 16*nv) = sum over k < K of a[r][k] * b[k][.], R <= RB16 / nv rows at pointers a[r]. */
 static inline AI void product_block16(float *m, size_t ldm, const float *const *a, const float *b, size_t ldb, int K,
-                                      int rows, int nv) {
-  const int R = RB16 / nv;
+                                      int R, int nv) {
   v16 acc[RB16];
-  for (int i = 0; i < RB16; i++) acc[i] = splat16(0.0f);
+  for (int i = 0; i < nv * R; i++) acc[i] = splat16(0.0f);
   for (int k = 0; k < K; k++) {
     v16 b0 = load16(b + (size_t)k * ldb), b1 = nv > 1 ? load16(b + (size_t)k * ldb + 16) : splat16(0.0f);
     KEEP16(b0);
@@ -405,55 +454,62 @@ static inline AI void product_block16(float *m, size_t ldm, const float *const *
       if (nv > 1) acc[nv * r + 1] = fma16(x, b1, acc[nv * r + 1]);
     }
   }
-  for (int r = 0; r < rows; r++)
+  for (int r = 0; r < R; r++)
     for (int v = 0; v < nv; v++) store16(m + (size_t)r * ldm + 16 * v, acc[nv * r + v]);
 }
 
-/* Columns [o, o + 16*nv) of M (nt, OC) = V (nt, C) @ U (C, OC), RB16 / nv tiles at a time. */
-static inline AI void multiply16_columns(float *M, const float *V, const float *U, int nt, int C, int OC, int o,
-                                         int nv) {
-  const int R = RB16 / nv;
-  for (int t0 = 0; t0 < nt; t0 += R) {
-    const float *a[RB16];
-    for (int r = 0; r < R; r++) a[r] = V + (size_t)(t0 + r < nt ? t0 + r : nt - 1) * C;
-    product_block16(M + (size_t)t0 * OC + o, OC, a, U + o, OC, C, nt - t0 < R ? nt - t0 : R, nv);
-  }
-}
-
-/* s (C, OC) += V^T @ Z, rows c0 .. c0 + R (R <= RB16 / nv; the last repeated past C) x 16*nv outputs, over nt
- * tiles. */
-static inline AI void gradient_block16(float *s, int OC, const float *V, int C, int c0, const float *z, int nt,
-                                       int rows, int nv, int R) {
+/* s (C, OC) += V^T @ Z over nt tiles, R <= RB16 / nv input channels from c0 x 16*nv outputs. */
+static inline AI void gradient_block16(float *s, int OC, const float *V, int C, int c0, const float *z, int nt, int R,
+                                       int nv) {
   v16 acc[RB16];
-  for (int i = 0; i < RB16; i++) acc[i] = splat16(0.0f);
-  int cidx[RB16];
-  for (int r = 0; r < R; r++) cidx[r] = c0 + r < C ? c0 + r : C - 1;
+  for (int i = 0; i < nv * R; i++) acc[i] = splat16(0.0f);
   for (int t = 0; t < nt; t++) {
-    const float *vt = V + (size_t)t * C;
+    const float *vt = V + (size_t)t * C + c0;
     v16 z0 = load16(z + (size_t)t * OC), z1 = nv > 1 ? load16(z + (size_t)t * OC + 16) : splat16(0.0f);
     KEEP16(z0);
     KEEP16(z1);
     for (int r = 0; r < R; r++) {
-      const v16 x = splat16(vt[cidx[r]]);
+      const v16 x = splat16(vt[r]);
       acc[nv * r] = fma16(x, z0, acc[nv * r]);
       if (nv > 1) acc[nv * r + 1] = fma16(x, z1, acc[nv * r + 1]);
     }
   }
-  for (int r = 0; r < rows; r++)
+  for (int r = 0; r < R; r++)
     for (int v = 0; v < nv; v++) {
       float *dst = s + (size_t)(c0 + r) * OC + 16 * v;
-      v16 sum = acc[nv * r + v] + load16(dst);
+      const v16 sum = acc[nv * r + v] + load16(dst);
       store16(dst, sum);
     }
 }
 
-/* Rows are input channels, a multiple of 8: 16 outputs take them 8 at a time (12 would leave a third of a 16-channel
- * layer's last block repeated rows). */
+/* Columns [o, o + 16*nv) of M (nt, OC) = V (nt, C) @ U (C, OC), tiles in row blocks of at most RB16 / nv. */
+static inline AI void multiply16_columns(float *M, const float *V, const float *U, int nt, int C, int OC, int o,
+                                         int nv) {
+  const int R = RB16 / nv;
+  for (int t0 = 0, nb = (nt + R - 1) / R; nb > 0; nb--) {
+    const int rows = block_rows(nt - t0, nb);
+    const float *a[RB16];
+    for (int r = 0; r < rows; r++) a[r] = V + (size_t)(t0 + r) * C;
+    float *m = M + (size_t)t0 * OC + o;
+#define PRODUCT16(r) product_block16(m, OC, a, U + o, OC, C, r, nv)
+    if (nv > 1) WITH_ROWS_6(rows, PRODUCT16) else WITH_ROWS_12(rows, PRODUCT16)
+#undef PRODUCT16
+    t0 += rows;
+  }
+}
+
+/* Rows are input channels, a multiple of 8: 16 outputs take them 8 at a time (12 would split a 16-channel layer
+ * into blocks of 8 anyway, and 8 keeps the channel loads aligned). */
 static inline AI void multiply_grad16_columns(float *S, const float *V, const float *Z, int nt, int C, int OC, int o,
                                               int nv) {
   const int R = nv > 1 ? RB16 / 2 : 8;
-  for (int c0 = 0; c0 < C; c0 += R)
-    gradient_block16(S + o, OC, V, C, c0, Z + o, nt, C - c0 < R ? C - c0 : R, nv, R);
+  for (int c0 = 0, nb = (C + R - 1) / R; nb > 0; nb--) {
+    const int rows = block_rows(C - c0, nb);
+#define GRADIENT16(r) gradient_block16(S + o, OC, V, C, c0, Z + o, nt, r, nv)
+    if (nv > 1) WITH_ROWS_6(rows, GRADIENT16) else WITH_ROWS_12(rows, GRADIENT16)
+#undef GRADIENT16
+    c0 += rows;
+  }
 }
 #endif
 
@@ -471,43 +527,23 @@ static void multiply(float *M, const float *V, const float *U, int nt, int C, in
     return;
   }
 #endif
-  for (int t0 = 0; t0 < nt; t0 += RB) {
+  for (int t0 = 0, nb = (nt + RB - 1) / RB; nb > 0; nb--) {
+    const int rows = block_rows(nt - t0, nb);
     const float *a[RB];
-    for (int r = 0; r < RB; r++) a[r] = V + (size_t)(t0 + r < nt ? t0 + r : nt - 1) * C;
-    const int rows = nt - t0 < RB ? nt - t0 : RB;
+    for (int r = 0; r < rows; r++) a[r] = V + (size_t)(t0 + r) * C;
+    float *m = M + (size_t)t0 * OC;
     int o = 0;
-    for (; o + 16 <= OC; o += 16) product_block(M + (size_t)t0 * OC + o, OC, a, U + o, OC, C, rows, 2);
-    if (o < OC) product_block(M + (size_t)t0 * OC + o, OC, a, U + o, OC, C, rows, 1);
+#define PRODUCT(r) product_block(m + o, OC, a, U + o, OC, C, r, 2)
+    for (; o + 16 <= OC; o += 16) WITH_ROWS_6(rows, PRODUCT)
+#undef PRODUCT
+#define PRODUCT(r) product_block(m + o, OC, a, U + o, OC, C, r, 1)
+    if (o < OC) WITH_ROWS_6(rows, PRODUCT)
+#undef PRODUCT
+    t0 += rows;
   }
 }
 
-/* Weight gradient, one xi, RB input channels from c0 (the last of them repeated past C) x 8*nv outputs:
- * s (C, OC) += V^T @ Z over the block's nt tiles, V (nt, C) read a tile row at a time. */
-static inline AI void gradient_block(float *s, int OC, const float *V, int C, int c0, const float *z, int nt, int rows,
-                                     int nv) {
-  v8 acc[RB][2];
-  for (int r = 0; r < RB; r++) acc[r][0] = acc[r][1] = splat8(0.0f);
-  int cidx[RB];
-  for (int r = 0; r < RB; r++) cidx[r] = c0 + r < C ? c0 + r : C - 1;
-  for (int t = 0; t < nt; t++) {
-    const float *vt = V + (size_t)t * C;
-    v8 z0 = load8(z + (size_t)t * OC), z1 = nv > 1 ? load8(z + (size_t)t * OC + 8) : splat8(0.0f);
-    KEEP(z0);
-    KEEP(z1);
-    for (int r = 0; r < RB; r++) {
-      const v8 x = splat8(vt[cidx[r]]);
-      acc[r][0] = fma8(x, z0, acc[r][0]);
-      if (nv > 1) acc[r][1] = fma8(x, z1, acc[r][1]);
-    }
-  }
-  for (int r = 0; r < rows; r++)
-    for (int v = 0; v < nv; v++) {
-      float *dst = s + (size_t)(c0 + r) * OC + 8 * v;
-      v8 sum = acc[r][v] + load8(dst);
-      store8(dst, sum);
-    }
-}
-
+/* Weight gradient, one xi: S (C, OC) += V^T @ Z, input channels in row blocks of at most RB. */
 static void multiply_grad(float *S, const float *V, const float *Z, int nt, int C, int OC) {
 #if DT_V16
   if (wide && OC % 16 == 0) {
@@ -517,11 +553,16 @@ static void multiply_grad(float *S, const float *V, const float *Z, int nt, int 
     return;
   }
 #endif
-  for (int c0 = 0; c0 < C; c0 += RB) {
-    const int rows = C - c0 < RB ? C - c0 : RB;
+  for (int c0 = 0, nb = (C + RB - 1) / RB; nb > 0; nb--) {
+    const int rows = block_rows(C - c0, nb);
     int o = 0;
-    for (; o + 16 <= OC; o += 16) gradient_block(S + o, OC, V, C, c0, Z + o, nt, rows, 2);
-    if (o < OC) gradient_block(S + o, OC, V, C, c0, Z + o, nt, rows, 1);
+#define GRADIENT(r) gradient_block(S + o, OC, V, C, c0, Z + o, nt, r, 2)
+    for (; o + 16 <= OC; o += 16) WITH_ROWS_6(rows, GRADIENT)
+#undef GRADIENT
+#define GRADIENT(r) gradient_block(S + o, OC, V, C, c0, Z + o, nt, r, 1)
+    if (o < OC) WITH_ROWS_6(rows, GRADIENT)
+#undef GRADIENT
+    c0 += rows;
   }
 }
 
