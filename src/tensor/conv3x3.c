@@ -3,12 +3,15 @@
  * A sample's C input planes are copied into zero-bordered (H+2, W+2) planes, so every tap of every output
  * is an in-bounds read. Outputs are taken as vectors of 8 along a row: vector k of row oh starts at column
  * min(8k, W-8), so a width that is not a multiple of 8 overlaps its last two vectors (the forward computes the
- * overlap twice, identically; the weight gradient masks the last vector's repeated lanes off). The input gradient
- * of such a convolution is again one (flipped, transposed weights), so conv2d.c computes it with this forward. */
+ * overlap twice, identically; the weight gradient masks the last vector's repeated lanes off). With AVX-512 the
+ * forward takes rows of 16 and more in vectors of 16 the same way; each output sums the same terms in the same
+ * order, so the bits are the 8-wide forward's. The input gradient of such a convolution is again one (flipped,
+ * transposed weights), so conv2d.c computes it with this forward. */
 #include <omp.h>
 #include <string.h>
 
 #include "tensor/conv3x3.h"
+#include "tensor/v16.h"
 #include "tensor/v8.h"
 
 static inline float sum8(const v8 *p) {
@@ -26,7 +29,10 @@ static inline float sum8(const v8 *p) {
  * --algos, one thread, best of six alternated runs) resnet20's stem 62 -> 82 GFLOP/s, fashioncnn's first layer
  * 49 -> 63. An 8-channel gradient block was faster alone there (69 -> 86) but slower fed by conv_bn_pool.c's made
  * planes (fashioncnn's layer1 backward 1,329-1,365 -> 1,435-1,481 us a step, traced): 8 planes of 28x28 and their
- * inputs crowd L1. An output's sums run in the same order at any block size: the bits do not depend on them. */
+ * inputs crowd L1. The 16-wide forward (AVX-512, rows of 16 and more) keeps the 4 x 6 block in zmm registers:
+ * resnet20's stem 81-83 -> 110-137 GFLOP/s, fashioncnn's first layer 61-62 -> 79-81 (the same bench, alternated
+ * three times). An output's sums run in the same order at any block size and width: the bits do not depend on
+ * them. */
 #if defined(__AVX512VL__)
 #define OB 4
 #else
@@ -35,6 +41,10 @@ static inline float sum8(const v8 *p) {
 #define VB 6
 #define DB 3
 #define GROUP_VECTORS 64 /* samples are grouped until a group has this many output vectors (small maps) */
+
+/* 0: the forward in vectors of 8 even where 16 apply (dt_conv3x3_set_wide, for the tests). */
+static int wide = 1;
+void dt_conv3x3_set_wide(int on) { wide = on != 0; }
 
 static int round_up(int x, int m) { return (x + m - 1) / m * m; }
 static size_t plane_floats(const dt_conv2d_geom *g) { return (size_t)(g->H + 2) * (g->W + 2); }
@@ -48,7 +58,8 @@ static int is_3x3_same(const dt_conv2d_geom *g) {
  * span plus the 2 halo rows x their width. Past L1 the input streams from L2 once per OB output channels and
  * GEMM is faster (resnet18's 56x56 with 64 channels: 43-53 vs 56 GFLOP/s; resnet20's maps fit, 70 vs 45-53;
  * measured with blocks of 2 channels on AVX2; the zoo's layers that take the direct forward have 1 or 3
- * channels, far below the limit). */
+ * channels, far below the limit). Counted in vectors of 8, so the choice does not depend on the build: the 16-wide
+ * blocks read up to twice as much (about 2 KiB for a 3-channel stem). */
 #define FORWARD_MAX_BLOCK_BYTES (24 << 10)
 static size_t forward_block_bytes(const dt_conv2d_geom *g) {
   const int per_row = row_vectors(g);
@@ -123,14 +134,23 @@ static void pad_group(const dt_conv2d_geom *g, float *dst, const float *src, int
              (size_t)g->W * sizeof(float));
 }
 
-/* Vector j of a group's outputs: its offset in the group's output (gn, OC, H, W) from channel 0, and in its
- * padded input planes (gn, C, H+2, W+2) from channel 0, top-left tap. */
-static void vector_at(const dt_conv2d_geom *g, int j, size_t *out_off, size_t *in_off) {
-  const int per_row = row_vectors(g), per_sample = g->H * per_row;
-  const int s = j / per_sample, r = j % per_sample, oh = r / per_row, k = r % per_row;
-  const int ow = 8 * k < g->W - 8 ? 8 * k : g->W - 8;
-  *out_off = (size_t)s * g->OC * g->H * g->W + (size_t)oh * g->W + ow;
-  *in_off = (size_t)s * g->C * plane_floats(g) + (size_t)oh * (g->W + 2) + ow;
+/* The forward's outputs are vectors of vw floats along a row (16 with AVX-512 on rows at least 16 wide, else 8):
+ * vector k of row oh starts at column min(vw k, W - vw). */
+static int forward_width(const dt_conv2d_geom *g) { return DT_V16 && wide && g->W >= 16 ? 16 : 8; }
+
+/* Offsets of the VB vectors from j0 of a group's outputs (past the last, the last again): in the group's output
+ * (gn, OC, H, W) from channel 0, and in its padded input planes (gn, C, H+2, W+2) from channel 0, top-left tap. */
+static void block_offsets(const dt_conv2d_geom *g, int vw, int j0, int vectors, size_t *out_off, size_t *in_off) {
+  const int per_row = (g->W + vw - 1) / vw, per_sample = g->H * per_row;
+  int s = j0 / per_sample, oh = j0 % per_sample / per_row, k = j0 % per_row;
+  for (int v = 0; v < VB; v++) {
+    const int ow = vw * k < g->W - vw ? vw * k : g->W - vw;
+    out_off[v] = (size_t)s * g->OC * g->H * g->W + (size_t)oh * g->W + ow;
+    in_off[v] = (size_t)s * g->C * plane_floats(g) + (size_t)oh * (g->W + 2) + ow;
+    if (j0 + v + 1 >= vectors) continue; /* the next is past the last: this one again */
+    if (++k == per_row) k = 0, oh++;
+    if (oh == g->H) oh = 0, s++;
+  }
 }
 
 /* OB output channels x VB vectors: acc = bias + sum over c and taps of w * x; stores the first `oc_n` channels. */
@@ -158,19 +178,53 @@ static void forward_block(const dt_conv2d_geom *g, float *out, const float *in, 
     for (int v = 0; v < VB; v++) store8(out + o * P + out_off[v], acc[o][v]);
 }
 
+#if DT_V16
+/* forward_block in vectors of 16: the same sums in the same order for each output, so the same bits. */
+static void forward_block16(const dt_conv2d_geom *g, float *out, const float *in, const float *wp, const float *bias,
+                            int oc_n, const size_t *out_off, const size_t *in_off) {
+  const size_t PS = plane_floats(g), P = (size_t)g->H * g->W;
+  const int Wp = g->W + 2;
+  v16 acc[OB][VB];
+  for (int o = 0; o < OB; o++)
+    for (int v = 0; v < VB; v++) acc[o][v] = splat16(bias && o < oc_n ? bias[o] : 0.0f);
+  for (int c = 0; c < g->C; c++) {
+    const float *x = in + (size_t)c * PS, *wc = wp + (size_t)c * 9 * OB;
+    for (int t = 0; t < 9; t++) {
+      const float *xt = x + (t / 3) * Wp + t % 3;
+      v16 wv[OB];
+      for (int o = 0; o < OB; o++) wv[o] = splat16(wc[t * OB + o]);
+      for (int v = 0; v < VB; v++) {
+        v16 xv = load16(xt + in_off[v]);
+        KEEP16(xv);
+        for (int o = 0; o < OB; o++) acc[o][v] = fma16(wv[o], xv, acc[o][v]);
+      }
+    }
+  }
+  for (int o = 0; o < oc_n; o++)
+    for (int v = 0; v < VB; v++) store16(out + o * P + out_off[v], acc[o][v]);
+}
+#endif
+
 /* One group of gn samples: out (gn, OC, H, W) from their padded planes. Blocks of VB vectors (the last one
  * repeats its final vector), every output-channel block for each, so a block's inputs stay in cache. */
 static void forward_group(const dt_conv2d_geom *g, float *out, const float *in, const float *wp, const float *b,
                           int gn) {
-  const int vectors = gn * g->H * row_vectors(g), nb = round_up(g->OC, OB) / OB;
+  const int vw = forward_width(g), vectors = gn * g->H * ((g->W + vw - 1) / vw), nb = round_up(g->OC, OB) / OB;
   const size_t P = (size_t)g->H * g->W;
   for (int j0 = 0; j0 < vectors; j0 += VB) {
     size_t out_off[VB], in_off[VB];
-    for (int v = 0; v < VB; v++) vector_at(g, j0 + v < vectors ? j0 + v : vectors - 1, &out_off[v], &in_off[v]);
+    block_offsets(g, vw, j0, vectors, out_off, in_off);
     for (int ob = 0; ob < nb; ob++) {
       const int oc0 = ob * OB, oc_n = g->OC - oc0 < OB ? g->OC - oc0 : OB;
-      forward_block(g, out + (size_t)oc0 * P, in, wp + (size_t)ob * g->C * 9 * OB, b ? b + oc0 : NULL, oc_n,
-                    out_off, in_off);
+      float *o = out + (size_t)oc0 * P;
+      const float *w = wp + (size_t)ob * g->C * 9 * OB, *bias = b ? b + oc0 : NULL;
+#if DT_V16
+      if (vw == 16) {
+        forward_block16(g, o, in, w, bias, oc_n, out_off, in_off);
+        continue;
+      }
+#endif
+      forward_block(g, o, in, w, bias, oc_n, out_off, in_off);
     }
   }
 }

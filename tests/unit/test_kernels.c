@@ -184,6 +184,30 @@ TEST(conv2d_grad_threads) {
   ASSERT_EQ(conv_grad_case(2, 9, 6, 6, 4, 3, 1, 0, 1), 0); /* pad 0: GEMM + col2im (a transposed one would be larger) */
 }
 
+/* A kernel's 16-wide vectors (AVX-512) against its 8-wide ones, switched by set_wide: the same bytes of output and
+ * gradients (where the build has no 16-wide path both runs take the 8-wide one). applies: the kernel takes g. */
+static int widths_case(void (*set_wide)(int), int (*applies)(const dt_conv2d_geom *), int N, int C, int H, int W,
+                       int OC) {
+  dt_conv2d_geom g;
+  if (dt_conv2d_geom_init(&g, N, C, H, W, OC, 3, 3, 1, 1) != DT_OK || !applies(&g)) return 100;
+  const size_t nx = (size_t)N * C * H * W, nw = (size_t)OC * C * 9, ny = (size_t)N * OC * H * W;
+  float *x = randf(nx, -1, 1), *w = randf(nw, -1, 1), *b = randf(OC, -1, 1), *dy = randf(ny, -1, 1);
+  float *out[2][3], *scratch = zeros(dt_conv2d_scratch_floats(&g));
+  for (int k = 0; k < 2; k++) {
+    out[k][0] = zeros(ny), out[k][1] = zeros(nx), out[k][2] = zeros(nw);
+    set_wide(k == 0);
+    dt_conv2d_forward(&g, out[k][0], scratch, x, w, b);
+    dt_conv2d_backward(&g, out[k][1], out[k][2], NULL, scratch, dy, x, w);
+  }
+  set_wide(1);
+  const int bad = memcmp(out[0][0], out[1][0], ny * sizeof(float)) ||
+                  memcmp(out[0][1], out[1][1], nx * sizeof(float)) || memcmp(out[0][2], out[1][2], nw * sizeof(float));
+  if (bad) fprintf(stderr, "N=%d C=%d %dx%d OC=%d: 16-wide and 8-wide vectors differ\n", N, C, H, W, OC);
+  for (int k = 0; k < 2; k++) free(out[k][0]), free(out[k][1]), free(out[k][2]);
+  free(x), free(w), free(b), free(dy), free(scratch);
+  return bad;
+}
+
 /* The direct 3x3 stride-1 pad-1 kernels (conv3x3.c) take widths >= 8: forward by vectors of 8 along a row (the
  * last two overlapping when the width is not a multiple of 8), weight gradient likewise, the overlapped lanes of
  * the last vector masked off (samples grouped to 64 vectors), input gradient as the direct forward of the
@@ -198,6 +222,13 @@ TEST(conv2d_direct_grad) {
     ASSERT_EQ(conv_grad_case(3, 1, 6, 28, 4, 3, 1, 1, 1), 0);  /* one channel, width 28 (fashioncnn's first) */
     ASSERT_EQ(conv_grad_case(2, 3, 4, 9, 5, 3, 1, 1, 0), 0);   /* width 9: 7 lanes masked */
     ASSERT_EQ(conv_grad_case(5, 8, 8, 8, 9, 3, 1, 1, 0), 0);   /* 9 output channels: a block of 1 */
+    /* The forward in vectors of 16 (AVX-512, rows of 16 and more) against vectors of 8, byte for byte: widths 16
+     * (a vector a row), 20 and 28 (the last overlapping), 33; 1, 3 and 9 channels; 5 outputs (a short block) */
+    static const int widths[][5] = {{2, 1, 5, 16, 5}, {3, 3, 4, 20, 5}, {2, 1, 6, 28, 32}, {1, 9, 3, 33, 5}};
+    for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++)
+      ASSERT_EQ(widths_case(dt_conv3x3_set_wide, dt_conv3x3_forward_applies, widths[k][0], widths[k][1], widths[k][2],
+                            widths[k][3], widths[k][4]),
+                0);
   }
   ASSERT_OK(dt_set_threads(1));
 }
@@ -275,27 +306,8 @@ static int wino_pad_case(int N, int C, int H, int W, int OC, int pad) {
   return wino_case_full(N, C, H, W, OC, 1, 0, pad);
 }
 
-/* The 16-wide products (AVX-512) against the 8-wide ones: the same bytes (where the build has no 16-wide path both
- * runs take the 8-wide one). */
 static int wino_widths_case(int N, int C, int H, int W, int OC) {
-  dt_conv2d_geom g;
-  if (dt_conv2d_geom_init(&g, N, C, H, W, OC, 3, 3, 1, 1) != DT_OK || !dt_wino_applies(&g)) return 100;
-  const size_t nx = (size_t)N * C * H * W, nw = (size_t)OC * C * 9, ny = (size_t)N * OC * H * W;
-  float *x = randf(nx, -1, 1), *w = randf(nw, -1, 1), *b = randf(OC, -1, 1), *dy = randf(ny, -1, 1);
-  float *out[2][3], *scratch = zeros(dt_conv2d_scratch_floats(&g));
-  for (int k = 0; k < 2; k++) {
-    out[k][0] = zeros(ny), out[k][1] = zeros(nx), out[k][2] = zeros(nw);
-    dt_wino_set_wide(k == 0);
-    dt_conv2d_forward(&g, out[k][0], scratch, x, w, b);
-    dt_conv2d_backward(&g, out[k][1], out[k][2], NULL, scratch, dy, x, w);
-  }
-  dt_wino_set_wide(1);
-  const int bad = memcmp(out[0][0], out[1][0], ny * sizeof(float)) ||
-                  memcmp(out[0][1], out[1][1], nx * sizeof(float)) || memcmp(out[0][2], out[1][2], nw * sizeof(float));
-  if (bad) fprintf(stderr, "winograd N=%d C=%d %dx%d OC=%d: 16-wide and 8-wide products differ\n", N, C, H, W, OC);
-  for (int k = 0; k < 2; k++) free(out[k][0]), free(out[k][1]), free(out[k][2]);
-  free(x), free(w), free(b), free(dy), free(scratch);
-  return bad;
+  return widths_case(dt_wino_set_wide, dt_wino_applies, N, C, H, W, OC);
 }
 
 /* Under native bf16 (AVX512_BF16) the direct 3x3 kernels stay for a single input channel only (its GEMMs would
