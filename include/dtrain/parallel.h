@@ -155,7 +155,9 @@ dt_status dt_dp_optim_step(dt_dp *d, dt_optim *o, float lr);
  * (one pass over the gradients and one hand-off to the workers fewer; the same bits). Until then the model's
  * gradient arena does not hold the batch's gradients: for callers that neither read nor clear them between the
  * two (no clipping, no loss scaling, no accumulation scaled in between, no zero_grad); dt_dp_reduce sums them
- * first where a caller must. A further dt_dp_train_step or dt_dp_forward sums first too. Models with row tables
+ * first where a caller must. A further dt_dp_train_step or dt_dp_forward sums first too. Where the step's
+ * zero_grad was deferred (dt_model_zero_grad_deferred), the sums go from each worker's block into the update and
+ * are never stored: after the step the arena reads as zeroed, as after dt_model_zero_grad. Models with row tables
  * are reduced at once. */
 void dt_dp_set_fused_step(dt_dp *d, int on);
 dt_status dt_dp_reduce(dt_dp *d);

@@ -36,6 +36,7 @@ typedef struct dp_worker {
   pthread_t thread; /* a thread for each worker but worker 0 where the calling thread runs it (inline0) */
   dt_model_ctx *ctx;
   float *dlogits; /* (max_slice, outputs) */
+  float *sums_block; /* (DP_REDUCE_BLOCK): a fused step's sums of one block, fed to the update, never stored */
   /* this step's slice of the batch: samples [lo, lo + n) */
   int lo, n;
   /* results of the last job */
@@ -139,16 +140,22 @@ static void run_forward(dp_worker *wk) {
   memcpy(d->out + (size_t)wk->lo * d->classes, logits, (size_t)wk->n * (size_t)d->classes * sizeof(float));
 }
 
+/* acc[i] += g_w[i] for i in [b, e), w the contributing workers between the first and the last in order: the partial
+ * sums that the last worker's gradient completes. */
+static void partial_sums(struct dt_dp *d, float *acc, size_t b, size_t e) {
+  for (int w = d->first + 1; w < d->last; w++) {
+    if (d->w[w].n == 0) continue;
+    const float *g = dt_model_ctx_grads(d->w[w].ctx);
+    for (size_t i = b; i < e; i++) acc[i] += g[i];
+  }
+}
+
 /* For i in [b, e): arena[i] (+)= ((g_first[i] + g_1[i]) + ...) + g_last[i], the contributing workers' gradients
  * in worker order, stored under d->assign, else added. acc is the first contributing worker's arena: it holds
  * the partial sums where more than two workers contribute. */
 static void reduce_span(struct dt_dp *d, float *acc, size_t b, size_t e) {
   const int first = d->first, last = d->last;
-  for (int w = first + 1; w < last; w++) {
-    if (d->w[w].n == 0) continue;
-    const float *g = dt_model_ctx_grads(d->w[w].ctx);
-    for (size_t i = b; i < e; i++) acc[i] += g[i];
-  }
+  partial_sums(d, acc, b, e);
   const float *g = last > first ? dt_model_ctx_grads(d->w[last].ctx) : NULL;
   float *out = d->grads;
   if (d->assign && g)
@@ -203,10 +210,24 @@ static void run_reduce(dp_worker *wk) {
   if (at < hi) reduce_dense(d, acc, at, hi);
 }
 
+/* Block [b, e)'s sums where a deferred zero_grad left the arena to be stored (d->assign): the partial sums built in
+ * acc, and the last worker's gradient added into the worker's own block, or acc itself where one worker
+ * contributes. The same sums as reduce_span stores,
+ * never written to the arena. Returns the gradient of element b. */
+static const float *block_sums(struct dt_dp *d, dp_worker *wk, float *acc, size_t b, size_t e) {
+  partial_sums(d, acc, b, e);
+  if (d->last == d->first) return acc + b;
+  const float *g = dt_model_ctx_grads(d->w[d->last].ctx);
+  float *s = wk->sums_block;
+  for (size_t i = b; i < e; i++) s[i - b] = acc[i] + g[i];
+  return s;
+}
+
 /* run_reduce and the worker's part of the optimizer step, block by block: each block of the sums is updated
- * from while it is in cache, and the arena is read once where the two jobs read it twice. Dense models only
- * (dt_dp_train_step reduces at once where there are row tables). The update is element by element and the sums
- * are run_reduce's: the bits of the two jobs. */
+ * from while it is in cache, and the arena is read once where the two jobs read it twice. After a deferred
+ * zero_grad the sums go from the worker's block straight into the update and the arena is not written at all
+ * (dt_dp_optim_step defers its zero again). Dense models only (dt_dp_train_step reduces at once where there are
+ * row tables). The update is element by element and the sums are run_reduce's: the bits of the two jobs. */
 static void run_step(dp_worker *wk) {
   struct dt_dp *d = wk->d;
   size_t lo, hi;
@@ -214,6 +235,10 @@ static void run_step(dp_worker *wk) {
   float *acc = dt_model_ctx_grads(d->w[d->first].ctx), *params = dt_model_params(d->m, NULL);
   for (size_t b = lo; b < hi; b += DP_REDUCE_BLOCK) {
     const size_t e = b + DP_REDUCE_BLOCK < hi ? b + DP_REDUCE_BLOCK : hi;
+    if (d->assign) {
+      dt_optim_step_block(d->optim, params, block_sums(d, wk, acc, b, e), d->lr, b, e);
+      continue;
+    }
     reduce_span(d, acc, b, e);
     dt_optim_step_range(d->optim, params, d->grads, d->lr, b, e);
   }
@@ -361,6 +386,7 @@ void dt_dp_free(dt_dp *d) {
   stop_threads(d);
   for (int w = d->w ? d->workers - 1 : -1; w >= 0; w--) {
     dt_free(d->w[w].dlogits);
+    dt_free(d->w[w].sums_block);
     dt_model_ctx_free(d->w[w].ctx);
   }
   dt_free(d->w);
@@ -430,6 +456,8 @@ dt_status dt_dp_new(dt_model *m, int workers, int max_batch, dt_dp **out) {
     DT_CHECK_GOTO(dt_alloc_array((size_t)d->max_slice * (size_t)classes, sizeof(float), "dt_dp dlogits",
                                  (void **)&wk->dlogits),
                   st, fail);
+    DT_CHECK_GOTO(dt_alloc_array(DP_REDUCE_BLOCK, sizeof(float), "dt_dp sums block", (void **)&wk->sums_block), st,
+                  fail);
   }
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -528,8 +556,12 @@ dt_status dt_dp_optim_step(dt_dp *d, dt_optim *o, float lr) {
   DT_CHECK(dt_optim_begin_step(o, lr));
   d->optim = o;
   d->lr = lr;
+  const int stored_nothing = d->unreduced && d->assign;
   dispatch(d, d->unreduced ? DP_JOB_STEP : DP_JOB_OPTIM);
   d->unreduced = 0;
+  /* The sums went into the update without touching the arena, which still holds what it held before the
+   * deferred zero_grad: it reads as zeroed again. */
+  if (stored_nothing) dt_model_zero_grad_deferred(d->m);
   d->optim = NULL;
   return DT_OK;
 }

@@ -281,7 +281,8 @@ static dt_status fused_pair_step(dt_dp *const dp[2], dt_optim *const o[2], dt_mo
   return DT_OK;
 }
 
-/* Fused steps give the unfused bits, parameters and gradients alike: a 67k-parameter mlp (many blocks a worker),
+/* Fused steps give the unfused bits (the parameters; the gradients where accumulation stored them, and after one
+ * batch an arena that reads as zeroed, its sums never stored): a 67k-parameter mlp (many blocks a worker),
  * one with dropout and a conv with batch norm, 2 and 3 workers (a partial sum), SGD with momentum and weight
  * decay, Adam with weight decay and a no-decay table whose pieces cross the workers' shares, steps of one and of
  * two accumulated batches, an inference between a train step and its update; dt_dp_reduce leaves the sums in the
@@ -310,10 +311,18 @@ TEST(fused_steps_give_the_unfused_bits) {
         size_t n = 0;
         const float *p0 = dt_model_params(m[0], &n), *p1 = dt_model_params(m[1], NULL);
         const float *g0 = dt_model_grads(m[0], NULL), *g1 = dt_model_grads(m[1], NULL);
-        int same = 1, pending = 0;
-        for (int step = 0; step < 4; step++) {
-          ASSERT_OK(fused_pair_step(dp, o, m, step, 1 + step % 2, &pending));
-          same &= memcmp(p0, p1, n * sizeof *p0) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0;
+        int same = 1, pending = 0, zeroed = 1;
+        for (int step = 0; step < 5; step++) { /* step 4 after step 3's stored sums: the arena held them */
+          const int micro = 1 + step % 2;
+          ASSERT_OK(fused_pair_step(dp, o, m, step, micro, &pending));
+          same &= memcmp(p0, p1, n * sizeof *p0) == 0;
+          /* A step of one batch summed into the update and stored nothing: the arena reads as zeroed. Accumulated
+           * batches were stored on the way, and so was step 2's, summed before its inference: as unfused. */
+          const float *g = dt_model_grads(m[0], NULL);
+          if (micro == 1 && step != 2)
+            for (size_t i = 0; i < n; i++) zeroed &= g[i] == 0.0f;
+          else
+            same &= memcmp(g, g1, n * sizeof *g) == 0;
         }
         float x[MAX_BATCH * SAMPLE_NUMEL];
         int32_t y[MAX_BATCH];
@@ -329,10 +338,12 @@ TEST(fused_steps_give_the_unfused_bits) {
           dt_dp_free(dp[c]);
           dt_model_free(m[c]);
         }
-        if (!same || !reduced || pending != 4)
+        if (!same || !reduced || pending != 5 || !zeroed)
           FAIL_("model %d, %d workers, %s: %s", (int)kinds[k], workers, kind ? "adam" : "sgd",
-                !same ? "fused steps differ from unfused ones"
-                : !reduced ? "dt_dp_reduce left other sums" : "a fused step summed before the optimizer step");
+                !same      ? "fused steps differ from unfused ones"
+                : !reduced ? "dt_dp_reduce left other sums"
+                : !zeroed  ? "a fused step left the arena other than zeroed"
+                           : "a fused step summed before the optimizer step");
       }
 }
 
