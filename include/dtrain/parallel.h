@@ -157,8 +157,10 @@ dt_status dt_dp_optim_step(dt_dp *d, dt_optim *o, float lr);
  * two (no clipping, no loss scaling, no accumulation scaled in between, no zero_grad); dt_dp_reduce sums them
  * first where a caller must. A further dt_dp_train_step or dt_dp_forward sums first too. Where the step's
  * zero_grad was deferred (dt_model_zero_grad_deferred), the sums go from each worker's block into the update and
- * are never stored: after the step the arena reads as zeroed, as after dt_model_zero_grad. Models with row tables
- * are reduced at once. */
+ * are never stored: after the step the arena reads as zeroed, as after dt_model_zero_grad, through dt_model_grads
+ * (a pointer kept from before holds stale floats until then, as after dt_model_zero_grad_deferred); a caller that
+ * reads the gradients after the update, or adds to them across updates, sums first (dt_dp_reduce) or leaves
+ * fusing off. Models with row tables are reduced at once. */
 void dt_dp_set_fused_step(dt_dp *d, int on);
 dt_status dt_dp_reduce(dt_dp *d);
 /* Worker count, and each worker's dropout step (training forwards it ran; see

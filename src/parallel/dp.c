@@ -52,7 +52,8 @@ struct dt_dp {
   size_t sample_bytes; /* per input sample (f32 values or i32 indices) */
   int omp_threads;  /* OpenMP threads of each worker's own parallel regions */
   int blas_pinned;  /* 1: BLAS runs single-threaded while the workers run (see set_blas_for_workers) */
-  int assign;       /* this reduce stores the sums in the model's arena (its zero_grad was deferred), not adds them */
+  int assign;       /* the arena's zero_grad was deferred: a reduce stores the sums, not adds them (a fused step's
+                     * update takes them from the workers' blocks and stores nothing) */
   int fused;        /* dt_dp_set_fused_step: a train step leaves its reduce to the optimizer step */
   int unreduced;    /* the last train step's reduce is still to run */
   int first, last;  /* the first and last worker with a slice of this step's batch (set_slices) */
@@ -212,8 +213,7 @@ static void run_reduce(dp_worker *wk) {
 
 /* Block [b, e)'s sums where a deferred zero_grad left the arena to be stored (d->assign): the partial sums built in
  * acc, and the last worker's gradient added into the worker's own block, or acc itself where one worker
- * contributes. The same sums as reduce_span stores,
- * never written to the arena. Returns the gradient of element b. */
+ * contributes. The same sums as reduce_span stores, never written to the arena. Returns element b's. */
 static const float *block_sums(struct dt_dp *d, dp_worker *wk, float *acc, size_t b, size_t e) {
   partial_sums(d, acc, b, e);
   if (d->last == d->first) return acc + b;
@@ -557,6 +557,9 @@ dt_status dt_dp_optim_step(dt_dp *d, dt_optim *o, float lr) {
   d->optim = o;
   d->lr = lr;
   const int stored_nothing = d->unreduced && d->assign;
+  /* The plain update reads the arena through d->grads: what a deferred zero_grad (or a fused step before)
+   * left unwritten is cleared first, as every reader of the arena sees it (nothing to clear otherwise). */
+  if (!d->unreduced) (void)dt_model_grads(d->m, NULL);
   dispatch(d, d->unreduced ? DP_JOB_STEP : DP_JOB_OPTIM);
   d->unreduced = 0;
   /* The sums went into the update without touching the arena, which still holds what it held before the

@@ -2,9 +2,9 @@
  *
  * The CIFAR ResNets' convolutions have 16 to 64 channels: as im2col + GEMM their GEMMs have M = 16..64 rows,
  * which OpenBLAS runs at a fraction of its speed on large shapes. Here each sample's input is copied once into
- * zero-bordered planes and a register block of 2 output channels (4 with AVX-512VL's 32 vector registers) x 48
- * outputs (6 vectors of 8 along the rows)
- * is accumulated over every input channel and tap, so nothing is unfolded and the weights are read as broadcasts. */
+ * zero-bordered planes and a register block of 2 output channels (4 with AVX-512VL's 32 vector registers) x 6
+ * vectors along the rows (of 8; of 16 with AVX-512 on rows of 16 and more) is accumulated over every input channel
+ * and tap, so nothing is unfolded and the weights are read as broadcasts. */
 #ifndef DT_TENSOR_CONV3X3_H
 #define DT_TENSOR_CONV3X3_H
 

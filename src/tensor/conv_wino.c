@@ -376,7 +376,8 @@ static inline int block_rows(int left, int blocks_left) { return (left + blocks_
   case 3: BODY(3); break;                                                                                          \
   case 4: BODY(4); break;                                                                                          \
   case 5: BODY(5); break;                                                                                          \
-  default: BODY(6); break;                                                                                         \
+  case 6: BODY(6); break;                                                                                          \
+  default: __builtin_trap(); /* block_rows gives 1 to R */                                                        \
   }
 #define WITH_ROWS_12(rows, BODY)                                                                                   \
   switch (rows) {                                                                                                  \

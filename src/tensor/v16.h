@@ -1,4 +1,4 @@
-/* Vectors of 16 floats for the AVX-512 paths of the hand-blocked kernels (conv_wino.c; tensor-internal), the
+/* Vectors of 16 floats for the AVX-512 paths of the hand-blocked kernels (conv_wino.c, conv3x3.c; tensor-internal), the
  * 16-wide companions of v8.h: defined only where the compiler targets AVX-512F and FMA (the -march=native release
  * build on such a CPU), DT_V16 then 1. FMAs always fused, as v8.h's are with FMA, so a kernel that sums the same
  * terms in the same order gives the same bits at either width. */

@@ -254,20 +254,26 @@ TEST(a_deferred_zero_grad_is_overwritten_then_added_to) {
 }
 
 /* One DP step of each copy: fused (the reduce left to the optimizer step) and not; `micro` train steps each
- * (accumulation: a fused copy's second train step sums the first's gradients first). Before the optimizer step
- * the fused copy's arena must not hold the sums yet (*pending counts the steps where it did not: the fused path
- * was taken). */
+ * (accumulation: a fused copy's second train step sums the first's gradients first), of `batch` samples and one
+ * fewer. Before the optimizer step the fused copy's arena must not hold the sums yet (*pending counts the steps
+ * where it did not: the fused path was taken). Where the sums go straight into the update (one batch, no inference
+ * between), the fused copy's arena is filled with NaN first and must come out of the step unwritten (*untouched
+ * counts those steps). */
 static dt_status fused_pair_step(dt_dp *const dp[2], dt_optim *const o[2], dt_model *const m[2], int step, int micro,
-                                 int *pending) {
+                                 int batch, int *pending, int *untouched) {
   size_t n = 0;
-  const float *g0 = dt_model_grads(m[0], &n), *g1 = dt_model_grads(m[1], NULL);
+  float *g0 = dt_model_grads(m[0], &n);
+  const float *g1 = dt_model_grads(m[1], NULL);
+  const int direct = micro == 1 && step != 2;
   for (int c = 0; c < 2; c++) {
     dt_model_zero_grad_deferred(m[c]);
+    if (c == 0 && direct)
+      for (size_t i = 0; i < n; i++) g0[i] = NAN; /* the raw arena, behind the deferred zero */
     for (int k = 0; k < micro; k++) {
       float x[MAX_BATCH * SAMPLE_NUMEL];
       int32_t y[MAX_BATCH];
-      make_batch(x, y, MAX_BATCH - k, 300 + 10 * (uint64_t)step + (uint64_t)k);
-      DT_CHECK(dp_step(dp[c], x, y, MAX_BATCH - k, 0.0f, NULL, NULL, NULL));
+      make_batch(x, y, batch - k, 300 + 10 * (uint64_t)step + (uint64_t)k);
+      DT_CHECK(dp_step(dp[c], x, y, batch - k, 0.0f, NULL, NULL, NULL));
     }
   }
   *pending += memcmp(g0, g1, n * sizeof *g0) != 0;
@@ -278,6 +284,11 @@ static dt_status fused_pair_step(dt_dp *const dp[2], dt_optim *const o[2], dt_mo
     for (int c = 0; c < 2; c++) DT_CHECK(dt_dp_forward(dp[c], x, 1, out));
   }
   for (int c = 0; c < 2; c++) DT_CHECK(dt_dp_optim_step(dp[c], o[c], 0.05f));
+  if (direct) {
+    int nan = 1;
+    for (size_t i = 0; i < n; i++) nan &= isnan(g0[i]);
+    *untouched += nan;
+  }
   return DT_OK;
 }
 
@@ -290,7 +301,7 @@ static dt_status fused_pair_step(dt_dp *const dp[2], dt_optim *const o[2], dt_mo
 TEST(fused_steps_give_the_unfused_bits) {
   const model_kind kinds[] = {MLP_WIDE, MLP_DROPOUT, CONV_BN};
   for (int k = 0; k < 3; k++)
-    for (int workers = 2; workers <= 3; workers++)
+    for (int workers = 1; workers <= 4; workers++)
       for (int kind = 0; kind < 2; kind++) {
         dt_model *m[2] = {NULL, NULL};
         dt_dp *dp[2] = {NULL, NULL};
@@ -311,10 +322,12 @@ TEST(fused_steps_give_the_unfused_bits) {
         size_t n = 0;
         const float *p0 = dt_model_params(m[0], &n), *p1 = dt_model_params(m[1], NULL);
         const float *g0 = dt_model_grads(m[0], NULL), *g1 = dt_model_grads(m[1], NULL);
-        int same = 1, pending = 0, zeroed = 1;
+        int same = 1, pending = 0, zeroed = 1, untouched = 0;
         for (int step = 0; step < 5; step++) { /* step 4 after step 3's stored sums: the arena held them */
           const int micro = 1 + step % 2;
-          ASSERT_OK(fused_pair_step(dp, o, m, step, micro, &pending));
+          /* step 4: 3 samples, fewer than 4 workers (the last without a slice), else 1 (only worker 0's) */
+          ASSERT_OK(fused_pair_step(dp, o, m, step, micro, step == 4 ? (workers > 3 ? 3 : 1) : MAX_BATCH, &pending,
+                                    &untouched));
           same &= memcmp(p0, p1, n * sizeof *p0) == 0;
           /* A step of one batch summed into the update and stored nothing: the arena reads as zeroed. Accumulated
            * batches were stored on the way, and so was step 2's, summed before its inference: as unfused. */
@@ -338,13 +351,50 @@ TEST(fused_steps_give_the_unfused_bits) {
           dt_dp_free(dp[c]);
           dt_model_free(m[c]);
         }
-        if (!same || !reduced || pending != 5 || !zeroed)
+        if (!same || !reduced || pending != 5 || !zeroed || untouched != 2)
           FAIL_("model %d, %d workers, %s: %s", (int)kinds[k], workers, kind ? "adam" : "sgd",
-                !same      ? "fused steps differ from unfused ones"
-                : !reduced ? "dt_dp_reduce left other sums"
-                : !zeroed  ? "a fused step left the arena other than zeroed"
-                           : "a fused step summed before the optimizer step");
+                !same          ? "fused steps differ from unfused ones"
+                : !reduced     ? "dt_dp_reduce left other sums"
+                : !zeroed      ? "a fused step left the arena other than zeroed"
+                : untouched != 2 ? "a fused step of one batch stored its sums in the arena"
+                               : "a fused step summed before the optimizer step");
       }
+}
+
+/* After a fused step the arena reads as zeroed, to the plain optimizer step too: a second dt_dp_optim_step of SGD
+ * without momentum or decay moves nothing (it took an earlier batch's sums from the unwritten arena before). */
+TEST(an_update_after_a_fused_step_sees_zeroed_gradients) {
+  dt_model *m = NULL;
+  dt_dp *dp = NULL;
+  dt_optim *o = NULL;
+  dt_optim_config oc;
+  dt_optim_config_default(DT_OPTIM_SGD, &oc);
+  oc.momentum = 0.0f, oc.weight_decay = 0.0f;
+  ASSERT_OK(build_model(MLP, MAX_BATCH, &m));
+  ASSERT_OK(dt_dp_new(m, 2, MAX_BATCH, &dp));
+  ASSERT_OK(dt_optim_new(&oc, dt_model_num_params(m), &o));
+  dt_dp_set_fused_step(dp, 1);
+  float x[MAX_BATCH * SAMPLE_NUMEL];
+  int32_t y[MAX_BATCH];
+  for (int step = 0; step < 2; step++) { /* the first step's sums stored (dt_dp_reduce), the second's not */
+    make_batch(x, y, MAX_BATCH, 1 + (uint64_t)step);
+    dt_model_zero_grad_deferred(m);
+    ASSERT_OK(dp_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL));
+    if (step == 0) ASSERT_OK(dt_dp_reduce(dp));
+    ASSERT_OK(dt_dp_optim_step(dp, o, 0.1f));
+  }
+  size_t n = 0;
+  const float *p = dt_model_params(m, &n);
+  float *before = malloc(n * sizeof *before);
+  ASSERT(before != NULL);
+  memcpy(before, p, n * sizeof *before);
+  ASSERT_OK(dt_dp_optim_step(dp, o, 0.1f));
+  const int moved = memcmp(before, p, n * sizeof *p) != 0;
+  free(before);
+  dt_optim_free(o);
+  dt_dp_free(dp);
+  dt_model_free(m);
+  ASSERT_EQ(moved, 0);
 }
 
 /* Once warm, a DP step allocates nothing in dtrain: the train jobs, the fused reduce and update (Adam, a no-decay
@@ -628,4 +678,5 @@ TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(one_wor
           TEST_ENTRY(the_calling_thread_keeps_its_openmp_threads),
           TEST_ENTRY(forward_equals_whole_batch_forward), TEST_ENTRY(batchnorm_statistics_come_from_worker_0),
           TEST_ENTRY(argument_errors), TEST_ENTRY(workers_fill_their_own_slices), TEST_ENTRY(no_thread_leak),
-          TEST_ENTRY(fused_steps_give_the_unfused_bits), TEST_ENTRY(warm_steps_allocate_nothing))
+          TEST_ENTRY(fused_steps_give_the_unfused_bits),
+          TEST_ENTRY(an_update_after_a_fused_step_sees_zeroed_gradients), TEST_ENTRY(warm_steps_allocate_nothing))

@@ -208,8 +208,8 @@ static int widths_case(void (*set_wide)(int), int (*applies)(const dt_conv2d_geo
   return bad;
 }
 
-/* The direct 3x3 stride-1 pad-1 kernels (conv3x3.c) take widths >= 8: forward by vectors of 8 along a row (the
- * last two overlapping when the width is not a multiple of 8), weight gradient likewise, the overlapped lanes of
+/* The direct 3x3 stride-1 pad-1 kernels (conv3x3.c) take widths >= 8: forward by vectors of 8 along a row (16
+ * with AVX-512 on rows of 16 and more; the last two overlapping when the width is not a multiple of the vector), weight gradient likewise, the overlapped lanes of
  * the last vector masked off (samples grouped to 64 vectors), input gradient as the direct forward of the
  * transposed convolution (9+ channels). */
 TEST(conv2d_direct_grad) {
@@ -348,13 +348,15 @@ TEST(conv2d_winograd) {
     ASSERT_EQ(wino_case(3, 8, 5, 7, 8, 1), 0);    /* 2x2 tiles; odd sizes: the last row and column half outside */
     ASSERT_EQ(wino_case(2, 16, 6, 6, 24, 0), 0);  /* 24 outputs: a block of 16 and one of 8 */
     ASSERT_EQ(wino_case(1, 8, 1, 1, 16, 1), 0);   /* one pixel: only the centre tap */
-    ASSERT_EQ(wino_case(4, 16, 9, 4, 8, 0), 0);   /* 16 channels: the gradient's channel blocks of 6 */
+    ASSERT_EQ(wino_case(4, 16, 9, 4, 8, 0), 0);   /* 16 channels: the gradient's channel blocks of 6, 5, 5 */
     ASSERT_EQ(wino_case(2, 8, 17, 18, 24, 1), 0); /* 4x4 tiles, 1 and 2 of the last ones' rows and columns inside */
     ASSERT_EQ(wino_case(3, 16, 16, 16, 8, 0), 0); /* 4x4 tiles, whole */
     ASSERT_EQ(wino_case(1, 200, 16, 16, 64, 0), 0); /* 200 and 64 channels: 2x2 tiles even at 16x16 */
     ASSERT_EQ(wino_case(1, 16, 32, 32, 16, 1), 0);  /* 4x4 tiles, 64 of them: a full block and a short one */
     ASSERT_EQ(wino_case(2, 24, 10, 10, 48, 1), 0);  /* AVX-512: 48 outputs, a block of 32 and one of 16; 24 channels */
     ASSERT_EQ(wino_case(1, 8, 3, 3, 32, 0), 0);     /* AVX-512: 4 tiles, fewer than a block's rows; 8 channels */
+    ASSERT_EQ(wino_case(2, 8, 2, 26, 16, 1), 0);    /* 13 tiles: AVX-512's 16-output blocks of 7 + 6 rows */
+    ASSERT_EQ(wino_case(2, 8, 2, 4, 8, 0), 0);      /* 2 tiles: a block of 2 rows */
     ASSERT_EQ(wino_case_full(4, 8, 8, 8, 8, 0, 2, 1), 0); /* scratch for 2 threads: no more run */
     /* Padding 0 (fashioncnn's second conv: 14x14 -> 12x12; its input gradient is the padding-2 forward of the
      * transposed convolution, by Winograd too) and 2, with 2x2 and 4x4 tiles, whole and cut */
@@ -366,7 +368,8 @@ TEST(conv2d_winograd) {
     ASSERT_EQ(wino_pad_case(1, 8, 15, 14, 24, 2), 0); /* 17x16: 4x4 tiles */
     ASSERT_EQ(wino_pad_case(1, 8, 30, 30, 8, 2), 0);  /* 32x32: 4x4 tiles, whole */
     /* 16 outputs (12-tile blocks, 8-channel gradient rows), 32 and 64 (6 x 32), 48 (both), a few tiles */
-    static const int widths[][5] = {{2, 16, 32, 32, 16}, {2, 24, 10, 10, 48}, {1, 8, 3, 3, 32}, {2, 64, 8, 8, 64}};
+    static const int widths[][5] = {{2, 16, 32, 32, 16}, {2, 24, 10, 10, 48}, {1, 8, 3, 3, 32}, {2, 64, 8, 8, 64},
+                                    {2, 8, 2, 26, 16}};
     for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++)
       ASSERT_EQ(wino_widths_case(widths[k][0], widths[k][1], widths[k][2], widths[k][3], widths[k][4]), 0);
   }
