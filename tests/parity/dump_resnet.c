@@ -5,7 +5,11 @@
  *
  * Keys, per model M: M/init/<state_dict name> (the built weights, buffers and num_batches_tracked), M/input,
  * M/labels, M/train/logits, M/train/loss, M/grad/<parameter>, M/after/<buffer or counter>, M/eval/logits,
- * M/eval/loss. zero_init_residual stays off (a zero BN weight would hide half the gradients).
+ * M/eval/loss, and M/relu/NN, the mask (1 where the output is positive, else 0) of the NN-th ReLU the training
+ * forward ran, in the order it ran them (taken from a second training forward with the executor's fusions off,
+ * which are checked to give the same logits' bits): the PyTorch side differentiates under these masks, so that a
+ * ReLU input within rounding of zero, which either side may round to the other sign, does not move the gradients
+ * upstream of it. zero_init_residual stays off (a zero BN weight would hide half the gradients).
  * With --amp, both steps and evaluations run under that autocast (test_amp_resnet_torch.py), and the training
  * step also dumps what each Conv2d and Linear L saw and gave: M/amp/L/in and M/amp/L/out (its f32 input, its
  * output), M/amp/L/dout and M/amp/L/dinp (its incoming gradient, its input gradient; none for the first conv). */
@@ -13,6 +17,7 @@
 #include <string.h>
 
 #include "dtrain/dtrain.h"
+#include "nn/fusion.h"
 #include "nn/layer.h"
 #include "parity/dump_io.h"
 
@@ -101,6 +106,51 @@ static void wrap_autocast_layers(dt_model *m) {
   }
 }
 
+/* The ReLU masks: the ReLU layers' forward, wrapped to dump the mask of each one's output while `masking` names
+ * the model. */
+static const char *masking;
+static int n_masks;
+static dt_layer_ops masked;
+
+static dt_status mask_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
+  dt_status st = dt_activation_ops.forward(l, io, in, out);
+  if (st != DT_OK || !masking) return st;
+  const size_t n = (size_t)io->batch * l->out_numel;
+  float *mask = malloc(sizeof(float) * n);
+  if (!mask) return DT_OUT_OF_MEMORY;
+  for (size_t i = 0; i < n; i++) mask[i] = out[i] > 0.0f ? 1.0f : 0.0f;
+  char what[32];
+  snprintf(what, sizeof what, "relu/%02d", n_masks++);
+  put_named(masking, what, "f32", mask, 1, (int[]){(int)n});
+  free(mask);
+  return DT_OK;
+}
+
+/* A training forward of m on x in a context of its own with the fusions off, dumping every ReLU's mask; its logits
+ * must be the fused forward's (`want`), bit for bit, for the masks to be that forward's. */
+static int put_relu_masks(dt_model *m, const char *model, const float *x, const float *want) {
+  masked = dt_activation_ops;
+  masked.forward = mask_forward;
+  for (int i = 0; i < dt_model_num_layers(m); i++) {
+    dt_layer *l = (dt_layer *)dt_model_layer(m, i); /* the model's own, non-const array */
+    if (dt_activation_is_relu(l)) l->ops = &masked;
+  }
+  dt_model_ctx *plain = NULL;
+  const float *y;
+  TRY("mask context", dt_model_ctx_new(m, BATCH, 0, &plain));
+  dt_model_ctx_set_fusion(plain, 0);
+  dt_model_set_training(m, 1);
+  masking = model;
+  n_masks = 0;
+  dt_status st = dt_model_ctx_forward(m, plain, x, BATCH, &y);
+  masking = NULL;
+  const int same = st == DT_OK && memcmp(y, want, sizeof(float) * BATCH * CLASSES) == 0;
+  dt_model_ctx_free(plain);
+  TRY("mask forward", st);
+  if (!same) fprintf(stderr, TOOL_NAME ": %s: the unfused forward's logits differ from the fused one's\n", model);
+  return !same;
+}
+
 /* One model: a training step (forward, loss, backward) and an evaluation forward on one random batch. */
 static int run(const char *model, int width, int side, uint64_t seed, dt_amp amp) {
   const dt_zoo_config cfg = {
@@ -124,12 +174,14 @@ static int run(const char *model, int width, int side, uint64_t seed, dt_amp amp
   put_named(model, "input", "f32", x, 4, (int[]){BATCH, 3, side, side});
   put_named(model, "labels", "i32", labels, 1, (int[]){BATCH});
   const float *y;
+  float train_logits[BATCH * CLASSES];
   const int ld[2] = {BATCH, CLASSES};
   dt_model_set_training(m, 1);
   recording = amp != DT_AMP_OFF ? model : NULL;
   TRY("forward", dt_model_forward(m, x, BATCH, &y));
   TRY("loss", dt_loss_cross_entropy(y, labels, BATCH, CLASSES, 0.0f, &loss, dlogits));
   put_named(model, "train/logits", "f32", y, 2, ld);
+  memcpy(train_logits, y, sizeof train_logits);
   put_named(model, "train/loss", "f32", &loss, 1, (int[]){1});
   dt_model_zero_grad(m);
   TRY("backward", dt_model_backward(m, dlogits));
@@ -141,9 +193,10 @@ static int run(const char *model, int width, int side, uint64_t seed, dt_amp amp
   TRY("eval loss", dt_loss_cross_entropy(y, labels, BATCH, CLASSES, 0.0f, &loss, dlogits));
   put_named(model, "eval/logits", "f32", y, 2, ld);
   put_named(model, "eval/loss", "f32", &loss, 1, (int[]){1});
+  const int rc = amp == DT_AMP_OFF ? put_relu_masks(m, model, x, train_logits) : 0;
   free(x);
   dt_model_free(m);
-  return 0;
+  return rc;
 }
 
 int main(int argc, char **argv) {

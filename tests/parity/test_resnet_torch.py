@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Parity of dtrain's resnet18, resnet20 and resnet9 (at --width 16) with torchvision and PyTorch: state_dict keys and shapes, training-mode logits,
 cross-entropy loss, every parameter gradient, the BN running statistics after the step, and evaluation-mode
-logits and loss, on dtrain's initial weights and batch (dump_resnet). resnet18 is torchvision's own
+logits and loss, on dtrain's initial weights and batch (dump_resnet); the training step rectifies with dtrain's
+ReLU masks, where PyTorch's own may differ only at inputs within rounding of zero (check_flips). resnet18 is torchvision's own
 (torchvision.models.resnet18, loaded with strict=True); resnet20 is not in torchvision and is written here from
 He et al. 2016 with torchvision's BasicBlock and 1x1-conv + BN projection shortcuts (option B); resnet9 is the
 DAWNBench ResNet-9, written here from Page's description with dtrain's names.
@@ -65,9 +66,10 @@ class Residual(nn.Module):
         self.bn1 = nn.BatchNorm2d(c)
         self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(c)
+        self.relu1, self.relu2 = nn.ReLU(), nn.ReLU()
 
     def forward(self, x):
-        return F.relu(self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))))
+        return self.relu2(self.bn2(self.conv2(self.relu1(self.bn1(self.conv1(x))))))
 
 
 class Stage(nn.Module):
@@ -77,10 +79,11 @@ class Stage(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(cin, cout, 3, padding=1, bias=False)
         self.bn = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU()
         self.res = Residual(cout) if res else None
 
     def forward(self, x):
-        x = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
+        x = F.max_pool2d(self.relu(self.bn(self.conv(x))), 2)
         return x + self.res(x) if self.res is not None else x
 
 
@@ -91,13 +94,14 @@ class ResNet9(nn.Module):
         super().__init__()
         self.conv1 = nn.Conv2d(3, w, 3, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(w)
+        self.relu = nn.ReLU()
         self.layer1 = Stage(w, 2 * w, True)
         self.layer2 = Stage(2 * w, 4 * w, False)
         self.layer3 = Stage(4 * w, 8 * w, True)
         self.fc = nn.Linear(8 * w, num_classes, bias=False)
 
     def forward(self, x):
-        x = F.relu(self.bn1(self.conv1(x)))
+        x = self.relu(self.bn1(self.conv1(x)))
         x = self.layer3(self.layer2(self.layer1(x)))
         return self.fc(torch.flatten(F.adaptive_max_pool2d(x, 1), 1)) * 0.125
 
@@ -138,13 +142,63 @@ def load(m, t, prefix):
     m.load_state_dict(want, strict=True)
 
 
-def relu_margin(m):
-    """Hooks that record the smallest |input| of m's nn.ReLU modules in the next forward (before an in-place ReLU
-    overwrites it); returns (the list it fills, the hooks to remove)."""
-    seen = []
-    hooks = [mod.register_forward_pre_hook(lambda mod, inp: seen.append(inp[0].detach().abs().min().item()))
-             for mod in m.modules() if isinstance(mod, nn.ReLU)]
-    return seen, hooks
+class MaskedReLU(nn.Module):
+    """A ReLU that, while `masks` is set, multiplies its input by the next of dtrain's masks (dump_resnet's
+    M/relu/NN, in the order dtrain ran its ReLUs) instead of by its own, so that the gradients are compared under
+    the same rectification. It records each call's (inputs whose own sign differs from dtrain's mask, the largest
+    |input| among them, the largest |input|): such an input must lie within rounding of zero."""
+
+    def __init__(self, state):
+        super().__init__()
+        self.state = state
+
+    def forward(self, x):
+        masks, calls = self.state["masks"], self.state["calls"]
+        if masks is None:
+            return F.relu(x)
+        if len(calls) >= len(masks):
+            raise ValueError(f"more ReLU calls than dtrain's {len(masks)} masks")
+        mask = torch.from_numpy(masks[len(calls)])
+        if mask.numel() != x.numel():
+            raise ValueError(f"dtrain's ReLU mask {len(calls)} has {mask.numel()} elements, the input {x.numel()}")
+        mask = mask.reshape(x.shape)
+        differ = (x > 0) != (mask > 0)
+        size = x.detach().abs()
+        calls.append((int(differ.sum()), float(size[differ].max()) if differ.any() else 0.0, float(size.max())))
+        return x * mask
+
+
+def mask_relus(m, masks):
+    """Replaces every nn.ReLU of m by a MaskedReLU over `masks` (dtrain's, in call order); returns their shared
+    state: state["calls"] fills with one entry per call, and state["masks"] = None turns the masks off."""
+    state = {"masks": masks, "calls": []}
+    for parent in list(m.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.ReLU):
+                setattr(parent, name, MaskedReLU(state))
+    return state
+
+
+def relu_masks(t, p):
+    """dtrain's ReLU masks of model prefix p, in the order its training forward ran them."""
+    return [t[k] for k in sorted(k for k in t if k.startswith(p + "relu/"))]
+
+
+def check_flips(p, masks, calls):
+    """Each of dtrain's ReLU masks was used by one call, and where PyTorch's own sign differs the input is within
+    1e-4 of the largest |input| of that ReLU (the forward's tolerance): a rounding flip, not a wrong kernel (a
+    wrong mask would differ at inputs far from zero)."""
+    if not masks or len(calls) != len(masks):
+        failures.append(f"{p}relu masks: {len(masks)} from dtrain, {len(calls)} ReLU calls")
+        print(f"FAIL {p}relu masks: {len(masks)} from dtrain, {len(calls)} ReLU calls")
+        return
+    count = sum(c[0] for c in calls)
+    worst = max((c[1] / c[2] for c in calls if c[0]), default=0.0)
+    ok = worst <= 1e-4
+    if not ok:
+        failures.append(f"{p}relu masks")
+    print(f"{'ok  ' if ok else 'FAIL'} {p}relu masks: {len(masks)} ReLUs, {count} inputs of the other sign in "
+          f"PyTorch, the largest {worst:.3g} of its ReLU's largest |input|")
 
 
 def parity(name, m, t):
@@ -153,15 +207,15 @@ def parity(name, m, t):
     x = torch.from_numpy(t[p + "input"])
     y = torch.from_numpy(t[p + "labels"]).long()
     m.train()
-    seen, hooks = relu_margin(m)
-    logits = m(x)
-    for h in hooks:
-        h.remove()
     # A ReLU input this close to zero can change sign under either side's f32 rounding (about 1e-6 of the
-    # activations' scale after a few layers): every gradient upstream of it then differs by percents, with the
-    # logits still in agreement. A gradient failure beside a margin near 1e-6 is such a flip, not a wrong kernel.
-    if seen:
-        print(f"info {p}train: smallest |ReLU input| {min(seen):.3g} over {len(seen)} ReLU calls")
+    # activations' scale after a few layers): every gradient upstream of it would then differ by percents, with
+    # the logits still in agreement. So the training step rectifies with dtrain's masks, and the places where
+    # PyTorch's own sign differs are checked to be such inputs.
+    masks = relu_masks(t, p)
+    state = mask_relus(m, masks)
+    logits = m(x)
+    state["masks"] = None
+    check_flips(p, masks, state["calls"])
     loss = F.cross_entropy(logits, y)
     loss.backward()
     # f32 on both sides, summed in other orders (im2col + OpenBLAS vs. torch's conv): ~1e-6 relative per
