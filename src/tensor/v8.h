@@ -50,6 +50,13 @@ static inline v8i seli8(v8i m, v8i a, v8i b) { return (a & m) | (b & ~m); }
 #define fma8(a, b, c) ((a) * (b) + (c))
 #endif
 
+/* The sum of v's 8 lanes in a fixed tree: ((0+4) + (2+6)) + ((1+5) + (3+7)). */
+static inline float lanes_sum8(v8 v) {
+  const v8 h = v + __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3);
+  const v8 q = h + __builtin_shufflevector(h, h, 2, 3, 0, 1, 2, 3, 0, 1);
+  return q[0] + q[1];
+}
+
 /* The sum of x[0..n): 8 independent float lanes in one vector (an array of 8 lanes was left scalar by GCC, with
  * the lanes moved through memory: 5% of fashioncnn's step), the lanes then added in double in order. */
 static inline double sum_floats(const float *x, int n) {

@@ -95,8 +95,16 @@ static void pool_case(const char *tag, int N, int C, int H, int W, int K, int s,
   free(x), free(dy), free(my), free(mdx), free(ay), free(adx), free(am);
 }
 
-static void batchnorm_case(void) {
-  const int N = 4, C = 3, H = 5, W = 5, HW = H * W;
+/* "<tag>.<what>" in buf (dump_put has written the name out before the next call reuses it). */
+static const char *tagged(char buf[64], const char *tag, const char *what) {
+  snprintf(buf, 64, "%s.%s", tag, what);
+  return buf;
+}
+
+/* Batch norm over (N, C, H, W) under keys "<tag>.*". */
+static void batchnorm_case(const char *tag, int N, int C, int H, int W) {
+  const int HW = H * W;
+  char k[64];
   const size_t n = (size_t)N * C * HW;
   const float momentum = 0.1f, eps = 1e-5f;
   float *x = randf(n, -2, 3), *gamma = randf(C, 0.5f, 1.5f), *beta = randf(C, -1, 1), *dy = randf(n, -1, 1);
@@ -108,21 +116,21 @@ static void batchnorm_case(void) {
   dt_batchnorm_forward_train(y, mean, invstd, rm, rv, x, gamma, beta, N, C, HW, momentum, eps);
   dt_batchnorm_backward(dx, dg, dbeta, dy, x, mean, invstd, gamma, N, C, HW);
   dt_batchnorm_forward_eval(ey, x, gamma, beta, rm, rv, N, C, HW, eps);
-  PUTF("bn.x", x, N, C, H, W);
-  PUTF("bn.gamma", gamma, C);
-  PUTF("bn.beta", beta, C);
-  PUTF("bn.dy", dy, N, C, H, W);
-  PUTF("bn.rm0", rm0, C);
-  PUTF("bn.rv0", rv0, C);
-  PUTF("bn.y", y, N, C, H, W);
-  PUTF("bn.mean", mean, C);
-  PUTF("bn.invstd", invstd, C);
-  PUTF("bn.rm", rm, C);
-  PUTF("bn.rv", rv, C);
-  PUTF("bn.dx", dx, N, C, H, W);
-  PUTF("bn.dgamma", dg, C);
-  PUTF("bn.dbeta", dbeta, C);
-  PUTF("bn.eval_y", ey, N, C, H, W);
+  PUTF(tagged(k, tag, "x"), x, N, C, H, W);
+  PUTF(tagged(k, tag, "gamma"), gamma, C);
+  PUTF(tagged(k, tag, "beta"), beta, C);
+  PUTF(tagged(k, tag, "dy"), dy, N, C, H, W);
+  PUTF(tagged(k, tag, "rm0"), rm0, C);
+  PUTF(tagged(k, tag, "rv0"), rv0, C);
+  PUTF(tagged(k, tag, "y"), y, N, C, H, W);
+  PUTF(tagged(k, tag, "mean"), mean, C);
+  PUTF(tagged(k, tag, "invstd"), invstd, C);
+  PUTF(tagged(k, tag, "rm"), rm, C);
+  PUTF(tagged(k, tag, "rv"), rv, C);
+  PUTF(tagged(k, tag, "dx"), dx, N, C, H, W);
+  PUTF(tagged(k, tag, "dgamma"), dg, C);
+  PUTF(tagged(k, tag, "dbeta"), dbeta, C);
+  PUTF(tagged(k, tag, "eval_y"), ey, N, C, H, W);
   free(x), free(gamma), free(beta), free(dy), free(rm0), free(rv0), free(rm), free(rv);
   free(y), free(mean), free(invstd), free(dx), free(dg), free(dbeta), free(ey);
 }
@@ -205,7 +213,9 @@ int main(int argc, char **argv) {
   pool_case("pool_k2s2", 2, 3, 7, 7, 2, 2, 0);
   pool_case("pool_k3s2p1", 2, 3, 7, 8, 3, 2, 1);
   pool_case("pool_k3s1p1", 1, 2, 5, 5, 3, 1, 1);
-  batchnorm_case();
+  batchnorm_case("bn", 4, 3, 5, 5);
+  /* planes of 1075: a run of 1024 (32 blocks of 32), then 51 = 32 + 2 x 8 + 3, every path of the run sums */
+  batchnorm_case("bn_long", 2, 2, 43, 25);
   act_cases();
   softmax_cases();
   ce_cases();

@@ -90,25 +90,26 @@ def main():
         close(tag + ".avg_y", t[tag + ".avg_y"], y)
         close(tag + ".avg_dx", t[tag + ".avg_dx"], x.grad)
 
-    # batchnorm: train (output, grads, running stats), then eval with the updated stats
-    x, g, bt = leaf(t["bn.x"]), leaf(t["bn.gamma"]), leaf(t["bn.beta"])
-    rm, rv = t["bn.rm0"].double().clone(), t["bn.rv0"].double().clone()
-    y = F.batch_norm(x, rm, rv, g, bt, training=True, momentum=0.1, eps=1e-5)
-    (y * t["bn.dy"].double()).sum().backward()
-    xd = t["bn.x"].double()
-    mean = xd.mean(dim=(0, 2, 3))
-    invstd = 1.0 / torch.sqrt(xd.var(dim=(0, 2, 3), unbiased=False) + 1e-5)
-    close("bn.y", t["bn.y"], y)
-    close("bn.mean", t["bn.mean"], mean)
-    close("bn.invstd", t["bn.invstd"], invstd)
-    close("bn.running_mean", t["bn.rm"], rm)
-    close("bn.running_var", t["bn.rv"], rv)
-    close("bn.dx", t["bn.dx"], x.grad)
-    close("bn.dgamma", t["bn.dgamma"], g.grad)
-    close("bn.dbeta", t["bn.dbeta"], bt.grad)
-    ey = F.batch_norm(xd, t["bn.rm"].double(), t["bn.rv"].double(), t["bn.gamma"].double(), t["bn.beta"].double(),
-                      training=False, eps=1e-5)
-    close("bn.eval_y", t["bn.eval_y"], ey)
+    # batchnorm: train (output, grads, running stats), then eval with the updated stats; planes of 25 and of 1075
+    for tag in ("bn", "bn_long"):
+        x, g, bt = leaf(t[tag + ".x"]), leaf(t[tag + ".gamma"]), leaf(t[tag + ".beta"])
+        rm, rv = t[tag + ".rm0"].double().clone(), t[tag + ".rv0"].double().clone()
+        y = F.batch_norm(x, rm, rv, g, bt, training=True, momentum=0.1, eps=1e-5)
+        (y * t[tag + ".dy"].double()).sum().backward()
+        xd = t[tag + ".x"].double()
+        mean = xd.mean(dim=(0, 2, 3))
+        invstd = 1.0 / torch.sqrt(xd.var(dim=(0, 2, 3), unbiased=False) + 1e-5)
+        close(tag + ".y", t[tag + ".y"], y)
+        close(tag + ".mean", t[tag + ".mean"], mean)
+        close(tag + ".invstd", t[tag + ".invstd"], invstd)
+        close(tag + ".running_mean", t[tag + ".rm"], rm)
+        close(tag + ".running_var", t[tag + ".rv"], rv)
+        close(tag + ".dx", t[tag + ".dx"], x.grad)
+        close(tag + ".dgamma", t[tag + ".dgamma"], g.grad)
+        close(tag + ".dbeta", t[tag + ".dbeta"], bt.grad)
+        ey = F.batch_norm(xd, t[tag + ".rm"].double(), t[tag + ".rv"].double(), t[tag + ".gamma"].double(),
+                          t[tag + ".beta"].double(), training=False, eps=1e-5)
+        close(tag + ".eval_y", t[tag + ".eval_y"], ey)
 
     # activations
     acts = {
