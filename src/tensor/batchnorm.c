@@ -435,11 +435,12 @@ void dt_bn_pool_channel_terms(const dt_bn_pool_saved *s, const float *dout, int 
       prefetch_plane(y + (size_t)C * P, P);
       prefetch_plane(xs + (size_t)C * P, P);
     }
-#pragma omp simd reduction(+ : sdy, sdyx)
-    for (int p = 0; p < P; p++) {
-      const float g = y[p] > 0.0f ? dy[p] : 0.0f; /* what ReLU passes back to the argmax */
-      sdy += g;
-      sdyx += (double)g * xs[p];
+    /* g = what ReLU passes back to the argmax; xhat there is xs itself ((xs - 0) * 1, exactly) */
+    for (int p0 = 0; p0 < P; p0 += RUN) {
+      float t[2];
+      run_grad_sums(t, dy + p0, y + p0, xs + p0, P - p0 < RUN ? P - p0 : RUN, 0.0f, 1.0f, 1);
+      sdy += t[0];
+      sdyx += t[1];
     }
   }
   if (dbeta) dbeta[c] += (float)sdy;
