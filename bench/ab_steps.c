@@ -1,0 +1,206 @@
+/* Two builds of libdtrain in one process, their training steps alternated: what a change did to a whole step,
+ * measured where the machine's speed drifts between runs (a shared vCPU's neighbours come and go, and whole runs
+ * of the two builds minutes apart differ by more than most changes do).
+ *
+ *   ab_steps [--width W] [--hidden A,B,...] LIB_A LIB_B MODEL BATCH CHANNELS SIDE STEPS
+ *
+ * Each library is loaded with dlmopen into a namespace of its own (its own OpenMP runtime, oneDNN, OpenBLAS),
+ * through the public API only, so both must share it (builds of nearby commits). Each builds the zoo model with
+ * the same seed on the same random batch (CHANNELS x SIDE x SIDE images, 10 classes) and steps as the trainer
+ * does: forward, cross-entropy, deferred zero_grad, backward, SGD (lr 0.01). After one warm-up step each, A and B
+ * step in turn, STEPS times, the order swapped every pair. Prints each library's median step with its 10th and
+ * 90th percentiles, the median of the pairs' B/A ratios with their quartiles, and whether the two sets of
+ * parameters ended bit for bit equal. Threads: DT_NUM_THREADS, else 1 (with more, the two OpenMP pools would
+ * wait on the cores beside each other). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dtrain/dtrain.h"
+
+#define CLASSES 10
+#define MAX_HIDDEN 16
+
+/* The public API, resolved in one library's namespace (each pointer of the declared function's type). */
+#define API_FN(name) __typeof__(&name) name
+typedef struct api {
+  API_FN(dt_model_zoo_new);
+  API_FN(dt_model_build);
+  API_FN(dt_model_forward);
+  API_FN(dt_loss_cross_entropy);
+  API_FN(dt_model_zero_grad_deferred);
+  API_FN(dt_model_backward);
+  API_FN(dt_optim_config_default);
+  API_FN(dt_optim_new);
+  API_FN(dt_optim_step);
+  API_FN(dt_model_params);
+  API_FN(dt_model_grads);
+  API_FN(dt_set_threads);
+  API_FN(dt_last_error);
+} api;
+
+/* One library's model, optimizer and step times. */
+typedef struct side {
+  const char *path;
+  api f;
+  dt_model *m;
+  dt_optim *opt;
+  float *params;
+  size_t n_params;
+  double *times;
+} side;
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int fail(const side *s, const char *what, dt_status st) {
+  fprintf(stderr, "ab_steps: %s: %s: %s\n", s->path, what, st == DT_OK ? "failed" : s->f.dt_last_error());
+  return 1;
+}
+
+#define RESOLVE(name)                                                                                  \
+  do {                                                                                                 \
+    *(void **)&s->f.name = dlsym(h, #name);                                                            \
+    if (!s->f.name) return fprintf(stderr, "ab_steps: %s: no symbol %s\n", s->path, #name), 1;         \
+  } while (0)
+
+static int load(side *s) {
+  void *h = dlmopen(LM_ID_NEWLM, s->path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) return fprintf(stderr, "ab_steps: %s\n", dlerror()), 1;
+  RESOLVE(dt_model_zoo_new);
+  RESOLVE(dt_model_build);
+  RESOLVE(dt_model_forward);
+  RESOLVE(dt_loss_cross_entropy);
+  RESOLVE(dt_model_zero_grad_deferred);
+  RESOLVE(dt_model_backward);
+  RESOLVE(dt_optim_config_default);
+  RESOLVE(dt_optim_new);
+  RESOLVE(dt_optim_step);
+  RESOLVE(dt_model_params);
+  RESOLVE(dt_model_grads);
+  RESOLVE(dt_set_threads);
+  RESOLVE(dt_last_error);
+  return 0;
+}
+
+static int setup(side *s, const char *model, const dt_zoo_config *cfg, int batch, int threads, int steps) {
+  dt_status st;
+  if (load(s)) return 1;
+  if ((st = s->f.dt_set_threads(threads)) != DT_OK) return fail(s, "threads", st);
+  if ((st = s->f.dt_model_zoo_new(model, cfg, &s->m)) != DT_OK) return fail(s, "zoo", st);
+  if ((st = s->f.dt_model_build(s->m, batch, 1)) != DT_OK) return fail(s, "build", st);
+  dt_optim_config oc;
+  s->f.dt_optim_config_default(DT_OPTIM_SGD, &oc);
+  s->params = s->f.dt_model_params(s->m, &s->n_params);
+  if ((st = s->f.dt_optim_new(&oc, s->n_params, &s->opt)) != DT_OK) return fail(s, "optimizer", st);
+  s->times = malloc(sizeof(double) * (size_t)steps);
+  return s->times ? 0 : fail(s, "out of memory", DT_OK);
+}
+
+/* One step as the trainer's; its seconds in *dt. */
+static int step(side *s, const float *x, const int32_t *labels, int batch, float *dlogits, double *dt) {
+  const double t0 = now();
+  const float *y;
+  float loss;
+  dt_status st;
+  if ((st = s->f.dt_model_forward(s->m, x, batch, &y)) != DT_OK) return fail(s, "forward", st);
+  if ((st = s->f.dt_loss_cross_entropy(y, labels, batch, CLASSES, 0.0f, &loss, dlogits)) != DT_OK)
+    return fail(s, "loss", st);
+  s->f.dt_model_zero_grad_deferred(s->m);
+  if ((st = s->f.dt_model_backward(s->m, dlogits)) != DT_OK) return fail(s, "backward", st);
+  if ((st = s->f.dt_optim_step(s->opt, s->params, s->f.dt_model_grads(s->m, NULL), 0.01f)) != DT_OK)
+    return fail(s, "step", st);
+  *dt = now() - t0;
+  return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+/* The q-quantile of v[0..n) (sorted in place). */
+static double quantile(double *v, int n, double q) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return v[(int)(q * (n - 1) + 0.5)];
+}
+
+static int parse_hidden(const char *s, int *h) {
+  int n = 0;
+  for (char *end; *s && n < MAX_HIDDEN; s = *end ? end + 1 : end) {
+    const long v = strtol(s, &end, 10);
+    if (end == s || v < 1 || v > 1 << 20 || (*end && *end != ',')) return -1;
+    h[n++] = (int)v;
+  }
+  return *s ? -1 : n;
+}
+
+static int usage(void) {
+  fprintf(stderr, "usage: ab_steps [--width W] [--hidden A,B,...] LIB_A LIB_B MODEL BATCH CHANNELS SIDE STEPS\n");
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  dt_zoo_config cfg = {.ndim = 3, .outputs = CLASSES, .dropout = 0.0f};
+  int hidden[MAX_HIDDEN];
+  for (; argc > 2 && argv[1][0] == '-'; argv += 2, argc -= 2) {
+    if (strcmp(argv[1], "--width") == 0 && (cfg.width = atoi(argv[2])) > 0) continue;
+    if (strcmp(argv[1], "--hidden") == 0 && (cfg.n_hidden = parse_hidden(argv[2], hidden)) > 0) {
+      cfg.hidden = hidden;
+      continue;
+    }
+    fprintf(stderr, "ab_steps: %s %s: not a flag it takes, or a bad value\n", argv[1], argv[2]);
+    return usage();
+  }
+  if (argc != 8) return usage();
+  const int batch = atoi(argv[4]), channels = atoi(argv[5]), width = atoi(argv[6]), steps = atoi(argv[7]);
+  if (batch < 1 || channels < 1 || width < 1 || steps < 2)
+    return fprintf(stderr, "ab_steps: BATCH, CHANNELS, SIDE >= 1 and STEPS >= 2\n"), 2;
+  const char *env = getenv("DT_NUM_THREADS");
+  const int threads = env && atoi(env) > 0 ? atoi(env) : 1;
+  cfg.input_shape[0] = channels, cfg.input_shape[1] = width, cfg.input_shape[2] = width;
+  side s[2] = {{.path = argv[1]}, {.path = argv[2]}};
+  for (int k = 0; k < 2; k++)
+    if (setup(&s[k], argv[3], &cfg, batch, threads, steps)) return 1;
+  const size_t n = (size_t)batch * (size_t)channels * (size_t)width * (size_t)width;
+  float *x = malloc(n * sizeof(float)), *dlogits = malloc(sizeof(float) * (size_t)batch * CLASSES);
+  int32_t *labels = malloc(sizeof(int32_t) * (size_t)batch);
+  double *ratio = malloc(sizeof(double) * (size_t)steps);
+  if (!x || !dlogits || !labels || !ratio) return fprintf(stderr, "ab_steps: out of memory\n"), 1;
+  uint64_t r = 0x9e3779b97f4a7c15u;
+  for (size_t i = 0; i < n; i++) {
+    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+    x[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+  }
+  for (int i = 0; i < batch; i++) labels[i] = i % CLASSES;
+  double warm;
+  for (int k = 0; k < 2; k++)
+    if (step(&s[k], x, labels, batch, dlogits, &warm)) return 1;
+  for (int i = 0; i < steps; i++) {
+    for (int j = 0; j < 2; j++) { /* A then B, then B then A */
+      const int k = j ^ (i & 1);
+      if (step(&s[k], x, labels, batch, dlogits, &s[k].times[i])) return 1;
+    }
+    ratio[i] = s[1].times[i] / s[0].times[i];
+  }
+  printf("# %s, batch %d, %dx%dx%d, %d steps each, alternated, %d thread(s)\n", argv[3], batch, channels, width,
+         width, steps, threads);
+  for (int k = 0; k < 2; k++) {
+    const double p10 = quantile(s[k].times, steps, 0.1), p50 = quantile(s[k].times, steps, 0.5);
+    printf("%s  %s: step %.3f ms (p10 %.3f, p90 %.3f)\n", k ? "B" : "A", s[k].path, 1e3 * p50, 1e3 * p10,
+           1e3 * quantile(s[k].times, steps, 0.9));
+  }
+  printf("B/A per pair: median %.4f (quartiles %.4f-%.4f)\n", quantile(ratio, steps, 0.5),
+         quantile(ratio, steps, 0.25), quantile(ratio, steps, 0.75));
+  const int same = s[0].n_params == s[1].n_params &&
+                   memcmp(s[0].params, s[1].params, sizeof(float) * s[0].n_params) == 0;
+  printf("parameters after the steps: %s\n", same ? "the same bits" : "differ");
+  return 0;
+}
