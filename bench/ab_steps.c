@@ -6,12 +6,16 @@
  *
  * Each library is loaded with dlmopen into a namespace of its own (its own OpenMP runtime, oneDNN, OpenBLAS),
  * through the public API only, so both must share it (builds of nearby commits). Each builds the zoo model with
- * the same seed on the same random batch (CHANNELS x SIDE x SIDE images, 10 classes) and steps as the trainer
- * does: forward, cross-entropy, deferred zero_grad, backward, SGD (lr 0.01). After one warm-up step each, A and B
- * step in turn, STEPS times, the order swapped every pair. Prints each library's median step with its 10th and
- * 90th percentiles, the median of the pairs' B/A ratios with their quartiles, and whether the two sets of
- * parameters ended bit for bit equal. Threads: DT_NUM_THREADS, else 1 (with more, the two OpenMP pools would
- * wait on the cores beside each other).
+ * the same seed on the same random batch (CHANNELS x SIDE x SIDE images, 10 classes; the model's own dropout)
+ * and steps as the trainer does: forward, cross-entropy, deferred zero_grad, backward, SGD (lr 0.01). After one
+ * warm-up step each, A and B step in turn, STEPS times, the order swapped every pair. Prints each library's
+ * median step with its 10th and 90th percentiles, the median of the pairs' B/A ratios with their quartiles, and
+ * whether the two sets of parameters ended bit for bit equal. Threads: DT_NUM_THREADS, else 1; with more,
+ * OMP_WAIT_POLICY is passive unless set (each OpenMP pool would otherwise spin on the cores the other library's
+ * step is using).
+ *
+ * Each step starts where the other library's step left the caches, not where its own previous step did: a change
+ * that only keeps more of a small model in cache from one step to the next reads smaller here than in training.
  *
  * Run it both ways round (LIB_A LIB_B, then LIB_B LIB_A): where each library's arenas land moves its step by
  * up to about 1% (one library against itself read 0.999-1.008 on a 2-vCPU Zen 5 VM, 300 fashioncnn steps). A
@@ -66,7 +70,8 @@ static double now(void) {
 }
 
 static int fail(const side *s, const char *what, dt_status st) {
-  fprintf(stderr, "ab_steps: %s: %s: %s\n", s->path, what, st == DT_OK ? "failed" : s->f.dt_last_error());
+  fprintf(stderr, "ab_steps: %s: %s: %s\n", s->path, what, s->f.dt_last_error());
+  (void)st;
   return 1;
 }
 
@@ -106,7 +111,7 @@ static int setup(side *s, const char *model, const dt_zoo_config *cfg, int batch
   s->params = s->f.dt_model_params(s->m, &s->n_params);
   if ((st = s->f.dt_optim_new(&oc, s->n_params, &s->opt)) != DT_OK) return fail(s, "optimizer", st);
   s->times = malloc(sizeof(double) * (size_t)steps);
-  return s->times ? 0 : fail(s, "out of memory", DT_OK);
+  return s->times ? 0 : (fprintf(stderr, "ab_steps: out of memory\n"), 1);
 }
 
 /* One step as the trainer's; its seconds in *dt. */
@@ -146,16 +151,23 @@ static int parse_hidden(const char *s, int *h) {
   return *s ? -1 : n;
 }
 
+/* A whole number in [1, max], else -1. */
+static int parse_count(const char *s, long max) {
+  char *end;
+  const long v = strtol(s, &end, 10);
+  return end != s && !*end && v >= 1 && v <= max ? (int)v : -1;
+}
+
 static int usage(void) {
   fprintf(stderr, "usage: ab_steps [--width W] [--hidden A,B,...] LIB_A LIB_B MODEL BATCH CHANNELS SIDE STEPS\n");
   return 2;
 }
 
 int main(int argc, char **argv) {
-  dt_zoo_config cfg = {.ndim = 3, .outputs = CLASSES, .dropout = 0.0f};
+  dt_zoo_config cfg = {.ndim = 3, .outputs = CLASSES, .dropout = -1.0f};
   int hidden[MAX_HIDDEN];
   for (; argc > 2 && argv[1][0] == '-'; argv += 2, argc -= 2) {
-    if (strcmp(argv[1], "--width") == 0 && (cfg.width = atoi(argv[2])) > 0) continue;
+    if (strcmp(argv[1], "--width") == 0 && (cfg.width = parse_count(argv[2], 4096)) > 0) continue;
     if (strcmp(argv[1], "--hidden") == 0 && (cfg.n_hidden = parse_hidden(argv[2], hidden)) > 0) {
       cfg.hidden = hidden;
       continue;
@@ -164,16 +176,18 @@ int main(int argc, char **argv) {
     return usage();
   }
   if (argc != 8) return usage();
-  const int batch = atoi(argv[4]), channels = atoi(argv[5]), width = atoi(argv[6]), steps = atoi(argv[7]);
-  if (batch < 1 || channels < 1 || width < 1 || steps < 2)
-    return fprintf(stderr, "ab_steps: BATCH, CHANNELS, SIDE >= 1 and STEPS >= 2\n"), 2;
+  const int batch = parse_count(argv[4], 1 << 16), channels = parse_count(argv[5], 4096);
+  const int side_px = parse_count(argv[6], 1 << 14), steps = parse_count(argv[7], 1 << 20);
+  if (batch < 1 || channels < 1 || side_px < 1 || steps < 2)
+    return fprintf(stderr, "ab_steps: BATCH, CHANNELS and SIDE are whole numbers >= 1, STEPS >= 2\n"), 2;
   const char *env = getenv("DT_NUM_THREADS");
-  const int threads = env && atoi(env) > 0 ? atoi(env) : 1;
-  cfg.input_shape[0] = channels, cfg.input_shape[1] = width, cfg.input_shape[2] = width;
+  const int threads = env && parse_count(env, 4096) > 0 ? parse_count(env, 4096) : 1;
+  if (threads > 1) setenv("OMP_WAIT_POLICY", "passive", 0); /* before either OpenMP runtime starts */
+  cfg.input_shape[0] = channels, cfg.input_shape[1] = side_px, cfg.input_shape[2] = side_px;
   side s[2] = {{.path = argv[1]}, {.path = argv[2]}};
   for (int k = 0; k < 2; k++)
     if (setup(&s[k], argv[3], &cfg, batch, threads, steps)) return 1;
-  const size_t n = (size_t)batch * (size_t)channels * (size_t)width * (size_t)width;
+  const size_t n = (size_t)batch * (size_t)channels * (size_t)side_px * (size_t)side_px;
   float *x = malloc(n * sizeof(float)), *dlogits = malloc(sizeof(float) * (size_t)batch * CLASSES);
   int32_t *labels = malloc(sizeof(int32_t) * (size_t)batch);
   double *ratio = malloc(sizeof(double) * (size_t)steps);
@@ -194,8 +208,8 @@ int main(int argc, char **argv) {
     }
     ratio[i] = s[1].times[i] / s[0].times[i];
   }
-  printf("# %s, batch %d, %dx%dx%d, %d steps each, alternated, %d thread(s)\n", argv[3], batch, channels, width,
-         width, steps, threads);
+  printf("# %s, batch %d, %dx%dx%d, %d steps each, alternated, %d thread(s)\n", argv[3], batch, channels, side_px,
+         side_px, steps, threads);
   for (int k = 0; k < 2; k++) {
     const double p10 = quantile(s[k].times, steps, 0.1), p50 = quantile(s[k].times, steps, 0.5);
     printf("%s  %s: step %.3f ms (p10 %.3f, p90 %.3f)\n", k ? "B" : "A", s[k].path, 1e3 * p50, 1e3 * p10,
