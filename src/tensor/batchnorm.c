@@ -13,16 +13,16 @@ static inline void prefetch_plane(const float *p, size_t n) {
   for (size_t i = 0; i < n; i += 16) __builtin_prefetch(p + i);
 }
 
-/* Sums run in float over runs of at most RUN values, spread over the vector lanes, and the runs' sums are
- * added in double: the float sums vectorise at full width, and no float sum takes more than a few hundred
- * terms per lane, so a plane of any size (resnet18's 112x112) keeps the error of a double sum within f32's
- * rounding of the result. */
+/* Sums run in float over runs of at most RUN values, spread over 32 vector lanes, and the runs' sums are added
+ * in double: the float sums vectorise at full width, and no lane takes more than 32 terms, so a plane of any
+ * size (resnet18's 112x112) keeps the error of a double sum within f32's rounding of the result. */
 #define RUN 1024
+static inline int run_at(int i0, int n) { return n - i0 < RUN ? n - i0 : RUN; } /* the run from i0 of n values */
 
 /* The sum of x[0..n) (n <= RUN), and that of (x[i] - m)^2: four vectors of 8 lanes take every 32 values in turn
- * (one chain of adds waited on each add's latency: 43% of the fused BatchNorm-ReLU-pool forward), then the
- * vectors and their lanes are added in a fixed order. v8 has 8 lanes on every build, so the bits do not depend
- * on the vector width the compiler chose. */
+ * (a single accumulator was bound by the add's latency: 43% of the fused BatchNorm-ReLU-pool forward), then the
+ * vectors and their lanes are added in a fixed order, then the tail. v8 has 8 lanes on every build, so the bits
+ * do not depend on the vector width the compiler chose (test_kernels' batchnorm_sums_in_their_fixed_order). */
 static inline __attribute__((always_inline)) float run_sum(const float *x, int n, float m, int squares) {
   v8 a[4] = {splat8(0.0f), splat8(0.0f), splat8(0.0f), splat8(0.0f)};
   const v8 mv = splat8(m);
@@ -51,13 +51,13 @@ static void channel_stats(int c, float *m_out, float *is_out, float *mean, float
   for (int n = 0; n < N; n++) {
     const float *x = inp + ((size_t)n * C + c) * HW;
     if (n + 1 < N) prefetch_plane(x + (size_t)C * HW, HW);
-    for (int i0 = 0; i0 < HW; i0 += RUN) sum += run_sum(x + i0, HW - i0 < RUN ? HW - i0 : RUN, 0.0f, 0);
+    for (int i0 = 0; i0 < HW; i0 += RUN) sum += run_sum(x + i0, run_at(i0, HW), 0.0f, 0);
   }
   const float m = (float)(sum / (double)M);
   double sq = 0.0;
   for (int n = 0; n < N; n++) {
     const float *x = inp + ((size_t)n * C + c) * HW;
-    for (int i0 = 0; i0 < HW; i0 += RUN) sq += run_sum(x + i0, HW - i0 < RUN ? HW - i0 : RUN, m, 1);
+    for (int i0 = 0; i0 < HW; i0 += RUN) sq += run_sum(x + i0, run_at(i0, HW), m, 1);
   }
   const double var = sq / (double)M;
   const float is = (float)(1.0 / sqrt(var + (double)eps));
@@ -183,7 +183,7 @@ static inline __attribute__((always_inline)) void backward_channel(float *dinp, 
     const float *restrict x = inp + off, *restrict dy = dout + off, *restrict r = relu ? relu_out + off : NULL;
     for (int i0 = 0; i0 < HW; i0 += RUN) {
       float s[2];
-      run_grad_sums(s, dy + i0, relu ? r + i0 : NULL, x + i0, HW - i0 < RUN ? HW - i0 : RUN, m, is, relu);
+      run_grad_sums(s, dy + i0, relu ? r + i0 : NULL, x + i0, run_at(i0, HW), m, is, relu);
       sdy += s[0];
       sdyx += s[1];
     }
@@ -438,7 +438,7 @@ void dt_bn_pool_channel_terms(const dt_bn_pool_saved *s, const float *dout, int 
     /* g = what ReLU passes back to the argmax; xhat there is xs itself ((xs - 0) * 1, exactly) */
     for (int p0 = 0; p0 < P; p0 += RUN) {
       float t[2];
-      run_grad_sums(t, dy + p0, y + p0, xs + p0, P - p0 < RUN ? P - p0 : RUN, 0.0f, 1.0f, 1);
+      run_grad_sums(t, dy + p0, y + p0, xs + p0, run_at(p0, P), 0.0f, 1.0f, 1);
       sdy += t[0];
       sdyx += t[1];
     }

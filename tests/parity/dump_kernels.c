@@ -95,16 +95,10 @@ static void pool_case(const char *tag, int N, int C, int H, int W, int K, int s,
   free(x), free(dy), free(my), free(mdx), free(ay), free(adx), free(am);
 }
 
-/* "<tag>.<what>" in buf (dump_put has written the name out before the next call reuses it). */
-static const char *tagged(char buf[64], const char *tag, const char *what) {
-  snprintf(buf, 64, "%s.%s", tag, what);
-  return buf;
-}
-
 /* Batch norm over (N, C, H, W) under keys "<tag>.*". */
 static void batchnorm_case(const char *tag, int N, int C, int H, int W) {
   const int HW = H * W;
-  char k[64];
+  char name[64]; /* NAME's */
   const size_t n = (size_t)N * C * HW;
   const float momentum = 0.1f, eps = 1e-5f;
   float *x = randf(n, -2, 3), *gamma = randf(C, 0.5f, 1.5f), *beta = randf(C, -1, 1), *dy = randf(n, -1, 1);
@@ -116,21 +110,21 @@ static void batchnorm_case(const char *tag, int N, int C, int H, int W) {
   dt_batchnorm_forward_train(y, mean, invstd, rm, rv, x, gamma, beta, N, C, HW, momentum, eps);
   dt_batchnorm_backward(dx, dg, dbeta, dy, x, mean, invstd, gamma, N, C, HW);
   dt_batchnorm_forward_eval(ey, x, gamma, beta, rm, rv, N, C, HW, eps);
-  PUTF(tagged(k, tag, "x"), x, N, C, H, W);
-  PUTF(tagged(k, tag, "gamma"), gamma, C);
-  PUTF(tagged(k, tag, "beta"), beta, C);
-  PUTF(tagged(k, tag, "dy"), dy, N, C, H, W);
-  PUTF(tagged(k, tag, "rm0"), rm0, C);
-  PUTF(tagged(k, tag, "rv0"), rv0, C);
-  PUTF(tagged(k, tag, "y"), y, N, C, H, W);
-  PUTF(tagged(k, tag, "mean"), mean, C);
-  PUTF(tagged(k, tag, "invstd"), invstd, C);
-  PUTF(tagged(k, tag, "rm"), rm, C);
-  PUTF(tagged(k, tag, "rv"), rv, C);
-  PUTF(tagged(k, tag, "dx"), dx, N, C, H, W);
-  PUTF(tagged(k, tag, "dgamma"), dg, C);
-  PUTF(tagged(k, tag, "dbeta"), dbeta, C);
-  PUTF(tagged(k, tag, "eval_y"), ey, N, C, H, W);
+  PUTF(NAME("x"), x, N, C, H, W);
+  PUTF(NAME("gamma"), gamma, C);
+  PUTF(NAME("beta"), beta, C);
+  PUTF(NAME("dy"), dy, N, C, H, W);
+  PUTF(NAME("rm0"), rm0, C);
+  PUTF(NAME("rv0"), rv0, C);
+  PUTF(NAME("y"), y, N, C, H, W);
+  PUTF(NAME("mean"), mean, C);
+  PUTF(NAME("invstd"), invstd, C);
+  PUTF(NAME("rm"), rm, C);
+  PUTF(NAME("rv"), rv, C);
+  PUTF(NAME("dx"), dx, N, C, H, W);
+  PUTF(NAME("dgamma"), dg, C);
+  PUTF(NAME("dbeta"), dbeta, C);
+  PUTF(NAME("eval_y"), ey, N, C, H, W);
   free(x), free(gamma), free(beta), free(dy), free(rm0), free(rv0), free(rm), free(rv);
   free(y), free(mean), free(invstd), free(dx), free(dg), free(dbeta), free(ey);
 }

@@ -5,7 +5,7 @@
  *
  * Keys, per model M: M/init/<state_dict name> (the built weights, buffers and num_batches_tracked), M/input,
  * M/labels, M/train/logits, M/train/loss, M/grad/<parameter>, M/after/<buffer or counter>, M/eval/logits,
- * M/eval/loss, and M/relu/NN, the mask (1 where the output is positive, else 0) of the NN-th ReLU the training
+ * M/eval/loss, and M/relu/NNN, the mask (1 where the output is positive, else 0) of the NNN-th ReLU the training
  * forward ran, in the order it ran them (taken from a second training forward with the executor's fusions off,
  * which are checked to give the same logits' bits): the PyTorch side differentiates under these masks, so that a
  * ReLU input within rounding of zero, which either side may round to the other sign, does not move the gradients
@@ -115,12 +115,12 @@ static dt_layer_ops masked;
 static dt_status mask_forward(const dt_layer *l, const dt_layer_io *io, const float *in, float *out) {
   dt_status st = dt_activation_ops.forward(l, io, in, out);
   if (st != DT_OK || !masking) return st;
-  const size_t n = (size_t)io->batch * l->out_numel;
+  const size_t n = dt_layer_out_elems(l, io);
   float *mask = malloc(sizeof(float) * n);
   if (!mask) return DT_OUT_OF_MEMORY;
   for (size_t i = 0; i < n; i++) mask[i] = out[i] > 0.0f ? 1.0f : 0.0f;
   char what[32];
-  snprintf(what, sizeof what, "relu/%02d", n_masks++);
+  snprintf(what, sizeof what, "relu/%03d", n_masks++);
   put_named(masking, what, "f32", mask, 1, (int[]){(int)n});
   free(mask);
   return DT_OK;

@@ -845,6 +845,103 @@ TEST(batchnorm_long_planes_match_double) {
   free(x), free(dy), free(gamma), free(beta), free(y), free(dx), free(mean), free(is), free(dg), free(db);
 }
 
+/* The order the BatchNorm kernels sum a run of n <= 1024 terms in: four 8-lane accumulators take every 32 terms
+ * in turn, then the rest 8 at a time to accumulators 0, 1, 2, the accumulators added (0 + 1) + (2 + 3), their lanes
+ * ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)), then the last n % 8 terms one by one; the runs' sums in double. */
+static double fixed_order_sum(const float *t, int n) {
+  double total = 0.0;
+  for (int i0 = 0; i0 < n; i0 += 1024) {
+    const int len = n - i0 < 1024 ? n - i0 : 1024;
+    float a[4][8] = {{0}}, v[8];
+    int i = 0;
+    for (; i + 32 <= len; i += 32)
+      for (int k = 0; k < 4; k++)
+        for (int l = 0; l < 8; l++) a[k][l] += t[i0 + i + 8 * k + l];
+    for (int k = 0; i + 8 <= len; i += 8, k++)
+      for (int l = 0; l < 8; l++) a[k][l] += t[i0 + i + l];
+    for (int l = 0; l < 8; l++) v[l] = (a[0][l] + a[1][l]) + (a[2][l] + a[3][l]);
+    float s = ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+    for (; i < len; i++) s += t[i0 + i];
+    total += s;
+  }
+  return total;
+}
+
+/* Channel c's terms f(plane value k) over the N planes of n values each, plane by plane, in the kernels' order. */
+typedef float (*term_fn)(const float *const *in, size_t k, float m, float is);
+static double channel_sum(const float *const *in, int N, int C, int c, int n, term_fn f, float m, float is,
+                          float *t) {
+  double s = 0.0;
+  for (int b = 0; b < N; b++) {
+    const size_t off = ((size_t)b * C + c) * (size_t)n;
+    for (int i = 0; i < n; i++) t[i] = f(in, off + (size_t)i, m, is);
+    s += fixed_order_sum(t, n);
+  }
+  return s;
+}
+/* in: {x} for the statistics; {dy, relu output, x} for the BN-ReLU backward; {dy, pooled output, xsel} for the
+ * BN-ReLU-pool's, whose xhat is xsel itself (m 0, is 1: exact). */
+static float term_x(const float *const *in, size_t k, float m, float is) { return (void)m, (void)is, in[0][k]; }
+static float term_sq(const float *const *in, size_t k, float m, float is) {
+  return (void)is, (in[0][k] - m) * (in[0][k] - m);
+}
+static float term_g(const float *const *in, size_t k, float m, float is) {
+  return (void)m, (void)is, in[1][k] > 0.0f ? in[0][k] : 0.0f;
+}
+static float term_gx(const float *const *in, size_t k, float m, float is) {
+  return term_g(in, k, m, is) * ((in[2][k] - m) * is);
+}
+
+/* The statistics of channel c as the kernels compute them: mean and invstd, from the order above. */
+static void fixed_order_stats(const float *x, int N, int C, int c, int HW, float *t, float *m, float *is) {
+  const double M = (double)N * HW;
+  *m = (float)(channel_sum((const float *[]){x}, N, C, c, HW, term_x, 0.0f, 0.0f, t) / M);
+  const double var = channel_sum((const float *[]){x}, N, C, c, HW, term_sq, *m, 0.0f, t) / M;
+  *is = (float)(1.0 / sqrt(var + 1e-5));
+}
+
+/* BatchNorm's statistics and its backward's sums (BN-ReLU, BN-ReLU-pool) equal a scalar sum in the kernels' fixed
+ * order bit for bit: v8 vectors have 8 lanes on every build, so an AVX2 build and an AVX-512 one agree; a
+ * reduction whose order the compiler chooses (omp simd) would not, and fails here on one of the two. Planes of 1,
+ * 7, 25, 33, 1075 and 2500 values: tails alone, the 8-wide rest, whole blocks of 32, and several runs. */
+TEST(batchnorm_sums_in_their_fixed_order) {
+  dt_rng_init(&rng, 29, 0);
+  static const int sides[][2] = {{1, 1}, {1, 7}, {5, 5}, {3, 11}, {43, 25}, {50, 50}, {10, 10}, {66, 66}};
+  for (size_t v = 0; v < sizeof sides / sizeof sides[0]; v++) {
+    const int N = 3, C = 2, H = sides[v][0], W = sides[v][1], HW = H * W, pool = v >= 6, P = (H / 2) * (W / 2);
+    const size_t nx = (size_t)N * C * HW, np = (size_t)N * C * P;
+    float *x = randf(nx, -1.0f, 3.0f), *dy = randf(nx, -1, 1), *gamma = randf(C, 0.5f, 1.5f), *beta = randf(C, -1, 1);
+    float *r = zeros(nx), *dx = zeros(nx), *mean = zeros(C), *is = zeros(C), *dg = zeros(C), *db = zeros(C);
+    float *t = zeros((size_t)HW), *xs = zeros(np);
+    int32_t *am = calloc(np ? np : 1, sizeof(int32_t));
+    if (pool) {
+      dt_bn_relu_maxpool2x2_forward_train(r, am, xs, mean, is, NULL, NULL, x, gamma, beta, N, C, H, W, 0.1f, 1e-5f);
+      dt_bn_relu_maxpool2x2_backward(NULL, dg, db, dy, r, am, xs, x, mean, is, gamma, N, C, H, W);
+    } else {
+      dt_bn_relu_forward_train(r, mean, is, NULL, NULL, x, gamma, beta, N, C, HW, 0.1f, 1e-5f);
+      dt_bn_relu_backward(dx, dg, db, dy, r, x, mean, is, gamma, N, C, HW);
+    }
+    for (int c = 0; c < C; c++) {
+      float m, inv;
+      fixed_order_stats(x, N, C, c, HW, t, &m, &inv);
+      ASSERT(mean[c] == m && is[c] == inv);
+      /* the sums' inputs: the gradient, what the ReLU gave (or the pool), and x (or xsel) */
+      const float *in[3] = {dy, r, pool ? xs : x};
+      const int n = pool ? P : HW;
+      const float mm = pool ? 0.0f : m, ii = pool ? 1.0f : inv;
+      const float want_db = (float)channel_sum(in, N, C, c, n, term_g, mm, ii, t);
+      const float want_dg = (float)channel_sum(in, N, C, c, n, term_gx, mm, ii, t);
+      if (!(db[c] == want_db && dg[c] == want_dg)) {
+        fprintf(stderr, "  %dx%d channel %d: dbeta %.9g (want %.9g), dgamma %.9g (want %.9g)\n", H, W, c, db[c],
+                want_db, dg[c], want_dg);
+        ASSERT(0);
+      }
+    }
+    free(x), free(dy), free(gamma), free(beta), free(r), free(dx), free(mean), free(is), free(dg), free(db);
+    free(t), free(xs), free(am);
+  }
+}
+
 TEST(batchnorm_running_stats) {
   /* one channel, values 1, 2 | 3, 4: mean 2.5, biased var 1.25, unbiased var 5/3 */
   float x[4] = {1, 2, 3, 4}, y[4], mean[1], invstd[1], rm[1] = {0}, rv[1] = {1}, g[1] = {2}, b[1] = {1};
@@ -1154,6 +1251,7 @@ TEST(elementwise) {
 
 TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_grad_threads), TEST_ENTRY(conv2d_direct_grad), TEST_ENTRY(conv2d_one_channel_direct_under_native_bf16), TEST_ENTRY(conv2d_winograd), TEST_ENTRY(conv2d_exact), TEST_ENTRY(conv2d_geom_rejects),
           TEST_ENTRY(pool_grad), TEST_ENTRY(pool_exact), TEST_ENTRY(maxpool_nan_and_ties_both_paths), TEST_ENTRY(maxpool_vector_paths_match_reference), TEST_ENTRY(pool_geom_rejects), TEST_ENTRY(batchnorm_grad),
-          TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(batchnorm_long_planes_match_double), TEST_ENTRY(bn_relu_maxpool_fused_matches_composition), TEST_ENTRY(conv_bn_pool_backward_matches_the_layers), TEST_ENTRY(bn_relu_fused_matches_composition), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
+          TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(batchnorm_long_planes_match_double),
+          TEST_ENTRY(batchnorm_sums_in_their_fixed_order), TEST_ENTRY(bn_relu_maxpool_fused_matches_composition), TEST_ENTRY(conv_bn_pool_backward_matches_the_layers), TEST_ENTRY(bn_relu_fused_matches_composition), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
           TEST_ENTRY(cross_entropy_grad), TEST_ENTRY(cross_entropy_rejects), TEST_ENTRY(topk_correct),
           TEST_ENTRY(dropout), TEST_ENTRY(layernorm_weight_gradient), TEST_ENTRY(elementwise))
