@@ -104,6 +104,35 @@ static int read_summary(const char *dir, run_result *r, char *why, size_t why_ca
   return 0;
 }
 
+/* With skip > 0: train samples/s over the epochs after the first skip (metrics.jsonl, one line per epoch: each
+ * epoch's samples/s weighted by its seconds), in place of the whole run's. 0, or -1 with why. */
+static int read_after_warmup(const char *dir, int skip, double *train_sps, char *why, size_t why_cap) {
+  char path[PATH_MAX + 32], line[4096];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    snprintf(why, why_cap, "cannot read %s: %s", path, strerror(errno));
+    return -1;
+  }
+  double samples = 0, seconds = 0;
+  int epochs = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (!strstr(line, "\"train_samples_per_s\":") || !strstr(line, "\"epoch_seconds\":")) continue;
+    epochs++;
+    if (json_number(line, "epoch") <= skip) continue;
+    const double sec = json_number(line, "epoch_seconds");
+    samples += json_number(line, "train_samples_per_s") * sec;
+    seconds += sec;
+  }
+  fclose(f);
+  if (seconds <= 0) {
+    snprintf(why, why_cap, "%s has %d epoch(s): none after the %d --skip-epochs leaves out", path, epochs, skip);
+    return -1;
+  }
+  *train_sps = samples / seconds;
+  return 0;
+}
+
 /* The last non-empty line of a log file (a child's own error line), or "". */
 static void last_line(const char *path, char *out, size_t cap) {
   out[0] = '\0';
@@ -241,8 +270,9 @@ static void start_run(const job *j, strategy s, int k, child *c) {
   c->err = c->pid < 0 ? errno : 0;
 }
 
-/* Waits for a started run: 0 and *r filled, or -1 after printing the error line unless quiet. */
-static int finish_run(const child *c, run_result *r, int quiet) {
+/* Waits for a started run: 0 and *r filled (train samples/s after skip epochs), or -1 after printing the error
+ * line unless quiet. */
+static int finish_run(const child *c, int skip, run_result *r, int quiet) {
   char tail[512], why[PATH_MAX + 128];
   int status = c->pid < 0 ? -1 : wait_child(c->pid);
   if (quiet && (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)) return -1;
@@ -260,7 +290,8 @@ static int finish_run(const child *c, run_result *r, int quiet) {
               *tail ? ": " : "", tail);
     return -1;
   }
-  if (read_summary(c->out_dir, r, why, sizeof why) != 0) {
+  if (read_summary(c->out_dir, r, why, sizeof why) != 0 ||
+      (skip > 0 && read_after_warmup(c->out_dir, skip, &r->train_sps, why, sizeof why) != 0)) {
     if (!quiet) fprintf(stderr, "\ndtrain: bench scaling: '%s': %s\n", c->cmd, why);
     return -1;
   }
@@ -283,7 +314,7 @@ static int run_one(const job *j, strategy s, int k, run_result *r) {
   double train = 0, infer = 0;
   for (int i = 0; i < n; i++) { /* every child is waited for, also after a failure; the first one is told */
     run_result ri;
-    const int failed = finish_run(&c[i], &ri, rc != 0) != 0;
+    const int failed = finish_run(&c[i], j->a->skip_epochs, &ri, rc != 0) != 0;
     /* read: its outputs (weights, metrics) would pile up in TMPDIR round after round */
     nftw(c[i].out_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     remove(c[i].log);
@@ -465,6 +496,9 @@ int bench_scaling_run(const bench_scaling_args *a) {
   printf("# %s%s%s on %s, %d epoch(s), %s train samples, batch %d per worker, %d thread(s) per worker\n", j.model,
          a->hidden ? " " : "", a->hidden ? a->hidden : "", a->data ? a->data : "the default data", j.epochs, samples,
          j.batch, j.threads);
+  if (a->skip_epochs > 0)
+    printf("# train samples/s over the epochs after the first %d of %d (--skip-epochs: the warm-up left out); the "
+           "other columns over the whole run\n", a->skip_epochs, j.epochs);
   print_cpu_line(stdout);
   print_cpu_speeds(stdout, "at the start");
   printf("# speedup: train samples/s over 'single' (one worker); efficiency = speedup / workers; ddp: rank 0's\n"

@@ -9,6 +9,7 @@ typedef struct bench_scaling_args {
   const char *data;       /* dataset name or IDX directory; NULL: train's default */
   int max_workers;        /* largest worker count; 0: online cores / threads_per_worker (at least 1) */
   int epochs;             /* 0: 1 */
+  int skip_epochs;        /* > 0: train samples/s over the epochs after these (warm-up left out); < epochs */
   long long limit_train;  /* training samples; 0: all */
   int batch_size;         /* samples per worker per step (dp gets workers x this); 0: 64 */
   int threads_per_worker; /* compute threads of each worker; 0: 1 */

@@ -1217,8 +1217,8 @@ static int cmd_bench_allreduce(const flag_args *p) {
 }
 
 typedef enum scaling_flag {
-  SCALING_MODEL, SCALING_HIDDEN, SCALING_DATA, SCALING_MAX_WORKERS, SCALING_EPOCHS, SCALING_LIMIT_TRAIN,
-  SCALING_BATCH_SIZE, SCALING_THREADS_PER_WORKER, SCALING_REPS, SCALING_COUNT
+  SCALING_MODEL, SCALING_HIDDEN, SCALING_DATA, SCALING_MAX_WORKERS, SCALING_EPOCHS, SCALING_SKIP_EPOCHS,
+  SCALING_LIMIT_TRAIN, SCALING_BATCH_SIZE, SCALING_THREADS_PER_WORKER, SCALING_REPS, SCALING_COUNT
 } scaling_flag;
 
 static const flag_spec scaling_flags[SCALING_COUNT] = {
@@ -1230,6 +1230,10 @@ static const flag_spec scaling_flags[SCALING_COUNT] = {
     [SCALING_MAX_WORKERS] = {"--max-workers", "N", FLAG_POS_INT, "cores / --threads-per-worker, at most 64", "2",
                              .help = "largest worker count (at most 64)"},
     [SCALING_EPOCHS] = {"--epochs", "N", FLAG_POS_INT, "1", "1", .help = "epochs of every run"},
+    [SCALING_SKIP_EPOCHS] = {"--skip-epochs", "N", FLAG_NONNEG_INT, "0: every epoch counts", "1",
+                             .help = "train samples/s over the epochs after the first N only (less than --epochs): "
+                                     "the first steps' one-time costs (kernels' set-up, first touches of memory, "
+                                     "files read cold) weigh more in a run whose workers take fewer steps"},
     [SCALING_LIMIT_TRAIN] = {"--limit-train", "N", FLAG_POS_I64, "all", "12800",
                              .help = "training samples of every run"},
     [SCALING_BATCH_SIZE] = {"--batch-size", "N", FLAG_POS_INT, "64", "64",
@@ -1260,6 +1264,10 @@ static int cmd_bench_scaling(const flag_args *p) {
   a.data = v[SCALING_DATA].raw;
   a.max_workers = (int)v[SCALING_MAX_WORKERS].i;
   a.epochs = (int)v[SCALING_EPOCHS].i;
+  a.skip_epochs = (int)v[SCALING_SKIP_EPOCHS].i;
+  if (a.skip_epochs > 0 && a.skip_epochs >= (a.epochs > 0 ? a.epochs : 1))
+    return flags_usage_error(p->prog, "e.g. --epochs 2 --skip-epochs 1", "--skip-epochs %d leaves no epoch of %d",
+                             a.skip_epochs, a.epochs > 0 ? a.epochs : 1);
   a.limit_train = v[SCALING_LIMIT_TRAIN].i;
   a.batch_size = (int)v[SCALING_BATCH_SIZE].i;
   a.threads_per_worker = (int)v[SCALING_THREADS_PER_WORKER].i;

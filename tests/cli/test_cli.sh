@@ -273,6 +273,23 @@ awk -v s="${speedup%x}" -v w="${want%x}" 'BEGIN { d = s - w; exit !(s != "" && d
   fail "bench scaling --reps 3: dp x1 speedup '$speedup', medians give '$want'"
 usage "dtrain bench scaling: --reps 65: at most 64 rounds (e.g. --reps 5)" bench scaling --reps 65
 
+# --skip-epochs: train samples/s over the later epochs (each run's metrics.jsonl), said in a header line; it must
+# leave an epoch
+"$DTRAIN" bench scaling --model mlp --hidden 16 --max-workers 1 --limit-train 320 --batch-size 32 --epochs 2 \
+  --skip-epochs 1 -- --limit-test 100 >"$tmp/skip.out" 2>"$tmp/skip.err" ||
+  fail "bench scaling --skip-epochs 1 failed: $(tail -3 "$tmp/skip.err")"
+grep -q "^# train samples/s over the epochs after the first 1 of 2 (--skip-epochs" "$tmp/skip.out" ||
+  fail "bench scaling --skip-epochs: no header line: $(head -3 "$tmp/skip.out")"
+for row in "single 1" "ddp 1" "dp 1"; do
+  set -- $row
+  awk -v s="$1" -v w="$2" '$1 == s && $2 == w && $4 > 0 { found = 1 } END { exit !found }' "$tmp/skip.out" ||
+    fail "bench scaling --skip-epochs: no '$row' row: $(cat "$tmp/skip.out")"
+done
+usage "dtrain bench scaling: --skip-epochs 1 leaves no epoch of 1 (e.g. --epochs 2 --skip-epochs 1)" bench scaling \
+  --skip-epochs 1
+usage "dtrain bench scaling: --skip-epochs 3 leaves no epoch of 2 (e.g. --epochs 2 --skip-epochs 1)" bench scaling \
+  --epochs 2 --skip-epochs 3
+
 # Ctrl-C: stops at a step boundary, writes metrics and weights, exits 130
 "$DTRAIN" train --model mlp --hidden 32 --epochs 1000 --batch-size 50 --limit-train 2000 --limit-test 200 \
   --threads 2 --out "$tmp/int" --progress none >"$tmp/int.out" 2>"$tmp/int.err" &
