@@ -107,7 +107,7 @@ static int read_summary(const char *dir, run_result *r, char *why, size_t why_ca
 /* With skip > 0: train samples/s over the epochs after the first skip (metrics.jsonl, one line per epoch: each
  * epoch's samples/s weighted by its seconds), in place of the whole run's. 0, or -1 with why. */
 static int read_after_warmup(const char *dir, int skip, double *train_sps, char *why, size_t why_cap) {
-  char path[PATH_MAX + 32], line[4096];
+  char path[PATH_MAX + 32], line[16384]; /* an epoch's line: about 400 bytes, more with many metrics */
   snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
   FILE *f = fopen(path, "r");
   if (!f) {
