@@ -209,9 +209,9 @@ static int widths_case(void (*set_wide)(int), int (*applies)(const dt_conv2d_geo
 }
 
 /* The direct 3x3 stride-1 pad-1 kernels (conv3x3.c) take widths >= 8: forward by vectors of 8 along a row (16
- * with AVX-512 on rows of 16 and more; the last two overlapping when the width is not a multiple of the vector), weight gradient likewise, the overlapped lanes of
- * the last vector masked off (samples grouped to 64 vectors), input gradient as the direct forward of the
- * transposed convolution (9+ channels). */
+ * with AVX-512 on rows of 16 and more; the last two overlapping when the width is not a multiple of the vector),
+ * weight gradient likewise, the overlapped lanes of the last vector masked off (samples grouped to 64 vectors),
+ * input gradient as the direct forward of the transposed convolution (9+ channels). */
 TEST(conv2d_direct_grad) {
   dt_rng_init(&rng, 13, 0);
   for (int t = 1; t <= 3; t += 2) {
@@ -1252,6 +1252,8 @@ TEST(elementwise) {
 TEST_MAIN(TEST_ENTRY(linear_grad), TEST_ENTRY(conv2d_grad), TEST_ENTRY(conv2d_grad_threads), TEST_ENTRY(conv2d_direct_grad), TEST_ENTRY(conv2d_one_channel_direct_under_native_bf16), TEST_ENTRY(conv2d_winograd), TEST_ENTRY(conv2d_exact), TEST_ENTRY(conv2d_geom_rejects),
           TEST_ENTRY(pool_grad), TEST_ENTRY(pool_exact), TEST_ENTRY(maxpool_nan_and_ties_both_paths), TEST_ENTRY(maxpool_vector_paths_match_reference), TEST_ENTRY(pool_geom_rejects), TEST_ENTRY(batchnorm_grad),
           TEST_ENTRY(batchnorm_running_stats), TEST_ENTRY(batchnorm_long_planes_match_double),
-          TEST_ENTRY(batchnorm_sums_in_their_fixed_order), TEST_ENTRY(bn_relu_maxpool_fused_matches_composition), TEST_ENTRY(conv_bn_pool_backward_matches_the_layers), TEST_ENTRY(bn_relu_fused_matches_composition), TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
+          TEST_ENTRY(batchnorm_sums_in_their_fixed_order), TEST_ENTRY(bn_relu_maxpool_fused_matches_composition),
+          TEST_ENTRY(conv_bn_pool_backward_matches_the_layers), TEST_ENTRY(bn_relu_fused_matches_composition),
+          TEST_ENTRY(activation_grad), TEST_ENTRY(softmax_grad),
           TEST_ENTRY(cross_entropy_grad), TEST_ENTRY(cross_entropy_rejects), TEST_ENTRY(topk_correct),
           TEST_ENTRY(dropout), TEST_ENTRY(layernorm_weight_gradient), TEST_ENTRY(elementwise))
