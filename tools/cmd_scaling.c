@@ -104,8 +104,10 @@ static int read_summary(const char *dir, run_result *r, char *why, size_t why_ca
   return 0;
 }
 
-/* With skip > 0: train samples/s over the epochs after the first skip (metrics.jsonl, one line per epoch: each
- * epoch's samples/s weighted by its seconds), in place of the whole run's. 0, or -1 with why. */
+/* With skip > 0: train samples/s over the epochs after the first skip (metrics.jsonl, one line per epoch), in place
+ * of the whole run's. Every epoch of a run takes the same samples, so the epochs' rates combine harmonically: their
+ * count over the sum of 1 / rate (not weighted by epoch_seconds, whose three decimals read 0 for an epoch of a
+ * small model). 0, or -1 with why. */
 static int read_after_warmup(const char *dir, int skip, double *train_sps, char *why, size_t why_cap) {
   char path[PATH_MAX + 32], line[16384]; /* an epoch's line: about 400 bytes, more with many metrics */
   snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
@@ -114,22 +116,27 @@ static int read_after_warmup(const char *dir, int skip, double *train_sps, char 
     snprintf(why, why_cap, "cannot read %s: %s", path, strerror(errno));
     return -1;
   }
-  double samples = 0, seconds = 0;
-  int epochs = 0;
+  double inverse = 0;
+  int epochs = 0, counted = 0;
   while (fgets(line, sizeof line, f)) {
-    if (!strstr(line, "\"train_samples_per_s\":") || !strstr(line, "\"epoch_seconds\":")) continue;
+    if (!strstr(line, "\"train_samples_per_s\":")) continue;
     epochs++;
     if (json_number(line, "epoch") <= skip) continue;
-    const double sec = json_number(line, "epoch_seconds");
-    samples += json_number(line, "train_samples_per_s") * sec;
-    seconds += sec;
+    const double sps = json_number(line, "train_samples_per_s");
+    if (!(sps > 0)) {
+      snprintf(why, why_cap, "%s: epoch %.0f has train_samples_per_s %g", path, json_number(line, "epoch"), sps);
+      fclose(f);
+      return -1;
+    }
+    inverse += 1.0 / sps;
+    counted++;
   }
   fclose(f);
-  if (seconds <= 0) {
+  if (!counted) {
     snprintf(why, why_cap, "%s has %d epoch(s): none after the %d --skip-epochs leaves out", path, epochs, skip);
     return -1;
   }
-  *train_sps = samples / seconds;
+  *train_sps = counted / inverse;
   return 0;
 }
 
