@@ -21,6 +21,7 @@
 #include "cmd_scaling.h"
 #include "cpu_line.h"
 #include "cpu_speed.h"
+#include "run_metrics.h"
 
 #define MAX_ARGS 96 /* the runs' own flags and the extra ones after -- */
 #define NUM_LEN 24
@@ -65,15 +66,6 @@ typedef struct run_result {
   double cpu_per_wall;               /* rank 0's CPU seconds / wall seconds: below its threads = the cores were shared */
 } run_result;
 
-/* The number after "key": in a flat JSON object; 0 when absent. */
-static double json_number(const char *text, const char *key) {
-  char pat[64];
-  snprintf(pat, sizeof pat, "\"%s\":", key);
-  const char *p = strstr(text, pat);
-  if (!p) return 0;
-  return strtod(p + strlen(pat), NULL);
-}
-
 static int read_summary(const char *dir, run_result *r, char *why, size_t why_cap) {
   char path[PATH_MAX + 32], text[4096];
   snprintf(path, sizeof path, "%s/summary.json", dir);
@@ -101,42 +93,6 @@ static int read_summary(const char *dir, run_result *r, char *why, size_t why_ca
   double wall = json_number(text, "wall_seconds");
   r->cpu_per_wall =
       wall > 0 ? (json_number(text, "cpu_user_seconds") + json_number(text, "cpu_sys_seconds")) / wall : 0;
-  return 0;
-}
-
-/* With skip > 0: train samples/s over the epochs after the first skip (metrics.jsonl, one line per epoch), in place
- * of the whole run's. Every epoch of a run takes the same samples, so the epochs' rates combine harmonically: their
- * count over the sum of 1 / rate (not weighted by epoch_seconds, whose three decimals read 0 for an epoch of a
- * small model). 0, or -1 with why. */
-static int read_after_warmup(const char *dir, int skip, double *train_sps, char *why, size_t why_cap) {
-  char path[PATH_MAX + 32], line[16384]; /* an epoch's line: about 400 bytes, more with many metrics */
-  snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-  FILE *f = fopen(path, "r");
-  if (!f) {
-    snprintf(why, why_cap, "cannot read %s: %s", path, strerror(errno));
-    return -1;
-  }
-  double inverse = 0;
-  int epochs = 0, counted = 0;
-  while (fgets(line, sizeof line, f)) {
-    if (!strstr(line, "\"train_samples_per_s\":")) continue;
-    epochs++;
-    if (json_number(line, "epoch") <= skip) continue;
-    const double sps = json_number(line, "train_samples_per_s");
-    if (!(sps > 0)) {
-      snprintf(why, why_cap, "%s: epoch %.0f has train_samples_per_s %g", path, json_number(line, "epoch"), sps);
-      fclose(f);
-      return -1;
-    }
-    inverse += 1.0 / sps;
-    counted++;
-  }
-  fclose(f);
-  if (!counted) {
-    snprintf(why, why_cap, "%s has %d epoch(s): none after the %d --skip-epochs leaves out", path, epochs, skip);
-    return -1;
-  }
-  *train_sps = counted / inverse;
   return 0;
 }
 
