@@ -101,6 +101,13 @@ typedef struct shm_backend {
  * its buffer (dt_shm_place; 0 for none), waits for every rank and checks that
  * all run the same collective. */
 dt_status dt_shm_sync(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig, uint64_t place);
+/* The two halves of a sync without its signature: dt_shm_post arrives at the next sync (its number returned; what
+ * this rank wrote before is then visible to whoever waits for it) and goes on; dt_shm_wait waits until every rank
+ * has arrived at sync v, checking abort, liveness and the deadline. Every rank posts as many as the others. */
+uint64_t dt_shm_post(shm_backend *b);
+dt_status dt_shm_wait(shm_backend *b, const dt_coll *c, uint64_t v);
+/* Whether every rank has arrived at sync v, without waiting. */
+int dt_shm_arrived(const shm_backend *b, uint64_t v);
 /* Rank r's share of m elements of es bytes among n ranks, in whole 64-byte units. */
 void dt_shm_share_of(size_t m, size_t es, int n, int r, size_t *off, size_t *len);
 /* Creates a segment named name (a stem; a pid and nonce are appended, name has cap bytes) of bytes, its pages

@@ -148,15 +148,24 @@ static dt_status wait_all(shm_backend *b, const dt_coll *c, uint64_t v) {
   }
 }
 
-dt_status dt_shm_sync(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig, uint64_t place) {
+uint64_t dt_shm_post(shm_backend *b) {
   uint64_t v = b->syncs + 1;
-  shm_ctrl *me = &b->ctrl[b->base.rank];
-  me->sig[v & 1] = *sig;
-  me->place[v & 1] = place;
-  atomic_store_explicit(&me->arrive, v, memory_order_release);
+  atomic_store_explicit(&b->ctrl[b->base.rank].arrive, v, memory_order_release);
   atomic_thread_fence(memory_order_seq_cst);
   if (atomic_load_explicit(&b->hdr->sleepers, memory_order_relaxed) > 0) wake_all(b);
   b->syncs = v;
+  return v;
+}
+
+dt_status dt_shm_wait(shm_backend *b, const dt_coll *c, uint64_t v) { return wait_all(b, c, v); }
+
+int dt_shm_arrived(const shm_backend *b, uint64_t v) { return all_arrived(b, v); }
+
+dt_status dt_shm_sync(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig, uint64_t place) {
+  shm_ctrl *me = &b->ctrl[b->base.rank];
+  me->sig[(b->syncs + 1) & 1] = *sig;
+  me->place[(b->syncs + 1) & 1] = place;
+  const uint64_t v = dt_shm_post(b);
   DT_CHECK(wait_all(b, c, v));
   /* sig[v%2] of a peer that reached v stays intact until we reach v+1. */
   for (int j = 0; j < b->base.size; j++)

@@ -15,13 +15,14 @@
  *
  * The all-reduce in place at the same place of one region on every rank
  * needs no slots. At its first sync every rank's input is final; then, in
- * chunks of the slot size, rank r sums its share of a chunk from every rank's
- * memory into its own (in rank order, as the slot path does: the same bits;
- * divided there for DT_AVG) while it copies the other shares of the chunk
- * before from their owners, a sync per chunk. After the last sync nobody reads
- * r's memory any more, so the caller may change it. Per rank and byte, with 2
- * ranks, that is 2.5 passes over memory against the slot pipeline's 5.5 (copy
- * in, reduce, copy out), in the same number of syncs.
+ * chunks of the slot size, rank r sums its share of each chunk from every
+ * rank's memory into its own (in rank order, as the slot path does: the same
+ * bits; divided there for DT_AVG) and posts that it did (a sync's arrival
+ * without its wait), and copies the other shares of a chunk from their owners
+ * once they have posted it. After the last sync nobody reads r's memory any
+ * more, so the caller may change it. Per rank and byte, with 2 ranks, that is
+ * 2.5 passes over memory against the slot pipeline's 5.5 (copy in, reduce,
+ * copy out), and no rank waits for another before its own reductions are done.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -293,6 +294,9 @@ static void copy_theirs(const shm_backend *b, const shm_region *r, size_t at, co
   }
 }
 
+/* Elements in chunk s of count elements cut in chunks of per. */
+static size_t chunk_len(size_t count, size_t per, size_t s) { return count - s * per < per ? count - s * per : per; }
+
 /* Elements of a sharded all-reduce reduced at a time: the block, and the parameters and state the caller updates
  * from it, stay in L1. */
 #define SHARD_BLOCK 4096
@@ -326,20 +330,26 @@ dt_status dt_shm_allreduce_shared(shm_backend *b, const dt_coll *c, const dt_col
   if (c->kind == DT_COLL_ALLREDUCE_SHARDS && c->dtype == DT_F32 && c->shard_done)
     return shards_shared(b, r, at, c, sig, es);
   const size_t per = b->half / es, chunks = (c->count + per - 1) / per;
-  /* In chunks of the slot size, pipelined: in step s this rank reduces its share of chunk s and copies the
-   * others' shares of chunk s - 1 (reduced by their owners in step s - 1), then a sync. Nobody writes what
-   * another rank reads in the same step; after the last sync nobody reads this rank's memory any more. */
-  for (size_t s = 0; s <= chunks; s++) {
-    if (s >= 1) {
-      const size_t c0 = (s - 1) * per;
-      copy_theirs(b, r, at, c, es, c0, c->count - c0 < per ? c->count - c0 : per);
-    }
-    if (s < chunks) {
-      const size_t c0 = s * per;
-      reduce_mine(b, r, at, c, es, c0, c->count - c0 < per ? c->count - c0 : per);
-    }
-    DT_CHECK(dt_shm_sync(b, c, sig, 0));
+  /* In chunks of the slot size: this rank reduces its share of each chunk and says so (a post, no wait), then
+   * copies the others' shares of every chunk their owners have said they reduced; once its own are done, it waits
+   * for the rest. Each rank goes at its own pace: one whose communication thread shares a CPU with backward does
+   * its reductions whenever it runs, not in step with the others (a sync per chunk made every chunk wait for every
+   * rank's thread to be scheduled), while ranks that run at once copy each chunk soon after its owners wrote it.
+   * Nobody writes what another reads before it is read: rank j's share of chunk s is copied into this rank's memory
+   * after j has reduced it, reading its input there. After the last sync nobody reads this rank's memory. */
+  const uint64_t v0 = b->syncs;
+  size_t copied = 0;
+  for (size_t s = 0; s < chunks; s++) {
+    reduce_mine(b, r, at, c, es, s * per, chunk_len(c->count, per, s));
+    dt_shm_post(b);
+    for (; copied <= s && dt_shm_arrived(b, v0 + copied + 1); copied++)
+      copy_theirs(b, r, at, c, es, copied * per, chunk_len(c->count, per, copied));
   }
+  for (; copied < chunks; copied++) {
+    DT_CHECK(dt_shm_wait(b, c, v0 + copied + 1));
+    copy_theirs(b, r, at, c, es, copied * per, chunk_len(c->count, per, copied));
+  }
+  DT_CHECK(dt_shm_sync(b, c, sig, 0));
   b->shared_allreduces++;
   return DT_OK;
 }
