@@ -10,14 +10,20 @@
  *   async grad           the gradient all-reduce with a work handle, then
  *                        dt_work_wait: what a DDP bucket launched from backward does
  *   stop + async         both, in dtrain train --strategy ddp's order
+ *   async beside work    the gradient all-reduce launched first, then the work, then
+ *                        dt_work_wait: a bucket all-reduced while the rest of backward runs
  *
  * Rank 0 prints mean, median and p90 microseconds per step of each pattern
  * (the second of two passes; the first is warm-up). Run it under a launcher:
- *   dtrun --standalone --nproc-per-node 2 -- build/bench/ddp_step_probe [STEPS [WORK_US [NUMEL]]]
+ *   dtrun --standalone --nproc-per-node 2 -- build/bench/ddp_step_probe [STEPS [WORK_US [NUMEL [shared]]]]
+ * The work is a fixed amount of computation (WORK_US as timed alone at the start), so a communication thread that
+ * takes the CPU from it makes the step longer, as it does backward. With `shared` the gradient lies in memory the
+ * ranks share (dt_group_share), as DDP's gradient arena does on one host: the shm backend then reduces it in place.
  * A bench, not a test: it asserts nothing. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dtrain/dtrain.h"
 
@@ -26,15 +32,35 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static void busy_us(double us) {
-  const double until = dt_time_now() + us * 1e-6;
-  while (dt_time_now() < until) {
+static double iters_per_us;
+static volatile double sink;
+
+/* A fixed amount of work: n dependent multiply-adds. */
+static void work_iters(long n) {
+  double x = sink;
+  for (long i = 0; i < n; i++) x = x * 0.999999 + 1e-7;
+  sink = x;
+}
+
+static void calibrate(void) {
+  long n = 1 << 16;
+  for (;;) {
+    const double t0 = dt_time_now();
+    work_iters(n);
+    const double us = (dt_time_now() - t0) * 1e6;
+    if (us > 20000) {
+      iters_per_us = (double)n / us;
+      return;
+    }
+    n *= 2;
   }
 }
 
-enum { WORK_ONLY, BLOCKING, STOP_BLOCKING, ASYNC, STOP_ASYNC, N_PATTERNS };
+static void busy_us(double us) { work_iters((long)(us * iters_per_us)); }
+
+enum { WORK_ONLY, BLOCKING, STOP_BLOCKING, ASYNC, STOP_ASYNC, OVERLAP, N_PATTERNS };
 static const char *const names[N_PATTERNS] = {"work only", "blocking grad", "stop + blocking grad", "async grad",
-                                              "stop + async grad (dtrain)"};
+                                              "stop + async grad (dtrain)", "async beside work"};
 
 #define TRY(call)                 \
   do {                            \
@@ -44,6 +70,14 @@ static const char *const names[N_PATTERNS] = {"work only", "blocking grad", "sto
 
 static dt_status step(dt_group *g, int pattern, double work_us, float *grad, size_t numel) {
   int32_t stop = 0;
+  if (pattern == OVERLAP) {
+    dt_work *w = NULL;
+    TRY(dt_allreduce(g, grad, grad, numel, DT_F32, DT_AVG, &w));
+    busy_us(work_us);
+    dt_status st = dt_work_wait(w, 0);
+    dt_work_free(w);
+    return st;
+  }
   if (pattern == STOP_BLOCKING || pattern == STOP_ASYNC) TRY(dt_allreduce(g, &stop, &stop, 1, DT_I32, DT_MAX, NULL));
   busy_us(work_us);
   if (pattern == BLOCKING || pattern == STOP_BLOCKING) TRY(dt_allreduce(g, grad, grad, numel, DT_F32, DT_AVG, NULL));
@@ -61,10 +95,12 @@ int main(int argc, char **argv) {
   const int steps = argc > 1 ? atoi(argv[1]) : 5000;
   const double work_us = argc > 2 ? atof(argv[2]) : 7.0;
   const long numel = argc > 3 ? atol(argv[3]) : 21;
-  if (steps < 1 || work_us < 0 || numel < 1) {
-    fprintf(stderr, "usage: ddp_step_probe [STEPS [WORK_US [NUMEL]]] (under dtrun or torchrun)\n");
+  const int shared = argc > 4 && strcmp(argv[4], "shared") == 0;
+  if (steps < 1 || work_us < 0 || numel < 1 || (argc > 4 && !shared) || argc > 5) {
+    fprintf(stderr, "usage: ddp_step_probe [STEPS [WORK_US [NUMEL [shared]]]] (under dtrun or torchrun)\n");
     return 2;
   }
+  calibrate();
   dt_group_options o;
   dt_group_options_default(&o);
   dt_group *g = NULL;
@@ -72,12 +108,19 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ddp_step_probe: %s\n", dt_last_error());
     return 1;
   }
-  float *grad = calloc((size_t)numel, sizeof *grad);
+  float *grad = NULL;
+  if (shared && dt_group_share(g, (size_t)numel * sizeof *grad, (void **)&grad) != DT_OK) {
+    fprintf(stderr, "ddp_step_probe: shared: %s\n", dt_last_error());
+    dt_group_destroy(g);
+    return 1;
+  }
+  if (!shared) grad = calloc((size_t)numel, sizeof *grad);
   double *t = malloc(sizeof *t * (size_t)steps);
   int rc = grad && t ? 0 : 1;
   if (dt_group_rank(g) == 0)
-    printf("# %d ranks (%s), %d steps of %.1f us busy work, gradient of %ld floats; us per step\n%-28s %8s %8s %8s\n",
-           dt_group_size(g), dt_group_backend(g), steps, work_us, numel, "pattern", "mean", "median", "p90");
+    printf("# %d ranks (%s), %d steps of %.1f us busy work, gradient of %ld floats%s; us per step\n%-28s %8s %8s %8s\n",
+           dt_group_size(g), dt_group_backend(g), steps, work_us, numel, shared ? " (shared memory)" : "", "pattern",
+           "mean", "median", "p90");
   for (int p = 0; rc == 0 && p < N_PATTERNS; p++) {
     for (int pass = 0; rc == 0 && pass < 2; pass++) {
       if (dt_barrier(g, NULL) != DT_OK) rc = 1;
@@ -96,7 +139,13 @@ int main(int argc, char **argv) {
   }
   if (rc) fprintf(stderr, "ddp_step_probe: %s\n", dt_last_error());
   free(t);
-  free(grad);
-  dt_group_destroy(g);
+  if (shared) {
+    dt_group_unshare(g, grad);
+    dt_group_destroy(g);
+    dt_shared_free(grad, (size_t)numel * sizeof *grad);
+  } else {
+    free(grad);
+    dt_group_destroy(g);
+  }
   return rc;
 }
