@@ -14,7 +14,9 @@
  * Output: <out_dir>/tensors.bin (raw little-endian) and <out_dir>/index.txt,
  * one line per tensor: "<key> <f32|i32|i64> <ndim> <dims...> <byte offset>".
  * Keys: init/<state_dict name>, input, labels, train/logits, train/loss,
- * grad/<param name>, after/<buffer name>, eval/logits, losses. */
+ * grad/<param name>, after/<buffer name>, eval/logits, losses; and for
+ * fashioncnn in f32, relu/NNN: the mask of each ReLU's output in the order the
+ * training forward ran them (relu_masks.h), for PyTorch to rectify with. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@
 
 #define TOOL_NAME "dump_model"
 #include "tool_try.h"
+#include "relu_masks.h"
 
 typedef struct dump {
   FILE *bin, *idx;
@@ -75,7 +78,18 @@ static int put_grads(dump *d, dt_model *m) {
   return 0;
 }
 
-static int run_grad(dump *d, dt_model *m, int batch) {
+/* The ReLU masks (relu_masks.h) as relu/NNN into mask_dump. */
+static dump *mask_dump;
+
+static int put_mask(int index, const float *mask, size_t n) {
+  char key[32];
+  snprintf(key, sizeof key, "relu/%03d", index);
+  const int64_t shape[1] = {(int64_t)n};
+  return put_f32(mask_dump, key, 1, shape, mask);
+}
+
+/* With masks: also the training forward's ReLU masks (f32 only: under autocast the PyTorch side keeps its own). */
+static int run_grad(dump *d, dt_model *m, int batch, int masks) {
   const int classes = 10;
   float *x = malloc(sizeof(float) * (size_t)batch * 784), *dlogits = malloc(sizeof(float) * (size_t)batch * classes);
   int32_t *labels = malloc(sizeof(int32_t) * (size_t)batch);
@@ -93,12 +107,18 @@ static int run_grad(dump *d, dt_model *m, int batch) {
   TRY("forward", dt_model_forward(m, x, batch, &y));
   TRY("loss", dt_loss_cross_entropy(y, labels, batch, classes, 0.0f, &loss, dlogits));
   if (put_f32(d, "train/logits", 2, os, y) || put_f32(d, "train/loss", 0, NULL, &loss)) return 1;
+  float *train_logits = malloc(sizeof(float) * (size_t)batch * classes);
+  if (!train_logits) return 1;
+  memcpy(train_logits, y, sizeof(float) * (size_t)batch * classes);
   dt_model_zero_grad(m);
   TRY("backward", dt_model_backward(m, dlogits));
   if (put_grads(d, m) || put_state(d, m, "after", 1)) return 1;
   dt_model_set_training(m, 0);
   TRY("eval forward", dt_model_forward(m, x, batch, &y));
   if (put_f32(d, "eval/logits", 2, os, y)) return 1;
+  mask_dump = d;
+  if (masks && relu_masks_put(m, batch, classes, x, train_logits, put_mask)) return 1;
+  free(train_logits);
   free(x);
   free(dlogits);
   free(labels);
@@ -196,12 +216,13 @@ int main(int argc, char **argv) {
   else
     TRY("zoo", dt_model_zoo_new("fashioncnn", &cfg, &m));
   TRY("build", dt_model_build(m, batch, 1234));
-  if (!sgd && argc > 4) {
+  const int amp_on = !sgd && argc > 4;
+  if (amp_on) {
     dt_amp amp;
     TRY("amp", dt_amp_parse(argv[4], &amp));
     TRY("amp", dt_model_ctx_set_amp(m, dt_model_default_ctx(m), amp));
   }
-  int rc = sgd ? run_sgd(&d, m, argv[3], argv[4], atoi(argv[5]), batch) : run_grad(&d, m, batch);
+  int rc = sgd ? run_sgd(&d, m, argv[3], argv[4], atoi(argv[5]), batch) : run_grad(&d, m, batch, !avgpool && !amp_on);
   dt_model_free(m);
   if (fclose(d.bin) != 0 || fclose(d.idx) != 0) rc = 1;
   return rc;

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Parity of dtrain's fashioncnn with PyTorch: logits, loss, every gradient, BN statistics, eval logits; then 20 SGD steps.
-The same single-step checks for a small model of AvgPool2d layers.
+The same single-step checks for a small model of AvgPool2d layers. fashioncnn's training step rectifies with
+dtrain's ReLU masks, where PyTorch's own may differ only at inputs within rounding of zero (relu_masks.py).
 
 dtrain's dump_model tool builds the model, writes its initial weights, the inputs
 and its results; we load the same weights into the equivalent torch module and
@@ -19,6 +20,8 @@ try:
 except ImportError as e:  # optional dependency
     print(f"skipped: {e}")
     sys.exit(77)
+
+from relu_masks import check_flips, mask_relus, relu_masks  # noqa: E402 (after the check for torch)
 
 BUILD = os.environ.get("DT_BUILD_DIR", "build")
 TOOL = os.path.join(BUILD, "tests", "dump_model")
@@ -120,7 +123,16 @@ def grad_parity(tmp, mode="grad", cls=FashionCNN):
     x = torch.from_numpy(t["input"])
     y = torch.from_numpy(t["labels"]).long()
     m.train()
+    # fashioncnn's training step rectifies with dtrain's ReLU masks (relu_masks.py); the pooling model has none.
+    masks = relu_masks(t)
+    state = mask_relus(m, masks) if masks else None
     logits = m(x)
+    if state:
+        state["masks"] = None
+        check_flips(mode + "/", masks, state["calls"], failures)
+    elif cls is FashionCNN:
+        failures.append("grad/relu masks: none from dump_model")
+        print("FAIL grad/relu masks: none from dump_model")
     loss = nn.functional.cross_entropy(logits, y)
     loss.backward()
     # f32 both sides; conv (im2col + GEMM vs. mkldnn/direct) and GEMMs sum in
