@@ -173,6 +173,46 @@ static int sum_checked(dt_group *g, float *buf, size_t n, int r, int world) {
   return 0;
 }
 
+/* Back-to-back all-reduces of 2.3 MiB (5 chunks) on the shared memory, each rank writing its next input as soon as
+ * its call returns: the last sync must hold every rank in the collective until nobody reads its memory any more. */
+static int back_to_back_child(df_job *j, int r, int world, void *arg) {
+  (void)arg;
+  void *mem = NULL;
+  dt_group *g = join_shared(j, r, world, &mem);
+  if (!g) return 2;
+  float *buf = mem;
+  const size_t n = 600000;
+  int bad = 0;
+  for (size_t it = 0; it < 30 && !bad; it++) {
+    for (size_t i = 0; i < n; i++) buf[i] = (float)((i * 7 + (size_t)r * 13 + it * 5) % 23);
+    if (dt_allreduce(g, buf, buf, n, DT_F32, DT_SUM, NULL) != DT_OK) {
+      fprintf(stderr, "rank %d all-reduce %zu: %s\n", r, it, dt_last_error());
+      bad = 1;
+    }
+    for (size_t i = 0; i < n && !bad; i++) {
+      float want = 0;
+      for (int q = 0; q < world; q++) want += (float)((i * 7 + (size_t)q * 13 + it * 5) % 23);
+      if (buf[i] != want) {
+        fprintf(stderr, "rank %d all-reduce %zu element %zu: %g, want %g\n", r, it, i, buf[i], want);
+        bad = 1;
+      }
+    }
+  }
+  if (!bad && shared_runs(g) != 30) bad = 1, fprintf(stderr, "rank %d: %llu of 30 run from shared memory\n", r,
+                                                     (unsigned long long)shared_runs(g));
+  dt_group_unshare(g, mem);
+  dt_group_destroy(g);
+  dt_shared_free(mem, SHARED_BYTES);
+  return bad;
+}
+
+TEST(back_to_back_allreduces_on_shared_memory_world_2_and_3) {
+  for (int world = 2; world <= 3; world++) {
+    df_job j = job("shm");
+    ASSERT_MSG(df_run(&j, world, back_to_back_child, NULL) == 0, world == 2 ? "world 2" : "world 3");
+  }
+}
+
 /* Rank 1's buffer is private (or at another offset): every rank falls back to the slots, with the right sum. */
 static int fallback_child(df_job *j, int r, int world, void *arg) {
   const int other_offset = *(int *)arg;
@@ -502,6 +542,7 @@ TEST(a_rank_that_dies_mid_pipeline_is_peer_lost) {
 TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
 
 TEST_MAIN(TEST_ENTRY(shared_allreduce_gives_the_slot_paths_bits_world_2_to_4),
+          TEST_ENTRY(back_to_back_allreduces_on_shared_memory_world_2_and_3),
           TEST_ENTRY(a_buffer_elsewhere_on_one_rank_goes_through_the_slots),
           TEST_ENTRY(unshared_memory_goes_through_the_slots),
           TEST_ENTRY(a_share_failing_on_one_rank_fails_on_all_and_the_group_goes_on),
