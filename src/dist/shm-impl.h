@@ -47,9 +47,9 @@ typedef struct shm_header {
 
 /* One per rank, written only by that rank. */
 typedef struct shm_ctrl {
-  alignas(SHM_LINE) _Atomic uint64_t arrive; /* syncs this rank has reached */
-  dt_coll_sig sig[2];                        /* collective at sync c, in sig[c % 2] */
-  uint64_t place[2];                         /* where its buffer lies in shared memory at sync c (0: not) */
+  alignas(SHM_LINE) _Atomic uint64_t arrive; /* syncs this rank has reached (full syncs and posts) */
+  dt_coll_sig sig[2];                        /* collective at full sync c, in sig[c % 2] (a post leaves it) */
+  uint64_t place[2];                         /* where its buffer lies in shared memory at full sync c (0: not) */
   int32_t pid;
   _Atomic int32_t gone; /* 1: the rank aborted or destroyed its backend */
   uint64_t pidns;       /* inode of its PID namespace: its pid means something here only if ours matches */
@@ -78,7 +78,7 @@ typedef struct shm_backend {
   int *pidfd; /* -1: no pidfd (kernel without pidfd_open): kill(pid, 0) instead */
   char *nowatch; /* 1: the rank's process cannot be watched (other PID namespace) */
   const void **srcs;
-  uint64_t syncs; /* syncs this rank has passed */
+  uint64_t syncs; /* syncs this rank has arrived at, full syncs and posts */
   int spin;            /* every rank sharing this one's CPUs has one: a waiting caller (its compute idle) spins
                           briefly (choose_spin) */
   int spin_background; /* every such rank's compute threads and communication thread have a CPU each: the
@@ -103,7 +103,9 @@ typedef struct shm_backend {
 dt_status dt_shm_sync(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig, uint64_t place);
 /* The two halves of a sync without its signature: dt_shm_post arrives at the next sync (its number returned; what
  * this rank wrote before is then visible to whoever waits for it) and goes on; dt_shm_wait waits until every rank
- * has arrived at sync v, checking abort, liveness and the deadline. Every rank posts as many as the others. */
+ * has arrived at sync v, checking abort, liveness and the deadline. Every rank posts as many as the others. A full
+ * sync (dt_shm_sync) after posts must come after a wait for every rank's last post: a peer still reading sig[w % 2]
+ * and place[w % 2] of an earlier full sync w would otherwise find them overwritten. */
 uint64_t dt_shm_post(shm_backend *b);
 dt_status dt_shm_wait(shm_backend *b, const dt_coll *c, uint64_t v);
 /* Whether every rank has arrived at sync v, without waiting. */

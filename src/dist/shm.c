@@ -167,7 +167,7 @@ dt_status dt_shm_sync(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig, 
   me->place[(b->syncs + 1) & 1] = place;
   const uint64_t v = dt_shm_post(b);
   DT_CHECK(wait_all(b, c, v));
-  /* sig[v%2] of a peer that reached v stays intact until we reach v+1. */
+  /* sig[v%2] of a peer that reached v stays intact until we reach v+1 (a post writes none; dt_shm_post). */
   for (int j = 0; j < b->base.size; j++)
     if (j != b->base.rank) DT_CHECK(dt_coll_sig_check(sig, &b->ctrl[j].sig[v & 1], b->global[j]));
   return DT_OK;

@@ -19,7 +19,7 @@
  * rank's memory into its own (in rank order, as the slot path does: the same
  * bits; divided there for DT_AVG) and posts that it did (a sync's arrival
  * without its wait), and copies the other shares of a chunk from their owners
- * once they have posted it. After the last sync nobody reads r's memory any
+ * once every rank has posted it. After the last sync nobody reads r's memory any
  * more, so the caller may change it. Per rank and byte, with 2 ranks, that is
  * 2.5 passes over memory against the slot pipeline's 5.5 (copy in, reduce,
  * copy out), and no rank waits for another before its own reductions are done.
@@ -331,8 +331,8 @@ dt_status dt_shm_allreduce_shared(shm_backend *b, const dt_coll *c, const dt_col
     return shards_shared(b, r, at, c, sig, es);
   const size_t per = b->half / es, chunks = (c->count + per - 1) / per;
   /* In chunks of the slot size: this rank reduces its share of each chunk and says so (a post, no wait), then
-   * copies the others' shares of every chunk their owners have said they reduced; once its own are done, it waits
-   * for the rest. Each rank goes at its own pace: one whose communication thread shares a CPU with backward does
+   * copies the others' shares of every chunk all ranks have said they reduced; once its own are done, it waits for
+   * the rest. The last wait is for every rank's last post, so the full sync after it may write its signature. Each rank goes at its own pace: one whose communication thread shares a CPU with backward does
    * its reductions whenever it runs, not in step with the others (a sync per chunk made every chunk wait for every
    * rank's thread to be scheduled), while ranks that run at once copy each chunk soon after its owners wrote it.
    * Nobody writes what another reads before it is read: rank j's share of chunk s is copied into this rank's memory
