@@ -128,6 +128,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0, help="repetition i uses seed + i on both sides (initialisation, "
                     "shuffling, dropout), so accuracies are medians over seeds, not one seed's luck")
     a = ap.parse_args()
+    if not a.target > 0:
+        ap.error(f"--target {a.target}: must be a positive ratio")
     a.dtrain = os.path.abspath(a.dtrain)
     a.dtrun = os.path.abspath(a.dtrun or os.path.join(os.path.dirname(a.dtrain), "dtrun"))
     for path in (a.dtrain, a.dtrun):
