@@ -10,18 +10,20 @@
 #include "harness.h"
 #include "run_metrics.h"
 
-/* A fresh directory holding metrics.jsonl with text; its path in dir. */
+/* A fresh directory under $TMPDIR (or /tmp) holding metrics.jsonl with text; its path in dir (256 bytes). */
 static void write_metrics(char *dir, const char *text) {
-  strcpy(dir, "/tmp/dt-run-metrics-XXXXXX");
-  if (!mkdtemp(dir)) abort();
-  char path[128];
+  const char *tmp = getenv("TMPDIR");
+  if (snprintf(dir, 256, "%s/dt-run-metrics-XXXXXX", tmp && *tmp && strlen(tmp) < 200 ? tmp : "/tmp") >= 256 ||
+      !mkdtemp(dir))
+    abort();
+  char path[320];
   snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
   FILE *f = fopen(path, "w");
   if (!f || fputs(text, f) < 0 || fclose(f) != 0) abort();
 }
 
 static void remove_dir(const char *dir) {
-  char path[128];
+  char path[320];
   snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
   unlink(path);
   rmdir(dir);
@@ -34,7 +36,7 @@ static const char three_epochs[] =
     "{\"epoch\":3,\"step\":30,\"epoch_seconds\":0.000,\"train_samples_per_s\":400.0,\"compute_seconds\":1.5}\n";
 
 TEST(later_epochs_combine_harmonically) {
-  char dir[64], why[512] = "";
+  char dir[256], why[512] = "";
   double sps = 0;
   write_metrics(dir, three_epochs);
   ASSERT_MSG(read_after_warmup(dir, 1, &sps, why, sizeof why) == 0, why);
@@ -45,7 +47,7 @@ TEST(later_epochs_combine_harmonically) {
 }
 
 TEST(no_epoch_after_the_warmup_is_an_error) {
-  char dir[64], why[512] = "";
+  char dir[256], why[512] = "";
   double sps = -1;
   write_metrics(dir, three_epochs);
   ASSERT(read_after_warmup(dir, 3, &sps, why, sizeof why) == -1);
@@ -55,7 +57,7 @@ TEST(no_epoch_after_the_warmup_is_an_error) {
 }
 
 TEST(a_rate_that_is_not_positive_names_its_epoch) {
-  char dir[64], why[512] = "";
+  char dir[256], why[512] = "";
   double sps = -1;
   write_metrics(dir, "{\"epoch\":1,\"train_samples_per_s\":100.0}\n{\"epoch\":2,\"train_samples_per_s\":0}\n");
   ASSERT(read_after_warmup(dir, 1, &sps, why, sizeof why) == -1);
