@@ -2,7 +2,7 @@
  * measured where the machine's speed drifts between runs (a shared vCPU's neighbours come and go, and whole runs
  * of the two builds minutes apart differ by more than most changes do).
  *
- *   ab_steps [--width W] [--hidden A,B,...] LIB_A LIB_B MODEL BATCH CHANNELS SIDE STEPS
+ *   ab_steps [--width W] [--hidden A,B,...] [--ddp PORT] LIB_A LIB_B MODEL BATCH CHANNELS SIDE STEPS
  *
  * Each library is loaded with dlmopen into a namespace of its own (its own OpenMP runtime, oneDNN, OpenBLAS),
  * through the public API only, so both must share it (builds of nearby commits). Each builds the zoo model with
@@ -17,6 +17,14 @@
  * Each step starts where the other library's step left the caches, not where its own previous step did: a change
  * that only keeps more of a small model in cache from one step to the next reads smaller here than in training.
  *
+ * With --ddp PORT it runs under a launcher, once per rank (dtrun --standalone --nproc-per-node 2 --threads-per-proc 1
+ * -- ab_steps --ddp 29600 ...): each library forms a group of its own over the launcher's ranks (a store that rank 0
+ * serves at MASTER_ADDR:PORT for A, PORT + 1 for B, and a run id of its own, so their shared memory never meets) and
+ * wraps its model in DDP as the trainer does (measured bucket layout, shared gradients; the update not sharded).
+ * A step is then the trainer's DDP step: buffers broadcast, forward, backward with its all-reduces, the wait for
+ * them, SGD, after 5 warm-up steps each (the layout is measured in the first). Every rank steps on a batch of its own;
+ * rank 0 prints its own figures.
+ *
  * Run it both ways round (LIB_A LIB_B, then LIB_B LIB_A): where each library's arenas land moves its step by
  * up to about 1% (one library against itself read 0.999-1.008 on a 2-vCPU Zen 5 VM, 300 fashioncnn steps). A
  * change larger than that reads on the same side of 1 both ways; a smaller one may not. */
@@ -28,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dtrain/dtrain.h"
 
@@ -50,6 +59,14 @@ typedef struct api {
   API_FN(dt_model_grads);
   API_FN(dt_set_threads);
   API_FN(dt_last_error);
+  API_FN(dt_dist_env_detect);
+  API_FN(dt_group_init_env);
+  API_FN(dt_group_destroy);
+  API_FN(dt_ddp_config_default);
+  API_FN(dt_ddp_new);
+  API_FN(dt_ddp_before_forward);
+  API_FN(dt_ddp_finish);
+  API_FN(dt_ddp_free);
 } api;
 
 /* One library's model, optimizer and step times. */
@@ -58,6 +75,8 @@ typedef struct side {
   api f;
   dt_model *m;
   dt_optim *opt;
+  dt_group *group; /* --ddp: this library's group and DDP */
+  dt_ddp *ddp;
   float *params;
   size_t n_params;
   double *times;
@@ -97,15 +116,45 @@ static int load(side *s) {
   RESOLVE(dt_model_grads);
   RESOLVE(dt_set_threads);
   RESOLVE(dt_last_error);
+  RESOLVE(dt_dist_env_detect);
+  RESOLVE(dt_group_init_env);
+  RESOLVE(dt_group_destroy);
+  RESOLVE(dt_ddp_config_default);
+  RESOLVE(dt_ddp_new);
+  RESOLVE(dt_ddp_before_forward);
+  RESOLVE(dt_ddp_finish);
+  RESOLVE(dt_ddp_free);
   return 0;
 }
 
-static int setup(side *s, const char *model, const dt_zoo_config *cfg, int batch, int threads, int steps) {
+/* --ddp: library k's group over the launcher's ranks (its own store at port + k, its own run id) and its model
+ * wrapped as the trainer wraps it. */
+static int join(side *s, int k, int port) {
+  dt_dist_env env;
+  dt_status st;
+  if ((st = s->f.dt_dist_env_detect(NULL, 0, 0, &env)) != DT_OK) return fail(s, "the launcher's environment", st);
+  env.master_port = port + k;
+  env.store_served = 0;
+  char id[sizeof env.run_id];
+  snprintf(id, sizeof id, "%.100s-ab%d", env.run_id, k);
+  memcpy(env.run_id, id, sizeof id);
+  if ((st = s->f.dt_group_init_env(&env, NULL, &s->group)) != DT_OK) return fail(s, "group", st);
+  dt_ddp_config c;
+  s->f.dt_ddp_config_default(&c);
+  c.auto_buckets = 1;
+  c.shared_grads = 1;
+  if ((st = s->f.dt_ddp_new(s->m, s->group, &c, &s->ddp)) != DT_OK) return fail(s, "ddp", st);
+  return 0;
+}
+
+static int setup(side *s, int k, const char *model, const dt_zoo_config *cfg, int batch, int threads, int steps,
+                 int port) {
   dt_status st;
   if (load(s)) return 1;
   if ((st = s->f.dt_set_threads(threads)) != DT_OK) return fail(s, "threads", st);
   if ((st = s->f.dt_model_zoo_new(model, cfg, &s->m)) != DT_OK) return fail(s, "zoo", st);
   if ((st = s->f.dt_model_build(s->m, batch, 1)) != DT_OK) return fail(s, "build", st);
+  if (port && join(s, k, port)) return 1;
   dt_optim_config oc;
   s->f.dt_optim_config_default(DT_OPTIM_SGD, &oc);
   s->params = s->f.dt_model_params(s->m, &s->n_params);
@@ -120,11 +169,13 @@ static int step(side *s, const float *x, const int32_t *labels, int batch, float
   const float *y;
   float loss;
   dt_status st;
+  if (s->ddp && (st = s->f.dt_ddp_before_forward(s->ddp)) != DT_OK) return fail(s, "buffers", st);
   if ((st = s->f.dt_model_forward(s->m, x, batch, &y)) != DT_OK) return fail(s, "forward", st);
   if ((st = s->f.dt_loss_cross_entropy(y, labels, batch, CLASSES, 0.0f, &loss, dlogits)) != DT_OK)
     return fail(s, "loss", st);
   s->f.dt_model_zero_grad_deferred(s->m);
   if ((st = s->f.dt_model_backward(s->m, dlogits)) != DT_OK) return fail(s, "backward", st);
+  if (s->ddp && (st = s->f.dt_ddp_finish(s->ddp)) != DT_OK) return fail(s, "all-reduces", st);
   if ((st = s->f.dt_optim_step(s->opt, s->params, s->f.dt_model_grads(s->m, NULL), 0.01f)) != DT_OK)
     return fail(s, "step", st);
   *dt = now() - t0;
@@ -159,19 +210,21 @@ static int parse_count(const char *s, long max) {
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: ab_steps [--width W] [--hidden A,B,...] LIB_A LIB_B MODEL BATCH CHANNELS SIDE STEPS\n");
+  fprintf(stderr, "usage: ab_steps [--width W] [--hidden A,B,...] [--ddp PORT] LIB_A LIB_B MODEL BATCH CHANNELS SIDE "
+                  "STEPS\n");
   return 2;
 }
 
 int main(int argc, char **argv) {
   dt_zoo_config cfg = {.ndim = 3, .outputs = CLASSES, .dropout = -1.0f};
-  int hidden[MAX_HIDDEN];
+  int hidden[MAX_HIDDEN], port = 0;
   for (; argc > 2 && argv[1][0] == '-'; argv += 2, argc -= 2) {
     if (strcmp(argv[1], "--width") == 0 && (cfg.width = parse_count(argv[2], 4096)) > 0) continue;
     if (strcmp(argv[1], "--hidden") == 0 && (cfg.n_hidden = parse_hidden(argv[2], hidden)) > 0) {
       cfg.hidden = hidden;
       continue;
     }
+    if (strcmp(argv[1], "--ddp") == 0 && (port = parse_count(argv[2], 65534)) >= 1024) continue;
     fprintf(stderr, "ab_steps: %s %s: not a flag it takes, or a bad value\n", argv[1], argv[2]);
     return usage();
   }
@@ -186,21 +239,24 @@ int main(int argc, char **argv) {
   cfg.input_shape[0] = channels, cfg.input_shape[1] = side_px, cfg.input_shape[2] = side_px;
   side s[2] = {{.path = argv[1]}, {.path = argv[2]}};
   for (int k = 0; k < 2; k++)
-    if (setup(&s[k], argv[3], &cfg, batch, threads, steps)) return 1;
+    if (setup(&s[k], k, argv[3], &cfg, batch, threads, steps, port)) return 1;
+  const char *rank_env = getenv("RANK");
+  const int rank = port && rank_env ? atoi(rank_env) : 0;
   const size_t n = (size_t)batch * (size_t)channels * (size_t)side_px * (size_t)side_px;
   float *x = malloc(n * sizeof(float)), *dlogits = malloc(sizeof(float) * (size_t)batch * CLASSES);
   int32_t *labels = malloc(sizeof(int32_t) * (size_t)batch);
   double *ratio = malloc(sizeof(double) * (size_t)steps);
   if (!x || !dlogits || !labels || !ratio) return fprintf(stderr, "ab_steps: out of memory\n"), 1;
-  uint64_t r = 0x9e3779b97f4a7c15u;
+  uint64_t r = 0x9e3779b97f4a7c15u + (uint64_t)rank; /* --ddp: a batch of each rank's own */
   for (size_t i = 0; i < n; i++) {
     r ^= r << 13, r ^= r >> 7, r ^= r << 17;
     x[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0);
   }
   for (int i = 0; i < batch; i++) labels[i] = i % CLASSES;
   double warm;
-  for (int k = 0; k < 2; k++)
-    if (step(&s[k], x, labels, batch, dlogits, &warm)) return 1;
+  for (int w = 0; w < (port ? 5 : 1); w++) /* --ddp: past the steps that measure the bucket layout */
+    for (int k = 0; k < 2; k++)
+      if (step(&s[k], x, labels, batch, dlogits, &warm)) return 1;
   for (int i = 0; i < steps; i++) {
     for (int j = 0; j < 2; j++) { /* A then B, then B then A */
       const int k = j ^ (i & 1);
@@ -208,8 +264,15 @@ int main(int argc, char **argv) {
     }
     ratio[i] = s[1].times[i] / s[0].times[i];
   }
-  printf("# %s, batch %d, %dx%dx%d, %d steps each, alternated, %d thread(s)\n", argv[3], batch, channels, side_px,
-         side_px, steps, threads);
+  for (int k = 0; port && k < 2; k++) { /* the DDP before its group */
+    s[k].f.dt_ddp_free(s[k].ddp);
+    s[k].f.dt_group_destroy(s[k].group);
+  }
+  /* Exits without the libraries' exit handlers: two copies of libcrypto in two namespaces, both used by --ddp's
+   * groups, crash in OpenSSL's cleanup at exit. */
+  if (rank != 0) _exit(0);
+  printf("# %s, batch %d, %dx%dx%d, %d steps each, alternated, %d thread(s)%s\n", argv[3], batch, channels, side_px,
+         side_px, steps, threads, port ? "; DDP steps, rank 0's times" : "");
   for (int k = 0; k < 2; k++) {
     const double p10 = quantile(s[k].times, steps, 0.1), p50 = quantile(s[k].times, steps, 0.5);
     printf("%s  %s: step %.3f ms (p10 %.3f, p90 %.3f)\n", k ? "B" : "A", s[k].path, 1e3 * p50, 1e3 * p10,
@@ -220,5 +283,6 @@ int main(int argc, char **argv) {
   const int same = s[0].n_params == s[1].n_params &&
                    memcmp(s[0].params, s[1].params, sizeof(float) * s[0].n_params) == 0;
   printf("parameters after the steps: %s\n", same ? "the same bits" : "differ");
-  return 0;
+  fflush(stdout);
+  _exit(0);
 }
