@@ -2,7 +2,7 @@
  * measured where the machine's speed drifts between runs (a shared vCPU's neighbours come and go, and whole runs
  * of the two builds minutes apart differ by more than most changes do).
  *
- *   ab_steps [--width W] [--hidden A,B,...] [--ddp PORT] LIB_A LIB_B MODEL BATCH CHANNELS SIDE STEPS
+ *   ab_steps [--width W] [--hidden A,B,...] [--ddp PORT [--sharded-b]] LIB_A LIB_B MODEL BATCH CHANNELS SIDE STEPS
  *
  * Each library is loaded with dlmopen into a namespace of its own (its own OpenMP runtime, oneDNN, OpenBLAS),
  * through the public API only, so both must share it (builds of nearby commits). Each builds the zoo model with
@@ -22,7 +22,8 @@
  * serves at MASTER_ADDR:PORT for A, PORT + 1 for B, and a run id of its own, so their shared memory never meets) and
  * wraps its model in DDP as the trainer does (measured bucket layout, shared gradients; the update not sharded).
  * A step is then the trainer's DDP step: buffers broadcast, forward, backward with its all-reduces, the wait for
- * them, SGD, after 5 warm-up steps each (the layout is measured in the first). Every rank steps on a batch of its own;
+ * them, SGD (with --sharded-b, B's update is DDP's sharded one, each rank stepping its share inside the all-reduces:
+ * give one library twice to compare the update's placement alone), after 5 warm-up steps each (the layout is measured in the first). Every rank steps on a batch of its own;
  * rank 0 prints its own figures.
  *
  * Run it both ways round (LIB_A LIB_B, then LIB_B LIB_A): where each library's arenas land moves its step by
@@ -67,6 +68,8 @@ typedef struct api {
   API_FN(dt_ddp_before_forward);
   API_FN(dt_ddp_finish);
   API_FN(dt_ddp_free);
+  API_FN(dt_ddp_set_optim);
+  API_FN(dt_ddp_set_lr);
 } api;
 
 /* One library's model, optimizer and step times. */
@@ -77,6 +80,7 @@ typedef struct side {
   dt_optim *opt;
   dt_group *group; /* --ddp: this library's group and DDP */
   dt_ddp *ddp;
+  int sharded; /* the DDP steps the parameters */
   float *params;
   size_t n_params;
   double *times;
@@ -124,6 +128,8 @@ static int load(side *s) {
   RESOLVE(dt_ddp_before_forward);
   RESOLVE(dt_ddp_finish);
   RESOLVE(dt_ddp_free);
+  RESOLVE(dt_ddp_set_optim);
+  RESOLVE(dt_ddp_set_lr);
   return 0;
 }
 
@@ -144,6 +150,16 @@ static int join(side *s, int k, int port) {
   c.auto_buckets = 1;
   c.shared_grads = 1;
   if ((st = s->f.dt_ddp_new(s->m, s->group, &c, &s->ddp)) != DT_OK) return fail(s, "ddp", st);
+  return 0;
+}
+
+/* --sharded-b: the optimizer's step moves into the DDP (the parameters move with it: take them afresh). */
+static int shard_update(side *s) {
+  dt_status st;
+  if ((st = s->f.dt_ddp_set_optim(s->ddp, s->opt, &s->sharded)) != DT_OK) return fail(s, "sharded update", st);
+  if (!s->sharded) return fprintf(stderr, "ab_steps: %s: the sharded update cannot run here\n", s->path), 1;
+  s->params = s->f.dt_model_params(s->m, &s->n_params);
+  s->f.dt_ddp_set_lr(s->ddp, 0.01f);
   return 0;
 }
 
@@ -176,7 +192,7 @@ static int step(side *s, const float *x, const int32_t *labels, int batch, float
   s->f.dt_model_zero_grad_deferred(s->m);
   if ((st = s->f.dt_model_backward(s->m, dlogits)) != DT_OK) return fail(s, "backward", st);
   if (s->ddp && (st = s->f.dt_ddp_finish(s->ddp)) != DT_OK) return fail(s, "all-reduces", st);
-  if ((st = s->f.dt_optim_step(s->opt, s->params, s->f.dt_model_grads(s->m, NULL), 0.01f)) != DT_OK)
+  if (!s->sharded && (st = s->f.dt_optim_step(s->opt, s->params, s->f.dt_model_grads(s->m, NULL), 0.01f)) != DT_OK)
     return fail(s, "step", st);
   *dt = now() - t0;
   return 0;
@@ -210,14 +226,14 @@ static int parse_count(const char *s, long max) {
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: ab_steps [--width W] [--hidden A,B,...] [--ddp PORT] LIB_A LIB_B MODEL BATCH CHANNELS SIDE "
-                  "STEPS\n");
+  fprintf(stderr, "usage: ab_steps [--width W] [--hidden A,B,...] [--ddp PORT [--sharded-b]] LIB_A LIB_B MODEL BATCH "
+                  "CHANNELS SIDE STEPS\n");
   return 2;
 }
 
 int main(int argc, char **argv) {
   dt_zoo_config cfg = {.ndim = 3, .outputs = CLASSES, .dropout = -1.0f};
-  int hidden[MAX_HIDDEN], port = 0;
+  int hidden[MAX_HIDDEN], port = 0, sharded_b = 0;
   for (; argc > 2 && argv[1][0] == '-'; argv += 2, argc -= 2) {
     if (strcmp(argv[1], "--width") == 0 && (cfg.width = parse_count(argv[2], 4096)) > 0) continue;
     if (strcmp(argv[1], "--hidden") == 0 && (cfg.n_hidden = parse_hidden(argv[2], hidden)) > 0) {
@@ -225,6 +241,11 @@ int main(int argc, char **argv) {
       continue;
     }
     if (strcmp(argv[1], "--ddp") == 0 && (port = parse_count(argv[2], 65534)) >= 1024) continue;
+    if (strcmp(argv[1], "--sharded-b") == 0) { /* a flag without a value */
+      sharded_b = 1;
+      argv--, argc++;
+      continue;
+    }
     fprintf(stderr, "ab_steps: %s %s: not a flag it takes, or a bad value\n", argv[1], argv[2]);
     return usage();
   }
@@ -240,6 +261,7 @@ int main(int argc, char **argv) {
   side s[2] = {{.path = argv[1]}, {.path = argv[2]}};
   for (int k = 0; k < 2; k++)
     if (setup(&s[k], k, argv[3], &cfg, batch, threads, steps, port)) return 1;
+  if (sharded_b && (!port || shard_update(&s[1]))) return port ? 1 : usage();
   const char *rank_env = getenv("RANK");
   const int rank = port && rank_env ? atoi(rank_env) : 0;
   const size_t n = (size_t)batch * (size_t)channels * (size_t)side_px * (size_t)side_px;
@@ -272,7 +294,8 @@ int main(int argc, char **argv) {
    * groups, crash in OpenSSL's cleanup at exit. */
   if (rank != 0) _exit(0);
   printf("# %s, batch %d, %dx%dx%d, %d steps each, alternated, %d thread(s)%s\n", argv[3], batch, channels, side_px,
-         side_px, steps, threads, port ? "; DDP steps, rank 0's times" : "");
+         side_px, steps, threads,
+         !port ? "" : sharded_b ? "; DDP steps, B's update sharded, rank 0's times" : "; DDP steps, rank 0's times");
   for (int k = 0; k < 2; k++) {
     const double p10 = quantile(s[k].times, steps, 0.1), p50 = quantile(s[k].times, steps, 0.5);
     printf("%s  %s: step %.3f ms (p10 %.3f, p90 %.3f)\n", k ? "B" : "A", s[k].path, 1e3 * p50, 1e3 * p10,
