@@ -8,11 +8,11 @@
  * through the public API only, so both must share it (builds of nearby commits). Each builds the zoo model with
  * the same seed on the same random batch (CHANNELS x SIDE x SIDE images, 10 classes; the model's own dropout)
  * and steps as the trainer does: forward, cross-entropy, deferred zero_grad, backward, SGD (lr 0.01). After one
- * warm-up step each, A and B step in turn, STEPS times, the order swapped every pair. Prints each library's
- * median step with its 10th and 90th percentiles, the median of the pairs' B/A ratios with their quartiles, and
- * whether the two sets of parameters ended bit for bit equal. Threads: DT_NUM_THREADS, else 1; with more,
- * OMP_WAIT_POLICY is passive unless set (each OpenMP pool would otherwise spin on the cores the other library's
- * step is using).
+ * warm-up step each (5 with --ddp), A and B step in turn, STEPS times, the order swapped every pair. Prints each
+ * library's median step with its 10th and 90th percentiles, the median of the pairs' B/A ratios with their
+ * quartiles, and whether the two sets of parameters ended bit for bit equal. Threads: DT_NUM_THREADS, else 1; with
+ * more, OMP_WAIT_POLICY is passive unless set (each OpenMP pool would otherwise spin on the cores the other
+ * library's step is using).
  *
  * Each step starts where the other library's step left the caches, not where its own previous step did: a change
  * that only keeps more of a small model in cache from one step to the next reads smaller here than in training.
@@ -22,9 +22,10 @@
  * serves at MASTER_ADDR:PORT for A, PORT + 1 for B, and a run id of its own, so their shared memory never meets) and
  * wraps its model in DDP as the trainer does (measured bucket layout, shared gradients; the update not sharded).
  * A step is then the trainer's DDP step: buffers broadcast, forward, backward with its all-reduces, the wait for
- * them, SGD (with --sharded-b, B's update is DDP's sharded one, each rank stepping its share inside the all-reduces:
- * give one library twice to compare the update's placement alone), after 5 warm-up steps each (the layout is measured in the first). Every rank steps on a batch of its own;
- * rank 0 prints its own figures.
+ * them, SGD (with --sharded-b, B's update is DDP's sharded one, each rank stepping its share inside the
+ * all-reduces: give one library twice to compare the update's placement alone), after 5 warm-up steps each (the
+ * layout is planned at the end of the third). Every rank steps on a batch of its own; rank 0 prints its own
+ * figures.
  *
  * Run it both ways round (LIB_A LIB_B, then LIB_B LIB_A): where each library's arenas land moves its step by
  * up to about 1% (one library against itself read 0.999-1.008 on a 2-vCPU Zen 5 VM, 300 fashioncnn steps). A
@@ -63,6 +64,7 @@ typedef struct api {
   API_FN(dt_dist_env_detect);
   API_FN(dt_group_init_env);
   API_FN(dt_group_destroy);
+  API_FN(dt_group_rank);
   API_FN(dt_ddp_config_default);
   API_FN(dt_ddp_new);
   API_FN(dt_ddp_before_forward);
@@ -123,6 +125,7 @@ static int load(side *s) {
   RESOLVE(dt_dist_env_detect);
   RESOLVE(dt_group_init_env);
   RESOLVE(dt_group_destroy);
+  RESOLVE(dt_group_rank);
   RESOLVE(dt_ddp_config_default);
   RESOLVE(dt_ddp_new);
   RESOLVE(dt_ddp_before_forward);
@@ -249,6 +252,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ab_steps: %s %s: not a flag it takes, or a bad value\n", argv[1], argv[2]);
     return usage();
   }
+  if (sharded_b && !port) return fprintf(stderr, "ab_steps: --sharded-b needs --ddp\n"), usage();
   if (argc != 8) return usage();
   const int batch = parse_count(argv[4], 1 << 16), channels = parse_count(argv[5], 4096);
   const int side_px = parse_count(argv[6], 1 << 14), steps = parse_count(argv[7], 1 << 20);
@@ -261,9 +265,8 @@ int main(int argc, char **argv) {
   side s[2] = {{.path = argv[1]}, {.path = argv[2]}};
   for (int k = 0; k < 2; k++)
     if (setup(&s[k], k, argv[3], &cfg, batch, threads, steps, port)) return 1;
-  if (sharded_b && (!port || shard_update(&s[1]))) return port ? 1 : usage();
-  const char *rank_env = getenv("RANK");
-  const int rank = port && rank_env ? atoi(rank_env) : 0;
+  if (sharded_b && shard_update(&s[1])) return 1;
+  const int rank = port ? s[0].f.dt_group_rank(s[0].group) : 0;
   const size_t n = (size_t)batch * (size_t)channels * (size_t)side_px * (size_t)side_px;
   float *x = malloc(n * sizeof(float)), *dlogits = malloc(sizeof(float) * (size_t)batch * CLASSES);
   int32_t *labels = malloc(sizeof(int32_t) * (size_t)batch);

@@ -332,11 +332,12 @@ dt_status dt_shm_allreduce_shared(shm_backend *b, const dt_coll *c, const dt_col
   const size_t per = b->half / es, chunks = (c->count + per - 1) / per;
   /* In chunks of the slot size: this rank reduces its share of each chunk and says so (a post, no wait), then
    * copies the others' shares of every chunk all ranks have said they reduced; once its own are done, it waits for
-   * the rest. The last wait is for every rank's last post, so the full sync after it may write its signature. Each rank goes at its own pace: one whose communication thread shares a CPU with backward does
-   * its reductions whenever it runs, not in step with the others (a sync per chunk made every chunk wait for every
+   * the rest. Each rank goes at its own pace: one whose communication thread shares a CPU with backward does its
+   * reductions whenever it runs, not in step with the others (a sync per chunk made every chunk wait for every
    * rank's thread to be scheduled), while ranks that run at once copy each chunk soon after its owners wrote it.
    * Nobody writes what another reads before it is read: rank j's share of chunk s is copied into this rank's memory
-   * after j has reduced it, reading its input there. After the last sync nobody reads this rank's memory. */
+   * after j has reduced it, reading its input there. The last wait is for every rank's last post, so the full sync
+   * after it may write its signature (dt_shm_post); after that sync nobody reads this rank's memory. */
   const uint64_t v0 = b->syncs;
   size_t copied = 0;
   for (size_t s = 0; s < chunks; s++) {

@@ -117,7 +117,7 @@ static int run_grad(dump *d, dt_model *m, int batch, int masks) {
   TRY("eval forward", dt_model_forward(m, x, batch, &y));
   if (put_f32(d, "eval/logits", 2, os, y)) return 1;
   mask_dump = d;
-  if (masks && relu_masks_put(m, batch, classes, x, train_logits, put_mask)) return 1;
+  if (masks && relu_masks_put(m, "fashioncnn", batch, classes, x, train_logits, put_mask)) return 1;
   free(train_logits);
   free(x);
   free(dlogits);

@@ -160,7 +160,7 @@ static int run(const char *model, int width, int side, uint64_t seed, dt_amp amp
   put_named(model, "eval/logits", "f32", y, 2, ld);
   put_named(model, "eval/loss", "f32", &loss, 1, (int[]){1});
   masking = model;
-  const int rc = amp == DT_AMP_OFF ? relu_masks_put(m, BATCH, CLASSES, x, train_logits, put_mask) : 0;
+  const int rc = amp == DT_AMP_OFF ? relu_masks_put(m, model, BATCH, CLASSES, x, train_logits, put_mask) : 0;
   free(x);
   dt_model_free(m);
   return rc;

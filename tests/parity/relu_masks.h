@@ -33,10 +33,10 @@ static dt_status relu_mask_forward(const dt_layer *l, const dt_layer_io *io, con
   return bad ? DT_IO : DT_OK;
 }
 
-/* A training forward of m on x (batch samples of `outputs` logits) in a context of its own with the fusions off,
- * handing every ReLU's mask to sink; its logits must equal want (the fused forward's). 0, or 1 after saying why. The
- * ReLU layers keep the wrapper, which passes through while no sink is set. */
-static int relu_masks_put(dt_model *m, int batch, int outputs, const float *x, const float *want,
+/* A training forward of m (`model` in messages) on x (batch samples of `outputs` logits) in a context of its own
+ * with the fusions off, handing every ReLU's mask to sink; its logits must equal want (the fused forward's). 0, or 1
+ * after saying why. The ReLU layers keep the wrapper, which passes through while no sink is set. */
+static int relu_masks_put(dt_model *m, const char *model, int batch, int outputs, const float *x, const float *want,
                           relu_mask_sink sink) {
   relu_masked = dt_activation_ops;
   relu_masked.forward = relu_mask_forward;
@@ -56,7 +56,7 @@ static int relu_masks_put(dt_model *m, int batch, int outputs, const float *x, c
   const int same = st == DT_OK && memcmp(y, want, sizeof(float) * (size_t)batch * (size_t)outputs) == 0;
   dt_model_ctx_free(plain);
   TRY("mask forward", st);
-  if (!same) fprintf(stderr, "%s: the unfused forward's logits differ from the fused one's\n", TOOL_NAME);
+  if (!same) fprintf(stderr, "%s: %s: the unfused forward's logits differ from the fused one's\n", TOOL_NAME, model);
   return !same;
 }
 

@@ -131,8 +131,8 @@ def grad_parity(tmp, mode="grad", cls=FashionCNN):
         state["masks"] = None
         check_flips(mode + "/", masks, state["calls"], failures)
     elif cls is FashionCNN:
-        failures.append("grad/relu masks: none from dump_model")
-        print("FAIL grad/relu masks: none from dump_model")
+        failures.append(mode + "/relu masks: none from dump_model")
+        print(f"FAIL {mode}/relu masks: none from dump_model")
     loss = nn.functional.cross_entropy(logits, y)
     loss.backward()
     # f32 both sides; conv (im2col + GEMM vs. mkldnn/direct) and GEMMs sum in
