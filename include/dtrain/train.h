@@ -45,9 +45,10 @@ typedef enum dt_tta { DT_TTA_NONE = 0, DT_TTA_FLIP } dt_tta;
 const char *dt_tta_name(dt_tta t);
 
 /* --sharded-update auto's threshold. Measured on 2 Zen 5 cores (docs/benchmarks.md): a 23 MiB mlp +5% with it,
- * 7-22 MiB ones -2..+3%, a 0.9 MiB one -10% (each rank's forward then reads half the parameters from where another
- * core wrote them, which a small model would otherwise find in its own cache). */
-#define DT_SHARDED_AUTO_MIN_BYTES (16u << 20)
+ * fashioncnn's 5.6 MiB +3.5% (alternated DDP steps) and +6% (whole runs), 7-22 MiB mlps -2..+3%, a 4 MiB one with
+ * Adam -4%, a 2.7 MiB one -2% and a 0.9 MiB one -10% (each rank's forward then reads half the parameters from where
+ * another core wrote them, which a small model would otherwise find in its own cache). */
+#define DT_SHARDED_AUTO_MIN_BYTES (5u << 20)
 
 typedef struct dt_train_config {
   /* model */

@@ -155,7 +155,7 @@ section "ddp: gradients in memory the ranks share give the slot path's bits"
 # 3 ranks (rank 2 reduces its share aside), a fixed layout, shared gradients (the default) and --shared-grads off
 for sg in on off; do
   dtr "sg$sg" 60 --standalone --nproc-per-node 3 -- "$DTRAIN" train --strategy ddp --epochs 1 --limit-train 960 \
-    --limit-test 100 --bucket-cap-mb 1 --out "$tmp/sg$sg" --progress none --shared-grads $sg
+    --limit-test 100 --bucket-cap-mb 1 --out "$tmp/sg$sg" --progress none --shared-grads $sg --sharded-update off
   [ "$rc" -eq 0 ] || { fail "ddp 3 ranks --shared-grads $sg: exit $rc"; show "sg$sg"; }
 done
 s_on=$(json "$tmp/sgon/summary.json" shared_grads)
@@ -205,11 +205,11 @@ fi
 section "ddp: the sharded update gives the unsharded bits, and its snapshot resumes"
 # Each rank steps its share of parameters and momentum common to the host: the weights of every rank stepping the
 # whole model, bit for bit (a warmed-up cosine schedule, weight decay but not on biases); the epoch-1 snapshot
-# (state gathered from the common memory) resumed to the same end. The fashioncnn run above (5.6 MiB of parameters)
-# ran without it (auto: under 16 MiB); a 2048-wide mlp with momentum (30 MiB) runs with it.
+# (state gathered from the common memory) resumed to the same end. auto: the 3-rank fashioncnn run above (5.6 MiB of
+# parameters) ran with it, this 256-wide mlp (1.6 MiB with momentum) runs without, a 2048-wide one (30 MiB) with.
 common=(train --strategy ddp --epochs 2 --limit-train 1280 --limit-test 100 --momentum 0.9 --model mlp --hidden 256
   --schedule cosine --warmup-steps 3 --weight-decay 0.01 --no-decay bias --progress none)
-for su in on off; do
+for su in on off auto; do
   dtr "su$su" 60 --standalone --nproc-per-node 2 -- "$DTRAIN" "${common[@]}" --out "$tmp/su$su" --sharded-update $su \
     --save-every 1
   [ "$rc" -eq 0 ] || { fail "ddp --sharded-update $su: exit $rc"; show "su$su"; }
@@ -219,17 +219,19 @@ dtr sures 60 --standalone --nproc-per-node 2 -- "$DTRAIN" "${common[@]}" --out "
 [ "$rc" -eq 0 ] || { fail "ddp --sharded-update on, resumed: exit $rc"; show sures; }
 su_on=$(json "$tmp/suon/summary.json" sharded_update)
 su_off=$(json "$tmp/suoff/summary.json" sharded_update)
-su_auto=$(json "$tmp/sgon/summary.json" sharded_update)
-dtr suauto 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train --strategy ddp --model mlp --hidden 2048,1024 \
-  --momentum 0.9 --limit-train 256 --limit-test 64 --out "$tmp/suauto" --progress none
-su_big=$(json "$tmp/suauto/summary.json" sharded_update)
-if [ "$su_on" = true ] && [ "$su_off" = false ] && [ "$su_auto" = false ] && [ "$su_big" = true ] &&
+su_auto=$(json "$tmp/ddp3/summary.json" sharded_update)
+su_small=$(json "$tmp/suauto/summary.json" sharded_update)
+dtr subig 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train --strategy ddp --model mlp --hidden 2048,1024 \
+  --momentum 0.9 --limit-train 256 --limit-test 64 --out "$tmp/subig" --progress none
+su_big=$(json "$tmp/subig/summary.json" sharded_update)
+if [ "$su_on" = true ] && [ "$su_off" = false ] && [ "$su_auto" = true ] && [ "$su_small" = false ] &&
+  [ "$su_big" = true ] && cmp -s "$tmp/suauto/model.safetensors" "$tmp/suoff/model.safetensors" &&
   grep -q "2 ranks over shm with shared gradients and a sharded update" "$tmp/suon.out" &&
   cmp -s "$tmp/suon/model.safetensors" "$tmp/suoff/model.safetensors" &&
   cmp -s "$tmp/suon/model.safetensors" "$tmp/sures/model.safetensors"; then
   ok "ddp --sharded-update on: the unsharded weights bit for bit, and resumed from its epoch-1 snapshot too"
 else
-  fail "ddp sharded update: on '$su_on', off '$su_off', auto on fashioncnn '$su_auto', on a 30 MiB mlp '$su_big'; weights $(cmp "$tmp/suon/model.safetensors" "$tmp/suoff/model.safetensors" 2>&1); resumed $(cmp "$tmp/suon/model.safetensors" "$tmp/sures/model.safetensors" 2>&1)"
+  fail "ddp sharded update: on '$su_on', off '$su_off', auto on fashioncnn '$su_auto', on a 1.6 MiB mlp '$su_small', on a 30 MiB mlp '$su_big'; weights $(cmp "$tmp/suon/model.safetensors" "$tmp/suoff/model.safetensors" 2>&1); resumed $(cmp "$tmp/suon/model.safetensors" "$tmp/sures/model.safetensors" 2>&1)"
 fi
 
 section "ddp: how shm waits, by the ranks' CPUs"
