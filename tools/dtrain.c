@@ -419,7 +419,8 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                               "on with --clip-grad-norm, --amp fp16, --sparse-embeddings, --comm-hook or "
                               "--shared-grads off is an error; models with row tables, or ranks that cannot share "
                               "memory, step the whole model on every rank; auto: on where the parameters and "
-                              "optimizer state take 5 MiB or more and nothing rules it out",
+                              "optimizer state take 5 MiB or more, or 1 MiB or more and less than a step's "
+                              "activations, and nothing rules it out",
                               .choices = auto_on_off},
     [TRAIN_FIND_UNUSED_PARAMETERS] = {"--find-unused-parameters", NULL, FLAG_BOOL, "off", NULL,
                                       .help = "ddp: reduce parameters that got no gradient as zeros instead of "

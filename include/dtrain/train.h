@@ -49,6 +49,11 @@ const char *dt_tta_name(dt_tta t);
  * Adam -4%, a 2.7 MiB one -2% and a 0.9 MiB one -10% (each rank's forward then reads half the parameters from where
  * another core wrote them, which a small model would otherwise find in its own cache). */
 #define DT_SHARDED_AUTO_MIN_BYTES (5u << 20)
+/* ... and from this many bytes where a step's activations (dt_model_activation_bytes) take more than the parameters
+ * and state: the step's own traffic then pushes the parameters out of the core's cache whatever the update does.
+ * ResNet-20 (2.1 MiB with momentum, 100+ MiB of activations) +2.5% (alternated DDP steps and whole runs); a 7,850
+ * parameter Linear, whose input outweighs it, -9%. */
+#define DT_SHARDED_AUTO_ACT_MIN_BYTES (1u << 20)
 
 typedef struct dt_train_config {
   /* model */
@@ -112,7 +117,7 @@ typedef struct dt_train_config {
   int sharded_update;   /* ddp: 1 each rank of a host steps its share of the parameters inside the all-reduces
                            (dt_ddp_set_optim) where no clipping, fp16 or row-wise step reads the gradients; -1
                            (default) where the parameters and optimizer state take DT_SHARDED_AUTO_MIN_BYTES or
-                           more as well; 0 never */
+                           more as well, or DT_SHARDED_AUTO_ACT_MIN_BYTES and less than the activations; 0 never */
   const char *backend;  /* ddp: auto, shm, tcp or mpi */
   const char *master;   /* ddp: "host:port" of the store instead of MASTER_ADDR/MASTER_PORT; NULL: environment */
   double timeout_s;     /* ddp: rendezvous and collective deadline; 0: DT_TIMEOUT */

@@ -58,6 +58,7 @@ struct dt_model_ctx {
   int update_buffers;
   float **act;      /* act[i] (max_batch, in_numel of layer i); act[n] is the output */
   void *act_block;
+  size_t act_bytes; /* of act_block */
   void **ws;        /* per-layer workspace, NULL if the layer needs none */
   void *ws_block;
   float *gbuf[2];   /* backward ping-pong (max_batch, largest activation) */
@@ -518,6 +519,7 @@ dt_status dt_model_ctx_new(dt_model *m, int max_batch, int update_buffers, dt_mo
     if (!aliases_input(&m->layers[i])) bytes += DT_ALIGN_UP(e * (size_t)max_batch * sizeof(float));
   }
   DT_CHECK_GOTO(dt_alloc_array_unset(bytes, 1, "activations", &c->act_block), st, fail);
+  c->act_bytes = bytes;
   char *p = c->act_block;
   c->act[0] = (float *)p;
   p += DT_ALIGN_UP(m->sample_numel * (size_t)max_batch * sizeof(float));
@@ -1001,6 +1003,8 @@ size_t dt_model_num_params(const dt_model *m) {
     for (int i = 0; i < m->n_layers; i++) n += m->layers[i].n_params;
   return n;
 }
+
+size_t dt_model_activation_bytes(const dt_model *m) { return m && m->ctx ? m->ctx->act_bytes : 0; }
 int dt_model_output_size(const dt_model *m) {
   if (!m) return 0;
   return m->n_layers ? (int)m->layers[m->n_layers - 1].out_numel : (int)m->sample_numel;

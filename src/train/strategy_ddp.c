@@ -56,14 +56,23 @@ static dt_status ddp_loaders(dt_run *r) {
   return DT_OK;
 }
 
+/* --sharded-update auto's choice by size (train.h): a large model, or one whose step's activations outweigh it. */
+static int sharded_pays(const dt_run *r) {
+  const size_t bytes = r->n_params * sizeof(float) + dt_optim_state_bytes(r->optim);
+  const size_t acts = dt_model_activation_bytes(r->model);
+  const int pays = bytes >= DT_SHARDED_AUTO_MIN_BYTES || (bytes >= DT_SHARDED_AUTO_ACT_MIN_BYTES && acts > bytes);
+  DT_LOG_INFO("train", "--sharded-update auto: %s (%.2f MiB of parameters and optimizer state, %.2f MiB of "
+              "activations)", pays ? "on" : "off", (double)bytes / (1 << 20), (double)acts / (1 << 20));
+  return pays;
+}
+
 /* The optimizer's step moves into the all-reduces (each rank its share) where nothing reads the averaged
  * gradients between them and the update: clipping, fp16's unscale and row-wise steps do. */
 static dt_status ddp_wrap(dt_run *r) {
   const dt_train_config *c = r->cfg;
   DT_CHECK(dt_ddp_new(r->model, r->group, &c->ddp, &r->ddp));
   DT_CHECK(dt_run_resume_optim(r)); /* rank 0's state, before it may move into memory the ranks share */
-  const size_t bytes = r->n_params * sizeof(float) + dt_optim_state_bytes(r->optim);
-  if (!c->sharded_update || (c->sharded_update < 0 && bytes < DT_SHARDED_AUTO_MIN_BYTES)) return DT_OK;
+  if (!c->sharded_update || (c->sharded_update < 0 && !sharded_pays(r))) return DT_OK;
   if (c->amp == DT_AMP_FP16 || c->clip_grad_norm > 0 || r->n_rows) return DT_OK; /* refused for "on" by the config */
   DT_CHECK(dt_ddp_set_optim(r->ddp, r->optim, &r->sharded_update));
   if (c->sharded_update > 0 && !r->sharded_update && r->lead)

@@ -206,7 +206,9 @@ section "ddp: the sharded update gives the unsharded bits, and its snapshot resu
 # Each rank steps its share of parameters and momentum common to the host: the weights of every rank stepping the
 # whole model, bit for bit (a warmed-up cosine schedule, weight decay but not on biases); the epoch-1 snapshot
 # (state gathered from the common memory) resumed to the same end. auto: the 3-rank fashioncnn run above (5.6 MiB of
-# parameters) ran with it, this 256-wide mlp (1.6 MiB with momentum) runs without, a 2048-wide one (30 MiB) with.
+# parameters) ran with it, this 256-wide mlp (1.6 MiB with momentum) runs without, a 2048-wide one (30 MiB) with;
+# the 256-wide one with batches of 512 (2.6 MiB of activations) with, a Linear (61 KiB, 0.2 MiB of activations)
+# without.
 common=(train --strategy ddp --epochs 2 --limit-train 1280 --limit-test 100 --momentum 0.9 --model mlp --hidden 256
   --schedule cosine --warmup-steps 3 --weight-decay 0.01 --no-decay bias --progress none)
 for su in on off auto; do
@@ -224,14 +226,20 @@ su_small=$(json "$tmp/suauto/summary.json" sharded_update)
 dtr subig 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train --strategy ddp --model mlp --hidden 2048,1024 \
   --momentum 0.9 --limit-train 256 --limit-test 64 --out "$tmp/subig" --progress none
 su_big=$(json "$tmp/subig/summary.json" sharded_update)
+dtr suacts 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train --strategy ddp --model mlp --hidden 256 \
+  --momentum 0.9 --batch-size 512 --limit-train 1024 --limit-test 64 --out "$tmp/suacts" --progress none
+su_acts=$(json "$tmp/suacts/summary.json" sharded_update)
+dtr sutiny 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train --strategy ddp --model linear --momentum 0.9 \
+  --limit-train 256 --limit-test 64 --out "$tmp/sutiny" --progress none
+su_tiny=$(json "$tmp/sutiny/summary.json" sharded_update)
 if [ "$su_on" = true ] && [ "$su_off" = false ] && [ "$su_auto" = true ] && [ "$su_small" = false ] &&
-  [ "$su_big" = true ] && cmp -s "$tmp/suauto/model.safetensors" "$tmp/suoff/model.safetensors" &&
+  [ "$su_big" = true ] && [ "$su_acts" = true ] && [ "$su_tiny" = false ] && cmp -s "$tmp/suauto/model.safetensors" "$tmp/suoff/model.safetensors" &&
   grep -q "2 ranks over shm with shared gradients and a sharded update" "$tmp/suon.out" &&
   cmp -s "$tmp/suon/model.safetensors" "$tmp/suoff/model.safetensors" &&
   cmp -s "$tmp/suon/model.safetensors" "$tmp/sures/model.safetensors"; then
   ok "ddp --sharded-update on: the unsharded weights bit for bit, and resumed from its epoch-1 snapshot too"
 else
-  fail "ddp sharded update: on '$su_on', off '$su_off', auto on fashioncnn '$su_auto', on a 1.6 MiB mlp '$su_small', on a 30 MiB mlp '$su_big'; weights $(cmp "$tmp/suon/model.safetensors" "$tmp/suoff/model.safetensors" 2>&1); resumed $(cmp "$tmp/suon/model.safetensors" "$tmp/sures/model.safetensors" 2>&1)"
+  fail "ddp sharded update: on '$su_on', off '$su_off', auto on fashioncnn '$su_auto', on a 1.6 MiB mlp '$su_small', on a 30 MiB mlp '$su_big', on the 1.6 MiB mlp with 2.6 MiB of activations '$su_acts', on a Linear '$su_tiny'; weights $(cmp "$tmp/suon/model.safetensors" "$tmp/suoff/model.safetensors" 2>&1); resumed $(cmp "$tmp/suon/model.safetensors" "$tmp/sures/model.safetensors" 2>&1)"
 fi
 
 section "ddp: how shm waits, by the ranks' CPUs"
