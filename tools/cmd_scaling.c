@@ -337,7 +337,33 @@ static const run_result *median_run(const run_result *runs, int reps) {
   return &runs[order[(reps - 1) / 2]];
 }
 
-/* Prints each row's median run over the rounds done, then every round's samples/s. */
+/* For every k >= 2, ddp's and dp's samples/s over indep's of the same round, round by round, and their median (the
+ * lower middle one of an even count): what k workers reach of the machine's ceiling while it holds still, where the
+ * speedups over the median single move with the drift between rounds. */
+static void print_vs_indep(const row *rows, int n, const run_result *res, int reps, int done) {
+  for (int i = 2; i < n; i++) {
+    if (rows[i].s != S_INDEP) continue;
+    printf("# against indep x%d in the same round:", rows[i].k);
+    for (int w = i - 2; w < i; w++) { /* the ddp and dp rows of this k */
+      double q[64];
+      printf("%s %s x%d", w == i - 2 ? "" : ";", strategy_names[rows[w].s], rows[w].k);
+      for (int rep = 0; rep < done; rep++) {
+        const double in = res[(size_t)i * (size_t)reps + (size_t)rep].train_sps;
+        q[rep] = in > 0 ? res[(size_t)w * (size_t)reps + (size_t)rep].train_sps / in : 0;
+        printf(" %.2f", q[rep]);
+        for (int m = rep; m > 0 && q[m] < q[m - 1]; m--) { /* insertion sort as they come: done is small */
+          const double t = q[m];
+          q[m] = q[m - 1];
+          q[m - 1] = t;
+        }
+      }
+      printf(", median %.2f", q[(done - 1) / 2]);
+    }
+    printf("\n");
+  }
+}
+
+/* Prints each row's median run over the rounds done, then every round's samples/s and the line against indep. */
 static void print_medians(const job *j, const row *rows, int n, const run_result *res, int reps, int done) {
   const double base = median_run(res, done)->train_sps;
   for (int i = 0; i < n; i++)
@@ -349,12 +375,13 @@ static void print_medians(const job *j, const row *rows, int n, const run_result
     for (int rep = 0; rep < done; rep++) printf(" %.0f", res[(size_t)i * (size_t)reps + (size_t)rep].train_sps);
   }
   printf("\n");
+  print_vs_indep(rows, n, res, reps, done);
   fflush(stdout);
 }
 
-/* Runs every row reps times, round by round. One round prints each row as it ends; several print the median
- * rows after the last round (after a failed run: over the rounds completed, if any), then each row's samples/s
- * round by round. 0, or 1 after a failed run. */
+/* Runs every row reps times, round by round. One round prints each row as it ends, then the line against indep;
+ * several print the median rows after the last round (after a failed run: over the rounds completed, if any), then
+ * each row's samples/s round by round and the line against indep. 0, or 1 after a failed run. */
 static int run_rounds(job *j, int max_workers, int reps) {
   row rows[1 + 3 * 64];
   const int n = list_rows(max_workers, rows);
@@ -375,6 +402,7 @@ static int run_rounds(job *j, int max_workers, int reps) {
   }
   rc = 0;
 done:
+  if (reps == 1 && rc == 0) print_vs_indep(rows, n, res, 1, 1);
   if (reps > 1 && completed > 0) {
     if (rc) fprintf(stderr, "bench scaling: the %d round(s) completed:\n", completed);
     print_medians(j, rows, n, res, reps, completed);

@@ -242,6 +242,15 @@ for row in "ddp 1" "dp 1" "ddp 2" "dp 2"; do
   [ -n "$(sps $row)" ] || fail "bench scaling: no '$row' row: $(cat "$tmp/scaling.out")"
 done
 [ -n "$(sps indep 2)" ] || fail "bench scaling: no 'indep 2' row: $(cat "$tmp/scaling.out")"
+# one round: ddp's and dp's samples/s over indep's, as the rows give them (rounded to whole samples/s, so within
+# 0.01), the round's ratio and the median alike
+vs=$(grep "^# against indep x2 in the same round:" "$tmp/scaling.out")
+for s in ddp dp; do
+  want=$(awk -v a="$(sps $s 2)" -v b="$(sps indep 2)" 'BEGIN { printf "%.2f", a / b }')
+  got=$(echo "${vs#*:}" | tr ';' '\n' | awk -v s=$s '$1 == s && $2 == "x2" { sub(",", "", $3); print $3, $5 }')
+  echo "$got" | awk -v w="$want" '{ exit !(NF == 2 && $1 - w <= 0.0101 && w - $1 <= 0.0101 && $1 == $2) }' ||
+    fail "bench scaling: $s x2 against indep x2 reads '$got', the rows give $want: $vs"
+done
 grep -qE "^# CPU: .*; avx2[+-] .*; [0-9]+ online CPUs" "$tmp/scaling.out" ||
   fail "bench scaling: no '# CPU:' line: $(head -3 "$tmp/scaling.out")"
 for when in start end; do
@@ -253,7 +262,7 @@ done
 # --reps: three rounds; each row is the round with its median samples/s, every round listed at the end; the
 # speedup is over single's median; nothing is left in TMPDIR
 mkdir "$tmp/reps.tmp"
-TMPDIR="$tmp/reps.tmp" "$DTRAIN" bench scaling --model mlp --hidden 16 --max-workers 1 --limit-train 320 --batch-size 32 \
+TMPDIR="$tmp/reps.tmp" "$DTRAIN" bench scaling --model mlp --hidden 16 --max-workers 2 --limit-train 320 --batch-size 32 \
   --reps 3 -- --limit-test 100 >"$tmp/reps.out" 2>"$tmp/reps.err" ||
   fail "bench scaling --reps 3 failed: $(tail -3 "$tmp/reps.err")"
 [ "$(grep -c "^bench scaling: round [123] of 3" "$tmp/reps.err")" = 3 ] || fail "bench scaling --reps 3: $(cat "$tmp/reps.err")"
@@ -271,6 +280,20 @@ speedup=$(awk '$1 == "dp" && $2 == 1 { print $6 }' "$tmp/reps.out")
 want=$(awk -v a="$(median_of dp 1)" -v b="$(median_of single 1)" 'BEGIN { printf "%.2fx", a / b }')
 awk -v s="${speedup%x}" -v w="${want%x}" 'BEGIN { d = s - w; exit !(s != "" && d <= 0.0101 && d >= -0.0101) }' ||
   fail "bench scaling --reps 3: dp x1 speedup '$speedup', medians give '$want'"
+# against indep in the same round: each round's ratio from the rounds line, and their median (within 0.01: the
+# rounds line gives whole samples/s)
+vs=$(grep "^# against indep x2 in the same round:" "$tmp/reps.out")
+for s in ddp dp; do
+  got=$(echo "${vs#*:}" | tr ';' '\n' | awk -v s=$s '$1 == s && $2 == "x2" { sub(",", "", $5); print $3, $4, $5, $7 }')
+  echo "${rounds#*:}" | tr ';' '\n' | awk -v s=$s -v got="$got" '$1 == s && $2 == "x2" { a = $3 " " $4 " " $5 }
+    $1 == "indep" && $2 == "x2" { b = $3 " " $4 " " $5 }
+    function near(x, y) { return x - y <= 0.0101 && y - x <= 0.0101 }
+    END { split(a, x); split(b, y); n = split(got, g); ok = n == 4
+      for (i = 1; i <= 3; i++) { r[i] = x[i] / y[i]; ok = ok && near(g[i], r[i]) }
+      for (i = 1; i <= 3; i++) for (j = 1; j < 3; j++) if (r[j] > r[j + 1]) { t = r[j]; r[j] = r[j + 1]; r[j + 1] = t }
+      exit !(ok && near(g[4], r[2])) }' ||
+    fail "bench scaling --reps 3: $s x2 against indep x2 reads '$got', the rounds: $rounds"
+done
 usage "dtrain bench scaling: --reps 65: at most 64 rounds (e.g. --reps 5)" bench scaling --reps 65
 
 # --skip-epochs: train samples/s over the later epochs (each run's metrics.jsonl), said in a header line; it must
