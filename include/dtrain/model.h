@@ -160,8 +160,9 @@ dt_status dt_model_set_grad_memory(dt_model *m, float *mem, void (*release)(void
  * and dt_model_tensor_data returned before is invalid. */
 dt_status dt_model_set_param_memory(dt_model *m, float *mem, int copy, void (*release)(void *mem, size_t bytes));
 size_t dt_model_num_params(const dt_model *m);
-/* Bytes of the activations of the model's own context: the input and every layer's output for the batch it was
- * built for (0 before build), what a training step writes and reads besides the parameters. */
+/* Bytes of the activations of the model's own context: the input and every layer's own output (a view shares its
+ * input's) for the batch it was built for (0 before build), what a training step writes and reads besides the
+ * parameters. */
 size_t dt_model_activation_bytes(const dt_model *m);
 int dt_model_output_size(const dt_model *m);
 const int64_t *dt_model_input_shape(const dt_model *m, int *ndim);

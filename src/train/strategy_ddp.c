@@ -61,8 +61,9 @@ static int sharded_pays(const dt_run *r) {
   const size_t bytes = r->n_params * sizeof(float) + dt_optim_state_bytes(r->optim);
   const size_t acts = dt_model_activation_bytes(r->model);
   const int pays = bytes >= DT_SHARDED_AUTO_MIN_BYTES || (bytes >= DT_SHARDED_AUTO_ACT_MIN_BYTES && acts > bytes);
-  DT_LOG_INFO("train", "--sharded-update auto: %s (%.2f MiB of parameters and optimizer state, %.2f MiB of "
-              "activations)", pays ? "on" : "off", (double)bytes / (1 << 20), (double)acts / (1 << 20));
+  if (r->lead)
+    DT_LOG_INFO("train", "--sharded-update auto: %s (%.2f MiB of parameters and optimizer state, %.2f MiB of "
+                "activations)", pays ? "on" : "off", (double)bytes / (1 << 20), (double)acts / (1 << 20));
   return pays;
 }
 
@@ -72,8 +73,9 @@ static dt_status ddp_wrap(dt_run *r) {
   const dt_train_config *c = r->cfg;
   DT_CHECK(dt_ddp_new(r->model, r->group, &c->ddp, &r->ddp));
   DT_CHECK(dt_run_resume_optim(r)); /* rank 0's state, before it may move into memory the ranks share */
-  if (!c->sharded_update || (c->sharded_update < 0 && !sharded_pays(r))) return DT_OK;
+  if (!c->sharded_update) return DT_OK;
   if (c->amp == DT_AMP_FP16 || c->clip_grad_norm > 0 || r->n_rows) return DT_OK; /* refused for "on" by the config */
+  if (c->sharded_update < 0 && !sharded_pays(r)) return DT_OK; /* the same inputs, so the same answer, everywhere */
   DT_CHECK(dt_ddp_set_optim(r->ddp, r->optim, &r->sharded_update));
   if (c->sharded_update > 0 && !r->sharded_update && r->lead)
     DT_LOG_WARN("train", "--sharded-update on: every rank steps the whole model (the ranks cannot share memory, or "

@@ -228,12 +228,15 @@ dtr subig 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train --strategy ddp -
 su_big=$(json "$tmp/subig/summary.json" sharded_update)
 dtr suacts 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train --strategy ddp --model mlp --hidden 256 \
   --momentum 0.9 --batch-size 512 --limit-train 1024 --limit-test 64 --out "$tmp/suacts" --progress none
+[ "$rc" -eq 0 ] || { fail "ddp, a 1.6 MiB mlp with batches of 512: exit $rc"; show suacts; }
 su_acts=$(json "$tmp/suacts/summary.json" sharded_update)
 dtr sutiny 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train --strategy ddp --model linear --momentum 0.9 \
   --limit-train 256 --limit-test 64 --out "$tmp/sutiny" --progress none
+[ "$rc" -eq 0 ] || { fail "ddp, a Linear: exit $rc"; show sutiny; }
 su_tiny=$(json "$tmp/sutiny/summary.json" sharded_update)
 if [ "$su_on" = true ] && [ "$su_off" = false ] && [ "$su_auto" = true ] && [ "$su_small" = false ] &&
-  [ "$su_big" = true ] && [ "$su_acts" = true ] && [ "$su_tiny" = false ] && cmp -s "$tmp/suauto/model.safetensors" "$tmp/suoff/model.safetensors" &&
+  [ "$su_big" = true ] && [ "$su_acts" = true ] && [ "$su_tiny" = false ] &&
+  cmp -s "$tmp/suauto/model.safetensors" "$tmp/suoff/model.safetensors" &&
   grep -q "2 ranks over shm with shared gradients and a sharded update" "$tmp/suon.out" &&
   cmp -s "$tmp/suon/model.safetensors" "$tmp/suoff/model.safetensors" &&
   cmp -s "$tmp/suon/model.safetensors" "$tmp/sures/model.safetensors"; then

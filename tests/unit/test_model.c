@@ -764,6 +764,23 @@ TEST(flatten_is_a_zero_copy_view) {
   dt_model_free(m);
 }
 
+/* dt_model_activation_bytes: the input and each layer's own output for the built batch, each 64-byte aligned; a
+ * view (Flatten) adds nothing; 0 before build. */
+TEST(activation_bytes_count_the_input_and_each_own_output) {
+  const int64_t shape[3] = {1, 4, 8};
+  dt_model *m = NULL;
+  ASSERT_OK(dt_model_new(3, shape, &m));
+  ASSERT_OK(dt_model_add_flatten(m, "flat"));
+  ASSERT_OK(dt_model_add_linear(m, "fc1", 16, 1));
+  ASSERT_OK(dt_model_add_linear(m, "fc2", 3, 1));
+  ASSERT_EQ(dt_model_activation_bytes(m), 0);
+  ASSERT_OK(dt_model_build(m, 4, 1));
+  /* input 32 x 4 floats (512 bytes), fc1 16 x 4 (256), fc2 3 x 4 (48, aligned to 64) */
+  ASSERT_EQ(dt_model_activation_bytes(m), 512 + 256 + 64);
+  dt_model_free(m);
+  ASSERT_EQ(dt_model_activation_bytes(NULL), 0);
+}
+
 /* The torch.nn.AvgPool2d reference: the mean over the k x k window with the zero padding counted
  * (count_include_pad), floor mode; x (C, H, W) of one sample, out (C, OH, OW). */
 static void avgpool_reference(const float *x, int C, int H, int W, int k, int st, int pad, float *out) {
@@ -1000,4 +1017,5 @@ TEST_MAIN(TEST_ENTRY(fashioncnn_tensor_names_order_shapes_and_count), TEST_ENTRY
           TEST_ENTRY(deferred_zero_grad_gives_the_eager_gradients), TEST_ENTRY(flatten_is_a_zero_copy_view),
           TEST_ENTRY(avgpool2d_layer_matches_reference),
           TEST_ENTRY(fusion_plan_matches_only_the_pattern), TEST_ENTRY(fused_relu_rows_keep_nan_semantics),
-          TEST_ENTRY(conv_bn_pool_group_falls_back_where_its_slot_is_short))
+          TEST_ENTRY(conv_bn_pool_group_falls_back_where_its_slot_is_short),
+          TEST_ENTRY(activation_bytes_count_the_input_and_each_own_output))
