@@ -1005,6 +1005,7 @@ size_t dt_model_num_params(const dt_model *m) {
 }
 
 size_t dt_model_activation_bytes(const dt_model *m) { return m && m->ctx ? m->ctx->act_bytes : 0; }
+
 int dt_model_output_size(const dt_model *m) {
   if (!m) return 0;
   return m->n_layers ? (int)m->layers[m->n_layers - 1].out_numel : (int)m->sample_numel;
