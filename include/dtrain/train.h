@@ -51,8 +51,8 @@ const char *dt_tta_name(dt_tta t);
 #define DT_SHARDED_AUTO_MIN_BYTES (5u << 20)
 /* ... and from this many bytes where a step's activations (dt_model_activation_bytes) take more than the parameters
  * and state: the step's own traffic then pushes the parameters out of the core's cache whatever the update does.
- * ResNet-20 (2.1 MiB with momentum, 100+ MiB of activations) +2.5% (alternated DDP steps and whole runs); a 7,850
- * parameter Linear, whose input outweighs it, -9%. */
+ * ResNet-20 (1.04 MiB without momentum, 172 MiB of activations at batch 64) +2.5% (alternated DDP steps and whole
+ * runs); a 7,850 parameter Linear, whose input outweighs it, -9%. */
 #define DT_SHARDED_AUTO_ACT_MIN_BYTES (1u << 20)
 
 typedef struct dt_train_config {
