@@ -3,7 +3,8 @@
 --trace FILE): for every rank, the main thread's spans of each optimizer step cut
 into consecutive segments, as mean / median / p90 in microseconds.
 
-  stop all-reduce      ddp: the per-step agreement on a stop request (1 int32, max)
+  stop all-reduce      ddp: the per-step agreement on a stop request (3 int32, max: the
+                       flag, and the last step's wait and all-reduce time, negated)
   wait for data        dt_loader_next: handing over the next batch
   buffers broadcast    ddp: rank 0's buffers (BatchNorm's running statistics) sent before forward
   forward, backward    the model's spans

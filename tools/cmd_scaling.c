@@ -60,7 +60,7 @@ static void argv_text(const argv_buf *b, char *out, size_t cap) {
 typedef struct run_result {
   double train_sps, infer_sps;       /* samples/s (ddp: all ranks together) */
   double compute_s, data_s, comm_s;  /* rank 0: training time split; comm_s = all-reduce waited for */
-  double comm_total_s, comm_hidden;  /* rank 0: all-reduce run time; share hidden behind backward */
+  double comm_total_s, comm_hidden;  /* all-reduce time and share hidden behind backward (the slowest rank's) */
   double acc1;                       /* test top-1, fraction */
   double rss_bytes;                  /* rank 0's peak RSS */
   double cpu_per_wall;               /* rank 0's CPU seconds / wall seconds: below its threads = the cores were shared */
@@ -86,7 +86,7 @@ static int read_summary(const char *dir, run_result *r, char *why, size_t why_ca
   r->compute_s = json_number(text, "compute_seconds");
   r->data_s = json_number(text, "data_wait_seconds");
   r->comm_s = json_number(text, "comm_seconds");
-  r->comm_total_s = json_number(text, "comm_total_seconds");
+  r->comm_total_s = json_number(text, "comm_critical_total_seconds");
   r->comm_hidden = json_number(text, "comm_hidden");
   r->acc1 = json_number(text, "test_acc1");
   r->rss_bytes = json_number(text, "peak_rss_bytes");
@@ -493,7 +493,8 @@ int bench_scaling_run(const bench_scaling_args *a) {
   print_cpu_line(stdout);
   print_cpu_speeds(stdout, "at the start");
   printf("# speedup: train samples/s over 'single' (one worker); efficiency = speedup / workers; ddp: rank 0's\n"
-         "# all-reduce time waited for (comm s) and in total (allred s), hidden = share behind backward;\n"
+         "# wait for the all-reduces and for slower ranks (comm s); all-reduce time (allred s) and its share\n"
+         "# hidden behind backward, step by step on the rank that finished backward last;\n"
          "# cpu/wall: CPU seconds per wall second of (rank 0's) process, well below its threads when cores were\n"
          "# shared; indep: k single runs at once that never communicate (samples/s summed), the ceiling of k\n"
          "# workers on this machine\n");

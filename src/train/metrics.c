@@ -160,9 +160,10 @@ dt_status dt_train_write_summary(const char *dir, const char *model, const dt_tr
   if (pos < sizeof text)
     pos += (size_t)snprintf(text + pos, sizeof text - pos,
                             ",\"peak_rss_bytes\":%zu,\"world_size\":%d,\"backend\":\"%s\",\"comm_total_seconds\":%.3f,"
-                            "\"comm_hidden\":%.4f",
+                            "\"comm_critical_seconds\":%.3f,\"comm_critical_total_seconds\":%.3f,\"comm_hidden\":%.4f",
                             r->peak_rss_bytes, r->world_size > 0 ? r->world_size : 1, r->backend,
-                            r->comm_total_seconds, r->comm_hidden);
+                            r->comm_total_seconds, r->comm_critical_seconds, r->comm_critical_total_seconds,
+                            r->comm_hidden);
   if (pos < sizeof text && r->ddp.steps > 0) {
     const dt_ddp_stats *d = &r->ddp;
     pos += (size_t)snprintf(text + pos, sizeof text - pos,

@@ -6,6 +6,16 @@
 
 typedef struct dt_run dt_run;
 
+/* Communication seconds so far. A rank that reaches the end of a step first waits there for the slower ones
+ * too, so its wait mixes load imbalance with communication; the rank that arrives last waits for the
+ * communication alone. The critical figures take, step by step, the least wait and the least all-reduce
+ * time over the ranks, summed (ddp: carried by the next step's stop agreement, so the run's last step is
+ * left out). */
+typedef struct dt_comm_times {
+  double waited, total;                   /* this rank: waited for at the end of steps; all-reduces ran */
+  double critical_waited, critical_total; /* per step the least over the ranks, summed */
+} dt_comm_times;
+
 /* How the work is spread. The trainer's loop calls these and never asks which
  * strategy it runs; each is one file (strategy_single.c, _dp.c, _ddp.c). */
 typedef struct dt_strategy_ops {
@@ -38,8 +48,8 @@ typedef struct dt_strategy_ops {
   /* Dropout steps into / out of a snapshot position. */
   void (*rng_get)(dt_run *r, dt_snapshot_position *p);
   void (*rng_set)(dt_run *r, const dt_snapshot_position *p);
-  /* Communication seconds waited for so far, and run in total. */
-  void (*comm_seconds)(dt_run *r, double *waited, double *total);
+  /* Communication seconds so far (dt_comm_times). */
+  void (*comm_seconds)(dt_run *r, dt_comm_times *t);
   /* The per-rank figures of every rank into all (world, n), from mine (n). */
   dt_status (*gather)(dt_run *r, const double *mine, double *all, size_t n);
   void (*free)(dt_run *r);
@@ -117,6 +127,7 @@ struct dt_run {
   dt_group *group;
   dt_ddp *ddp;
   dt_dist_sampler *train_shard, *val_shard;
+  dt_comm_times comm;              /* ddp: the critical figures so far, and this rank's when last carried */
   dt_dp *dp;
   float *eval_buf;                 /* dp: outputs of a whole batch */
   /* the loop's position and history */

@@ -1,4 +1,5 @@
 /* Strategy "ddp": one process per worker under a launcher; buckets of gradients all-reduced during backward. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -138,19 +139,33 @@ static dt_status ddp_metrics(dt_run *r, dt_metric_acc *acc) {
   return st;
 }
 
-/* A stop request on any rank stops every rank at the same step. */
+/* Whole microseconds of a step's seconds, negated (so that a max over ranks is the least), within int32. */
+static int32_t negated_us(double seconds) {
+  const double us = seconds * 1e6 + 0.5;
+  return us <= 0 ? 0 : us >= (double)INT32_MAX ? -INT32_MAX : -(int32_t)us;
+}
+
+/* A stop request on any rank stops every rank at the same step. The same all-reduce carries each rank's wait
+ * and all-reduce time since the last one (the last step's), negated: its max gives the least of each over the
+ * ranks, the step's critical figures (dt_comm_times). */
 static dt_status ddp_stop(dt_run *r, int local, int *stop) {
-  int32_t s32 = local != 0;
-  DT_CHECK(dt_allreduce(r->group, &s32, &s32, 1, DT_I32, DT_MAX, NULL));
-  *stop = s32 != 0;
+  dt_ddp_stats s;
+  dt_ddp_get_stats(r->ddp, &s);
+  int32_t v[3] = {local != 0, negated_us(s.wait_s - r->comm.waited), negated_us(s.comm_s - r->comm.total)};
+  DT_CHECK(dt_allreduce(r->group, v, v, 3, DT_I32, DT_MAX, NULL));
+  r->comm.waited = s.wait_s, r->comm.total = s.comm_s;
+  r->comm.critical_waited -= v[1] * 1e-6;
+  r->comm.critical_total -= v[2] * 1e-6;
+  *stop = v[0] != 0;
   return DT_OK;
 }
 
-static void ddp_comm(dt_run *r, double *waited, double *total) {
+static void ddp_comm(dt_run *r, dt_comm_times *t) {
   dt_ddp_stats s;
   dt_ddp_get_stats(r->ddp, &s);
-  *waited = s.wait_s;
-  *total = s.comm_s;
+  *t = r->comm;
+  t->waited = s.wait_s;
+  t->total = s.comm_s;
 }
 
 static dt_status ddp_gather(dt_run *r, const double *mine, double *all, size_t n) {

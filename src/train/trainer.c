@@ -416,9 +416,9 @@ static dt_status epoch_row(dt_run *r, const epoch_state *es, double t0, double t
   m->epoch_seconds = t1 - t0;
   m->train_samples_per_s = m->epoch_seconds > 0 ? (double)((es->seen - es->skipped) * r->world) / m->epoch_seconds : 0;
   m->data_wait_seconds = dt_loader_wait_seconds(r->train_loader) - wait0;
-  double waited, total;
-  r->strategy->comm_seconds(r, &waited, &total);
-  m->comm_seconds = waited - comm0; /* what backward did not hide */
+  dt_comm_times ct;
+  r->strategy->comm_seconds(r, &ct);
+  m->comm_seconds = ct.waited - comm0; /* what backward did not hide, and waits for slower ranks */
   m->compute_seconds = m->epoch_seconds - m->data_wait_seconds - m->comm_seconds;
   double seconds = 0;
   DT_CHECK(evaluate(r, &seconds));
@@ -440,8 +440,8 @@ static dt_status run_epochs(dt_run *r, dt_train_result *out, double *train_time,
     EACH_HOOK(epoch_start, r, e);
     dt_metric_acc_reset(r->epoch_acc);
     epoch_state es = {.e = e, .lr = c->lr};
-    double waited0, total0;
-    r->strategy->comm_seconds(r, &waited0, &total0);
+    dt_comm_times ct0;
+    r->strategy->comm_seconds(r, &ct0);
     const double t0 = dt_time_now(), wait0 = dt_loader_wait_seconds(r->train_loader);
     if (r->resume.active && e == first && r->resume.pos.epoch_step > 0) {
       DT_CHECK(skip_trained(r, &es.seen));
@@ -460,7 +460,7 @@ static dt_status run_epochs(dt_run *r, dt_train_result *out, double *train_time,
     DT_CHECK(dt_run_all_sum(r, state, n_state));
     if (state[0] == 0) break; /* stopped before the epoch's first step: nothing new to report */
     dt_epoch_metrics m;
-    DT_CHECK(epoch_row(r, &es, t0, t1, wait0, waited0, &m));
+    DT_CHECK(epoch_row(r, &es, t0, t1, wait0, ct0.waited, &m));
     local_metric[0] = m.test_metric[0], local_metric[1] = m.test_metric[1];
     DT_CHECK(r->strategy->reduce_metrics(r, r->eval_acc));
     m.test_loss = dt_metric_acc_loss(r->eval_acc);
@@ -483,6 +483,19 @@ static dt_status run_epochs(dt_run *r, dt_train_result *out, double *train_time,
   return DT_OK;
 }
 
+/* The critical figures (dt_comm_times), this rank's own where no step was carried (a run of one step), and the
+ * share of the all-reduce time the slowest rank did not wait for: a faster rank's wait for it is load
+ * imbalance, not communication. */
+static void comm_result(const dt_comm_times *ct, dt_train_result *out) {
+  out->comm_total_seconds = ct->total;
+  const int carried = ct->critical_total > 0;
+  out->comm_critical_seconds = carried ? ct->critical_waited : out->comm_seconds;
+  out->comm_critical_total_seconds = carried ? ct->critical_total : ct->total;
+  const double total = out->comm_critical_total_seconds;
+  const double hidden = total > 0 ? 1.0 - out->comm_critical_seconds / total : 0;
+  out->comm_hidden = hidden < 0 ? 0 : hidden;
+}
+
 /* The result's totals, and every rank's figures for the per-rank table. */
 static dt_status finish_result(dt_run *r, dt_train_result *out, double train_time, int64_t all_samples,
                                const double *local_metric, double cpu_u0, double cpu_s0, double **ranks) {
@@ -502,12 +515,10 @@ static dt_status finish_result(dt_run *r, dt_train_result *out, double train_tim
   const int have_row = out->last.epoch > 0;
   out->test_loss = have_row ? out->last.test_loss : NAN;
   for (int i = 0; i < DT_MAX_METRICS; i++) out->test_metric[i] = have_row ? out->last.test_metric[i] : NAN;
-  double waited, total;
-  r->strategy->comm_seconds(r, &waited, &total);
-  out->comm_total_seconds = total;
+  dt_comm_times ct;
+  r->strategy->comm_seconds(r, &ct);
+  comm_result(&ct, out);
   dt_ddp_get_stats(r->ddp, &out->ddp); /* zeros without ddp */
-  out->comm_hidden = total > 0 ? 1.0 - out->comm_seconds / total : 0;
-  if (out->comm_hidden < 0) out->comm_hidden = 0;
   double cpu_u1, cpu_s1;
   dt_cpu_time(&cpu_u1, &cpu_s1);
   out->cpu_user_seconds = cpu_u1 - cpu_u0;

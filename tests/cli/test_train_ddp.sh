@@ -270,6 +270,34 @@ else
   fail "ddp on one CPU: rc $rc, $(grep "CPU(s)" "$tmp/spin1.err")"
 fi
 
+section "ddp: a wait for a slower rank is not counted as communication"
+# Rank 1 is stopped (SIGSTOP) 5 ms of every 10, its compute and communication alike, so rank 0 waits for it at
+# the end of most steps. The share hidden behind backward is taken step by step on the rank that arrived last
+# (the least wait over the ranks): rank 0's own wait, mostly for rank 1, must not lower it.
+mkdir -p "$tmp/slowpids"
+(
+  for _ in $(seq 400); do [ -s "$tmp/slowpids/pid.1.0" ] && break; sleep 0.05; done
+  p=$(cat "$tmp/slowpids/pid.1.0" 2>/dev/null) || exit 0
+  while kill -STOP "$p" 2>/dev/null; do sleep 0.005; kill -CONT "$p" 2>/dev/null; sleep 0.005; done
+) &
+pulser=$!
+bg_pids+=("$pulser")
+DDP_PID_DIR=$tmp/slowpids dtr slow1 90 --standalone --nproc-per-node 2 -- "$W" train --strategy ddp \
+  --model fashioncnn --limit-train 3840 --limit-test 64 --out "$tmp/slow1" --progress none
+kill -9 "$pulser" 2>/dev/null
+s1=$tmp/slow1/summary.json
+c0=$(json "$s1" comm_seconds) tot=$(json "$s1" comm_total_seconds) h=$(json "$s1" comm_hidden)
+crit=$(json "$s1" comm_critical_seconds) ct=$(json "$s1" comm_critical_total_seconds)
+if [ "$rc" -eq 0 ] && [ -n "$crit" ] && [ -n "$ct" ] &&
+  awk -v c0="$c0" -v tot="$tot" -v h="$h" -v crit="$crit" -v ct="$ct" 'BEGIN {
+    exit !(ct > 0 && c0 >= 2 * crit + 0.05 && h - (1 - crit / ct) < 0.01 && (1 - crit / ct) - h < 0.01 &&
+           h > 1 - c0 / tot + 0.15) }'; then
+  ok "ddp, rank 1 stopped half the time: rank 0 waited $c0 s, the slowest rank's waits $crit s of $ct s ($h hidden)"
+else
+  fail "ddp, rank 1 stopped half the time: rc $rc, rank 0 waited '$c0' s of '$tot' s, the slowest rank's waits '$crit' s of '$ct' s, hidden '$h'"
+  show slow1
+fi
+
 # ---- 2: dp ----------------------------------------------------------------------------------
 section "2 dp"
 timeout -k 2 60 "$DTRAIN" train --strategy dp --workers 2 --epochs 1 --limit-train 1500 --limit-test 1001 \
