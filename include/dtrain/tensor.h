@@ -64,6 +64,11 @@ uint16_t dt_f32_to_bf16(float x);
 float dt_bf16_to_f32(uint16_t x);
 uint16_t dt_f32_to_f16(float x);
 float dt_f16_to_f32(uint16_t x);
+/* The same over n values (dst and src do not overlap); to 16 bits, each value times scale first (1: as it is). */
+void dt_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n, float scale);
+void dt_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
+void dt_f32_to_f16_n(uint16_t *dst, const float *src, size_t n, float scale);
+void dt_f16_to_f32_n(float *dst, const uint16_t *src, size_t n);
 
 #ifdef __cplusplus
 }

@@ -8,21 +8,6 @@
 
 #define BLOCK 512 /* f32 temporaries for bf16/f16 blocks: 2 KiB on the stack each */
 
-static inline float bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static inline uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1); /* round to nearest even */
-  return (uint16_t)(u >> 16);
-}
-
 /* One loop per (type, op); `restrict`-free because dst may alias a source. */
 #define DEFINE_PAIR(T, name)                                                               \
   static void name##_sum(T *d, const T *a, const T *b, size_t n) {                         \
@@ -56,17 +41,11 @@ static void i64_sum_wrap(int64_t *d, const int64_t *a, const int64_t *b, size_t 
 }
 
 static void widen(float *out, const uint16_t *in, size_t n, dt_dtype t) {
-  if (t == DT_BF16)
-    for (size_t i = 0; i < n; i++) out[i] = bf16_to_f32(in[i]);
-  else
-    for (size_t i = 0; i < n; i++) out[i] = dt_f16_to_f32(in[i]);
+  (t == DT_BF16 ? dt_bf16_to_f32_n : dt_f16_to_f32_n)(out, in, n);
 }
 
 static void narrow(uint16_t *out, const float *in, size_t n, dt_dtype t) {
-  if (t == DT_BF16)
-    for (size_t i = 0; i < n; i++) out[i] = f32_to_bf16(in[i]);
-  else
-    for (size_t i = 0; i < n; i++) out[i] = dt_f32_to_f16(in[i]);
+  (t == DT_BF16 ? dt_f32_to_bf16_n : dt_f32_to_f16_n)(out, in, n, 1.0f);
 }
 
 void dt_reduce_many(void *dst, const void *const *srcs, int k, size_t n, dt_dtype t, dt_redop op) {

@@ -515,9 +515,9 @@ static void launch(dt_ddp *d, int i) {
     const float scale = 1.0f / (float)d->world;
     uint16_t *s = b->stage;
     if (d->cfg.comm_hook == DT_COMM_HOOK_BF16)
-      for (size_t k = 0; k < b->count; k++) s[k] = dt_f32_to_bf16(g[k] * scale);
+      dt_f32_to_bf16_n(s, g, b->count, scale);
     else
-      for (size_t k = 0; k < b->count; k++) s[k] = dt_f32_to_f16(g[k] * scale);
+      dt_f32_to_f16_n(s, g, b->count, scale);
     st = dt_allreduce(d->g, s, s, b->count, d->cfg.comm_hook == DT_COMM_HOOK_BF16 ? DT_BF16 : DT_F16, DT_SUM,
                       &b->work);
   }
@@ -970,9 +970,9 @@ dt_status dt_ddp_finish(dt_ddp *d) {
       if (b->rows) continue;
       float *g = d->grads + b->off;
       if (d->cfg.comm_hook == DT_COMM_HOOK_BF16)
-        for (size_t k = 0; k < b->count; k++) g[k] = dt_bf16_to_f32(b->stage[k]);
+        dt_bf16_to_f32_n(g, b->stage, b->count);
       else
-        for (size_t k = 0; k < b->count; k++) g[k] = dt_f16_to_f32(b->stage[k]);
+        dt_f16_to_f32_n(g, b->stage, b->count);
     }
   }
   /* Comm time: what the communication thread spent running this step's all-reduces. */

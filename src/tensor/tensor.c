@@ -100,42 +100,51 @@ static float bits_f32(uint32_t u) {
   return x;
 }
 
-uint16_t dt_f32_to_bf16(float x) {
-  uint32_t u = f32_bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
+/* The conversions inline, so that the loops over many values below vectorise (bf16 branch-free). */
+static inline uint16_t to_bf16(float x) {
+  const uint32_t u = f32_bits(x);
+  const uint32_t nan = (u >> 16) | 0x40u; /* quiet NaN */
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
-float dt_bf16_to_f32(uint16_t x) { return bits_f32((uint32_t)x << 16); }
+static inline float from_bf16(uint16_t x) { return bits_f32((uint32_t)x << 16); }
 
-uint16_t dt_f32_to_f16(float x) {
-  uint32_t u = f32_bits(x);
-  uint32_t sign = (u >> 16) & 0x8000u;
-  uint32_t absu = u & 0x7fffffffu;
-  if (absu > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
-  if (absu >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* overflow to inf (>= 65520) */
-  if (absu < 0x38800000u) {                                    /* subnormal or zero in f16 */
-    if (absu < 0x33000000u) return (uint16_t)sign;             /* rounds to zero */
-    uint32_t e = absu >> 23, m = (absu & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126 - e; /* 14..24 */
-    uint32_t half = m >> shift, rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1u))) half++;
-    return (uint16_t)(sign | half);
-  }
-  uint32_t h = ((absu - 0x38000000u) >> 13);
-  uint32_t rem = absu & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+/* fp16 (round to nearest even; from 65520 inf; NaN 0x7e00 with the sign): below 2^-14, adding 0.5 leaves the value
+ * on the 2^-24 grid in the low bits (the FPU rounds); above, one add rounds the 13 bits cut, carrying into the
+ * exponent where it must. */
+static inline uint16_t to_f16(float x) {
+  const uint32_t u = f32_bits(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  const uint32_t normal = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
+  const uint32_t subnormal = f32_bits(bits_f32(a) + 0.5f) - 0x3f000000u;
+  const uint32_t h = a > 0x7f800000u ? 0x7e00u : a >= 0x477ff000u ? 0x7c00u : a < 0x38800000u ? subnormal : normal;
   return (uint16_t)(sign | h);
 }
 
-float dt_f16_to_f32(uint16_t x) {
-  uint32_t sign = (uint32_t)(x & 0x8000u) << 16, e = (x >> 10) & 0x1fu, m = x & 0x3ffu;
-  if (e == 0) {
-    if (m == 0) return bits_f32(sign);
-    float v = (float)m * (1.0f / 16777216.0f); /* m * 2^-24 */
-    return sign ? -v : v;
-  }
-  if (e == 31) return bits_f32(sign | 0x7f800000u | (m << 13));
-  return bits_f32(sign | ((e + 112) << 23) | (m << 13));
+static inline float from_f16(uint16_t x) {
+  const uint32_t sign = (uint32_t)(x & 0x8000u) << 16, e = (x >> 10) & 0x1fu, m = x & 0x3ffu;
+  const uint32_t subnormal = f32_bits((float)m * (1.0f / 16777216.0f)); /* m * 2^-24, 0 included */
+  const uint32_t bits = e == 0 ? subnormal : e == 31 ? 0x7f800000u | (m << 13) : ((e + 112) << 23) | (m << 13);
+  return bits_f32(sign | bits);
+}
+
+uint16_t dt_f32_to_bf16(float x) { return to_bf16(x); }
+float dt_bf16_to_f32(uint16_t x) { return from_bf16(x); }
+uint16_t dt_f32_to_f16(float x) { return to_f16(x); }
+float dt_f16_to_f32(uint16_t x) { return from_f16(x); }
+
+void dt_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n, float scale) {
+  for (size_t i = 0; i < n; i++) dst[i] = to_bf16(src[i] * scale);
+}
+
+void dt_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = from_bf16(src[i]);
+}
+
+void dt_f32_to_f16_n(uint16_t *dst, const float *src, size_t n, float scale) {
+  for (size_t i = 0; i < n; i++) dst[i] = to_f16(src[i] * scale);
+}
+
+void dt_f16_to_f32_n(float *dst, const uint16_t *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = from_f16(src[i]);
 }

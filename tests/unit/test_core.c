@@ -151,6 +151,89 @@ TEST(tensor_describe_and_convert) {
   ASSERT_STATUS(dt_dtype_parse("f8", &d), DT_INVALID_ARGUMENT);
 }
 
+/* Reference conversions written the plain way (branches, one case at a time): the library's branch-free ones, and
+ * their loops over many values, must give the same bits. */
+static uint32_t bits_of(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return u;
+}
+static float float_of(uint32_t u) {
+  float x;
+  memcpy(&x, &u, 4);
+  return x;
+}
+static uint16_t ref_f16(float x) {
+  uint32_t u = bits_of(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+  if (a < 0x38800000u) {
+    if (a < 0x33000000u) return (uint16_t)sign;
+    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126 - e;
+    uint32_t half = m >> shift, rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1u))) half++;
+    return (uint16_t)(sign | half);
+  }
+  uint32_t h = (a - 0x38000000u) >> 13, rem = a & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+  return (uint16_t)(sign | h);
+}
+static float ref_from_f16(uint16_t x) {
+  uint32_t sign = (uint32_t)(x & 0x8000u) << 16, e = (x >> 10) & 0x1fu, m = x & 0x3ffu;
+  if (e == 0) return m == 0 ? float_of(sign) : (sign ? -1.0f : 1.0f) * (float)m / 16777216.0f;
+  if (e == 31) return float_of(sign | 0x7f800000u | (m << 13));
+  return float_of(sign | ((e + 112) << 23) | (m << 13));
+}
+static uint16_t ref_bf16(float x) {
+  uint32_t u = bits_of(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* f32 patterns: a stride over all 2^32; every pattern within 2048 of each boundary of the formats; and ties, halfway
+ * between two fp16 normals, two fp16 subnormals or two bf16 values; all of the last two with both signs. */
+#define PROBES (65536 + 5 * 2 * 4096 + 3 * 2 * 4096)
+static void f32_probes(float *x) {
+  static const uint32_t edges[] = {0x33000000u, 0x38800000u, 0x477ff000u, 0x7f800000u, 0x00800000u};
+  size_t n = 0;
+  for (uint32_t i = 0; i < 65536; i++) x[n++] = float_of(i * 65521u);
+  for (int e = 0; e < 5; e++)
+    for (uint32_t sign = 0; sign < 2; sign++)
+      for (uint32_t d = 0; d < 4096; d++) x[n++] = float_of(sign << 31 | (edges[e] - 2048 + d));
+  for (uint32_t sign = 0; sign < 2; sign++)
+    for (uint32_t k = 0; k < 4096; k++) {
+      x[n++] = float_of(sign << 31 | (0x38800000u + k * 0x2000u + 0x1000u)); /* fp16 normals' ties */
+      x[n++] = (sign ? -1.0f : 1.0f) * (float)(2 * (k % 1024) + 1) / 33554432.0f; /* (2k+1) 2^-25 */
+      x[n++] = float_of(sign << 31 | (0x3f800000u + k * 0x10000u + 0x8000u)); /* bf16 ties */
+    }
+}
+
+TEST(half_conversions_match_the_reference_bit_for_bit) {
+  float *x = malloc(PROBES * sizeof *x), *back = malloc(65536 * sizeof *back);
+  uint16_t *h = malloc(PROBES * sizeof *h), *all = malloc(65536 * sizeof *all);
+  ASSERT(x && back && h && all);
+  f32_probes(x);
+  int bad = 0;
+  dt_f32_to_f16_n(h, x, PROBES, 1.0f);
+  for (size_t i = 0; i < PROBES; i++) bad += h[i] != ref_f16(x[i]) || dt_f32_to_f16(x[i]) != h[i];
+  ASSERT_EQ(bad, 0);
+  dt_f32_to_bf16_n(h, x, PROBES, 1.0f);
+  for (size_t i = 0; i < PROBES; i++) bad += h[i] != ref_bf16(x[i]) || dt_f32_to_bf16(x[i]) != h[i];
+  ASSERT_EQ(bad, 0);
+  dt_f32_to_f16_n(h, x, PROBES, 0.5f); /* the scale multiplies first */
+  for (size_t i = 0; i < PROBES; i++) bad += h[i] != ref_f16(x[i] * 0.5f);
+  ASSERT_EQ(bad, 0);
+  for (uint32_t i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+  dt_f16_to_f32_n(back, all, 65536);
+  for (uint32_t i = 0; i < 65536; i++)
+    bad += bits_of(back[i]) != bits_of(ref_from_f16(all[i])) || bits_of(dt_f16_to_f32(all[i])) != bits_of(back[i]);
+  ASSERT_EQ(bad, 0);
+  dt_bf16_to_f32_n(back, all, 65536);
+  for (uint32_t i = 0; i < 65536; i++) bad += bits_of(back[i]) != i << 16 || bits_of(dt_bf16_to_f32(all[i])) != i << 16;
+  ASSERT_EQ(bad, 0);
+  free(x), free(back), free(h), free(all);
+}
+
 TEST(thread_budget) {
   ASSERT_OK(dt_set_threads(1));
   ASSERT_EQ(dt_get_threads(), 1);
@@ -231,6 +314,7 @@ TEST_MAIN(TEST_ENTRY(status_names_and_messages), TEST_ENTRY(error_detail_is_reco
           TEST_ENTRY(tunables_read_environment_and_reject_garbage), TEST_ENTRY(alloc_is_aligned_zeroed_and_checked),
           TEST_ENTRY(philox_known_answer), TEST_ENTRY(rng_is_reproducible_and_uniform),
           TEST_ENTRY(rng_normal_is_reproducible_with_standard_moments),
-          TEST_ENTRY(tensor_describe_and_convert), TEST_ENTRY(thread_budget), TEST_ENTRY(utf8_is_rfc3629_strict),
+          TEST_ENTRY(tensor_describe_and_convert), TEST_ENTRY(half_conversions_match_the_reference_bit_for_bit),
+          TEST_ENTRY(thread_budget), TEST_ENTRY(utf8_is_rfc3629_strict),
           TEST_ENTRY(json_escape_quotes_backslashes_and_controls_only), TEST_ENTRY(allocations_are_counted),
           TEST_ENTRY(freed_memory_is_kept))
