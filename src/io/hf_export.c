@@ -54,7 +54,7 @@ static dt_status collect(const dt_safetensors *f, const char *src, dt_named_tens
     if (x->dtype != DT_F16 && x->dtype != DT_BF16) continue;
     const uint16_t *h = x->data;
     const int64_t numel = dt_tensor_numel(x);
-    for (int64_t e = 0; e < numel; e++) at[e] = x->dtype == DT_F16 ? dt_f16_to_f32(h[e]) : dt_bf16_to_f32(h[e]);
+    (x->dtype == DT_F16 ? dt_f16_to_f32_n : dt_bf16_to_f32_n)(at, h, (size_t)numel);
     DT_CHECK(dt_tensor_view(x, at, DT_F32, x->ndim, x->shape));
     at += numel;
   }

@@ -145,9 +145,9 @@ static void copy_matched(dt_model *m, const dt_safetensors *f, const int *src) {
     const int64_t numel = dt_tensor_numel(&t.tensor);
     const uint16_t *h = t.tensor.data;
     if (t.tensor.dtype == DT_F16)
-      for (int64_t k = 0; k < numel; k++) ((float *)dst)[k] = dt_f16_to_f32(h[k]);
+      dt_f16_to_f32_n(dst, h, (size_t)numel);
     else if (t.tensor.dtype == DT_BF16)
-      for (int64_t k = 0; k < numel; k++) ((float *)dst)[k] = dt_bf16_to_f32(h[k]);
+      dt_bf16_to_f32_n(dst, h, (size_t)numel);
     else if (numel)
       memcpy(dst, t.tensor.data, dt_tensor_bytes(&t.tensor));
   }
