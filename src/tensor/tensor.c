@@ -123,9 +123,10 @@ static inline uint16_t to_f16(float x) {
 
 static inline float from_f16(uint16_t x) {
   const uint32_t sign = (uint32_t)(x & 0x8000u) << 16, e = (x >> 10) & 0x1fu, m = x & 0x3ffu;
-  const uint32_t subnormal = f32_bits((float)m * (1.0f / 16777216.0f)); /* m * 2^-24, 0 included */
-  const uint32_t bits = e == 0 ? subnormal : e == 31 ? 0x7f800000u | (m << 13) : ((e + 112) << 23) | (m << 13);
-  return bits_f32(sign | bits);
+  const uint32_t subnormal = f32_bits((float)(int32_t)m * (1.0f / 16777216.0f)); /* m * 2^-24, 0 included */
+  const uint32_t exponent = e == 31 ? 0x7f800000u : (e + 112) << 23;
+  const uint32_t tiny = 0u - (uint32_t)(e == 0); /* all ones where subnormal or zero */
+  return bits_f32(sign | (subnormal & tiny) | ((exponent | (m << 13)) & ~tiny));
 }
 
 uint16_t dt_f32_to_bf16(float x) { return to_bf16(x); }
