@@ -59,8 +59,8 @@ static void argv_text(const argv_buf *b, char *out, size_t cap) {
 /* One run's figures from summary.json. */
 typedef struct run_result {
   double train_sps, infer_sps;       /* samples/s (ddp: all ranks together) */
-  double compute_s, data_s, comm_s;  /* rank 0: training time split; comm_s = all-reduce waited for */
-  double comm_total_s, comm_hidden;  /* all-reduce time and share hidden behind backward (the slowest rank's) */
+  double compute_s, data_s, comm_s;  /* rank 0: training time split; comm_s: waited for all-reduces, slower ranks */
+  double comm_total_s, comm_hidden;  /* all-reduce time, share hidden behind backward: per step least over ranks */
   double acc1;                       /* test top-1, fraction */
   double rss_bytes;                  /* rank 0's peak RSS */
   double cpu_per_wall;               /* rank 0's CPU seconds / wall seconds: below its threads = the cores were shared */
@@ -494,7 +494,7 @@ int bench_scaling_run(const bench_scaling_args *a) {
   print_cpu_speeds(stdout, "at the start");
   printf("# speedup: train samples/s over 'single' (one worker); efficiency = speedup / workers; ddp: rank 0's\n"
          "# wait for the all-reduces and for slower ranks (comm s); all-reduce time (allred s) and its share\n"
-         "# hidden behind backward, step by step on the rank that finished backward last;\n"
+         "# hidden behind backward, from each step's least wait and all-reduce time over the ranks;\n"
          "# cpu/wall: CPU seconds per wall second of (rank 0's) process, well below its threads when cores were\n"
          "# shared; indep: k single runs at once that never communicate (samples/s summed), the ceiling of k\n"
          "# workers on this machine\n");

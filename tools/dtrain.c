@@ -821,7 +821,7 @@ static void print_train_summary(const dt_train_config *cfg, const dt_train_resul
           r->compute_seconds, r->data_wait_seconds, r->comm_seconds);
   if (cfg->strategy == DT_STRATEGY_DDP)
     fprintf(f, "  %-22s %d ranks over %s%s%s, all-reduce %.2f s of which %.0f%% hidden behind backward (step by "
-            "step, the slowest rank's)\n", "ddp", r->world_size, r->backend,
+            "step, the least over the ranks)\n", "ddp", r->world_size, r->backend,
             r->ddp.shared_grads ? " with shared gradients" : "", r->ddp.sharded_update ? " and a sharded update" : "",
             r->comm_critical_total_seconds, 100 * r->comm_hidden);
   fprintf(f, "  %-22s %.0f samples/s\n", "train throughput", r->train_samples_per_s);
@@ -1406,8 +1406,8 @@ static const command commands[] = {
      "Trains the same job once with one worker (the baseline), then for 1..--max-workers workers\n"
      "as DDP processes under dtrun and as DataParallel threads, and prints for each: train and\n"
      "inference samples/s, speedup over one worker, scaling efficiency (speedup / workers) and,\n"
-     "for ddp, the all-reduce time and the share of it hidden behind backward (step by step on the\n"
-     "rank that finished backward last: a wait for a slower rank is not communication). For 2..N it also\n"
+     "for ddp, the all-reduce time and the share of it hidden behind backward (from each step's least\n"
+     "wait and all-reduce time over the ranks: a wait for a slower rank is not communication). For 2..N it also\n"
      "runs N single-worker jobs at once that never communicate (row 'indep', samples/s summed):\n"
      "what N workers can reach on this machine, the ceiling to read ddp's and dp's speedups against;\n"
      "a line '# against indep xN in the same round' gives ddp's and dp's samples/s over it.\n"

@@ -194,10 +194,11 @@ typedef struct dt_train_result {
   char backend[16];          /* the group's backend ("shm", "tcp", "shm+tcp", "mpi"), "" without ddp */
   double comm_total_seconds; /* all-reduces ran this long; comm_seconds of it was waited for */
   /* Per step, the least over the ranks of the wait at the step's end and of the all-reduce time, summed: the
-   * slowest rank's, whose wait is communication alone (a faster rank also waits for it). Every step but the
-   * run's last (a run of one step: this rank's comm_seconds and comm_total_seconds). */
+   * wait of the rank that finished backward last is communication alone (a faster rank also waits for it).
+   * Every step but the run's last (which --amp fp16 carries too); where no step was carried, this rank's
+   * comm_seconds and comm_total_seconds. */
   double comm_critical_seconds, comm_critical_total_seconds;
-  double comm_hidden; /* 1 - comm_critical_seconds / comm_critical_total_seconds (0 without communication) */
+  double comm_hidden;        /* 1 - comm_critical_seconds / comm_critical_total_seconds (0 without communication) */
   dt_ddp_stats ddp;          /* rank 0's gradient exchange: bytes, row tables as rows or dense (zero without ddp) */
   int64_t skipped_images;    /* --skip-bad-images: files of the training and validation data left out */
   int64_t skipped_rows;      /* --skip-bad-rows: malformed rows of the training and validation text left out */

@@ -100,7 +100,7 @@ static float bits_f32(uint32_t u) {
   return x;
 }
 
-/* The conversions inline, so that the loops over many values below vectorise (bf16 branch-free). */
+/* The conversions inline and branch-free (selects), so that the loops over many values below vectorise. */
 static inline uint16_t to_bf16(float x) {
   const uint32_t u = f32_bits(x);
   const uint32_t nan = (u >> 16) | 0x40u; /* quiet NaN */

@@ -9,8 +9,8 @@ typedef struct dt_run dt_run;
 /* Communication seconds so far. A rank that reaches the end of a step first waits there for the slower ones
  * too, so its wait mixes load imbalance with communication; the rank that arrives last waits for the
  * communication alone. The critical figures take, step by step, the least wait and the least all-reduce
- * time over the ranks, summed (ddp: carried by the next step's stop agreement, so the run's last step is
- * left out). */
+ * time over the ranks (each on its own), summed (ddp: carried by the next agreement of the ranks, the next
+ * step's stop or --amp fp16's check of the step, so a run's last step is left out unless fp16 carried it). */
 typedef struct dt_comm_times {
   double waited, total;                   /* this rank: waited for at the end of steps; all-reduces ran */
   double critical_waited, critical_total; /* per step the least over the ranks, summed */

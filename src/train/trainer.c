@@ -484,8 +484,8 @@ static dt_status run_epochs(dt_run *r, dt_train_result *out, double *train_time,
 }
 
 /* The critical figures (dt_comm_times), this rank's own where no step was carried (a run of one step), and the
- * share of the all-reduce time the slowest rank did not wait for: a faster rank's wait for it is load
- * imbalance, not communication. */
+ * share of the all-reduce time not waited for, step by step the least over the ranks: a faster rank's wait
+ * for a slower one is load imbalance, not communication. */
 static void comm_result(const dt_comm_times *ct, dt_train_result *out) {
   out->comm_total_seconds = ct->total;
   const int carried = ct->critical_total > 0;

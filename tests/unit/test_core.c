@@ -223,6 +223,9 @@ TEST(half_conversions_match_the_reference_bit_for_bit) {
   dt_f32_to_f16_n(h, x, PROBES, 0.5f); /* the scale multiplies first */
   for (size_t i = 0; i < PROBES; i++) bad += h[i] != ref_f16(x[i] * 0.5f);
   ASSERT_EQ(bad, 0);
+  dt_f32_to_bf16_n(h, x, PROBES, 0.5f);
+  for (size_t i = 0; i < PROBES; i++) bad += h[i] != ref_bf16(x[i] * 0.5f);
+  ASSERT_EQ(bad, 0);
   for (uint32_t i = 0; i < 65536; i++) all[i] = (uint16_t)i;
   dt_f16_to_f32_n(back, all, 65536);
   for (uint32_t i = 0; i < 65536; i++)
