@@ -483,7 +483,7 @@ static dt_status run_epochs(dt_run *r, dt_train_result *out, double *train_time,
   return DT_OK;
 }
 
-/* The critical figures (dt_comm_times), this rank's own where no step was carried (a run of one step), and the
+/* The critical figures (dt_comm_times), this rank's own where no step was carried (one step, no fp16), and the
  * share of the all-reduce time not waited for, step by step the least over the ranks: a faster rank's wait
  * for a slower one is load imbalance, not communication. */
 static void comm_result(const dt_comm_times *ct, dt_train_result *out) {
