@@ -8,9 +8,11 @@
 #   bench/hooks_on_a_link.sh [BUILD_DIR] [RATE] [REPS] [-- TRAIN FLAGS]
 #   e.g. bench/hooks_on_a_link.sh build 1gbit 3 -- --model mlp --limit-train 12800
 set -euo pipefail
+case "${1:-}" in -*) echo "usage: bench/hooks_on_a_link.sh [BUILD_DIR] [RATE] [REPS] [-- TRAIN FLAGS]" >&2; exit 2 ;; esac
 build=${1:-build}
 rate=${2:-1gbit}
 reps=${3:-3}
+[[ "$reps" =~ ^[1-9][0-9]*$ ]] || { echo "hooks_on_a_link.sh: REPS '$reps' is not a positive whole number" >&2; exit 2; }
 shift $(($# < 3 ? $# : 3))
 [ "${1:-}" = "--" ] && shift
 flags=("$@")
@@ -40,8 +42,9 @@ done
 run() {
   local hook=$1 port=$((20000 + RANDOM % 20000)) out=$tmp/$1.$RANDOM
   for node in 0 1; do
-    ip netns exec "$([ $node = 0 ] && echo "$A" || echo "$B")" "$build/dtrun" --nnodes 2 --node-rank $node \
-      --nproc-per-node 1 --threads-per-proc 1 --master-addr "$net.1" --master-port $port --run-id "hooks$port" -- \
+    ip netns exec "$([ $node = 0 ] && echo "$A" || echo "$B")" timeout -k 5 900 \
+      "$build/dtrun" --nnodes 2 --node-rank $node --nproc-per-node 1 --threads-per-proc 1 --master-addr "$net.1" \
+      --master-port $port --run-id "hooks$port" -- \
       "$build/dtrain" train --strategy ddp --epochs 2 --limit-test 500 --progress none --comm-hook "$hook" \
       --out "$out$node" "${flags[@]}" >"$out$node.log" 2>&1 &
   done

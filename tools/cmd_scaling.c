@@ -337,6 +337,17 @@ static const run_result *median_run(const run_result *runs, int reps) {
   return &runs[order[(reps - 1) / 2]];
 }
 
+/* The lower middle of n values (n <= 64), which it sorts. */
+static double lower_median(double *v, int n) {
+  for (int i = 1; i < n; i++) /* insertion sort: n is small */
+    for (int m = i; m > 0 && v[m] < v[m - 1]; m--) {
+      const double t = v[m];
+      v[m] = v[m - 1];
+      v[m - 1] = t;
+    }
+  return v[(n - 1) / 2];
+}
+
 /* For every k >= 2, ddp's and dp's samples/s over indep's of the same round, round by round, and their median (the
  * lower middle one of an even count): what k workers reach of the machine's ceiling while it holds still, where the
  * speedups over the median single move with the drift between rounds. */
@@ -351,13 +362,8 @@ static void print_vs_indep(const row *rows, int n, const run_result *res, int re
         const double in = res[(size_t)i * (size_t)reps + (size_t)rep].train_sps;
         q[rep] = in > 0 ? res[(size_t)w * (size_t)reps + (size_t)rep].train_sps / in : 0;
         printf(" %.2f", q[rep]);
-        for (int m = rep; m > 0 && q[m] < q[m - 1]; m--) { /* insertion sort as they come: done is small */
-          const double t = q[m];
-          q[m] = q[m - 1];
-          q[m - 1] = t;
-        }
       }
-      printf(", median %.2f", q[(done - 1) / 2]);
+      printf(", median %.2f", lower_median(q, done));
     }
     printf("\n");
   }
