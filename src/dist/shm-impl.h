@@ -12,7 +12,7 @@
 #include "dist/dist-impl.h"
 
 #define SHM_MAGIC 0x68737464u /* "dtsh" little endian */
-#define SHM_VERSION 3u
+#define SHM_VERSION 4u
 #define SHM_MAX_RANKS 1024
 #define SHM_PAGE 4096
 /* Two cache lines: adjacent-line prefetchers would otherwise couple neighbours. */

@@ -643,6 +643,15 @@ static dt_status open_pidfds(shm_backend *b) {
   return DT_OK;
 }
 
+/* Setup's last sync: no rank returns before every rank watches its peers' processes. A rank free to leave at once
+ * would otherwise read as "exited during setup" to a peer still in open_pidfds. */
+static dt_status setup_done(shm_backend *b, double deadline) {
+  const dt_coll c = {.kind = DT_COLL_BARRIER, .deadline = deadline};
+  b->t0 = dt_time_now();
+  const dt_status st = wait_all(b, &c, dt_shm_post(b));
+  return st == DT_OK ? st : dt_error_prefix(st, "shm: setup's last sync");
+}
+
 dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out) {
   if (!ctx || !out || !ctx->store || !ctx->prefix || !ctx->global || ctx->size < 1 ||
       ctx->size > SHM_MAX_RANKS || ctx->rank < 0 || ctx->rank >= ctx->size)
@@ -714,6 +723,7 @@ dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out) {
     unlinked = 1;
   }
   DT_CHECK_GOTO(open_pidfds(b), st, fail);
+  DT_CHECK_GOTO(setup_done(b, deadline), st, fail);
   DT_LOG_INFO("shm", "rank %d of %d: segment %s, %zu bytes", ctx->rank, ctx->size, b->name, b->seg_bytes);
   *out = &b->base;
   return DT_OK;

@@ -1,8 +1,8 @@
 /* Tests of the shared-memory backend: every collective x dtype x op against a
  * reference, in place and out of place, world sizes 1..5 (forked ranks, one
  * store served by a helper process); then faults: a rank that exits, one that stops,
- * a mismatched collective, an abort from another thread, a setup timeout; and
- * no segment left in /dev/shm afterwards. */
+ * a mismatched collective, an abort from another thread, a setup timeout; a rank
+ * that leaves right after setup; and no segment left in /dev/shm afterwards. */
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
@@ -31,10 +31,25 @@ typedef int (*rank_fn)(dt_backend *b, int rank, int size, void *arg);
 typedef struct world_opts {
   double setup_timeout_s;
   int absent_rank; /* this rank never starts (setup timeout test); -1: none */
+  int hold_first_ms; /* > 0: rank 1 stops rank 0 this long as it begins its setup (a grandchild resumes it) */
 } world_opts;
 
-static int child_main(int rank, int size, const char *prefix, const world_opts *o, rank_fn fn, void *arg) {
+/* Rank 1 stops rank 0 for ms, 20 ms after they start: rank 0 has by then made the segment and waits for rank 1
+ * to map it. */
+static void hold_first(pid_t first, int ms) {
+  nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
+  kill(first, SIGSTOP);
+  if (fork() == 0) {
+    nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000}, NULL);
+    kill(first, SIGCONT);
+    _exit(0);
+  }
+}
+
+static int child_main(int rank, int size, const char *prefix, const world_opts *o, pid_t first, rank_fn fn,
+                      void *arg) {
   alarm(60); /* a hung rank dies instead of hanging the test */
+  if (rank == 1 && o->hold_first_ms > 0) hold_first(first, o->hold_first_ms);
   dt_store *store = NULL;
   dt_status st = dt_store_connect("127.0.0.1", server_port, "t", TEST_SECRET, 10, &store);
   if (st != DT_OK) {
@@ -73,7 +88,7 @@ static int run_world(int size, rank_fn fn, void *arg, const world_opts *opts, in
     if (r == o->absent_rank) continue;
     pids[r] = fork();
     if (pids[r] < 0) return -1;
-    if (pids[r] == 0) _exit(child_main(r, size, prefix, o, fn, arg));
+    if (pids[r] == 0) _exit(child_main(r, size, prefix, o, pids[0], fn, arg));
   }
   double deadline = dt_time_now() + 60;
   int left = size - (o->absent_rank >= 0);
@@ -425,6 +440,22 @@ TEST(setup_timeout_leaves_nothing_behind) {
   ASSERT_EQ(shm_leftovers(), 0);
 }
 
+/* A rank may leave the moment its setup returns: its peers' setups still succeed. Rank 0 is stopped for 200 ms
+ * while it waits for rank 1 to map the segment; rank 1 maps it, returns and exits, so rank 0 goes on with the rest
+ * of its setup only after rank 1 could have gone. */
+static int rank_leaves(dt_backend *b, int rank, int size, void *arg) { return 0; }
+
+TEST(rank_leaving_right_after_setup_is_no_loss) {
+  for (int round = 0; round < 2; round++) {
+    int codes[8] = {0};
+    world_opts o = {.setup_timeout_s = 20, .absent_rank = -1, .hold_first_ms = 200};
+    ASSERT_EQ(run_world(2, rank_leaves, NULL, &o, codes), 0);
+    ASSERT_EQ(codes[0], 0);
+    ASSERT_EQ(codes[1], 0);
+  }
+  ASSERT_EQ(shm_leftovers(), 0);
+}
+
 /* Two jobs on one host with the same job tag and store prefix (two jobs
  * launched without a run id, both "default"): the second job's rank 0 must not
  * take over the first job's segment while the first job is still setting up,
@@ -519,6 +550,7 @@ static const dt_test_case cases[] = {
     TEST_ENTRY(mismatched_collective_is_detected),
     TEST_ENTRY(abort_from_another_thread_interrupts),
     TEST_ENTRY(setup_timeout_leaves_nothing_behind),
+    TEST_ENTRY(rank_leaving_right_after_setup_is_no_loss),
     TEST_ENTRY(two_jobs_with_the_same_tag_keep_their_own_segments),
 };
 
