@@ -411,8 +411,8 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                                  "PyTorch does", .choices = on_off},
     [TRAIN_SHARED_GRADS] = {"--shared-grads", "on|off", FLAG_CHOICE, "on", "off",
                             .help = "ddp: ranks on one host (shm backend) keep their gradients in memory they map "
-                            "from each other, and the all-reduces read them there (off, or with --comm-hook: "
-                            "copied through the backend's buffers)", .choices = on_off},
+                            "from each other (with --comm-hook, their 16-bit copies), and the all-reduces read them "
+                            "there (off: copied through the backend's buffers)", .choices = on_off},
     [TRAIN_SHARDED_UPDATE] = {"--sharded-update", "auto|on|off", FLAG_CHOICE, "auto", "on",
                               .help = "ddp: ranks on one host keep one copy of the parameters and optimizer state, "
                               "and each bucket's all-reduce steps this rank's share of it (ZeRO-1 within a host). "

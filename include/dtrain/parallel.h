@@ -58,9 +58,10 @@ typedef struct dt_ddp_config {
                                  whole again); the last bits may change (dt_model_set_grad_pieces). 0: whole
                                  tensors; < 0 (the default): auto, DT_DDP_AUTO_PIECE_MB where every rank's
                                  communication thread has a CPU of its own (dt_group_comm_has_cpu), else 0 */
-  int shared_grads;           /* 1: where the ranks share a host (shm backend), the gradient arena moves into
-                                 memory they map from each other and the all-reduces read it in place (0 by
-                                 default here, as it moves the arena; the trainer's default is 1) */
+  int shared_grads;           /* 1: where the ranks share a host (shm backend), the gradient arena (with a comm
+                                 hook, its 16-bit staging arena) moves into memory they map from each other and
+                                 the all-reduces read it in place (0 by default here, as it moves the arena; the
+                                 trainer's default is 1) */
 } dt_ddp_config;
 void dt_ddp_config_default(dt_ddp_config *c);
 #define DT_DDP_MAX_PIECES 8
@@ -110,7 +111,8 @@ typedef struct dt_ddp_stats {
   double bytes;            /* bytes all-reduced (row tables: all-gathered, this rank's payload) so far */
   int64_t rows_sparse, rows_dense; /* row-table exchanges as touched rows / as the dense table */
   double rows_sparse_bytes, rows_dense_bytes; /* this rank's payload bytes of each */
-  int shared_grads;        /* 1: the gradient arena is memory the ranks share (all-reduces read it in place) */
+  int shared_grads;        /* 1: the gradient arena (with a hook, its staging arena) is memory the ranks share
+                              (all-reduces read it in place) */
   uint64_t shared_allreduces; /* all-reduces of the group run in place on shared memory so far (the measured
                                  layout's probe, 10 of them, included) */
   int sharded_update;      /* 1: the optimizer's step is DDP's, each rank on its share (dt_ddp_set_optim) */

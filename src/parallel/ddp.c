@@ -52,6 +52,7 @@ struct dt_ddp {
   ddp_bucket *buckets;
   int n_buckets;
   uint16_t *stage;    /* (n_params) staging arena of the compression hooks */
+  int stage_shared;   /* 1: the staging arena is memory shared with the other ranks (dt_group_share) */
 
   int sync;           /* 0: no_sync (gradients accumulate locally) */
   int next_launch;    /* buckets launch strictly in index order: the same order on every rank */
@@ -273,6 +274,21 @@ static dt_status share_grads(dt_ddp *d) {
   }
   d->grads = mem;
   d->shared = d->stats.shared_grads = 1;
+  return DT_OK;
+}
+
+/* A compression hook's staging arena in memory the other ranks map, so the all-reduces read the compressed
+ * gradients where they were converted; where the group cannot share memory it is allocated as usual. */
+static dt_status share_stage(dt_ddp *d) {
+  void *mem = NULL;
+  const dt_status st = dt_group_share(d->g, d->n_params * sizeof(uint16_t), &mem);
+  if (st == DT_UNSUPPORTED) {
+    DT_LOG_INFO("ddp", "rank %d: compressed gradients go through the backend's buffers: %s", d->rank, dt_last_error());
+    return DT_OK;
+  }
+  DT_CHECK(st);
+  d->stage = mem;
+  d->stage_shared = d->stats.shared_grads = 1;
   return DT_OK;
 }
 
@@ -630,7 +646,7 @@ dt_status dt_ddp_new(dt_model *m, dt_group *g, const dt_ddp_config *cfg, dt_ddp 
   d->fresh = 1;
   DT_CHECK_GOTO(check_same_model(g, m), st, fail);
   DT_CHECK_GOTO(broadcast_state(d, 1), st, fail);
-  /* a compression hook all-reduces its staging buffer, not the arena: nothing to share */
+  /* a compression hook all-reduces its staging arena, shared below instead of the gradients */
   if (c.shared_grads && c.comm_hook == DT_COMM_HOOK_NONE && d->world > 1 && n_params)
     DT_CHECK_GOTO(share_grads(d), st, fail);
   DT_CHECK_GOTO(collect_tensors(d), st, fail);
@@ -645,7 +661,10 @@ dt_status dt_ddp_new(dt_model *m, dt_group *g, const dt_ddp_config *cfg, dt_ddp 
   DT_CHECK_GOTO(dt_alloc_array(nt, sizeof(double), "DDP trace", (void **)&d->event_s), st, fail);
   DT_CHECK_GOTO(dt_alloc_array(nt, sizeof(size_t), "DDP trace", (void **)&d->event_off), st, fail);
   if (c.comm_hook != DT_COMM_HOOK_NONE && n_params) {
-    DT_CHECK_GOTO(dt_alloc_array(n_params, sizeof(uint16_t), "DDP compression staging", (void **)&d->stage), st, fail);
+    if (c.shared_grads && d->world > 1) DT_CHECK_GOTO(share_stage(d), st, fail);
+    if (!d->stage)
+      DT_CHECK_GOTO(dt_alloc_array(n_params, sizeof(uint16_t), "DDP compression staging", (void **)&d->stage), st,
+                    fail);
     for (int i = 0; i < d->n_buckets; i++) d->buckets[i].stage = d->stage + d->buckets[i].off;
   }
   d->stats.buckets = d->n_buckets;
@@ -716,7 +735,12 @@ void dt_ddp_free(dt_ddp *d) {
   dt_free(d->event_s);
   dt_free(d->done_s);
   dt_free(d->launch_s);
-  dt_free(d->stage);
+  if (d->stage_shared) {
+    dt_group_unshare(d->g, d->stage);
+    dt_shared_free(d->stage, d->n_params * sizeof(uint16_t));
+  } else {
+    dt_free(d->stage);
+  }
   if (d->buckets) free_bucket_rows(d);
   dt_free(d->buckets);
   dt_free(d->t_ready);

@@ -300,7 +300,8 @@ static int equiv_child(df_job *j, int r, int world, void *arg) {
                 "(%.3g)\n", r, i, world, rel, rel_state);
         bad = 4;
       }
-      if (stats.steps != c->steps || stats.buckets < 1 || stats.bytes != (double)c->steps * (double)np * 4.0 ||
+      const double bytes_per = c->hook == DT_COMM_HOOK_NONE ? 4.0 : 2.0;
+      if (stats.steps != c->steps || stats.buckets < 1 || stats.bytes != (double)c->steps * (double)np * bytes_per ||
           !(stats.comm_s > 0) || !(stats.wait_s >= 0)) {
         fprintf(stderr, "rank %d run %d: stats steps %lld buckets %d bytes %.0f comm %.3g wait %.3g\n", r, i,
                 (long long)stats.steps, stats.buckets, stats.bytes, stats.comm_s, stats.wait_s);
@@ -308,7 +309,8 @@ static int equiv_child(df_job *j, int r, int world, void *arg) {
       }
       /* shared where asked (on shm), and then read in place: some bucket is above 32 KiB if the model is 64 */
       const int want_shared = c->shared && strcmp(j->backend, "shm") == 0 && world > 1;
-      if (stats.shared_grads != want_shared || (want_shared && np * 4 > (64u << 10)) != (stats.shared_allreduces > 0)) {
+      if (stats.shared_grads != want_shared ||
+          (want_shared && np * bytes_per > (64u << 10)) != (stats.shared_allreduces > 0)) {
         fprintf(stderr, "rank %d run %d: shared_grads %d, %llu all-reduces in place\n", r, i, stats.shared_grads,
                 (unsigned long long)stats.shared_allreduces);
         bad = 7;
@@ -399,8 +401,9 @@ TEST(bucket_caps_change_nothing_but_the_layout) {
 }
 
 /* Gradients in memory the ranks share give the slot path's bits: world 2 and 3 (rank 2 reduces its share aside),
- * the 1.9 MB mlp (all-reduces in place) and the small conv, each beside the same run through the slots, and the
- * measured layout too (planned after step 3); on tcp nothing is shared and nothing changes. */
+ * the 1.9 MB mlp (all-reduces in place) and the small conv, each beside the same run through the slots, the
+ * measured layout too (planned after step 3), and a compression hook's shared staging arena; on tcp nothing is
+ * shared and nothing changes. */
 TEST(shared_gradients_give_the_slot_paths_bits) {
   for (int world = 2; world <= 3; world++) {
     equiv_case ec = {.runs = {{.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 4, .dscale = 1},
@@ -417,6 +420,14 @@ TEST(shared_gradients_give_the_slot_paths_bits) {
                                      .auto_buckets = 1}},
                            .n_runs = 2, .tol = 1e-5, .cross_tol = 0};
     ASSERT_EQ(run_job(world, equiv_child, &measured, 30), 0);
+    /* a compression hook's staging arena shared: the bits of its slot path */
+    for (dt_comm_hook h = DT_COMM_HOOK_BF16; h <= DT_COMM_HOOK_FP16; h++) {
+      equiv_case hooked = {.runs = {{.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 4, .dscale = 1, .hook = h},
+                                    {.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 4, .dscale = 1, .hook = h,
+                                     .shared = 1}},
+                           .n_runs = 2, .tol = -1, .cross_tol = 0};
+      ASSERT_EQ(run_job(world, equiv_child, &hooked, 30), 0);
+    }
   }
   equiv_case tcp = {.runs = {{.kind = MLP, .b = 4, .accum = 1, .steps = 3, .dscale = 1, .shared = 1}}, .n_runs = 1,
                     .tol = 1e-5, .cross_tol = -1};
