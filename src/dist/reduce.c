@@ -108,17 +108,28 @@ void dt_reduce_into(void *dst, const void *src, size_t n, dt_dtype t, dt_redop o
 
 void dt_reduce_scale(void *dst, size_t n, dt_dtype t, int divisor) {
   if (divisor <= 1 || n == 0) return;
+  const int pow2 = (divisor & (divisor - 1)) == 0;
   switch (t) {
   case DT_F32: {
     float *d = dst;
-    /* Division rather than multiplication by the reciprocal: PyTorch's
-     * average (sum / world) gives the same bits. */
-    for (size_t i = 0; i < n; i++) d[i] /= (float)divisor;
+    /* Division, as PyTorch's average (sum / world), for its bits; by a power of two the reciprocal is exact and
+     * the product is the same real number rounded the same way, at a fraction of a division's cost. */
+    if (pow2) {
+      const float r = 1.0f / (float)divisor;
+      for (size_t i = 0; i < n; i++) d[i] *= r;
+    } else {
+      for (size_t i = 0; i < n; i++) d[i] /= (float)divisor;
+    }
     break;
   }
   case DT_F64: {
     double *d = dst;
-    for (size_t i = 0; i < n; i++) d[i] /= (double)divisor;
+    if (pow2) {
+      const double r = 1.0 / (double)divisor;
+      for (size_t i = 0; i < n; i++) d[i] *= r;
+    } else {
+      for (size_t i = 0; i < n; i++) d[i] /= (double)divisor;
+    }
     break;
   }
   case DT_I32: {

@@ -252,21 +252,24 @@ uint64_t dt_shm_place(const shm_backend *b, const dt_coll *c, size_t bytes) {
   return 0;
 }
 
-/* dst = the reduction of b->srcs[0..n) over len elements, dst being this rank's source (srcs[rank]).
- * dt_reduce_many reads srcs[0] and srcs[1] before it writes dst and srcs[j >= 2] after: with this rank at 2 or
- * above, each block is reduced aside and then copied in. */
+/* dst = the reduction of b->srcs[0..n) over len elements, dst being this rank's source (srcs[rank]), divided
+ * as the group would (dt_shm_divide), block by block while each is in L1. dt_reduce_many reads srcs[0] and
+ * srcs[1] before it writes dst and srcs[j >= 2] after: with this rank at 2 or above, each block is reduced aside
+ * and then copied in. */
 static void reduce_own(shm_backend *b, char *dst, size_t len, const dt_coll *c, size_t es) {
   const int n = b->base.size;
-  if (b->base.rank <= 1) {
-    dt_reduce_many(dst, b->srcs, n, len, c->dtype, c->op);
-    return;
-  }
   alignas(64) char tmp[8192];
   const size_t blk = sizeof tmp / es;
   for (size_t at = 0; at < len; at += blk) {
     const size_t m = len - at < blk ? len - at : blk;
-    dt_reduce_many(tmp, b->srcs, n, m, c->dtype, c->op);
-    memcpy(dst + at * es, tmp, m * es);
+    char *out = dst + at * es;
+    if (b->base.rank <= 1) {
+      dt_reduce_many(out, b->srcs, n, m, c->dtype, c->op);
+    } else {
+      dt_reduce_many(tmp, b->srcs, n, m, c->dtype, c->op);
+      memcpy(out, tmp, m * es);
+    }
+    dt_shm_divide(c, out, m);
     for (int j = 0; j < n; j++) b->srcs[j] = (const char *)b->srcs[j] + m * es;
   }
 }
@@ -280,7 +283,6 @@ static void reduce_mine(shm_backend *b, const shm_region *r, size_t at, const dt
   const size_t from = at + (c0 + off) * es;
   for (int j = 0; j < b->base.size; j++) b->srcs[j] = r->peer[j] + from;
   reduce_own(b, (char *)c->recv + (c0 + off) * es, len, c, es);
-  dt_shm_divide(c, (char *)c->recv + (c0 + off) * es, len);
 }
 
 /* Chunk [c0, c0 + m): the other ranks' reduced shares copied from their memory into this rank's. */

@@ -1,7 +1,10 @@
-/* The block partition and reduction names; every collective x dtype x op x size, in place and out
- * of place, on world sizes 1 to 5 (forked processes, oversubscribed) for the
- * shm and tcp backends and auto selection; asynchronous work handles; no
- * /dev/shm leftovers. */
+/* The block partition, the average's division and reduction names; every
+ * collective x dtype x op x size, in place and out of place, on world sizes 1
+ * to 5 (forked processes, oversubscribed) for the shm and tcp backends and
+ * auto selection; asynchronous work handles; no /dev/shm leftovers. */
+#include <math.h>
+#include <string.h>
+
 #include "dist/dist-impl.h"
 #include "dist_check.h"
 #include "dist_fork.h"
@@ -55,6 +58,35 @@ TEST(block_partition_tiles_count_in_rank_order) {
       }
       ASSERT_EQ(next, count);
     }
+}
+
+/* The average's division gives the bits of sum / world for every f32 and f64 (a stride over all f32 patterns,
+ * subnormals, infinities and NaNs among them), whatever the divisor: by a power of two it multiplies instead. */
+TEST(average_divides_bit_for_bit) {
+  enum { N = 70000 };
+  static float f[N], fw[N];
+  static double d[N], dw[N];
+  static const int divisors[] = {2, 3, 4, 5, 6, 7, 8, 12, 64, 1024};
+  for (size_t k = 0; k < sizeof divisors / sizeof divisors[0]; k++) {
+    const int div = divisors[k];
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (size_t i = 0; i < N; i++) {
+      const uint32_t bits = (uint32_t)(i * 61363u) ^ (i < 64 ? (uint32_t)i : 0u); /* i < 64: the smallest subnormals */
+      x = x * 6364136223846793005u + 1442695040888963407u;
+      memcpy(&f[i], &bits, sizeof bits);
+      memcpy(&d[i], &x, sizeof x);
+      fw[i] = f[i] / (float)div;
+      dw[i] = d[i] / (double)div;
+    }
+    dt_reduce_scale(f, N, DT_F32, div);
+    dt_reduce_scale(d, N, DT_F64, div);
+    size_t bad = 0;
+    for (size_t i = 0; i < N; i++)
+      bad += (memcmp(&f[i], &fw[i], sizeof f[i]) != 0 && !(isnan(f[i]) && isnan(fw[i]))) +
+             (memcmp(&d[i], &dw[i], sizeof d[i]) != 0 && !(isnan(d[i]) && isnan(dw[i])));
+    if (bad) fprintf(stderr, "divisor %d: %zu values differ from the division\n", div, bad);
+    ASSERT_EQ(bad, 0);
+  }
 }
 
 /* Reduction names round-trip through dt_redop_parse; anything else is refused, leaving the output alone. */
@@ -212,4 +244,4 @@ TEST(work_handles_freed_after_destroy) {
 
 TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
 
-TEST_MAIN(TEST_ENTRY(block_partition_tiles_count_in_rank_order), TEST_ENTRY(redop_names_parse_back), TEST_ENTRY(shm_every_collective_world_1_to_5), TEST_ENTRY(tcp_every_collective_world_1_to_5), TEST_ENTRY(auto_picks_shm_on_one_host), TEST_ENTRY(comm_thread_cpu_counts_ranks_and_threads), TEST_ENTRY(async_work_handles_complete_in_issue_order), TEST_ENTRY(bad_arguments_fail_locally), TEST_ENTRY(work_handles_freed_after_destroy), TEST_ENTRY(nothing_left_in_dev_shm))
+TEST_MAIN(TEST_ENTRY(block_partition_tiles_count_in_rank_order), TEST_ENTRY(average_divides_bit_for_bit), TEST_ENTRY(redop_names_parse_back), TEST_ENTRY(shm_every_collective_world_1_to_5), TEST_ENTRY(tcp_every_collective_world_1_to_5), TEST_ENTRY(auto_picks_shm_on_one_host), TEST_ENTRY(comm_thread_cpu_counts_ranks_and_threads), TEST_ENTRY(async_work_handles_complete_in_issue_order), TEST_ENTRY(bad_arguments_fail_locally), TEST_ENTRY(work_handles_freed_after_destroy), TEST_ENTRY(nothing_left_in_dev_shm))
