@@ -29,6 +29,9 @@ echo
 echo "## all-reduce of floats: dtrain shm/tcp vs Open MPI (vader/tcp), 2 and 4 ranks"
 /usr/bin/python3 "$here/allreduce_vs_mpi.py" --build "$build" --ranks 2,4 -b 8 -e 64M -f 8 --reps "${REPS:-3}"
 echo
+echo "## the in-place all-reduce of a DDP gradient on shared memory, 2 ranks pinned: dtrain vs a plain hand-written exchange"
+"$build/dtrun" --standalone --nproc-per-node 2 --threads-per-proc 1 -- "$build/bench/allreduce_vs_plain"
+echo
 echo "## fashioncnn DDP, 2 processes x 1 thread, batch 64 per process, one epoch: dtrain vs PyTorch DDP (gloo)"
 DT_BUILD_DIR=$build /usr/bin/python3 "$here/ddp_vs_torch.py" --reps "${REPS:-3}"
 echo
