@@ -1,7 +1,7 @@
 /* Bench: dtrain's in-place all-reduce of a DDP gradient between the ranks of one host, against a plain
  * hand-written exchange of the same floats on this machine.
  *
- * Each rank pins itself to one CPU (rank modulo the CPUs), joins the group and, step after step, writes a gradient
+ * Each rank pins itself to one CPU (the LOCAL_RANK-th of those it may use), joins the group and, step after step, writes a gradient
  * of NUMEL floats as backward would (a new value everywhere), exchanges it, and reads the average as an optimizer
  * would. The exchange is, in turns of 50 steps:
  *
@@ -13,7 +13,8 @@
  *              In whole halves, not chunks: where a half outgrows the core's cache (the 16 MiB layer) dtrain's
  *              chunked pipeline is the faster; at the default mlp's sizes this is what the cores allow.
  *   dtrain     the gradient in memory from dt_group_share, dt_allreduce(DT_AVG) in place and blocking: what DDP's
- *              last bucket does after backward on shared gradients.
+ *              last bucket does after backward on shared gradients (above 32 KiB; smaller ones go through the
+ *              backend's slots, whatever the memory).
  *
  * Rank 0 prints, for each size, both exchanges' median and p90 microseconds, dtrain's over the reference's, and
  * #wrong: the elements where the two results differ (both sum in rank order and halve, so the bits must agree).
@@ -57,7 +58,9 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static void post(rank_ctx *c) { atomic_store_explicit(&c->ctr->arrived[c->rank][0], ++c->posted, memory_order_release); }
+static void post(rank_ctx *c) {
+  atomic_store_explicit(&c->ctr->arrived[c->rank][0], ++c->posted, memory_order_release);
+}
 
 static void wait_other(const rank_ctx *c) {
   while (atomic_load_explicit(&c->ctr->arrived[1 - c->rank][0], memory_order_acquire) < c->posted) {
@@ -116,6 +119,21 @@ static size_t compare_results(dt_group *g, rank_ctx *c, dt_status *st) {
   return wrong;
 }
 
+/* The LOCAL_RANK-th of the CPUs this process may use (wrapping around), so two ranks of a host get two CPUs. */
+static void pin_to_one_cpu(void) {
+  const char *lr = getenv("LOCAL_RANK");
+  cpu_set_t set, one;
+  if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) == 0) {
+    perror("allreduce_vs_plain: affinity (running unpinned)");
+    return;
+  }
+  int k = (lr ? atoi(lr) : 0) % CPU_COUNT(&set), cpu = 0;
+  while (!CPU_ISSET(cpu, &set) || k-- > 0) cpu++;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (sched_setaffinity(0, sizeof one, &one) != 0) perror("allreduce_vs_plain: pinning (running unpinned)");
+}
+
 static dt_status run_size(dt_group *g, int rank, size_t n, int steps) {
   const size_t arena_bytes = (n * sizeof(float) + 4095) & ~(size_t)4095;
   void *common = NULL, *shared = NULL;
@@ -130,15 +148,21 @@ static dt_status run_size(dt_group *g, int rank, size_t n, int steps) {
   c.arena[0] = (float *)((char *)common + 4096);
   c.arena[1] = (float *)((char *)common + 4096 + arena_bytes);
   double *t[2] = {calloc((size_t)steps, sizeof(double)), calloc((size_t)steps, sizeof(double))};
-  int done[2] = {0, 0};
-  for (int s = 0; st == DT_OK && t[0] && t[1] && (done[0] < steps || done[1] < steps); s++) {
+  int done[2] = {0, 0}, short_of_memory = !t[0] || !t[1];
+  /* both ranks go on, or neither: one alone would wait in the other's exchange for ever */
+  st = dt_allreduce(g, &short_of_memory, &short_of_memory, 1, DT_I32, DT_MAX, NULL);
+  if (st == DT_OK && short_of_memory) {
+    fprintf(stderr, "allreduce_vs_plain: rank %d: no memory for %d timings\n", rank, steps);
+    st = DT_OUT_OF_MEMORY;
+  }
+  for (int s = 0; st == DT_OK && (done[0] < steps || done[1] < steps); s++) {
     const int mode = (s / TURN) % 2;
     const double sec = step(g, &c, mode, s, &st);
     if (s >= 2 * TURN && done[mode] < steps) t[mode][done[mode]++] = sec; /* the first turn of each: warm-up */
   }
   const size_t wrong = st == DT_OK ? compare_results(g, &c, &st) : 0;
   any_wrong += wrong;
-  if (st == DT_OK && rank == 0 && t[0] && t[1]) {
+  if (st == DT_OK && rank == 0) {
     qsort(t[0], (size_t)steps, sizeof(double), cmp_double);
     qsort(t[1], (size_t)steps, sizeof(double), cmp_double);
     const double r50 = t[0][steps / 2] * 1e6, d50 = t[1][steps / 2] * 1e6;
@@ -161,12 +185,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: allreduce_vs_plain [STEPS (>= 10) [NUMEL...]]\n");
     return 2;
   }
-  const char *r = getenv("RANK");
-  const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET((int)((r ? atoi(r) : 0) % (ncpu > 0 ? ncpu : 1)), &one);
-  if (sched_setaffinity(0, sizeof one, &one) != 0) perror("allreduce_vs_plain: pinning (running unpinned)");
+  pin_to_one_cpu();
   dt_set_threads(1);
   dt_group *g = NULL;
   if (dt_group_init(NULL, &g) != DT_OK) {

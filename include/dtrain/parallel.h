@@ -58,10 +58,10 @@ typedef struct dt_ddp_config {
                                  whole again); the last bits may change (dt_model_set_grad_pieces). 0: whole
                                  tensors; < 0 (the default): auto, DT_DDP_AUTO_PIECE_MB where every rank's
                                  communication thread has a CPU of its own (dt_group_comm_has_cpu), else 0 */
-  int shared_grads;           /* 1: where the ranks share a host (shm backend), the gradient arena (with a comm
-                                 hook, its 16-bit staging arena) moves into memory they map from each other and
-                                 the all-reduces read it in place (0 by default here, as it moves the arena; the
-                                 trainer's default is 1) */
+  int shared_grads;           /* 1: where the ranks share a host (shm backend), the gradient arena moves into
+                                 memory they map from each other (with a comm hook the 16-bit staging arena is
+                                 made there instead) and the all-reduces read it in place (0 by default here, as
+                                 it moves the arena; the trainer's default is 1) */
 } dt_ddp_config;
 void dt_ddp_config_default(dt_ddp_config *c);
 #define DT_DDP_MAX_PIECES 8

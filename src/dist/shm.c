@@ -647,7 +647,7 @@ static dt_status open_pidfds(shm_backend *b) {
  * would otherwise read as "exited during setup" to a peer still in open_pidfds. */
 static dt_status setup_done(shm_backend *b, double deadline) {
   const dt_coll c = {.kind = DT_COLL_BARRIER, .deadline = deadline};
-  b->t0 = dt_time_now();
+  b->t0 = deadline - b->timeout_s; /* the timeout message's "within": setup's whole time */
   const dt_status st = wait_all(b, &c, dt_shm_post(b));
   return st == DT_OK ? st : dt_error_prefix(st, "shm: setup's last sync");
 }
@@ -669,7 +669,7 @@ dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out) {
   b->half = SHM_HALF;
   while (b->half > SHM_SMALL_MAX && ((size_t)ctx->size * 2 + 2) * b->half > (64u << 20)) b->half /= 2;
   b->seg_bytes = seg_size(ctx->size, b->half);
-  int created = 0, unlinked = 0;
+  int created = 0, unlinked = 0, counted = 0;
   char key[DT_STORE_MAX_KEY];
   DT_CHECK_GOTO(dt_alloc_array((size_t)ctx->size, sizeof(int), "shm ranks", (void **)&b->global), st, fail);
   DT_CHECK_GOTO(dt_alloc_array((size_t)ctx->size, sizeof(int), "shm pidfds", (void **)&b->pidfd), st, fail);
@@ -714,6 +714,7 @@ dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out) {
   b->ctrl[ctx->rank].pidns = pid_namespace();
   publish_cpus(b);
   atomic_fetch_add(&b->hdr->mapped, 1);
+  counted = 1;
   DT_CHECK_GOTO(wait_mapped(b, ctx, deadline), st, fail);
   choose_spin(b);
   /* Every rank holds a mapping: the name is no longer needed, and without it
@@ -730,6 +731,10 @@ dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out) {
 
 fail:
   if (created && !unlinked) shm_unlink(b->name);
+  if (counted) { /* peers waiting for this rank in setup fail at once (before, the segment may be another's) */
+    atomic_store(&b->ctrl[ctx->rank].gone, 1);
+    wake_all(b);
+  }
   if (b->seg) {
     munmap(b->seg, b->seg_bytes);
     b->seg = NULL;

@@ -673,7 +673,7 @@ dt_status dt_ddp_new(dt_model *m, dt_group *g, const dt_ddp_config *cfg, dt_ddp 
   DT_LOG_INFO("ddp", "rank %d: %zu parameters in %d buckets (first %.3g MiB, cap %.3g MiB%s), hook %d%s", d->rank,
               n_params, d->n_buckets, c.first_bucket_mb, c.bucket_cap_mb,
               c.auto_buckets ? "; measured layout after the first steps" : "", (int)c.comm_hook,
-              d->shared ? ", gradients in shared memory" : "");
+              d->shared ? ", gradients in shared memory" : d->stage_shared ? ", 16-bit copies in shared memory" : "");
   if (d->stats.pieced_tensors)
     DT_LOG_INFO("ddp", "rank %d: %d weights announced in pieces of about %.3g MiB (%d entries for the layout)",
                 d->rank, d->stats.pieced_tensors, d->piece_mb, d->n_tensors);
@@ -777,7 +777,9 @@ dt_status dt_ddp_set_optim(dt_ddp *d, dt_optim *o, int *on) {
   /* the all-reduces must read the gradients in place, and nobody may need every averaged gradient */
   if (!d->shared || rows || d->cfg.comm_hook != DT_COMM_HOOK_NONE) {
     DT_LOG_INFO("ddp", "rank %d: every rank steps the whole model: %s", d->rank,
-                !d->shared ? "no shared gradients" : rows ? "row tables" : "a compression hook");
+                d->cfg.comm_hook != DT_COMM_HOOK_NONE ? "a compression hook"
+                : !d->shared                          ? "no shared gradients"
+                                                      : "row tables");
     return DT_OK;
   }
   DT_CHECK(dt_ddp_shards_open(&d->shards, d->g, d->m, o));
@@ -849,7 +851,9 @@ static dt_status time_allreduce(dt_ddp *d, float *buf, size_t n, int reps, doubl
  * ran beside them (the comm thread's own time, less alpha per launch). A collective: every rank calls it.
  * Shared gradients are probed where they lie, so the cost is the one the buckets pay: this step's gradients are
  * kept aside meanwhile and put back (a segment of the probe's own had cost a share's two store rounds and its
- * pages' first faults: the default mlp's planning step took 7.5 ms, 4.9 of them in the first all-reduce). */
+ * pages' first faults: the default mlp's planning step took 7.5 ms, 4.9 of them in the first all-reduce). With a
+ * hook the probe is an f32 all-reduce through the backend's buffers, not the buckets' 16-bit one in place: the
+ * layout then plans for a dearer all-reduce than they pay. */
 static dt_status measure_cost(dt_ddp *d, double *alpha, double *per_byte) {
   const size_t n = d->n_params < ((size_t)1 << 20) ? (d->n_params ? d->n_params : 1) : (size_t)1 << 20;
   float *buf = NULL, *kept = NULL;

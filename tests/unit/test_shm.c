@@ -31,12 +31,18 @@ typedef int (*rank_fn)(dt_backend *b, int rank, int size, void *arg);
 typedef struct world_opts {
   double setup_timeout_s;
   int absent_rank; /* this rank never starts (setup timeout test); -1: none */
-  int hold_first_ms; /* > 0: rank 1 stops rank 0 this long as it begins its setup (a grandchild resumes it) */
+  int hold_first_ms; /* > 0: rank 1 stops rank 0 this long before its own setup (hold_first) */
 } world_opts;
 
-/* Rank 1 stops rank 0 for ms, 20 ms after they start: rank 0 has by then made the segment and waits for rank 1
- * to map it. */
-static void hold_first(pid_t first, int ms) {
+/* Rank 1 stops rank 0 for ms once rank 0 has made the segment (its name is in the store) and 20 ms more, by which
+ * rank 0 has counted itself mapped and waits for rank 1 to map it too; a grandchild resumes it. */
+static int hold_first(dt_store *store, const char *prefix, pid_t first, int ms) {
+  char key[256];
+  void *val = NULL;
+  size_t len = 0;
+  snprintf(key, sizeof key, "%s/shm/segment", prefix);
+  if (first <= 0 || dt_store_get(store, key, &val, &len, 20) != DT_OK) return 91;
+  dt_free(val);
   nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
   kill(first, SIGSTOP);
   if (fork() == 0) {
@@ -44,17 +50,22 @@ static void hold_first(pid_t first, int ms) {
     kill(first, SIGCONT);
     _exit(0);
   }
+  return 0;
 }
 
 static int child_main(int rank, int size, const char *prefix, const world_opts *o, pid_t first, rank_fn fn,
                       void *arg) {
   alarm(60); /* a hung rank dies instead of hanging the test */
-  if (rank == 1 && o->hold_first_ms > 0) hold_first(first, o->hold_first_ms);
   dt_store *store = NULL;
   dt_status st = dt_store_connect("127.0.0.1", server_port, "t", TEST_SECRET, 10, &store);
   if (st != DT_OK) {
     fprintf(stderr, "rank %d: store connect: %s %s\n", rank, dt_status_name(st), dt_last_error());
     return 90;
+  }
+  if (rank == 1 && o->hold_first_ms > 0 && hold_first(store, prefix, first, o->hold_first_ms) != 0) {
+    fprintf(stderr, "rank 1: no segment of rank 0's to wait for: %s\n", dt_last_error());
+    dt_store_close(store);
+    return 91;
   }
   int global[8];
   for (int i = 0; i < size; i++) global[i] = i;
@@ -442,7 +453,8 @@ TEST(setup_timeout_leaves_nothing_behind) {
 
 /* A rank may leave the moment its setup returns: its peers' setups still succeed. Rank 0 is stopped for 200 ms
  * while it waits for rank 1 to map the segment; rank 1 maps it, returns and exits, so rank 0 goes on with the rest
- * of its setup only after rank 1 could have gone. */
+ * of its setup only after rank 1 could have gone (before setup ended with a sync, rank 0 then failed: "rank 1
+ * exited during setup"). */
 static int rank_leaves(dt_backend *b, int rank, int size, void *arg) { return 0; }
 
 TEST(rank_leaving_right_after_setup_is_no_loss) {
