@@ -2,7 +2,8 @@
  * measured where the machine's speed drifts between runs (a shared vCPU's neighbours come and go, and whole runs
  * of the two builds minutes apart differ by more than most changes do).
  *
- *   ab_steps [--width W] [--hidden A,B,...] [--ddp PORT [--sharded-b]] LIB_A LIB_B MODEL BATCH CHANNELS SIDE STEPS
+ *   ab_steps [--width W] [--hidden A,B,...] [--ddp PORT [--sharded-b | --fused-b]] LIB_A LIB_B MODEL BATCH CHANNELS
+ *            SIDE STEPS
  *
  * Each library is loaded with dlmopen into a namespace of its own (its own OpenMP runtime, oneDNN, OpenBLAS),
  * through the public API only, so both must share it (builds of nearby commits). Each builds the zoo model with
@@ -23,7 +24,8 @@
  * wraps its model in DDP as the trainer does (measured bucket layout, shared gradients; the update not sharded).
  * A step is then the trainer's DDP step: buffers broadcast, forward, backward with its all-reduces, the wait for
  * them, SGD (with --sharded-b, B's update is DDP's sharded one, each rank stepping its share inside the
- * all-reduces: give one library twice to compare the update's placement alone), after 5 warm-up steps each (the
+ * all-reduces; with --fused-b, B's update is DDP's fused one, every rank stepping every piece of its own parameters
+ * inside them: give one library twice to compare the update's placement alone), after 5 warm-up steps each (the
  * layout is planned at the end of the third). Every rank steps on a batch of its own; rank 0 prints its own
  * figures.
  *
@@ -71,6 +73,7 @@ typedef struct api {
   API_FN(dt_ddp_finish);
   API_FN(dt_ddp_free);
   API_FN(dt_ddp_set_optim);
+  API_FN(dt_ddp_fuse_optim);
   API_FN(dt_ddp_set_lr);
 } api;
 
@@ -132,6 +135,7 @@ static int load(side *s) {
   RESOLVE(dt_ddp_finish);
   RESOLVE(dt_ddp_free);
   RESOLVE(dt_ddp_set_optim);
+  RESOLVE(dt_ddp_fuse_optim);
   RESOLVE(dt_ddp_set_lr);
   return 0;
 }
@@ -156,11 +160,13 @@ static int join(side *s, int k, int port) {
   return 0;
 }
 
-/* --sharded-b: the optimizer's step moves into the DDP (the parameters move with it: take them afresh). */
-static int shard_update(side *s) {
-  dt_status st;
-  if ((st = s->f.dt_ddp_set_optim(s->ddp, s->opt, &s->sharded)) != DT_OK) return fail(s, "sharded update", st);
-  if (!s->sharded) return fprintf(stderr, "ab_steps: %s: the sharded update cannot run here\n", s->path), 1;
+/* --sharded-b, --fused-b: the optimizer's step moves into the DDP (sharded, the parameters move with it: take them
+ * afresh). */
+static int shard_update(side *s, int fused) {
+  const char *what = fused ? "fused update" : "sharded update";
+  dt_status st = (fused ? s->f.dt_ddp_fuse_optim : s->f.dt_ddp_set_optim)(s->ddp, s->opt, &s->sharded);
+  if (st != DT_OK) return fail(s, what, st);
+  if (!s->sharded) return fprintf(stderr, "ab_steps: %s: the %s cannot run here\n", s->path, what), 1;
   s->params = s->f.dt_model_params(s->m, &s->n_params);
   s->f.dt_ddp_set_lr(s->ddp, 0.01f);
   return 0;
@@ -229,14 +235,14 @@ static int parse_count(const char *s, long max) {
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: ab_steps [--width W] [--hidden A,B,...] [--ddp PORT [--sharded-b]] LIB_A LIB_B MODEL BATCH "
-                  "CHANNELS SIDE STEPS\n");
+  fprintf(stderr, "usage: ab_steps [--width W] [--hidden A,B,...] [--ddp PORT [--sharded-b | --fused-b]] LIB_A LIB_B "
+                  "MODEL BATCH CHANNELS SIDE STEPS\n");
   return 2;
 }
 
 int main(int argc, char **argv) {
   dt_zoo_config cfg = {.ndim = 3, .outputs = CLASSES, .dropout = -1.0f};
-  int hidden[MAX_HIDDEN], port = 0, sharded_b = 0;
+  int hidden[MAX_HIDDEN], port = 0, sharded_b = 0, fused_b = 0;
   for (; argc > 2 && argv[1][0] == '-'; argv += 2, argc -= 2) {
     if (strcmp(argv[1], "--width") == 0 && (cfg.width = parse_count(argv[2], 4096)) > 0) continue;
     if (strcmp(argv[1], "--hidden") == 0 && (cfg.n_hidden = parse_hidden(argv[2], hidden)) > 0) {
@@ -244,15 +250,16 @@ int main(int argc, char **argv) {
       continue;
     }
     if (strcmp(argv[1], "--ddp") == 0 && (port = parse_count(argv[2], 65534)) >= 1024) continue;
-    if (strcmp(argv[1], "--sharded-b") == 0) { /* a flag without a value */
-      sharded_b = 1;
+    if (strcmp(argv[1], "--sharded-b") == 0 || strcmp(argv[1], "--fused-b") == 0) { /* flags without a value */
+      *(argv[1][2] == 's' ? &sharded_b : &fused_b) = 1;
       argv--, argc++;
       continue;
     }
     fprintf(stderr, "ab_steps: %s %s: not a flag it takes, or a bad value\n", argv[1], argv[2]);
     return usage();
   }
-  if (sharded_b && !port) return fprintf(stderr, "ab_steps: --sharded-b needs --ddp\n"), usage();
+  if ((sharded_b || fused_b) && !port) return fprintf(stderr, "ab_steps: --sharded-b and --fused-b need --ddp\n"), usage();
+  if (sharded_b && fused_b) return fprintf(stderr, "ab_steps: --sharded-b or --fused-b, not both\n"), usage();
   if (argc != 8) return usage();
   const int batch = parse_count(argv[4], 1 << 16), channels = parse_count(argv[5], 4096);
   const int side_px = parse_count(argv[6], 1 << 14), steps = parse_count(argv[7], 1 << 20);
@@ -265,7 +272,7 @@ int main(int argc, char **argv) {
   side s[2] = {{.path = argv[1]}, {.path = argv[2]}};
   for (int k = 0; k < 2; k++)
     if (setup(&s[k], k, argv[3], &cfg, batch, threads, steps, port)) return 1;
-  if (sharded_b && shard_update(&s[1])) return 1;
+  if ((sharded_b || fused_b) && shard_update(&s[1], fused_b)) return 1;
   const int rank = port ? s[0].f.dt_group_rank(s[0].group) : 0;
   const size_t n = (size_t)batch * (size_t)channels * (size_t)side_px * (size_t)side_px;
   float *x = malloc(n * sizeof(float)), *dlogits = malloc(sizeof(float) * (size_t)batch * CLASSES);
@@ -298,7 +305,10 @@ int main(int argc, char **argv) {
   if (rank != 0) _exit(0);
   printf("# %s, batch %d, %dx%dx%d, %d steps each, alternated, %d thread(s)%s\n", argv[3], batch, channels, side_px,
          side_px, steps, threads,
-         !port ? "" : sharded_b ? "; DDP steps, B's update sharded, rank 0's times" : "; DDP steps, rank 0's times");
+         !port      ? ""
+         : sharded_b ? "; DDP steps, B's update sharded, rank 0's times"
+         : fused_b   ? "; DDP steps, B's update fused, rank 0's times"
+                     : "; DDP steps, rank 0's times");
   for (int k = 0; k < 2; k++) {
     const double p10 = quantile(s[k].times, steps, 0.1), p50 = quantile(s[k].times, steps, 0.5);
     printf("%s  %s: step %.3f ms (p10 %.3f, p90 %.3f)\n", k ? "B" : "A", s[k].path, 1e3 * p50, 1e3 * p10,

@@ -40,8 +40,10 @@ def is_stop(e):
 
 
 def is_grad(e):
-    """A bucket's all-reduce, plain or sharded (the sharded update's: the optimizer's step included)."""
-    return e["name"] in ("allreduce", "allreduce_shards") and e.get("args", {}).get("dtype") in ("f32", "bf16", "f16")
+    """A bucket's all-reduce: plain, sharded or fused (the sharded and fused updates': the optimizer's step
+    included)."""
+    return (e["name"] in ("allreduce", "allreduce_shards", "allreduce_each")
+            and e.get("args", {}).get("dtype") in ("f32", "bf16", "f16"))
 
 
 def end(e):

@@ -822,7 +822,8 @@ static void print_train_summary(const dt_train_config *cfg, const dt_train_resul
   if (cfg->strategy == DT_STRATEGY_DDP)
     fprintf(f, "  %-22s %d ranks over %s%s%s, all-reduce %.2f s of which %.0f%% hidden behind backward (step by "
             "step, the least over the ranks)\n", "ddp", r->world_size, r->backend,
-            r->ddp.shared_grads ? " with shared gradients" : "", r->ddp.sharded_update ? " and a sharded update" : "",
+            r->ddp.shared_grads ? " with shared gradients" : "",
+            r->ddp.sharded_update ? " and a sharded update" : r->ddp.fused_update ? " and a fused update" : "",
             r->comm_critical_total_seconds, 100 * r->comm_hidden);
   fprintf(f, "  %-22s %.0f samples/s\n", "train throughput", r->train_samples_per_s);
   if (!isnan(r->test_loss)) fprintf(f, "  %-22s %.0f samples/s\n", "inference throughput", r->infer_samples_per_s);

@@ -186,6 +186,15 @@ dt_status dt_barrier(dt_group *g, dt_work **w);
 typedef void (*dt_shard_fn)(void *user, size_t off, size_t n, const float *avg);
 dt_status dt_allreduce_shards(dt_group *g, float *buf, size_t count, dt_redop op, dt_shard_fn fn, void *user,
                               dt_work **w);
+/* An all-reduce in place of count f32 in buf whose result every rank needs once, piece by piece, and not in buf
+ * afterwards: such as each rank's optimizer step of its own parameters. fn(user, off, n, avg) is called on the
+ * thread running the collective for pieces [off, off + n) that tile [0, count), each once, in no set order, avg[0..n)
+ * holding its result (the bits dt_allreduce gives; valid during the call only). Where buf lies in memory from
+ * dt_group_share at the same place on every rank (shm), each rank reduces its share into its own memory and hands
+ * the others' shares over where they lie, instead of copying them in: afterwards buf holds this rank's share of the
+ * result and its own values elsewhere. Elsewhere it is dt_allreduce, then fn over the whole of buf. */
+dt_status dt_allreduce_each(dt_group *g, float *buf, size_t count, dt_redop op, dt_shard_fn fn, void *user,
+                            dt_work **w);
 
 /* Memory the ranks on one host share. A collective (every rank calls it with
  * the same bytes, no collective of the group in flight): every rank gets bytes

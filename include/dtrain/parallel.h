@@ -82,8 +82,8 @@ dt_status dt_ddp_before_forward(dt_ddp *d);
 /* sync 0 = PyTorch's no_sync(): backward accumulates locally, no communication;
  * the next backward with sync 1 reduces the accumulated gradients. */
 void dt_ddp_set_sync(dt_ddp *d, int sync);
-/* After backward: waits for every bucket (all gradients averaged; with the sharded update, the parameters
- * stepped instead). */
+/* After backward: waits for every bucket (all gradients averaged; with the sharded or fused update, the
+ * parameters stepped instead). */
 dt_status dt_ddp_finish(dt_ddp *d);
 /* The sharded update (ZeRO stage 1 within a host; off by default): where the gradients are shared (shared_grads,
  * every rank on the host, no compression hook, no row tables), the model's parameters and o's state move into one
@@ -99,8 +99,16 @@ dt_status dt_ddp_finish(dt_ddp *d);
  * from a snapshot). Its time counts as the all-reduces' (dt_ddp_stats.comm_s). *on: 1 if the update is now DDP's,
  * 0 where it cannot be (logged), the caller then stepping o as before. Call it between steps, once. */
 dt_status dt_ddp_set_optim(dt_ddp *d, dt_optim *o, int *on);
-/* The sharded update's learning rate for the next synchronised step, before its backward (none set: the step fails
- * with DT_INVALID_ARGUMENT naming it). */
+/* The fused update: under the same conditions, with the same duties for the caller (no stepping o, no reading the
+ * averaged gradients, dt_ddp_set_lr before each synchronised backward, a failed dt_ddp_finish may leave some
+ * buckets stepped), but the parameters and o's state stay this rank's own: every rank steps every piece of the
+ * average with o as its bucket's all-reduce hands it over (dt_allreduce_each), its own share just reduced, the
+ * others' shares where they lie in the others' memory, instead of copying those into its gradients and stepping
+ * after. The same bits as dt_optim_step after a plain all-reduce. *on as for dt_ddp_set_optim; one of the two, once,
+ * between steps. */
+dt_status dt_ddp_fuse_optim(dt_ddp *d, dt_optim *o, int *on);
+/* The sharded or fused update's learning rate for the next synchronised step, before its backward (none set: the
+ * step fails with DT_INVALID_ARGUMENT naming it). */
 void dt_ddp_set_lr(dt_ddp *d, float lr);
 
 typedef struct dt_ddp_stats {
@@ -116,6 +124,7 @@ typedef struct dt_ddp_stats {
   uint64_t shared_allreduces; /* all-reduces of the group run in place on shared memory so far (the measured
                                  layout's probe, 10 of them, included) */
   int sharded_update;      /* 1: the optimizer's step is DDP's, each rank on its share (dt_ddp_set_optim) */
+  int fused_update;        /* 1: the optimizer's step is DDP's, every rank on every piece (dt_ddp_fuse_optim) */
   int pieced_tensors;      /* weights whose layers announce their gradients in pieces (grad_piece_mb); once the
                               measured layout is made, those whose pieces it put in more than one bucket */
 } dt_ddp_stats;

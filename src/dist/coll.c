@@ -7,7 +7,7 @@
 
 static const char *const coll_names[DT_COLL_KIND_COUNT] = {"allreduce", "broadcast", "allgather",
                                                            "reduce_scatter", "barrier",
-                                                           "allreduce_shards"};
+                                                           "allreduce_shards", "allreduce_each"};
 static const char *const redop_names[DT_REDOP_COUNT] = {"sum", "avg", "min", "max"};
 
 const char *dt_coll_name(dt_coll_kind k) {
@@ -76,7 +76,8 @@ void dt_coll_shard_block(const dt_coll *c, int size, int rank) {
 dt_status dt_backend_run(dt_backend *b, const dt_coll *c) {
   switch (c->kind) {
   case DT_COLL_ALLREDUCE:
-  case DT_COLL_ALLREDUCE_SHARDS: return b->ops->allreduce(b, c);
+  case DT_COLL_ALLREDUCE_SHARDS:
+  case DT_COLL_ALLREDUCE_EACH: return b->ops->allreduce(b, c);
   case DT_COLL_BROADCAST: return b->ops->broadcast(b, c);
   case DT_COLL_ALLGATHER: return b->ops->allgather(b, c);
   case DT_COLL_REDUCE_SCATTER: return b->ops->reduce_scatter(b, c);

@@ -79,6 +79,7 @@ typedef enum dt_coll_kind {
   DT_COLL_REDUCE_SCATTER,
   DT_COLL_BARRIER,
   DT_COLL_ALLREDUCE_SHARDS, /* an all-reduce whose result each rank needs only its share of (dt_allreduce_shards) */
+  DT_COLL_ALLREDUCE_EACH,   /* an all-reduce whose result each rank needs once, piece by piece (dt_allreduce_each) */
   DT_COLL_KIND_COUNT
 } dt_coll_kind;
 const char *dt_coll_name(dt_coll_kind k);
@@ -100,7 +101,9 @@ typedef struct dt_coll {
   int divisor;
   int *divided;
   int background; /* run by the group's communication thread, beside the caller's compute (else by the caller) */
-  /* DT_COLL_ALLREDUCE_SHARDS: a backend that hands this rank's share to shard itself, piece by piece once each
+  /* DT_COLL_ALLREDUCE_EACH: a backend that hands every piece of the result to shard itself sets *shard_done = 1;
+   * else the group calls it on the whole result afterwards.
+   * DT_COLL_ALLREDUCE_SHARDS: a backend that hands this rank's share to shard itself, piece by piece once each
    * holds the result (divided), sets *shard_done = 1; else the group calls it on the rank's block afterwards. */
   dt_shard_fn shard;
   void *shard_user;
@@ -111,7 +114,7 @@ typedef struct dt_coll {
 void dt_coll_shard_block(const dt_coll *c, int size, int rank);
 /* 1 for the kinds that all-reduce (a sharded all-reduce is one to the backends that do not take it apart). */
 static inline int dt_coll_is_allreduce(dt_coll_kind k) {
-  return k == DT_COLL_ALLREDUCE || k == DT_COLL_ALLREDUCE_SHARDS;
+  return k == DT_COLL_ALLREDUCE || k == DT_COLL_ALLREDUCE_SHARDS || k == DT_COLL_ALLREDUCE_EACH;
 }
 
 /* What ranks compare to detect a mismatch: fixed 32 bytes, little endian. */

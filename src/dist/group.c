@@ -188,6 +188,8 @@ static void work_run(dt_group *g, dt_work *w, int background) {
     }
   }
   if (s == DT_OK && c.kind == DT_COLL_ALLREDUCE_SHARDS && !shard_done) dt_coll_shard_block(&c, g->size, g->rank);
+  if (s == DT_OK && c.kind == DT_COLL_ALLREDUCE_EACH && !shard_done && c.count)
+    c.shard(c.shard_user, 0, c.count, c.recv); /* the whole result, where the backend handed over none of it */
   char err[ERR_LEN];
   if (s != DT_OK) {
     char what[160];
@@ -421,6 +423,14 @@ dt_status dt_allreduce_shards(dt_group *g, float *buf, size_t count, dt_redop op
                               dt_work **w) {
   if (!fn) return dt_error(DT_INVALID_ARGUMENT, "allreduce_shards: no function for the shares");
   dt_coll c = {.kind = DT_COLL_ALLREDUCE_SHARDS, .send = buf, .recv = buf, .count = count, .dtype = DT_F32,
+               .op = op, .shard = fn, .shard_user = user};
+  return submit(g, &c, w);
+}
+
+dt_status dt_allreduce_each(dt_group *g, float *buf, size_t count, dt_redop op, dt_shard_fn fn, void *user,
+                            dt_work **w) {
+  if (!fn) return dt_error(DT_INVALID_ARGUMENT, "allreduce_each: no function for the pieces");
+  dt_coll c = {.kind = DT_COLL_ALLREDUCE_EACH, .send = buf, .recv = buf, .count = count, .dtype = DT_F32,
                .op = op, .shard = fn, .shard_user = user};
   return submit(g, &c, w);
 }

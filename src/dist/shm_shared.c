@@ -23,6 +23,9 @@
  * more, so the caller may change it. Per rank and byte, with 2 ranks, that is
  * 2.5 passes over memory against the slot pipeline's 5.5 (copy in, reduce,
  * copy out), and no rank waits for another before its own reductions are done.
+ * dt_allreduce_each skips the copies: the caller's function reads the other
+ * shares where they lie. dt_allreduce_shards reduces only r's share, into a
+ * buffer of its own.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -325,6 +328,34 @@ static dt_status shards_shared(shm_backend *b, const shm_region *r, size_t at, c
   return DT_OK;
 }
 
+/* Chunk [c0, c0 + m): the other ranks' reduced shares handed to the caller's function where they lie
+ * (dt_allreduce_each), instead of copied in. */
+static void hand_theirs(const shm_backend *b, const shm_region *r, size_t at, const dt_coll *c, size_t c0,
+                        size_t m) {
+  for (int j = 0; j < b->base.size; j++) {
+    size_t off, len;
+    dt_shm_share_of(m, sizeof(float), b->base.size, j, &off, &len);
+    if (j != b->base.rank && len)
+      c->shard(c->shard_user, c0 + off, len, (const float *)(r->peer[j] + at + (c0 + off) * sizeof(float)));
+  }
+}
+
+/* Chunk [c0, c0 + m) of the others' shares, once they have reduced them: handed over (each) or copied in. */
+static void take_theirs(const shm_backend *b, const shm_region *r, size_t at, const dt_coll *c, int each, size_t c0,
+                        size_t m) {
+  if (each)
+    hand_theirs(b, r, at, c, c0, m);
+  else
+    copy_theirs(b, r, at, c, dt_dtype_size(c->dtype), c0, m);
+}
+
+/* Chunk [c0, c0 + m): this rank's share, just reduced into its memory, handed to the caller's function in cache. */
+static void hand_mine(const shm_backend *b, const dt_coll *c, size_t c0, size_t m) {
+  size_t off, len;
+  dt_shm_share_of(m, sizeof(float), b->base.size, b->base.rank, &off, &len);
+  if (len) c->shard(c->shard_user, c0 + off, len, (const float *)c->recv + c0 + off);
+}
+
 dt_status dt_shm_allreduce_shared(shm_backend *b, const dt_coll *c, const dt_coll_sig *sig, uint64_t place) {
   const shm_region *r = b->region; /* this rank published place: it holds that share */
   while (!r->mine || (uint64_t)r->id + 1 != place >> PLACE_SHIFT) r++;
@@ -339,19 +370,24 @@ dt_status dt_shm_allreduce_shared(shm_backend *b, const dt_coll *c, const dt_col
    * rank's thread to be scheduled), while ranks that run at once copy each chunk soon after its owners wrote it.
    * Nobody writes what another reads before it is read: rank j's share of chunk s is copied into this rank's memory
    * after j has reduced it, reading its input there. The last wait is for every rank's last post, so the full sync
-   * after it may write its signature (dt_shm_post); after that sync nobody reads this rank's memory. */
+   * after it may write its signature (dt_shm_post); after that sync nobody reads this rank's memory.
+   * dt_allreduce_each hands this rank's share of each chunk to the caller's function once reduced, and the others'
+   * shares where they lie instead of copying them in. */
   const uint64_t v0 = b->syncs;
+  const int each = c->kind == DT_COLL_ALLREDUCE_EACH && c->dtype == DT_F32 && c->shard_done;
   size_t copied = 0;
   for (size_t s = 0; s < chunks; s++) {
     reduce_mine(b, r, at, c, es, s * per, chunk_len(c->count, per, s));
     dt_shm_post(b);
+    if (each) hand_mine(b, c, s * per, chunk_len(c->count, per, s));
     for (; copied <= s && dt_shm_arrived(b, v0 + copied + 1); copied++)
-      copy_theirs(b, r, at, c, es, copied * per, chunk_len(c->count, per, copied));
+      take_theirs(b, r, at, c, each, copied * per, chunk_len(c->count, per, copied));
   }
   for (; copied < chunks; copied++) {
     DT_CHECK(dt_shm_wait(b, c, v0 + copied + 1));
-    copy_theirs(b, r, at, c, es, copied * per, chunk_len(c->count, per, copied));
+    take_theirs(b, r, at, c, each, copied * per, chunk_len(c->count, per, copied));
   }
+  if (each) *c->shard_done = 1;
   DT_CHECK(dt_shm_sync(b, c, sig, 0));
   b->shared_allreduces++;
   return DT_OK;

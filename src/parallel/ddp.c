@@ -43,7 +43,8 @@ struct dt_ddp {
   size_t n_params;
   int shared;        /* 1: the arena is memory shared with the other ranks (dt_group_share) */
   double piece_mb;   /* the pieces' size in effect (grad_piece_mb, auto decided); 0: whole tensors */
-  dt_ddp_shards shards; /* the sharded update (dt_ddp_set_optim); shards.optim NULL: the caller's optimizer */
+  dt_ddp_shards shards; /* the sharded or fused update; shards.optim NULL: the caller's optimizer */
+  int fused;            /* 1: the fused update (dt_ddp_fuse_optim), each rank on its own parameters */
   int begun;            /* this step's dt_optim_begin_step: 0 not yet, 1 made, -1 failed */
 
   ddp_tensor *tensors; /* (n_tensors) trainable tensors sorted by offset */
@@ -522,7 +523,9 @@ static void launch(dt_ddp *d, int i) {
     st = dt_ddp_rows_launch(b->rows, d->g, d->m, d->grads, d->cfg.rows_exchange, &b->work, &b->bytes);
   } else if (d->shards.optim) {
     st = begin_update(d);
-    if (st == DT_OK) st = dt_allreduce_shards(d->g, g, b->count, DT_AVG, dt_ddp_shards_update, &b->at, &b->work);
+    if (st == DT_OK)
+      st = (d->fused ? dt_allreduce_each : dt_allreduce_shards)(d->g, g, b->count, DT_AVG, dt_ddp_shards_update,
+                                                                 &b->at, &b->work);
   } else if (d->cfg.comm_hook == DT_COMM_HOOK_NONE) {
     st = dt_allreduce(d->g, g, g, b->count, DT_F32, DT_AVG, &b->work);
   } else {
@@ -763,31 +766,53 @@ void dt_ddp_set_sync(dt_ddp *d, int sync) {
   if (d) d->sync = sync != 0;
 }
 
-dt_status dt_ddp_set_optim(dt_ddp *d, dt_optim *o, int *on) {
-  if (!d || !o || !on) return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_set_optim: NULL argument");
-  *on = d->shards.optim != NULL;
-  if (*on) return d->shards.optim == o ? DT_OK : dt_error(DT_INVALID_ARGUMENT, "dt_ddp_set_optim: another optimizer");
+/* Whether DDP may step o inside the all-reduces: between steps, o the model's size, the gradients read in place,
+ * no row tables and no hook (nobody may need every averaged gradient). 0 with *on = 0 where it may not (logged). */
+static dt_status may_step(dt_ddp *d, const dt_optim *o, const char *fn, int *on) {
+  *on = 0;
+  if (d->shards.optim)
+    return dt_error(DT_INVALID_ARGUMENT, "%s: the update is DDP's already (call one of them, once)", fn);
   if (!d->fresh || d->next_launch)
-    return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_set_optim: a step is under way (call it between steps)");
+    return dt_error(DT_INVALID_ARGUMENT, "%s: a step is under way (call it between steps)", fn);
   if (dt_optim_size(o) != d->n_params)
-    return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_set_optim: the optimizer steps %zu parameters, the model has %zu",
+    return dt_error(DT_INVALID_ARGUMENT, "%s: the optimizer steps %zu parameters, the model has %zu", fn,
                     dt_optim_size(o), d->n_params);
   int rows = 0;
   for (int i = 0; i < d->n_tensors; i++) rows |= d->tensors[i].table >= 0;
-  /* the all-reduces must read the gradients in place, and nobody may need every averaged gradient */
   if (!d->shared || rows || d->cfg.comm_hook != DT_COMM_HOOK_NONE) {
-    DT_LOG_INFO("ddp", "rank %d: every rank steps the whole model: %s", d->rank,
+    DT_LOG_INFO("ddp", "rank %d: every rank steps the whole model after the all-reduces: %s", d->rank,
                 d->cfg.comm_hook != DT_COMM_HOOK_NONE ? "a compression hook"
                 : !d->shared                          ? "no shared gradients"
                                                       : "row tables");
     return DT_OK;
   }
+  *on = 1;
+  return DT_OK;
+}
+
+dt_status dt_ddp_set_optim(dt_ddp *d, dt_optim *o, int *on) {
+  if (!d || !o || !on) return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_set_optim: NULL argument");
+  if (d->shards.optim == o && !d->fused) return *on = 1, DT_OK;
+  DT_CHECK(may_step(d, o, "dt_ddp_set_optim", on));
+  if (!*on) return DT_OK;
   DT_CHECK(dt_ddp_shards_open(&d->shards, d->g, d->m, o));
   *on = d->stats.sharded_update = d->shards.optim != NULL;
   dt_optim_set_shared_params(o, *on); /* the other ranks read every share in their forward */
   DT_LOG_INFO("ddp", "rank %d: %s", d->rank,
               *on ? "parameters and optimizer state in memory common to the host; each rank updates its share"
                   : "every rank steps the whole model: the group cannot share memory");
+  return DT_OK;
+}
+
+dt_status dt_ddp_fuse_optim(dt_ddp *d, dt_optim *o, int *on) {
+  if (!d || !o || !on) return dt_error(DT_INVALID_ARGUMENT, "dt_ddp_fuse_optim: NULL argument");
+  if (d->shards.optim == o && d->fused) return *on = 1, DT_OK;
+  DT_CHECK(may_step(d, o, "dt_ddp_fuse_optim", on));
+  if (!*on) return DT_OK;
+  dt_ddp_shards_fuse(&d->shards, d->m, o);
+  d->fused = d->stats.fused_update = 1;
+  DT_LOG_INFO("ddp", "rank %d: the optimizer steps each piece of the averaged gradients inside the all-reduces",
+              d->rank);
   return DT_OK;
 }
 

@@ -9,7 +9,13 @@
  * with dt_model_set_ready_late does once a layer's backward reads its parameters no more (after its input
  * gradient; a Linear's weight pieces after that too), so no rank reads those parameters again this step; the
  * collective ends with a sync after every rank's update, and dt_ddp_finish waits for it, so the next forward
- * everywhere sees the stepped parameters. */
+ * everywhere sees the stepped parameters.
+ *
+ * The fused update (dt_ddp_shards_fuse) is the same step with the parameters each rank's own: every rank steps
+ * every piece of the average as its bucket's dt_allreduce_each hands it over, its own share after reducing it,
+ * the other ranks' shares where they lie in their memory, instead of copying those into its gradients first and
+ * stepping the whole model after (the default mlp's DDP x2: that copy's writes went into lines the other core had
+ * just read). */
 #include <math.h>
 #include <string.h>
 
@@ -21,6 +27,11 @@ void dt_ddp_shards_update(void *user, size_t off, size_t n, const float *avg) {
   const dt_ddp_shard_at *at = user;
   const dt_ddp_shards *s = at->shards;
   dt_optim_step_block(s->optim, s->params, avg, s->step_lr, at->off + off, at->off + off + n);
+}
+
+void dt_ddp_shards_fuse(dt_ddp_shards *s, dt_model *m, dt_optim *o) {
+  dt_model_set_ready_late(m, 1);
+  *s = (dt_ddp_shards){.optim = o, .params = dt_model_params(m, NULL), .lr = NAN, .step_lr = NAN};
 }
 
 /* One memory of `bytes` for the host; *mem NULL where the group cannot share (on every rank alike). */

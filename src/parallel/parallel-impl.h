@@ -59,7 +59,7 @@ dt_status dt_ddp_rows_finish(dt_ddp_rows *x, dt_model *m, int world, float *grad
 /* DDP's sharded update (ddp_shards.c): the optimizer's step made by each bucket's all-reduce on the rank's share. */
 typedef struct dt_ddp_shards {
   dt_optim *optim; /* NULL: off (the caller steps the optimizer) */
-  float *params;   /* the model's parameter arena, one for the host's ranks */
+  float *params;   /* the model's parameter arena: one for the host's ranks, or (fused) the rank's own */
   float lr;        /* the next step's learning rate (dt_ddp_set_lr; NaN: none given) */
   float step_lr;   /* the step under way's, checked by dt_optim_begin_step: what the updates use */
 } dt_ddp_shards;
@@ -71,7 +71,10 @@ typedef struct dt_ddp_shard_at {
 /* Moves the model's parameters and o's states into memory common to the group's ranks (rank 0's values) and has
  * the model announce gradients late (dt_model_set_ready_late); s->optim stays NULL where the group cannot share. */
 dt_status dt_ddp_shards_open(dt_ddp_shards *s, dt_group *g, dt_model *m, dt_optim *o);
-/* The dt_shard_fn of a bucket's dt_allreduce_shards (user: its dt_ddp_shard_at). */
+/* The fused update: o steps the model's own parameters inside each bucket's dt_allreduce_each, every rank every
+ * piece, and the model announces gradients late. */
+void dt_ddp_shards_fuse(dt_ddp_shards *s, dt_model *m, dt_optim *o);
+/* The dt_shard_fn of a bucket's dt_allreduce_shards or dt_allreduce_each (user: its dt_ddp_shard_at). */
 void dt_ddp_shards_update(void *user, size_t off, size_t n, const float *avg);
 
 #endif

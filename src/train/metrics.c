@@ -168,11 +168,12 @@ dt_status dt_train_write_summary(const char *dir, const char *model, const dt_tr
     const dt_ddp_stats *d = &r->ddp;
     pos += (size_t)snprintf(text + pos, sizeof text - pos,
                             ",\"comm_bytes_per_step\":%.0f,\"shared_grads\":%s,\"shared_allreduces\":%llu,"
-                            "\"sharded_update\":%s,\"embedding_exchange\":{"
+                            "\"sharded_update\":%s,\"fused_update\":%s,\"embedding_exchange\":{"
                             "\"sparse_exchanges\":%lld,\"sparse_bytes\":%.0f,\"dense_exchanges\":%lld,"
                             "\"dense_bytes\":%.0f}",
                             d->bytes / (double)d->steps, d->shared_grads ? "true" : "false",
                             (unsigned long long)d->shared_allreduces, d->sharded_update ? "true" : "false",
+                            d->fused_update ? "true" : "false",
                             (long long)d->rows_sparse, d->rows_sparse_bytes, (long long)d->rows_dense,
                             d->rows_dense_bytes);
   }

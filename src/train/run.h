@@ -120,7 +120,7 @@ struct dt_run {
   float *dout;                     /* (batch, outputs) */
   dt_lr_schedule sched;
   float step_lr;                   /* the learning rate of the step under way (known before its first batch) */
-  int sharded_update;              /* ddp: the optimizer's step is made by the all-reduces (dt_ddp_set_optim) */
+  int ddp_update;                  /* ddp: the optimizer's step is made by the all-reduces (sharded or fused) */
   dt_scaler scaler;                /* --amp fp16: the dynamic loss scaler (snapshotted) */
   int64_t steps_per_epoch;
   /* strategy state */

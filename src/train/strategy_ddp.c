@@ -68,19 +68,24 @@ static int sharded_pays(const dt_run *r) {
   return pays;
 }
 
-/* The optimizer's step moves into the all-reduces (each rank its share) where nothing reads the averaged
- * gradients between them and the update: clipping, fp16's unscale and row-wise steps do. */
+/* The optimizer's step moves into the all-reduces where nothing reads the averaged gradients between them and the
+ * update (clipping, fp16's unscale and row-wise steps do): each rank its share of one copy for the host (the
+ * sharded update), or else every rank every piece of its own copy (the fused update, DT_FUSED_UPDATE). */
 static dt_status ddp_wrap(dt_run *r) {
   const dt_train_config *c = r->cfg;
   DT_CHECK(dt_ddp_new(r->model, r->group, &c->ddp, &r->ddp));
   DT_CHECK(dt_run_resume_optim(r)); /* rank 0's state, before it may move into memory the ranks share */
-  if (!c->sharded_update) return DT_OK;
   if (c->amp == DT_AMP_FP16 || c->clip_grad_norm > 0 || r->n_rows) return DT_OK; /* refused for "on" by the config */
-  if (c->sharded_update < 0 && !sharded_pays(r)) return DT_OK; /* the same inputs, so the same answer, everywhere */
-  DT_CHECK(dt_ddp_set_optim(r->ddp, r->optim, &r->sharded_update));
-  if (c->sharded_update > 0 && !r->sharded_update && r->lead)
-    DT_LOG_WARN("train", "--sharded-update on: every rank steps the whole model (the ranks cannot share memory, or "
-                "the model has row tables; DT_DEBUG=ddp says which)");
+  /* the same inputs, so the same answers, everywhere */
+  if (c->sharded_update > 0 || (c->sharded_update < 0 && sharded_pays(r))) {
+    DT_CHECK(dt_ddp_set_optim(r->ddp, r->optim, &r->ddp_update));
+    if (c->sharded_update > 0 && !r->ddp_update && r->lead)
+      DT_LOG_WARN("train", "--sharded-update on: every rank steps the whole model (the ranks cannot share memory, "
+                  "or the model has row tables; DT_DEBUG=ddp says which)");
+  }
+  long fused = 1;
+  DT_CHECK(dt_tunable_int("DT_FUSED_UPDATE", &fused));
+  if (!r->ddp_update && fused) DT_CHECK(dt_ddp_fuse_optim(r->ddp, r->optim, &r->ddp_update));
   return DT_OK;
 }
 
@@ -93,9 +98,9 @@ static dt_status ddp_batch(dt_run *r, const dt_batch *b, int last, float *loss, 
 
 static dt_status ddp_finish(dt_run *r) { return dt_ddp_finish(r->ddp); }
 
-/* With the sharded update dt_ddp_finish has stepped the parameters already. */
+/* With the sharded or fused update dt_ddp_finish has stepped the parameters already. */
 static dt_status ddp_optim_step(dt_run *r, float lr) {
-  return r->sharded_update ? DT_OK : dt_optim_step(r->optim, r->params, r->grads, lr);
+  return r->ddp_update ? DT_OK : dt_optim_step(r->optim, r->params, r->grads, lr);
 }
 
 /* Every rank evaluates with rank 0's batch-norm statistics. */

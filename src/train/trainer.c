@@ -367,7 +367,7 @@ static dt_status train_epoch(dt_run *r, epoch_state *es, int64_t *step) {
     const int last = micro == c->accumulate - 1 || es->seen + b.size >= my_train;
     if (micro == 0) {
       dt_model_zero_grad_deferred(r->model); /* the step's first backward writes the gradients */
-      r->step_lr = dt_lr_at(&r->sched, *step); /* ddp's sharded update steps during backward */
+      r->step_lr = dt_lr_at(&r->sched, *step); /* ddp's sharded or fused update steps during backward */
     }
     float loss = 0;
     double sums[DT_TASK_MAX_SUMS] = {0};

@@ -165,7 +165,7 @@ s_off=$(json "$tmp/sgoff/summary.json" shared_grads)
 n_on=$(json "$tmp/sgon/summary.json" shared_allreduces)
 n_off=$(json "$tmp/sgoff/summary.json" shared_allreduces)
 if [ "$s_on" = true ] && [ "$s_off" = false ] && [ "${n_on:-0}" -gt 0 ] && [ "$n_off" = 0 ] &&
-  grep -q "3 ranks over shm with shared gradients, all-reduce" "$tmp/sgon.out" &&
+  grep -q "3 ranks over shm with shared gradients and a fused update, all-reduce" "$tmp/sgon.out" &&
   grep -q "3 ranks over shm, all-reduce" "$tmp/sgoff.out" &&
   cmp -s "$tmp/sgon/model.safetensors" "$tmp/sgoff/model.safetensors"; then
   ok "ddp 3 ranks: $n_on all-reduces read shared gradients in place (off: none), the same weights bit for bit"
@@ -204,7 +204,7 @@ else
   fail "ddp: --grad-piece-mb with --bucket-cap-mb: exit $rc: $(cat "$tmp/gpbad.out")"
 fi
 
-section "ddp: the sharded update gives the unsharded bits, and its snapshot resumes"
+section "ddp: the sharded and fused updates give the plain bits, and the sharded one's snapshot resumes"
 # Each rank steps its share of parameters and momentum common to the host: the weights of every rank stepping the
 # whole model, bit for bit (a warmed-up cosine schedule, weight decay but not on biases); the epoch-1 snapshot
 # (state gathered from the common memory) resumed to the same end. auto: the 3-rank fashioncnn run above (5.6 MiB of
@@ -228,6 +228,13 @@ su_small=$(json "$tmp/suauto/summary.json" sharded_update)
 dtr subig 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train --strategy ddp --model mlp --hidden 2048,1024 \
   --momentum 0.9 --limit-train 256 --limit-test 64 --out "$tmp/subig" --progress none
 su_big=$(json "$tmp/subig/summary.json" sharded_update)
+# off: every rank steps the whole model, inside the all-reduces (the fused update) unless DT_FUSED_UPDATE=0
+DT_FUSED_UPDATE=0 dtr suplain 60 --standalone --nproc-per-node 2 -- "$DTRAIN" "${common[@]}" --out "$tmp/suplain" \
+  --sharded-update off
+[ "$rc" -eq 0 ] || { fail "ddp --sharded-update off, DT_FUSED_UPDATE=0: exit $rc"; show suplain; }
+fu_off=$(json "$tmp/suoff/summary.json" fused_update)
+fu_plain=$(json "$tmp/suplain/summary.json" fused_update)
+fu_on=$(json "$tmp/suon/summary.json" fused_update)
 dtr suacts 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train --strategy ddp --model mlp --hidden 256 \
   --momentum 0.9 --batch-size 512 --limit-train 1024 --limit-test 64 --out "$tmp/suacts" --progress none
 [ "$rc" -eq 0 ] || { fail "ddp, a 1.6 MiB mlp with batches of 512: exit $rc"; show suacts; }
@@ -241,10 +248,13 @@ if [ "$su_on" = true ] && [ "$su_off" = false ] && [ "$su_auto" = true ] && [ "$
   cmp -s "$tmp/suauto/model.safetensors" "$tmp/suoff/model.safetensors" &&
   grep -q "2 ranks over shm with shared gradients and a sharded update" "$tmp/suon.out" &&
   cmp -s "$tmp/suon/model.safetensors" "$tmp/suoff/model.safetensors" &&
-  cmp -s "$tmp/suon/model.safetensors" "$tmp/sures/model.safetensors"; then
-  ok "ddp --sharded-update on: the unsharded weights bit for bit, and resumed from its epoch-1 snapshot too"
+  cmp -s "$tmp/suon/model.safetensors" "$tmp/sures/model.safetensors" &&
+  [ "$fu_off" = true ] && [ "$fu_plain" = false ] && [ "$fu_on" = false ] &&
+  grep -q "2 ranks over shm with shared gradients and a fused update" "$tmp/suoff.out" &&
+  cmp -s "$tmp/suoff/model.safetensors" "$tmp/suplain/model.safetensors"; then
+  ok "ddp --sharded-update on: the unsharded weights bit for bit, and resumed from its epoch-1 snapshot too; off: the fused update's weights those of the step after the all-reduces"
 else
-  fail "ddp sharded update: on '$su_on', off '$su_off', auto on fashioncnn '$su_auto', on a 1.6 MiB mlp '$su_small', on a 30 MiB mlp '$su_big', on the 1.6 MiB mlp with 2.6 MiB of activations '$su_acts', on a Linear '$su_tiny'; weights $(cmp "$tmp/suon/model.safetensors" "$tmp/suoff/model.safetensors" 2>&1); resumed $(cmp "$tmp/suon/model.safetensors" "$tmp/sures/model.safetensors" 2>&1)"
+  fail "ddp sharded update: on '$su_on', off '$su_off', auto on fashioncnn '$su_auto', on a 1.6 MiB mlp '$su_small', on a 30 MiB mlp '$su_big', on the 1.6 MiB mlp with 2.6 MiB of activations '$su_acts', on a Linear '$su_tiny'; fused when off '$fu_off', with DT_FUSED_UPDATE=0 '$fu_plain', when on '$fu_on'; fused against plain $(cmp "$tmp/suoff/model.safetensors" "$tmp/suplain/model.safetensors" 2>&1); weights $(cmp "$tmp/suon/model.safetensors" "$tmp/suoff/model.safetensors" 2>&1); resumed $(cmp "$tmp/suon/model.safetensors" "$tmp/sures/model.safetensors" 2>&1)"
 fi
 
 section "ddp: how shm waits, by the ranks' CPUs"

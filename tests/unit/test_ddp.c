@@ -98,6 +98,7 @@ typedef struct run_cfg {
   int auto_buckets;   /* the measured layout (from step 4 on) */
   int shared;         /* gradients in memory the ranks share (shared_grads) */
   int sharded;        /* the optimizer's step made by DDP, each rank on its share (dt_ddp_set_optim) */
+  int fused;          /* the optimizer's step made by DDP, every rank on every piece (dt_ddp_fuse_optim) */
   int adam;           /* Adam (else SGD with momentum 0.9) */
   int with_state;     /* the result holds the optimizer's states after the parameters */
   double piece_mb;    /* grad_piece_mb: 0 the default, < 0 none (whole tensors) */
@@ -147,7 +148,7 @@ static dt_status ddp_train(dt_group *g, const run_cfg *c, float **out, size_t *n
   dt_status st = DT_OK;
   dt_optim_config oc;
   optim_config(c, &oc);
-  int sharded = 0;
+  int stepped = 0; /* DDP steps the optimizer */
   dt_ddp_config dc;
   dt_ddp_config_default(&dc);
   if (c->cap_mb > 0) dc.bucket_cap_mb = c->cap_mb;
@@ -167,7 +168,8 @@ static dt_status ddp_train(dt_group *g, const run_cfg *c, float **out, size_t *n
   DT_CHECK_GOTO(build_model(c->kind, c->b, 1234 + (uint64_t)rank, &m), st, done);
   DT_CHECK_GOTO(dt_ddp_new(m, g, &dc, &d), st, done);
   DT_CHECK_GOTO(dt_optim_new(&oc, dt_model_num_params(m), &o), st, done);
-  if (c->sharded) DT_CHECK_GOTO(dt_ddp_set_optim(d, o, &sharded), st, done);
+  if (c->sharded) DT_CHECK_GOTO(dt_ddp_set_optim(d, o, &stepped), st, done);
+  if (c->fused) DT_CHECK_GOTO(dt_ddp_fuse_optim(d, o, &stepped), st, done);
   dt_ddp_set_lr(d, 0.1f);
   if (overlapped_steps) *overlapped_steps = 0;
   if (launch_before_last_layer) *launch_before_last_layer = 0;
@@ -203,7 +205,7 @@ static dt_status ddp_train(dt_group *g, const run_cfg *c, float **out, size_t *n
     if (launch_before_last_layer && t.buckets > 1 && t.events >= 2 && t.launch_s[0] <= t.event_s[t.events - 2])
       (*launch_before_last_layer)++;
     if (c->no_optim) break;
-    if (!sharded) DT_CHECK_GOTO(dt_optim_step(o, dt_model_params(m, NULL), dt_model_grads(m, NULL), 0.1f), st, done);
+    if (!stepped) DT_CHECK_GOTO(dt_optim_step(o, dt_model_params(m, NULL), dt_model_grads(m, NULL), 0.1f), st, done);
   }
   if (c->steps > WARM_STEPS) warm_allocs = dt_alloc_count() - allocs_before;
   if (stats) dt_ddp_get_stats(d, stats);
@@ -324,8 +326,9 @@ static int equiv_child(df_job *j, int r, int world, void *arg) {
                 stats.pieced_tensors, max_events, last_events);
         bad = 9;
       }
-      if (stats.sharded_update != (c->sharded && want_shared)) {
-        fprintf(stderr, "rank %d run %d: sharded update %d\n", r, i, stats.sharded_update);
+      if (stats.sharded_update != (c->sharded && want_shared) || stats.fused_update != (c->fused && want_shared)) {
+        fprintf(stderr, "rank %d run %d: sharded update %d, fused %d\n", r, i, stats.sharded_update,
+                stats.fused_update);
         bad = 8;
       }
       if (i == 0) {
@@ -464,6 +467,34 @@ TEST(sharded_update_gives_the_unsharded_bits) {
   equiv_case off = {.runs = {{.kind = MLP, .b = 4, .accum = 1, .steps = 3, .dscale = 1, .shared = 1, .sharded = 1,
                               .with_state = 1},
                              {.kind = MLP, .b = 4, .accum = 1, .steps = 3, .dscale = 1, .sharded = 1, .with_state = 1}},
+                    .n_runs = 2, .tol = 1e-5, .cross_tol = 0};
+  ASSERT_EQ(run_job_on("tcp", 2, equiv_child, &off, 30), 0);
+  off.runs[0] = off.runs[1];
+  ASSERT_EQ(run_job(2, equiv_child, &off, 30), 0);
+}
+
+/* The fused update (every rank steps every piece of its own parameters inside the all-reduces, the others' shares
+ * read where they lie) gives the bits of stepping after them: SGD with momentum and Adam, parameters and state,
+ * fixed and measured layouts with accumulation, buckets under 32 KiB (their pieces handed over by the group after
+ * the slot path), 2 and 3 ranks. Over tcp, and without shared gradients, it stays off. */
+TEST(fused_update_gives_the_plain_bits) {
+  for (int world = 2; world <= 3; world++)
+    for (int adam = 0; adam <= 1; adam++) {
+      const run_cfg cases[] = {
+          {.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 4, .dscale = 1, .shared = 1, .adam = adam, .with_state = 1},
+          {.kind = MLP_BIG, .b = 4, .accum = 2, .steps = 6, .dscale = 1, .shared = 1, .adam = adam, .with_state = 1,
+           .auto_buckets = 1, .cap_mb = 0.01},
+          {.kind = CONV, .b = 4, .accum = 1, .steps = 3, .dscale = 1, .shared = 1, .adam = adam, .with_state = 1,
+           .cap_mb = 1e-3, .first_mb = 1e-3}};
+      for (int k = 0; k < 3; k++) {
+        equiv_case ec = {.runs = {cases[k], cases[k]}, .n_runs = 2, .tol = adam || k ? -1 : 1e-3, .cross_tol = 0};
+        ec.runs[1].fused = 1;
+        ASSERT_EQ(run_job(world, equiv_child, &ec, 30), 0);
+      }
+    }
+  equiv_case off = {.runs = {{.kind = MLP, .b = 4, .accum = 1, .steps = 3, .dscale = 1, .shared = 1, .fused = 1,
+                              .with_state = 1},
+                             {.kind = MLP, .b = 4, .accum = 1, .steps = 3, .dscale = 1, .fused = 1, .with_state = 1}},
                     .n_runs = 2, .tol = 1e-5, .cross_tol = 0};
   ASSERT_EQ(run_job_on("tcp", 2, equiv_child, &off, 30), 0);
   off.runs[0] = off.runs[1];
@@ -981,7 +1012,7 @@ TEST(unused_parameters_and_misuse) { ASSERT_EQ(run_job(2, unused_child, NULL, 30
 TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
 
 TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(shared_gradients_give_the_slot_paths_bits),
-          TEST_ENTRY(sharded_update_gives_the_unsharded_bits), TEST_ENTRY(weight_pieces_train_as_whole_tensors),
+          TEST_ENTRY(sharded_update_gives_the_unsharded_bits), TEST_ENTRY(fused_update_gives_the_plain_bits), TEST_ENTRY(weight_pieces_train_as_whole_tensors),
           TEST_ENTRY(warm_steps_allocate_nothing),
           TEST_ENTRY(no_sync_accumulates_like_one_large_batch),
           TEST_ENTRY(measured_layout_equals_whole_batch), TEST_ENTRY(bucket_caps_change_nothing_but_the_layout),

@@ -474,6 +474,80 @@ TEST(sharded_allreduce_hands_each_rank_its_share) {
   ASSERT_EQ(df_run(&one, 1, shards_child, NULL), 0);
 }
 
+/* What dt_allreduce_each's function is given on this rank: every element's value and how often it came. */
+typedef struct each_seen {
+  float *result;          /* (count) */
+  unsigned char *times;   /* (count) */
+} each_seen;
+
+static void each_record(void *user, size_t off, size_t n, const float *avg) {
+  each_seen *s = user;
+  memcpy(s->result + off, avg, n * sizeof(float));
+  for (size_t i = off; i < off + n; i++) s->times[i]++;
+}
+
+/* One dt_allreduce_each of k on buf: 0 if this rank was handed every element once, with the reference's bits. */
+static int each_case(dt_group *g, int r, int world, float *buf, const shared_case *k, each_seen *s) {
+  for (size_t i = 0; i < k->count; i++) buf[i] = (float)value(r, i, DT_F32);
+  memset(s->times, 0, k->count);
+  if (dt_allreduce_each(g, buf, k->count, k->op, each_record, s, NULL) != DT_OK) {
+    fprintf(stderr, "rank %d: %s\n", r, dt_last_error());
+    return 1;
+  }
+  for (size_t i = 0; i < k->count; i++)
+    if (s->times[i] != 1) {
+      fprintf(stderr, "rank %d, %zu elements: element %zu handed over %d times\n", r, k->count, i, s->times[i]);
+      return 1;
+    }
+  return !f32_matches_reference(s->result, k, world);
+}
+
+static int each_child(df_job *j, int r, int world, void *arg) {
+  (void)arg;
+  dt_group *g = join(j, r, world);
+  if (!g) return 2;
+  const int shm = strcmp(j->backend, "shm") == 0 && world > 1; /* memory to share */
+  void *mem = NULL;
+  float *priv = malloc(SHARED_BYTES), *result = malloc(SHARED_BYTES);
+  unsigned char *times = malloc(SHARED_BYTES / sizeof(float));
+  int bad = !priv || !result || !times || (shm && dt_group_share(g, SHARED_BYTES, &mem) != DT_OK);
+  if (bad) fprintf(stderr, "rank %d: setup: %s\n", r, dt_last_error());
+  each_seen s = {.result = result, .times = times};
+  /* below 32 KiB (the slot path's one sync), through the slots, and in place from shared memory */
+  static const shared_case k[] = {{DT_F32, DT_AVG, 5, 0},       {DT_F32, DT_SUM, 7001, 0},
+                                  {DT_F32, DT_AVG, 300001, 64}, {DT_F32, DT_SUM, 786432, 0}};
+  for (size_t c = 0; c < sizeof k / sizeof k[0] && !bad; c++) {
+    const uint64_t runs = shared_runs(g);
+    bad |= each_case(g, r, world, priv, &k[c], &s); /* private memory: through the slots */
+    if (shm && !bad) bad |= each_case(g, r, world, (float *)((char *)mem + k[c].at), &k[c], &s);
+    if (shm && !bad && (shared_runs(g) - runs == 1) != (k[c].count * 4 > (32u << 10))) {
+      fprintf(stderr, "rank %d, %zu elements: %llu run from shared memory\n", r, k[c].count,
+              (unsigned long long)(shared_runs(g) - runs));
+      bad = 1;
+    }
+  }
+  if (mem) dt_group_unshare(g, mem);
+  dt_group_destroy(g);
+  dt_shared_free(mem, SHARED_BYTES);
+  free(times);
+  free(result);
+  free(priv);
+  return bad;
+}
+
+/* dt_allreduce_each hands every element of the result to the function once, with dt_allreduce's bits: in place
+ * from shared memory (the others' shares where they lie), through the slots, over tcp and in a one-rank group. */
+TEST(allreduce_each_hands_every_piece_once) {
+  for (int world = 2; world <= 3; world++) {
+    df_job j = job("shm");
+    ASSERT_EQ(df_run(&j, world, each_child, NULL), 0);
+  }
+  df_job t = job("tcp");
+  ASSERT_EQ(df_run(&t, 2, each_child, NULL), 0);
+  df_job one = job("shm");
+  ASSERT_EQ(df_run(&one, 1, each_child, NULL), 0);
+}
+
 /* Rank 1 exits after the share: rank 0's all-reduce on shared memory is DT_PEER_LOST within the deadline. */
 static int peer_dies_child(df_job *j, int r, int world, void *arg) {
   (void)arg;
@@ -548,6 +622,6 @@ TEST_MAIN(TEST_ENTRY(shared_allreduce_gives_the_slot_paths_bits_world_2_to_4),
           TEST_ENTRY(a_share_failing_on_one_rank_fails_on_all_and_the_group_goes_on),
           TEST_ENTRY(different_shares_at_the_same_offset_go_through_the_slots),
           TEST_ENTRY(tcp_and_one_rank_groups_share_nothing), TEST_ENTRY(common_memory_is_the_same_on_every_rank),
-          TEST_ENTRY(sharded_allreduce_hands_each_rank_its_share), TEST_ENTRY(a_rank_that_dies_is_peer_lost),
+          TEST_ENTRY(sharded_allreduce_hands_each_rank_its_share), TEST_ENTRY(allreduce_each_hands_every_piece_once), TEST_ENTRY(a_rank_that_dies_is_peer_lost),
           TEST_ENTRY(a_rank_that_dies_mid_pipeline_is_peer_lost),
           TEST_ENTRY(nothing_left_in_dev_shm))
