@@ -21,7 +21,8 @@
  * With --ddp PORT it runs under a launcher, once per rank (dtrun --standalone --nproc-per-node 2 --threads-per-proc 1
  * -- ab_steps --ddp 29600 ...): each library forms a group of its own over the launcher's ranks (a store that rank 0
  * serves at MASTER_ADDR:PORT for A, PORT + 1 for B, and a run id of its own, so their shared memory never meets) and
- * wraps its model in DDP as the trainer does (measured bucket layout, shared gradients; the update not sharded).
+ * wraps its model in DDP as the trainer does (measured bucket layout, shared gradients; the update neither sharded
+ * nor fused: the optimizer steps after the all-reduces).
  * A step is then the trainer's DDP step: buffers broadcast, forward, backward with its all-reduces, the wait for
  * them, SGD (with --sharded-b, B's update is DDP's sharded one, each rank stepping its share inside the
  * all-reduces; with --fused-b, B's update is DDP's fused one, every rank stepping every piece of its own parameters
@@ -135,7 +136,7 @@ static int load(side *s) {
   RESOLVE(dt_ddp_finish);
   RESOLVE(dt_ddp_free);
   RESOLVE(dt_ddp_set_optim);
-  RESOLVE(dt_ddp_fuse_optim);
+  *(void **)&s->f.dt_ddp_fuse_optim = dlsym(h, "dt_ddp_fuse_optim"); /* --fused-b only: older builds lack it */
   RESOLVE(dt_ddp_set_lr);
   return 0;
 }
@@ -164,6 +165,7 @@ static int join(side *s, int k, int port) {
  * afresh). */
 static int shard_update(side *s, int fused) {
   const char *what = fused ? "fused update" : "sharded update";
+  if (fused && !s->f.dt_ddp_fuse_optim) return fprintf(stderr, "ab_steps: %s: no dt_ddp_fuse_optim\n", s->path), 1;
   dt_status st = (fused ? s->f.dt_ddp_fuse_optim : s->f.dt_ddp_set_optim)(s->ddp, s->opt, &s->sharded);
   if (st != DT_OK) return fail(s, what, st);
   if (!s->sharded) return fprintf(stderr, "ab_steps: %s: the %s cannot run here\n", s->path, what), 1;
@@ -258,7 +260,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ab_steps: %s %s: not a flag it takes, or a bad value\n", argv[1], argv[2]);
     return usage();
   }
-  if ((sharded_b || fused_b) && !port) return fprintf(stderr, "ab_steps: --sharded-b and --fused-b need --ddp\n"), usage();
+  if ((sharded_b || fused_b) && !port)
+    return fprintf(stderr, "ab_steps: --sharded-b and --fused-b need --ddp\n"), usage();
   if (sharded_b && fused_b) return fprintf(stderr, "ab_steps: --sharded-b or --fused-b, not both\n"), usage();
   if (argc != 8) return usage();
   const int batch = parse_count(argv[4], 1 << 16), channels = parse_count(argv[5], 4096);

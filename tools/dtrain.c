@@ -420,7 +420,8 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                               "--shared-grads off is an error; models with row tables, or ranks that cannot share "
                               "memory, step the whole model on every rank; auto: on where the parameters and "
                               "optimizer state take 5 MiB or more, or 1 MiB or more and less than a step's "
-                              "activations, and nothing rules it out",
+                              "activations, and nothing rules it out; where it is off, every rank steps its own whole "
+                              "model inside the all-reduces (the fused update; DT_FUSED_UPDATE=0: after them)",
                               .choices = auto_on_off},
     [TRAIN_FIND_UNUSED_PARAMETERS] = {"--find-unused-parameters", NULL, FLAG_BOOL, "off", NULL,
                                       .help = "ddp: reduce parameters that got no gradient as zeros instead of "

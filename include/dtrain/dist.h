@@ -191,8 +191,8 @@ dt_status dt_allreduce_shards(dt_group *g, float *buf, size_t count, dt_redop op
  * thread running the collective for pieces [off, off + n) that tile [0, count), each once, in no set order, avg[0..n)
  * holding its result (the bits dt_allreduce gives; valid during the call only). Where buf lies in memory from
  * dt_group_share at the same place on every rank (shm), each rank reduces its share into its own memory and hands
- * the others' shares over where they lie, instead of copying them in: afterwards buf holds this rank's share of the
- * result and its own values elsewhere. Elsewhere it is dt_allreduce, then fn over the whole of buf. */
+ * the others' shares over where they lie, instead of copying them in. Elsewhere it is dt_allreduce, then fn over
+ * the whole of buf. Afterwards buf's contents are unspecified (the result, or this rank's values, piece by piece). */
 dt_status dt_allreduce_each(dt_group *g, float *buf, size_t count, dt_redop op, dt_shard_fn fn, void *user,
                             dt_work **w);
 

@@ -496,12 +496,12 @@ static void set_late(dt_ddp *d, dt_status s, const char *msg) {
   snprintf(d->late_msg, sizeof d->late_msg, "%s", msg);
 }
 
-/* The sharded update's step count, once a step before its first bucket (a failure, the same on every rank as the
- * learning rate is, launches none of the step's buckets). */
+/* The sharded or fused update's step count, once a step before its first bucket (a failure, the same on every
+ * rank as the learning rate is, launches none of the step's buckets). */
 static dt_status begin_update(dt_ddp *d) {
   if (!d->begun) {
     const dt_status st = isnan(d->shards.lr)
-                             ? dt_error(DT_INVALID_ARGUMENT, "dt_ddp: no learning rate for the sharded update's step "
+                             ? dt_error(DT_INVALID_ARGUMENT, "dt_ddp: no learning rate for the update's step "
                                         "(dt_ddp_set_lr before the backward)")
                              : dt_optim_begin_step(d->shards.optim, d->shards.lr);
     d->begun = st == DT_OK ? 1 : -1;

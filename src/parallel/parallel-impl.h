@@ -56,7 +56,8 @@ dt_status dt_ddp_rows_launch(dt_ddp_rows *x, dt_group *g, dt_model *m, float *gr
  * (exactly: a dense exchange carries every rank's touched mask with the table). */
 dt_status dt_ddp_rows_finish(dt_ddp_rows *x, dt_model *m, int world, float *grads);
 
-/* DDP's sharded update (ddp_shards.c): the optimizer's step made by each bucket's all-reduce on the rank's share. */
+/* DDP's sharded and fused updates (ddp_shards.c): the optimizer's step made by each bucket's all-reduce, on the
+ * rank's share of parameters common to the host (sharded) or on every piece of its own (fused). */
 typedef struct dt_ddp_shards {
   dt_optim *optim; /* NULL: off (the caller steps the optimizer) */
   float *params;   /* the model's parameter arena: one for the host's ranks, or (fused) the rank's own */

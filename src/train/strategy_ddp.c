@@ -85,6 +85,7 @@ static dt_status ddp_wrap(dt_run *r) {
   }
   long fused = 1;
   DT_CHECK(dt_tunable_int("DT_FUSED_UPDATE", &fused));
+  if (fused != 0 && fused != 1) return dt_error(DT_USAGE, "DT_FUSED_UPDATE=%ld: 0 or 1", fused);
   if (!r->ddp_update && fused) DT_CHECK(dt_ddp_fuse_optim(r->ddp, r->optim, &r->ddp_update));
   return DT_OK;
 }

@@ -14,7 +14,7 @@
 #     --comm-hook bf16 reaching the accuracy of the uncompressed run;
 #  9. SIGINT to dtrun: every rank stops at the same step, rank 0 writes metrics and weights,
 #     exit 130;
-# and between 1 and 2: gradients in shared memory, weights in pieces, the sharded update, how shm
+# and between 1 and 2: gradients in shared memory, weights in pieces, the sharded and fused updates, how shm
 # waits, and a rank stopped half the time (its peer's waits for it not counted as communication).
 # Sizes are small (--limit-train/--limit-test): the whole script takes well under a minute.
 set -u
@@ -153,55 +153,40 @@ else
   table_rows "ddp 3 ranks" "$tmp/ddp3.out" 3
 fi
 
-section "ddp: gradients in memory the ranks share give the slot path's bits"
-# 3 ranks (rank 2 reduces its share aside), a fixed layout, shared gradients (the default) and --shared-grads off
-for sg in on off; do
-  dtr "sg$sg" 60 --standalone --nproc-per-node 3 -- "$DTRAIN" train --strategy ddp --epochs 1 --limit-train 960 \
-    --limit-test 100 --bucket-cap-mb 1 --out "$tmp/sg$sg" --progress none --shared-grads $sg --sharded-update off
-  [ "$rc" -eq 0 ] || { fail "ddp 3 ranks --shared-grads $sg: exit $rc"; show "sg$sg"; }
+section "ddp: gradients in memory the ranks share give the slot path's bits, and so does the fused update"
+# 3 ranks (rank 2 reduces its share aside), a fixed layout: shared gradients (the default) stepped after the
+# all-reduces (DT_FUSED_UPDATE=0), --shared-grads off, and the default, the fused update; with --clip-grad-norm,
+# which reads the averaged gradients, the update stays after them
+for sg in on off fused clip; do
+  case $sg in
+  on) flags=(--shared-grads on) fused=0 ;;
+  off) flags=(--shared-grads off) fused=1 ;;
+  fused) flags=() fused=1 ;;
+  clip) flags=(--clip-grad-norm 100) fused=1 ;;
+  esac
+  DT_FUSED_UPDATE=$fused dtr "sg$sg" 60 --standalone --nproc-per-node 3 -- "$DTRAIN" train --strategy ddp --epochs 1 \
+    --limit-train 960 --limit-test 100 --bucket-cap-mb 1 --out "$tmp/sg$sg" --progress none --sharded-update off \
+    "${flags[@]}"
+  [ "$rc" -eq 0 ] || { fail "ddp 3 ranks ($sg): exit $rc"; show "sg$sg"; }
 done
 s_on=$(json "$tmp/sgon/summary.json" shared_grads)
 s_off=$(json "$tmp/sgoff/summary.json" shared_grads)
 n_on=$(json "$tmp/sgon/summary.json" shared_allreduces)
 n_off=$(json "$tmp/sgoff/summary.json" shared_allreduces)
+f_on=$(json "$tmp/sgon/summary.json" fused_update)
+f_fused=$(json "$tmp/sgfused/summary.json" fused_update)
+f_clip=$(json "$tmp/sgclip/summary.json" fused_update)
+f_off=$(json "$tmp/sgoff/summary.json" fused_update)
 if [ "$s_on" = true ] && [ "$s_off" = false ] && [ "${n_on:-0}" -gt 0 ] && [ "$n_off" = 0 ] &&
-  grep -q "3 ranks over shm with shared gradients and a fused update, all-reduce" "$tmp/sgon.out" &&
+  [ "$f_on" = false ] && [ "$f_fused" = true ] && [ "$f_clip" = false ] && [ "$f_off" = false ] &&
+  grep -q "3 ranks over shm with shared gradients, all-reduce" "$tmp/sgon.out" &&
+  grep -q "3 ranks over shm with shared gradients and a fused update, all-reduce" "$tmp/sgfused.out" &&
   grep -q "3 ranks over shm, all-reduce" "$tmp/sgoff.out" &&
-  cmp -s "$tmp/sgon/model.safetensors" "$tmp/sgoff/model.safetensors"; then
-  ok "ddp 3 ranks: $n_on all-reduces read shared gradients in place (off: none), the same weights bit for bit"
+  cmp -s "$tmp/sgon/model.safetensors" "$tmp/sgoff/model.safetensors" &&
+  cmp -s "$tmp/sgfused/model.safetensors" "$tmp/sgoff/model.safetensors"; then
+  ok "ddp 3 ranks: $n_on all-reduces read shared gradients in place (off: none), the same weights bit for bit, fused too (not with clipping)"
 else
-  fail "ddp 3 ranks: shared_grads '$s_on' / '$s_off', in place '$n_on' / '$n_off'; weights $(cmp "$tmp/sgon/model.safetensors" "$tmp/sgoff/model.safetensors" 2>&1)"
-fi
-
-section "ddp: weights in pieces train as whole ones"
-# The default mlp's first weight (784 x 256, 0.77 MiB) is announced in 3 pieces at --grad-piece-mb 0.25; 0 keeps
-# it whole. The weights agree to rounding (a GEMM library may sum a cut product in another order). Left out, auto
-# says what it chose. With the fixed layout the flag is a usage error.
-for gp in 0.25 0 auto; do
-  extra=()
-  [ "$gp" = auto ] || extra=(--grad-piece-mb "$gp")
-  DT_DEBUG=ddp dtr "gp$gp" 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train --strategy ddp --model mlp --epochs 1 \
-    --limit-train 1280 --limit-test 100 --out "$tmp/gp$gp" --progress none "${extra[@]}"
-  [ "$rc" -eq 0 ] || { fail "ddp --grad-piece-mb $gp: exit $rc"; show "gp$gp"; }
-done
-if grep -q "rank 0: 1 weights announced in pieces of about 0.25 MiB" "$tmp/gp0.25.out" "$tmp/gp0.25.err" &&
-  ! grep -q "announced in pieces" "$tmp/gp0.out" "$tmp/gp0.err" &&
-  grep -q '"grad_piece_mb":0.25' "$tmp/gp0.25/config.json" &&
-  grep -q '"grad_piece_mb":"auto"' "$tmp/gpauto/config.json" &&
-  grep -q "rank 0: grad_piece_mb auto: " "$tmp/gpauto.out" "$tmp/gpauto.err" &&
-  near "$(max_diff "$tmp/gp0.25/model.safetensors" "$tmp/gp0/model.safetensors")" 0 1e-5; then
-  ok "ddp: the mlp's first weight in pieces (DT_DEBUG=ddp says so), the weights of whole ones; auto logged"
-else
-  fail "ddp --grad-piece-mb: pieces not logged, or weights differ by $(max_diff "$tmp/gp0.25/model.safetensors" "$tmp/gp0/model.safetensors" 2>&1)"
-  show gp0.25
-  show gpauto
-fi
-"$DTRAIN" train --strategy ddp --bucket-cap-mb 5 --grad-piece-mb 1 --out "$tmp/gpbad" >"$tmp/gpbad.out" 2>&1
-rc=$?
-if [ "$rc" -eq 2 ] && grep -q -- "--grad-piece-mb applies to the measured bucket layout, and --bucket-cap-mb fixes" "$tmp/gpbad.out"; then
-  ok "ddp: --grad-piece-mb with --bucket-cap-mb is a usage error"
-else
-  fail "ddp: --grad-piece-mb with --bucket-cap-mb: exit $rc: $(cat "$tmp/gpbad.out")"
+  fail "ddp 3 ranks: shared_grads '$s_on' / '$s_off', in place '$n_on' / '$n_off', fused (plain, default, clip, off) '$f_on' '$f_fused' '$f_clip' '$f_off'; weights $(cmp "$tmp/sgon/model.safetensors" "$tmp/sgoff/model.safetensors" 2>&1), fused $(cmp "$tmp/sgfused/model.safetensors" "$tmp/sgoff/model.safetensors" 2>&1)"
 fi
 
 section "ddp: the sharded and fused updates give the plain bits, and the sharded one's snapshot resumes"

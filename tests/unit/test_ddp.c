@@ -1002,6 +1002,25 @@ static int unused_child(df_job *j, int r, int world, void *arg) {
     bad = 12;
   if (dt_ddp_finish(NULL) != DT_INVALID_ARGUMENT) bad = 13;
   dt_ddp_free(NULL);
+  /* the update made DDP's once: the fused one again is a no-op, the sharded one or another optimizer refused */
+  dt_optim *o = NULL, *other = NULL;
+  dt_optim_config oc;
+  dt_optim_config_default(DT_OPTIM_SGD, &oc);
+  dt_ddp_config_default(&dc);
+  dc.shared_grads = 1;
+  int on = 0, again = 0, crossed = 1, two = 1;
+  if (dt_ddp_new(m, g, &dc, &d) != DT_OK || dt_optim_new(&oc, dt_model_num_params(m), &o) != DT_OK ||
+      dt_optim_new(&oc, dt_model_num_params(m), &other) != DT_OK || dt_ddp_fuse_optim(d, o, &on) != DT_OK || !on ||
+      dt_ddp_fuse_optim(d, o, &again) != DT_OK || !again ||
+      dt_ddp_set_optim(d, o, &crossed) != DT_INVALID_ARGUMENT || !strstr(dt_last_error(), "DDP's already") ||
+      dt_ddp_fuse_optim(d, other, &two) != DT_INVALID_ARGUMENT ||
+      dt_ddp_fuse_optim(d, NULL, &two) != DT_INVALID_ARGUMENT) {
+    fprintf(stderr, "rank %d: the fused update made twice: on %d, again %d: %s\n", r, on, again, dt_last_error());
+    bad = 19;
+  }
+  dt_ddp_free(d);
+  dt_optim_free(other);
+  dt_optim_free(o);
   dt_model_free(m);
   dt_group_destroy(g);
   return bad;
@@ -1012,7 +1031,8 @@ TEST(unused_parameters_and_misuse) { ASSERT_EQ(run_job(2, unused_child, NULL, 30
 TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
 
 TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(shared_gradients_give_the_slot_paths_bits),
-          TEST_ENTRY(sharded_update_gives_the_unsharded_bits), TEST_ENTRY(fused_update_gives_the_plain_bits), TEST_ENTRY(weight_pieces_train_as_whole_tensors),
+          TEST_ENTRY(sharded_update_gives_the_unsharded_bits),
+          TEST_ENTRY(fused_update_gives_the_plain_bits), TEST_ENTRY(weight_pieces_train_as_whole_tensors),
           TEST_ENTRY(warm_steps_allocate_nothing),
           TEST_ENTRY(no_sync_accumulates_like_one_large_batch),
           TEST_ENTRY(measured_layout_equals_whole_batch), TEST_ENTRY(bucket_caps_change_nothing_but_the_layout),

@@ -622,6 +622,7 @@ TEST_MAIN(TEST_ENTRY(shared_allreduce_gives_the_slot_paths_bits_world_2_to_4),
           TEST_ENTRY(a_share_failing_on_one_rank_fails_on_all_and_the_group_goes_on),
           TEST_ENTRY(different_shares_at_the_same_offset_go_through_the_slots),
           TEST_ENTRY(tcp_and_one_rank_groups_share_nothing), TEST_ENTRY(common_memory_is_the_same_on_every_rank),
-          TEST_ENTRY(sharded_allreduce_hands_each_rank_its_share), TEST_ENTRY(allreduce_each_hands_every_piece_once), TEST_ENTRY(a_rank_that_dies_is_peer_lost),
+          TEST_ENTRY(sharded_allreduce_hands_each_rank_its_share),
+          TEST_ENTRY(allreduce_each_hands_every_piece_once), TEST_ENTRY(a_rank_that_dies_is_peer_lost),
           TEST_ENTRY(a_rank_that_dies_mid_pipeline_is_peer_lost),
           TEST_ENTRY(nothing_left_in_dev_shm))
