@@ -854,52 +854,55 @@ static void measure_step(dt_ddp *d) {
   d->measured++;
 }
 
-/* Seconds of one blocking all-reduce of n floats of buf: the median of reps. */
-static dt_status time_allreduce(dt_ddp *d, float *buf, size_t n, int reps, double *out) {
-  double t[8];
+/* Seconds of one blocking all-reduce of n elements of type t at buf: the median of reps. */
+static dt_status time_allreduce(dt_ddp *d, void *buf, size_t n, dt_dtype t, int reps, double *out) {
+  double sec[8];
   for (int r = 0; r < reps && r < 8; r++) {
     const double t0 = dt_time_now();
-    DT_CHECK(dt_allreduce(d->g, buf, buf, n, DT_F32, DT_SUM, NULL));
-    t[r] = dt_time_now() - t0;
+    DT_CHECK(dt_allreduce(d->g, buf, buf, n, t, DT_SUM, NULL));
+    sec[r] = dt_time_now() - t0;
   }
   for (int i = 1; i < reps; i++) /* insertion sort of a handful */
-    for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-      const double x = t[j];
-      t[j] = t[j - 1], t[j - 1] = x;
+    for (int j = i; j > 0 && sec[j] < sec[j - 1]; j--) {
+      const double x = sec[j];
+      sec[j] = sec[j - 1], sec[j - 1] = x;
     }
-  *out = t[reps / 2];
+  *out = sec[reps / 2];
   return DT_OK;
 }
 
-/* The cost of an all-reduce, alpha + bytes * per_byte: alpha from 1-float all-reduces, per_byte from one of up
- * to 4 MiB, both between steps; per_byte no less than what the measured steps' all-reduces took while backward
- * ran beside them (the comm thread's own time, less alpha per launch). A collective: every rank calls it.
- * Shared gradients are probed where they lie, so the cost is the one the buckets pay: this step's gradients are
- * kept aside meanwhile and put back (a segment of the probe's own had cost a share's two store rounds and its
- * pages' first faults: the default mlp's planning step took 7.5 ms, 4.9 of them in the first all-reduce). With a
- * hook the probe is an f32 all-reduce through the backend's buffers, not the buckets' 16-bit one in place: the
- * layout then plans for a dearer all-reduce than they pay. */
+/* The cost of an all-reduce, alpha + bytes * per_byte: alpha from 1-element all-reduces, per_byte from one of up
+ * to 1 Mi elements, both between steps; per_byte no less than what the measured steps' all-reduces took while
+ * backward ran beside them (the comm thread's own time, less alpha per launch). A collective: every rank calls it.
+ * Shared gradients (or a hook's shared 16-bit staging arena, in its type) are probed where they lie, so the cost
+ * is the one the buckets pay: what the arena holds is kept aside meanwhile and put back (a segment of the probe's
+ * own had cost a share's two store rounds and its pages' first faults: the default mlp's planning step took
+ * 7.5 ms, 4.9 of them in the first all-reduce). */
 static dt_status measure_cost(dt_ddp *d, double *alpha, double *per_byte) {
   const size_t n = d->n_params < ((size_t)1 << 20) ? (d->n_params ? d->n_params : 1) : (size_t)1 << 20;
-  float *buf = NULL, *kept = NULL;
-  if (d->shared) {
-    DT_CHECK(dt_alloc_array_unset(n, sizeof *kept, "DDP layout probe", (void **)&kept));
-    memcpy(kept, d->grads, n * sizeof *kept);
-    buf = d->grads;
+  const dt_dtype t = d->cfg.comm_hook == DT_COMM_HOOK_NONE ? DT_F32
+                     : d->cfg.comm_hook == DT_COMM_HOOK_BF16 ? DT_BF16
+                                                             : DT_F16;
+  void *arena = d->shared ? (void *)d->grads : d->stage_shared ? (void *)d->stage : NULL, *buf = arena, *kept = NULL;
+  const size_t es = arena ? dt_dtype_size(t) : sizeof(float), bytes = n * es;
+  if (arena) {
+    DT_CHECK(dt_alloc_array_unset(n, es, "DDP layout probe", &kept));
+    memcpy(kept, arena, bytes);
   } else {
-    DT_CHECK(dt_alloc_array(n, sizeof *buf, "DDP layout probe", (void **)&buf));
+    DT_CHECK(dt_alloc_array(n, es, "DDP layout probe", &buf));
   }
   double big = 0;
-  dt_status st = time_allreduce(d, buf, 1, 7, alpha);
-  if (st == DT_OK) st = time_allreduce(d, buf, n, 3, &big);
+  const dt_dtype probe = arena ? t : DT_F32;
+  dt_status st = time_allreduce(d, buf, 1, probe, 7, alpha);
+  if (st == DT_OK) st = time_allreduce(d, buf, n, probe, 3, &big);
   if (kept) {
-    memcpy(d->grads, kept, n * sizeof *kept);
+    memcpy(arena, kept, bytes);
     dt_free(kept);
   } else {
     dt_free(buf);
   }
   DT_CHECK(st);
-  *per_byte = big > *alpha ? (big - *alpha) / ((double)n * sizeof(float)) : 0.0;
+  *per_byte = big > *alpha ? (big - *alpha) / (double)bytes : 0.0;
   if (d->bytes_sum > 0) {
     const double seen = (d->comm_sum - *alpha * d->launches_sum) / d->bytes_sum;
     if (seen > *per_byte) *per_byte = seen;

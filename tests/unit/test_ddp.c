@@ -423,12 +423,18 @@ TEST(shared_gradients_give_the_slot_paths_bits) {
                                      .auto_buckets = 1}},
                            .n_runs = 2, .tol = 1e-5, .cross_tol = 0};
     ASSERT_EQ(run_job(world, equiv_child, &measured, 30), 0);
-    /* a compression hook's staging arena shared: the bits of its slot path */
+    /* a compression hook's staging arena shared: the bits of its slot path (and with the measured layout, whose
+     * probe all-reduces the shared staging arena in place and puts it back) */
     for (dt_comm_hook h = DT_COMM_HOOK_BF16; h <= DT_COMM_HOOK_FP16; h++) {
       equiv_case hooked = {.runs = {{.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 4, .dscale = 1, .hook = h},
                                     {.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 4, .dscale = 1, .hook = h,
-                                     .shared = 1}},
+                                     .shared = 1},
+                                    {.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 6, .dscale = 1, .hook = h,
+                                     .shared = 1, .auto_buckets = 1}},
                            .n_runs = 2, .tol = -1, .cross_tol = 0};
+      ASSERT_EQ(run_job(world, equiv_child, &hooked, 30), 0);
+      hooked.runs[0] = hooked.runs[2], hooked.runs[0].shared = 0;
+      hooked.runs[1] = hooked.runs[2];
       ASSERT_EQ(run_job(world, equiv_child, &hooked, 30), 0);
     }
   }
