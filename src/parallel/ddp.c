@@ -511,6 +511,11 @@ static dt_status begin_update(dt_ddp *d) {
   return d->begun > 0 ? DT_OK : dt_error(DT_INVALID_ARGUMENT, "dt_ddp: the step's update could not begin");
 }
 
+/* What the buckets all-reduce: f32, or a compression hook's 16-bit type. */
+static dt_dtype wire_dtype(const dt_ddp *d) {
+  return d->cfg.comm_hook == DT_COMM_HOOK_NONE ? DT_F32 : d->cfg.comm_hook == DT_COMM_HOOK_BF16 ? DT_BF16 : DT_F16;
+}
+
 static void launch(dt_ddp *d, int i) {
   ddp_bucket *b = &d->buckets[i];
   float *g = d->grads + b->off;
@@ -518,7 +523,7 @@ static void launch(dt_ddp *d, int i) {
   b->launched = 1;
   d->launch_s[i] = dt_time_now();
   b->trace_t0 = dt_trace_enabled() ? dt_trace_now_us() : 0;
-  b->bytes = (double)b->count * (d->cfg.comm_hook == DT_COMM_HOOK_NONE ? 4.0 : 2.0);
+  b->bytes = (double)b->count * (double)dt_dtype_size(wire_dtype(d));
   if (b->rows) {
     st = dt_ddp_rows_launch(b->rows, d->g, d->m, d->grads, d->cfg.rows_exchange, &b->work, &b->bytes);
   } else if (d->shards.optim) {
@@ -537,8 +542,7 @@ static void launch(dt_ddp *d, int i) {
       dt_f32_to_bf16_n(s, g, b->count, scale);
     else
       dt_f32_to_f16_n(s, g, b->count, scale);
-    st = dt_allreduce(d->g, s, s, b->count, d->cfg.comm_hook == DT_COMM_HOOK_BF16 ? DT_BF16 : DT_F16, DT_SUM,
-                      &b->work);
+    st = dt_allreduce(d->g, s, s, b->count, wire_dtype(d), DT_SUM, &b->work);
   }
   if (st != DT_OK) {
     b->work = NULL;
@@ -872,29 +876,26 @@ static dt_status time_allreduce(dt_ddp *d, void *buf, size_t n, dt_dtype t, int 
 }
 
 /* The cost of an all-reduce, alpha + bytes * per_byte: alpha from 1-element all-reduces, per_byte from one of up
- * to 1 Mi elements, both between steps; per_byte no less than what the measured steps' all-reduces took while
- * backward ran beside them (the comm thread's own time, less alpha per launch). A collective: every rank calls it.
- * Shared gradients (or a hook's shared 16-bit staging arena, in its type) are probed where they lie, so the cost
- * is the one the buckets pay: what the arena holds is kept aside meanwhile and put back (a segment of the probe's
- * own had cost a share's two store rounds and its pages' first faults: the default mlp's planning step took
- * 7.5 ms, 4.9 of them in the first all-reduce). */
+ * to 1 Mi elements of the buckets' type, both between steps; per_byte no less than what the measured steps'
+ * all-reduces took while backward ran beside them (the comm thread's own time, less alpha per launch). A
+ * collective: every rank calls it. Shared gradients (or a hook's shared 16-bit staging arena) are probed where they
+ * lie, so the cost is the one the buckets pay: what the arena holds is kept aside meanwhile and put back (a segment
+ * of the probe's own had cost a share's two store rounds and its pages' first faults: the default mlp's planning
+ * step took 7.5 ms, 4.9 of them in the first all-reduce). */
 static dt_status measure_cost(dt_ddp *d, double *alpha, double *per_byte) {
   const size_t n = d->n_params < ((size_t)1 << 20) ? (d->n_params ? d->n_params : 1) : (size_t)1 << 20;
-  const dt_dtype t = d->cfg.comm_hook == DT_COMM_HOOK_NONE ? DT_F32
-                     : d->cfg.comm_hook == DT_COMM_HOOK_BF16 ? DT_BF16
-                                                             : DT_F16;
+  const dt_dtype t = wire_dtype(d);
+  const size_t bytes = n * dt_dtype_size(t);
   void *arena = d->shared ? (void *)d->grads : d->stage_shared ? (void *)d->stage : NULL, *buf = arena, *kept = NULL;
-  const size_t es = arena ? dt_dtype_size(t) : sizeof(float), bytes = n * es;
   if (arena) {
-    DT_CHECK(dt_alloc_array_unset(n, es, "DDP layout probe", &kept));
+    DT_CHECK(dt_alloc_array_unset(n, dt_dtype_size(t), "DDP layout probe", &kept));
     memcpy(kept, arena, bytes);
   } else {
-    DT_CHECK(dt_alloc_array(n, es, "DDP layout probe", &buf));
+    DT_CHECK(dt_alloc_array(n, dt_dtype_size(t), "DDP layout probe", &buf));
   }
   double big = 0;
-  const dt_dtype probe = arena ? t : DT_F32;
-  dt_status st = time_allreduce(d, buf, 1, probe, 7, alpha);
-  if (st == DT_OK) st = time_allreduce(d, buf, n, probe, 3, &big);
+  dt_status st = time_allreduce(d, buf, 1, t, 7, alpha);
+  if (st == DT_OK) st = time_allreduce(d, buf, n, t, 3, &big);
   if (kept) {
     memcpy(arena, kept, bytes);
     dt_free(kept);
@@ -947,7 +948,7 @@ static dt_status replan(dt_ddp *d) {
   if (st == DT_OK) st = dt_alloc_array(nt, sizeof *first, "DDP layout", (void **)&first);
   msg[0] = 0; /* rank 0 sends 0 buckets when it could not plan: every rank fails alike */
   if (st == DT_OK && d->rank == 0) {
-    const double bytes_per = d->cfg.comm_hook == DT_COMM_HOOK_NONE ? 4.0 : 2.0;
+    const double bytes_per = (double)dt_dtype_size(wire_dtype(d));
     for (size_t i = 0; i < nt; i++)
       t[i] = (dt_ddp_plan_tensor){.bytes = (double)d->tensors[i].numel * bytes_per,
                                   .ready_s = d->ready_sum[i] / d->measured, .alone = d->tensors[i].table >= 0};
