@@ -397,7 +397,8 @@ static const flag_spec train_flags[TRAIN_COUNT] = {
                       .help = "ddp: where rank 0 (or dtrun) serves the rendezvous store, e.g. under mpirun"},
     [TRAIN_BUCKET_CAP_MB] = {"--bucket-cap-mb", "MB", FLAG_POS_FLOAT, "measured (25 for the first steps)", "25",
                              .help = "ddp: gradient bucket size cap in MiB; giving it (or --first-bucket-mb) keeps "
-                             "PyTorch's fixed layout instead of the one measured after the first steps"},
+                             "PyTorch's fixed layout instead of the one measured after the first steps (one bucket "
+                             "after backward where the communication threads share the compute's CPUs)"},
     [TRAIN_FIRST_BUCKET_MB] = {"--first-bucket-mb", "MB", FLAG_POS_FLOAT, "measured (1 for the first steps)", "1",
                                .help = "ddp: size of the first bucket (the last layers) in MiB; fixes the layout as "
                                "--bucket-cap-mb does"},

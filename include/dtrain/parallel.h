@@ -57,7 +57,12 @@ typedef struct dt_ddp_config {
                                  of it is computed (a weight whose pieces the layout keeps in one bucket is computed
                                  whole again); the last bits may change (dt_model_set_grad_pieces). 0: whole
                                  tensors; < 0 (the default): auto, DT_DDP_AUTO_PIECE_MB where every rank's
-                                 communication thread has a CPU of its own (dt_group_comm_has_cpu), else 0 */
+                                 communication thread has a CPU of its own (comm_cpu), else 0 */
+  int comm_cpu;               /* with auto_buckets and 2 or more ranks: 1 = every rank's communication thread has a
+                                 CPU of its own beside the compute threads, 0 = they share the compute threads' CPUs
+                                 (then every all-reduce's work takes compute time wherever it runs, and the measured
+                                 layout is one bucket after backward, row tables apart); < 0 (the default): as
+                                 dt_group_comm_has_cpu finds. Agreed over the ranks (the least) */
   int shared_grads;           /* 1: where the ranks share a host (shm backend), the gradient arena moves into
                                  memory they map from each other (with a comm hook the 16-bit staging arena is
                                  made there instead) and the all-reduces read it in place (0 by default here, as

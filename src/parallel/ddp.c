@@ -75,6 +75,7 @@ struct dt_ddp {
   double step_t0, *t_ready, *ready_sum;
   double comm_sum, bytes_sum, launches_sum;
   int measured, planned;
+  int comm_own; /* agree_comm_cpu: every rank's communication thread has a CPU of its own */
 };
 
 /* Synchronised steps measured before the layout is planned; the first step (allocations, cold caches) is not. */
@@ -91,6 +92,7 @@ void dt_ddp_config_default(dt_ddp_config *c) {
   c->comm_hook = DT_COMM_HOOK_NONE;
   c->shared_grads = 0; /* it moves the arena: a caller's earlier dt_model_grads pointer would dangle */
   c->grad_piece_mb = -1; /* auto */
+  c->comm_cpu = -1;      /* auto */
 }
 
 /* ---- model identity ------------------------------------------------------------------ */
@@ -351,21 +353,27 @@ static size_t piece_elems(double mb, const ddp_tensor *t) {
   return (t->numel + pieces - 1) / pieces;
 }
 
-/* The piece size: grad_piece_mb, or for auto (< 0) DT_DDP_AUTO_PIECE_MB where every rank's communication thread
- * has a CPU of its own (agreed: the tables must match), else 0. Where it shares the compute threads' CPUs, an
- * all-reduce launched during backward runs in their time slices, each bucket waiting for the other ranks'
- * communication threads to be scheduled, and the cut GEMMs cost more than starting early gains (2 ranks on 2
- * vCPUs: fashioncnn -2%, the 2048-wide mlp -1%). */
-static dt_status piece_mb(dt_ddp *d, double *mb) {
-  *mb = d->cfg.grad_piece_mb;
-  if (*mb >= 0) return DT_OK;
-  int32_t spare = dt_group_comm_has_cpu(d->g);
-  DT_CHECK(dt_allreduce(d->g, &spare, &spare, 1, DT_I32, DT_MIN, NULL));
-  *mb = spare ? DT_DDP_AUTO_PIECE_MB : 0;
-  DT_LOG_INFO("ddp", "rank %d: grad_piece_mb auto: %s", d->rank,
-              spare ? "every rank's communication thread has a CPU of its own: weights in pieces"
-                    : "communication threads share CPUs with compute: whole weights");
+/* Whether every rank's communication thread has a CPU of its own (comm_cpu, or dt_group_comm_has_cpu for auto),
+ * agreed over the ranks: the piece sizes and the layout must match. A collective; with the measured layout only. */
+static dt_status agree_comm_cpu(dt_ddp *d) {
+  int32_t own = d->cfg.comm_cpu >= 0 ? d->cfg.comm_cpu != 0 : dt_group_comm_has_cpu(d->g);
+  DT_CHECK(dt_allreduce(d->g, &own, &own, 1, DT_I32, DT_MIN, NULL));
+  d->comm_own = own;
+  DT_LOG_INFO("ddp", "rank %d: %s", d->rank,
+              own ? "every rank's communication thread has a CPU of its own: weights in pieces (grad_piece_mb auto), "
+                    "the layout planned from the measured steps"
+                  : "communication threads share CPUs with compute: whole weights (grad_piece_mb auto), one bucket "
+                    "after the measured steps");
   return DT_OK;
+}
+
+/* The piece size: grad_piece_mb, or for auto (< 0) DT_DDP_AUTO_PIECE_MB where every rank's communication thread
+ * has a CPU of its own, else 0. Where it shares the compute threads' CPUs, an all-reduce launched during backward
+ * runs in their time slices, each bucket waiting for the other ranks' communication threads to be scheduled, and
+ * the cut GEMMs cost more than starting early gains (2 ranks on 2 vCPUs: fashioncnn -2%, the 2048-wide mlp -1%). */
+static double piece_mb(const dt_ddp *d) {
+  if (d->cfg.grad_piece_mb >= 0) return d->cfg.grad_piece_mb;
+  return d->comm_own ? DT_DDP_AUTO_PIECE_MB : 0;
 }
 
 static void unsplit(dt_ddp *d);
@@ -373,7 +381,10 @@ static void unsplit(dt_ddp *d);
  * whole rows), so the plan may start its all-reduce before its whole gradient is computed. */
 static dt_status split_pieces(dt_ddp *d) {
   double mb = 0;
-  if (d->cfg.auto_buckets && d->world > 1) DT_CHECK(piece_mb(d, &mb));
+  if (d->cfg.auto_buckets && d->world > 1) {
+    DT_CHECK(agree_comm_cpu(d));
+    mb = piece_mb(d);
+  }
   d->piece_mb = mb;
   if (!(mb > 0)) {
     unsplit(d); /* whole tensors, whatever the model was asked before */
@@ -934,11 +945,16 @@ static void keep_used_pieces(dt_ddp *d) {
 }
 
 /* Rank 0 plans the layout from its measurements (the mean ready times of the measured steps) and every rank
- * takes it: a broadcast at the same step on every rank, so the buckets stay identical across ranks. */
+ * takes it: a broadcast at the same step on every rank, so the buckets stay identical across ranks. Where the
+ * communication threads share the compute threads' CPUs, an all-reduce launched during backward takes its work
+ * from backward's time slices, and each launch costs a hand-off besides, so starting early gains nothing: the
+ * layout is the fewest buckets (row tables alone), after backward. On 2 ranks of a 2-vCPU machine one bucket
+ * stepped 3% faster than the planned layout on the default mlp and 2% on fashioncnn and the 2048-wide mlp
+ * (bench/ab_steps --ddp, both ways round). */
 static dt_status replan(dt_ddp *d) {
   d->planned = 1;
   double alpha = 0, per_byte = 0, finish = 0;
-  DT_CHECK(measure_cost(d, &alpha, &per_byte));
+  if (d->comm_own) DT_CHECK(measure_cost(d, &alpha, &per_byte));
   const size_t nt = (size_t)d->n_tensors;
   int64_t *msg = NULL;
   dt_ddp_plan_tensor *t = NULL;
@@ -952,7 +968,8 @@ static dt_status replan(dt_ddp *d) {
     for (size_t i = 0; i < nt; i++)
       t[i] = (dt_ddp_plan_tensor){.bytes = (double)d->tensors[i].numel * bytes_per,
                                   .ready_s = d->ready_sum[i] / d->measured, .alone = d->tensors[i].table >= 0};
-    const int nb = dt_ddp_plan_buckets(t, (int)nt, alpha, per_byte, first, &finish);
+    const int nb = d->comm_own ? dt_ddp_plan_buckets(t, (int)nt, alpha, per_byte, first, &finish)
+                               : dt_ddp_plan_fewest(t, (int)nt, first);
     msg[0] = nb > 0 ? nb : 0;
     for (int k = 0; k < nb; k++) msg[k + 1] = first[k];
   }
@@ -972,9 +989,13 @@ static dt_status replan(dt_ddp *d) {
   if (st == DT_OK) {
     char sizes[512], args[640];
     layout_text(d, sizes, sizeof sizes);
-    DT_LOG_INFO("ddp", "rank %d: measured layout: %d buckets of %s MiB (all-reduce %.0f us + %.3g ns/byte%s); %d "
-                "weights in pieces", d->rank, d->n_buckets, sizes, alpha * 1e6, per_byte * 1e9,
-                d->rank == 0 ? "" : "; rank 0's plan", d->stats.pieced_tensors);
+    if (d->comm_own)
+      DT_LOG_INFO("ddp", "rank %d: measured layout: %d buckets of %s MiB (all-reduce %.0f us + %.3g ns/byte%s); %d "
+                  "weights in pieces", d->rank, d->n_buckets, sizes, alpha * 1e6, per_byte * 1e9,
+                  d->rank == 0 ? "" : "; rank 0's plan", d->stats.pieced_tensors);
+    else
+      DT_LOG_INFO("ddp", "rank %d: measured layout: %d bucket(s) of %s MiB after backward (communication threads share "
+                  "CPUs with compute)", d->rank, d->n_buckets, sizes);
     snprintf(args, sizeof args, "\"buckets\":%d,\"mib\":\"%s\",\"alpha_us\":%.1f,\"ns_per_byte\":%.4g", d->n_buckets,
              sizes, alpha * 1e6, per_byte * 1e9);
     if (dt_trace_enabled()) dt_trace_instant("ddp", "bucket layout", dt_trace_now_us(), args);

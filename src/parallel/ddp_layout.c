@@ -44,3 +44,10 @@ int dt_ddp_plan_buckets(const dt_ddp_plan_tensor *t, int n, double alpha_s, doub
   dt_free(f);
   return nb;
 }
+
+int dt_ddp_plan_fewest(const dt_ddp_plan_tensor *t, int n, int *first) {
+  int nb = 0;
+  for (int i = 0; i < n; i++)
+    if (i == 0 || t[i].alone || t[i - 1].alone) first[nb++] = i;
+  return nb;
+}

@@ -34,6 +34,9 @@ typedef struct dt_ddp_plan_tensor {
  * returns the bucket count (-1: out of memory); *finish_s (may be NULL): the modelled finish. */
 int dt_ddp_plan_buckets(const dt_ddp_plan_tensor *t, int n, double alpha_s, double per_byte_s, int *first,
                         double *finish_s);
+/* The fewest buckets over the n tensors: one, but for each tensor marked alone, which is a bucket by itself;
+ * first[] and the count as dt_ddp_plan_buckets gives them. */
+int dt_ddp_plan_fewest(const dt_ddp_plan_tensor *t, int n, int *first);
 
 /* DDP's exchange of one row table's gradient (ddp_rows.c): each step either
  * the dense all-reduce (averaged) or an all-gather of every rank's touched

@@ -76,4 +76,19 @@ TEST(hand_worked_cases) {
   ASSERT(first[0] == 0 && first[1] == 1 && first[2] == 2);
 }
 
-TEST_MAIN(TEST_ENTRY(plan_is_optimal_over_every_layout), TEST_ENTRY(hand_worked_cases))
+/* The layout where the communication threads share the compute's CPUs: one bucket, but for row tables, alone. */
+TEST(fewest_buckets_keep_row_tables_alone) {
+  int first[6];
+  const dt_ddp_plan_tensor none[4] = {{8, 0, 0}, {8, 1, 0}, {8, 2, 0}, {8, 3, 0}};
+  ASSERT_EQ(dt_ddp_plan_fewest(none, 4, first), 1);
+  ASSERT_EQ(first[0], 0);
+  const dt_ddp_plan_tensor mid[6] = {{8, 0, 0}, {8, 0, 1}, {8, 0, 0}, {8, 0, 0}, {8, 0, 1}, {8, 0, 1}};
+  ASSERT_EQ(dt_ddp_plan_fewest(mid, 6, first), 5);
+  ASSERT(first[0] == 0 && first[1] == 1 && first[2] == 2 && first[3] == 4 && first[4] == 5);
+  const dt_ddp_plan_tensor head[3] = {{8, 0, 1}, {8, 0, 0}, {8, 0, 0}};
+  ASSERT_EQ(dt_ddp_plan_fewest(head, 3, first), 2);
+  ASSERT(first[0] == 0 && first[1] == 1);
+}
+
+TEST_MAIN(TEST_ENTRY(plan_is_optimal_over_every_layout), TEST_ENTRY(hand_worked_cases),
+          TEST_ENTRY(fewest_buckets_keep_row_tables_alone))
