@@ -32,7 +32,7 @@ echo
 echo "## the in-place all-reduce of a DDP gradient on shared memory, 2 ranks pinned: dtrain vs a plain hand-written exchange"
 "$build/dtrun" --standalone --nproc-per-node 2 --threads-per-proc 1 -- "$build/bench/allreduce_vs_plain"
 echo
-echo "## the default mlp's step, 2 ranks pinned, in a mock: data-parallel against its first layer split by output features"
+echo "## the default mlp's step, 2 ranks pinned, in a mock: data-parallel against its first layer split between the ranks"
 "$build/bench/split_first_layer"
 echo
 echo "## fashioncnn DDP, 2 processes x 1 thread, batch 64 per process, one epoch: dtrain vs PyTorch DDP (gloo)"

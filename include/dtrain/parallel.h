@@ -58,15 +58,16 @@ typedef struct dt_ddp_config {
                                  whole again); the last bits may change (dt_model_set_grad_pieces). 0: whole
                                  tensors; < 0 (the default): auto, DT_DDP_AUTO_PIECE_MB where every rank's
                                  communication thread has a CPU of its own (comm_cpu), else 0 */
-  int comm_cpu;               /* with auto_buckets and 2 or more ranks: 1 = every rank's communication thread has a
-                                 CPU of its own beside the compute threads, 0 = they share the compute threads' CPUs
-                                 (then every all-reduce's work takes compute time wherever it runs, and the measured
-                                 layout is one bucket after backward, row tables apart); < 0 (the default): as
-                                 dt_group_comm_has_cpu finds. Agreed over the ranks (the least) */
   int shared_grads;           /* 1: where the ranks share a host (shm backend), the gradient arena moves into
                                  memory they map from each other (with a comm hook the 16-bit staging arena is
                                  made there instead) and the all-reduces read it in place (0 by default here, as
                                  it moves the arena; the trainer's default is 1) */
+  int comm_cpu;               /* with auto_buckets and 2 or more ranks: 1 = every rank's communication thread has a
+                                 CPU of its own beside the compute threads (grad_piece_mb auto cuts weights, the
+                                 measured layout is planned), 0 = they share the compute threads' CPUs (whole
+                                 weights; the measured layout is one bucket after backward, row tables apart); < 0
+                                 (the default): as dt_group_comm_has_cpu finds. Agreed over the ranks (the least).
+                                 Last in the struct: builds before it keep the layout of the fields above */
 } dt_ddp_config;
 void dt_ddp_config_default(dt_ddp_config *c);
 #define DT_DDP_MAX_PIECES 8

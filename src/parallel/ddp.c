@@ -75,7 +75,8 @@ struct dt_ddp {
   double step_t0, *t_ready, *ready_sum;
   double comm_sum, bytes_sum, launches_sum;
   int measured, planned;
-  int comm_own; /* agree_comm_cpu: every rank's communication thread has a CPU of its own */
+  int comm_own; /* agree_comm_cpu: every rank's communication thread has a CPU of its own; 0 where not agreed (one
+                 * rank: nothing to overlap, so the measured layout is one bucket) */
 };
 
 /* Synchronised steps measured before the layout is planned; the first step (allocations, cold caches) is not. */
@@ -354,23 +355,25 @@ static size_t piece_elems(double mb, const ddp_tensor *t) {
 }
 
 /* Whether every rank's communication thread has a CPU of its own (comm_cpu, or dt_group_comm_has_cpu for auto),
- * agreed over the ranks: the piece sizes and the layout must match. A collective; with the measured layout only. */
+ * agreed over the ranks (the least): the pieces and the measured layout must match. A collective, at setup, with
+ * the measured layout and 2 or more ranks only (elsewhere comm_own stays 0). */
 static dt_status agree_comm_cpu(dt_ddp *d) {
   int32_t own = d->cfg.comm_cpu >= 0 ? d->cfg.comm_cpu != 0 : dt_group_comm_has_cpu(d->g);
   DT_CHECK(dt_allreduce(d->g, &own, &own, 1, DT_I32, DT_MIN, NULL));
   d->comm_own = own;
-  DT_LOG_INFO("ddp", "rank %d: %s", d->rank,
-              own ? "every rank's communication thread has a CPU of its own: weights in pieces (grad_piece_mb auto), "
-                    "the layout planned from the measured steps"
-                  : "communication threads share CPUs with compute: whole weights (grad_piece_mb auto), one bucket "
-                    "after the measured steps");
+  DT_LOG_INFO("ddp", "rank %d: %s%s", d->rank,
+              own ? "every rank's communication thread has a CPU of its own: the layout planned from the measured "
+                    "steps"
+                  : "communication threads share CPUs with compute: one bucket after the measured steps",
+              d->cfg.grad_piece_mb >= 0 ? ""
+              : own                     ? ", weights in pieces (grad_piece_mb auto)"
+                                        : ", whole weights (grad_piece_mb auto)");
   return DT_OK;
 }
 
 /* The piece size: grad_piece_mb, or for auto (< 0) DT_DDP_AUTO_PIECE_MB where every rank's communication thread
- * has a CPU of its own, else 0. Where it shares the compute threads' CPUs, an all-reduce launched during backward
- * runs in their time slices, each bucket waiting for the other ranks' communication threads to be scheduled, and
- * the cut GEMMs cost more than starting early gains (2 ranks on 2 vCPUs: fashioncnn -2%, the 2048-wide mlp -1%). */
+ * has a CPU of its own, else 0: sharing the compute threads' CPUs, the layout is one bucket after backward, in
+ * which pieces start nothing early (and the cut GEMMs cost a few percent). */
 static double piece_mb(const dt_ddp *d) {
   if (d->cfg.grad_piece_mb >= 0) return d->cfg.grad_piece_mb;
   return d->comm_own ? DT_DDP_AUTO_PIECE_MB : 0;
@@ -380,11 +383,7 @@ static void unsplit(dt_ddp *d);
 /* With the measured layout, a large weight becomes one entry per piece its layer announces (the layer decides, in
  * whole rows), so the plan may start its all-reduce before its whole gradient is computed. */
 static dt_status split_pieces(dt_ddp *d) {
-  double mb = 0;
-  if (d->cfg.auto_buckets && d->world > 1) {
-    DT_CHECK(agree_comm_cpu(d));
-    mb = piece_mb(d);
-  }
+  const double mb = d->cfg.auto_buckets && d->world > 1 ? piece_mb(d) : 0;
   d->piece_mb = mb;
   if (!(mb > 0)) {
     unsplit(d); /* whole tensors, whatever the model was asked before */
@@ -668,6 +667,7 @@ dt_status dt_ddp_new(dt_model *m, dt_group *g, const dt_ddp_config *cfg, dt_ddp 
   if (c.shared_grads && c.comm_hook == DT_COMM_HOOK_NONE && d->world > 1 && n_params)
     DT_CHECK_GOTO(share_grads(d), st, fail);
   DT_CHECK_GOTO(collect_tensors(d), st, fail);
+  if (c.auto_buckets && d->world > 1) DT_CHECK_GOTO(agree_comm_cpu(d), st, fail);
   DT_CHECK_GOTO(split_pieces(d), st, fail);
   DT_CHECK_GOTO(lay_buckets(d), st, fail);
   /* as many buckets as tensors at most (a measured layout may have more buckets than the first) */
@@ -946,11 +946,10 @@ static void keep_used_pieces(dt_ddp *d) {
 
 /* Rank 0 plans the layout from its measurements (the mean ready times of the measured steps) and every rank
  * takes it: a broadcast at the same step on every rank, so the buckets stay identical across ranks. Where the
- * communication threads share the compute threads' CPUs, an all-reduce launched during backward takes its work
- * from backward's time slices, and each launch costs a hand-off besides, so starting early gains nothing: the
- * layout is the fewest buckets (row tables alone), after backward. On 2 ranks of a 2-vCPU machine one bucket
- * stepped 3% faster than the planned layout on the default mlp and 2% on fashioncnn and the 2048-wide mlp
- * (bench/ab_steps --ddp, both ways round). */
+ * communication threads share the compute threads' CPUs (comm_own 0), an all-reduce launched during backward
+ * takes its work from backward's time slices and each launch costs a hand-off besides, so starting early gains
+ * nothing: the layout is the fewest buckets (row tables alone), after backward, and no probe runs (the figures:
+ * docs/benchmarks.md, "One bucket where the communication threads share the CPUs"). */
 static dt_status replan(dt_ddp *d) {
   d->planned = 1;
   double alpha = 0, per_byte = 0, finish = 0;
@@ -962,7 +961,10 @@ static dt_status replan(dt_ddp *d) {
   dt_status st = dt_alloc_array(nt + 1, sizeof *msg, "DDP layout", (void **)&msg);
   if (st == DT_OK) st = dt_alloc_array(nt, sizeof *t, "DDP layout", (void **)&t);
   if (st == DT_OK) st = dt_alloc_array(nt, sizeof *first, "DDP layout", (void **)&first);
-  msg[0] = 0; /* rank 0 sends 0 buckets when it could not plan: every rank fails alike */
+  if (msg)
+    msg[0] = 0; /* rank 0 sends 0 buckets when it could not plan: every rank fails alike */
+  else
+    dt_group_abort(d->g); /* the others' broadcast fails at once instead of waiting for this rank's */
   if (st == DT_OK && d->rank == 0) {
     const double bytes_per = (double)dt_dtype_size(wire_dtype(d));
     for (size_t i = 0; i < nt; i++)
@@ -977,7 +979,7 @@ static dt_status replan(dt_ddp *d) {
     const dt_status bst = dt_broadcast(d->g, msg, nt + 1, DT_I64, 0, NULL);
     if (st == DT_OK) st = bst;
   }
-  int ok = st == DT_OK && msg[0] >= 1 && msg[0] <= (int64_t)nt && msg[1] == 0;
+  int ok = st == DT_OK && msg && msg[0] >= 1 && msg[0] <= (int64_t)nt && msg[1] == 0;
   for (int64_t k = 2; ok && k <= msg[0]; k++) ok = msg[k] > msg[k - 1] && msg[k] < (int64_t)nt;
   if (st == DT_OK && !ok)
     st = dt_error(DT_INTERNAL, "rank 0 sent no valid layout (%lld buckets for %zu tensors)", (long long)msg[0], nt);
@@ -994,10 +996,13 @@ static dt_status replan(dt_ddp *d) {
                   "weights in pieces", d->rank, d->n_buckets, sizes, alpha * 1e6, per_byte * 1e9,
                   d->rank == 0 ? "" : "; rank 0's plan", d->stats.pieced_tensors);
     else
-      DT_LOG_INFO("ddp", "rank %d: measured layout: %d bucket(s) of %s MiB after backward (communication threads share "
-                  "CPUs with compute)", d->rank, d->n_buckets, sizes);
-    snprintf(args, sizeof args, "\"buckets\":%d,\"mib\":\"%s\",\"alpha_us\":%.1f,\"ns_per_byte\":%.4g", d->n_buckets,
-             sizes, alpha * 1e6, per_byte * 1e9);
+      DT_LOG_INFO("ddp", "rank %d: measured layout: %d bucket(s) of %s MiB after backward (%s)", d->rank, d->n_buckets,
+                  sizes, d->world > 1 ? "communication threads share CPUs with compute" : "one rank");
+    if (d->comm_own)
+      snprintf(args, sizeof args, "\"buckets\":%d,\"mib\":\"%s\",\"alpha_us\":%.1f,\"ns_per_byte\":%.4g",
+               d->n_buckets, sizes, alpha * 1e6, per_byte * 1e9);
+    else
+      snprintf(args, sizeof args, "\"buckets\":%d,\"mib\":\"%s\",\"fewest\":1", d->n_buckets, sizes);
     if (dt_trace_enabled()) dt_trace_instant("ddp", "bucket layout", dt_trace_now_us(), args);
   }
   dt_free(first);

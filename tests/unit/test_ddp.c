@@ -96,8 +96,9 @@ typedef struct run_cfg {
   int same_data;      /* every rank trains on the same samples */
   int no_optim;       /* stop after the first step's gradients (compare gradients) */
   int auto_buckets;   /* the measured layout (from step 4 on) */
-  int comm_cpu;       /* with auto_buckets: 1 = the communication threads have CPUs of their own (the layout planned
-                         from the measured steps), -1 = they share the compute's (one bucket), 0 = as the machine */
+  int cpus;           /* with auto_buckets: 1 = the communication threads have CPUs of their own (comm_cpu 1: the
+                         layout planned from the measured steps), -1 = they share the compute's (comm_cpu 0: one
+                         bucket), 0 = as the machine has them (comm_cpu auto) */
   int shared;         /* gradients in memory the ranks share (shared_grads) */
   int sharded;        /* the optimizer's step made by DDP, each rank on its share (dt_ddp_set_optim) */
   int fused;          /* the optimizer's step made by DDP, every rank on every piece (dt_ddp_fuse_optim) */
@@ -157,7 +158,7 @@ static dt_status ddp_train(dt_group *g, const run_cfg *c, float **out, size_t *n
   if (c->first_mb > 0) dc.first_bucket_mb = c->first_mb;
   dc.comm_hook = c->hook;
   dc.auto_buckets = c->auto_buckets;
-  dc.comm_cpu = c->comm_cpu > 0 ? 1 : c->comm_cpu < 0 ? 0 : -1;
+  dc.comm_cpu = c->cpus > 0 ? 1 : c->cpus < 0 ? 0 : -1;
   dc.shared_grads = c->shared;
   if (c->piece_mb) dc.grad_piece_mb = c->piece_mb > 0 ? c->piece_mb : 0;
   x = malloc((size_t)batch * (size_t)numel * sizeof(float));
@@ -390,15 +391,15 @@ TEST(no_sync_accumulates_like_one_large_batch) {
  * layout planned where the communication threads have CPUs of their own and the one bucket where they share. */
 TEST(measured_layout_equals_whole_batch) {
   equiv_case ec = {.runs = {{.kind = MLP, .b = 8, .accum = 1, .steps = 7, .dscale = 1, .auto_buckets = 1,
-                             .comm_cpu = 1},
+                             .cpus = 1},
                             {.kind = CONV, .b = 8, .accum = 2, .steps = 7, .dscale = 1, .auto_buckets = 1,
-                             .comm_cpu = 1},
+                             .cpus = 1},
                             {.kind = MLP, .b = 8, .accum = 1, .steps = 7, .dscale = 1, .auto_buckets = 1,
-                             .comm_cpu = -1}},
+                             .cpus = -1}},
                    .n_runs = 3, .tol = 1e-5, .cross_tol = -1};
   ASSERT_EQ(run_job(2, equiv_child, &ec, 30), 0);
   equiv_case three = {.runs = {{.kind = MLP, .b = 4, .accum = 1, .steps = 7, .dscale = 1, .auto_buckets = 1,
-                                .comm_cpu = 1}},
+                                .cpus = 1}},
                       .n_runs = 1, .tol = 1e-5, .cross_tol = -1};
   ASSERT_EQ(run_job_on("tcp", 3, equiv_child, &three, 30), 0);
 }
@@ -430,7 +431,7 @@ TEST(shared_gradients_give_the_slot_paths_bits) {
      * all-reduces the arena itself and must put it back */
     equiv_case measured = {.runs = {{.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 6, .dscale = 1},
                                     {.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 6, .dscale = 1, .shared = 1,
-                                     .auto_buckets = 1, .comm_cpu = 1, .piece_mb = -1}},
+                                     .auto_buckets = 1, .cpus = 1, .piece_mb = -1}},
                            .n_runs = 2, .tol = 1e-5, .cross_tol = 0};
     ASSERT_EQ(run_job(world, equiv_child, &measured, 30), 0);
     /* a compression hook's staging arena shared: the bits of its slot path (and with the measured layout, whose
@@ -440,7 +441,7 @@ TEST(shared_gradients_give_the_slot_paths_bits) {
                                     {.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 4, .dscale = 1, .hook = h,
                                      .shared = 1},
                                     {.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 6, .dscale = 1, .hook = h,
-                                     .shared = 1, .auto_buckets = 1, .comm_cpu = 1, .piece_mb = -1}},
+                                     .shared = 1, .auto_buckets = 1, .cpus = 1, .piece_mb = -1}},
                            .n_runs = 2, .tol = -1, .cross_tol = 0};
       ASSERT_EQ(run_job(world, equiv_child, &hooked, 30), 0);
       hooked.runs[0] = hooked.runs[2], hooked.runs[0].shared = 0;
@@ -466,7 +467,8 @@ TEST(sharded_update_gives_the_unsharded_bits) {
                                 {.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 4, .dscale = 1, .shared = 1,
                                  .adam = adam, .with_state = 1, .sharded = 1},
                                 {.kind = MLP_BIG, .b = 4, .accum = 2, .steps = 6, .dscale = 1, .shared = 1,
-                                 .adam = adam, .with_state = 1, .sharded = 1, .auto_buckets = 1, .cap_mb = 0.01},
+                                 .adam = adam, .with_state = 1, .sharded = 1, .auto_buckets = 1, .cap_mb = 0.01,
+                                 .cpus = 1, .piece_mb = -1},
                                 {.kind = CONV, .b = 4, .accum = 1, .steps = 3, .dscale = 1, .shared = 1,
                                  .adam = adam, .with_state = 1, .sharded = 1, .cap_mb = 1e-3, .first_mb = 1e-3}},
                        .n_runs = 2, .tol = adam ? -1 : 1e-3, .cross_tol = 0};
@@ -499,7 +501,7 @@ TEST(fused_update_gives_the_plain_bits) {
       const run_cfg cases[] = {
           {.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 4, .dscale = 1, .shared = 1, .adam = adam, .with_state = 1},
           {.kind = MLP_BIG, .b = 4, .accum = 2, .steps = 6, .dscale = 1, .shared = 1, .adam = adam, .with_state = 1,
-           .auto_buckets = 1, .cap_mb = 0.01},
+           .auto_buckets = 1, .cap_mb = 0.01, .cpus = 1, .piece_mb = -1},
           {.kind = CONV, .b = 4, .accum = 1, .steps = 3, .dscale = 1, .shared = 1, .adam = adam, .with_state = 1,
            .cap_mb = 1e-3, .first_mb = 1e-3}};
       for (int k = 0; k < 3; k++) {
@@ -526,7 +528,8 @@ TEST(weight_pieces_train_as_whole_tensors) {
   for (int world = 2; world <= 3; world++)
     for (int sharded = 0; sharded <= 1; sharded++) {
       const run_cfg whole = {.kind = MLP_BIG, .b = 4, .accum = 1 + sharded, .steps = 6, .dscale = 1, .shared = 1,
-                             .sharded = sharded, .deferred = 1, .with_state = 1, .auto_buckets = 1, .piece_mb = -1};
+                             .sharded = sharded, .deferred = 1, .with_state = 1, .auto_buckets = 1, .piece_mb = -1,
+                             .cpus = 1};
       equiv_case ec = {.runs = {whole, whole, whole}, .n_runs = 3, .tol = 1e-3, .cross_tol = 1e-6};
       ec.runs[0].piece_mb = 0.3, ec.runs[0].shared = 0, ec.runs[0].sharded = 0; /* first: the group's count of
                                                                                   all-reduces in place is 0 */
@@ -543,7 +546,8 @@ static int warm_child(df_job *j, int r, int world, void *arg) {
   if (!join_or_fail(j, r, world, &g)) return 2;
   const run_cfg runs[] = {
       {.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 10, .dscale = 1, .cap_mb = 1e-3, .first_mb = 1e-3},
-      {.kind = MLP_BIG, .b = 4, .accum = 2, .steps = 10, .dscale = 1, .auto_buckets = 1, .shared = 1},
+      {.kind = MLP_BIG, .b = 4, .accum = 2, .steps = 10, .dscale = 1, .auto_buckets = 1, .shared = 1, .cpus = 1,
+       .piece_mb = -1},
       {.kind = MLP_BIG, .b = 4, .accum = 1, .steps = 10, .dscale = 1, .shared = 1, .sharded = 1, .adam = 1,
        .cap_mb = 0.01},
       {.kind = CONV, .b = 4, .accum = 1, .steps = 10, .dscale = 1, .shared = 1, .cap_mb = 1e-3, .first_mb = 1e-3}};
@@ -670,7 +674,7 @@ static int overlap_child(df_job *j, int r, int world, void *arg) {
   /* one tensor per bucket: bucket 0 is fc4.weight (the last layer); or the measured layout, from step 4 on */
   const int measured = arg != NULL;
   run_cfg c = {.kind = MLP_BIG, .b = 32, .accum = 1, .steps = 10, .dscale = 1, .cap_mb = 1e-3, .first_mb = 1e-3,
-               .auto_buckets = measured, .comm_cpu = 1, .piece_mb = -1};
+               .auto_buckets = measured, .cpus = 1, .piece_mb = -1};
   float *p = NULL;
   size_t n = 0;
   int overlapped = 0, early = 0, bad = 0;
@@ -736,7 +740,7 @@ static int shared_cpus_child(df_job *j, int r, int world, void *arg) {
   dt_group *g;
   if (!join_or_fail(j, r, world, &g)) return 2;
   run_cfg c = {.kind = MLP_BIG, .b = 8, .accum = 1, .steps = 6, .dscale = 1, .cap_mb = 1e-3, .first_mb = 1e-3,
-               .auto_buckets = 1, .comm_cpu = -1};
+               .auto_buckets = 1, .cpus = -1};
   float *p = NULL;
   size_t n = 0;
   dt_ddp_stats s;
@@ -1034,7 +1038,7 @@ static int unused_child(df_job *j, int r, int world, void *arg) {
   dt_ddp_config dc;
   dt_ddp_config_default(&dc);
   if (dc.bucket_cap_mb != 25 || dc.first_bucket_mb != 1 || dc.broadcast_buffers != 1 || dc.find_unused_parameters != 0 ||
-      dc.comm_hook != DT_COMM_HOOK_NONE || !(dc.grad_piece_mb < 0))
+      dc.comm_hook != DT_COMM_HOOK_NONE || !(dc.grad_piece_mb < 0) || dc.comm_cpu >= 0)
     bad = 9;
   dc.bucket_cap_mb = 0;
   if (build_model(MLP, 8, 1, &m) != DT_OK) return 10;
@@ -1081,7 +1085,7 @@ TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(shared_
           TEST_ENTRY(no_sync_accumulates_like_one_large_batch),
           TEST_ENTRY(measured_layout_equals_whole_batch), TEST_ENTRY(bucket_caps_change_nothing_but_the_layout),
           TEST_ENTRY(bucket_layouts_tile_the_arena), TEST_ENTRY(all_reduce_overlaps_backward),
-          TEST_ENTRY(measured_layout_overlaps_backward),
-          TEST_ENTRY(measured_layout_on_shared_cpus_is_one_bucket), TEST_ENTRY(model_mismatch_is_named_and_state_is_broadcast),
+          TEST_ENTRY(measured_layout_overlaps_backward), TEST_ENTRY(measured_layout_on_shared_cpus_is_one_bucket),
+          TEST_ENTRY(model_mismatch_is_named_and_state_is_broadcast),
           TEST_ENTRY(compression_hooks_bf16_fp16), TEST_ENTRY(a_killed_rank_is_reported_by_finish),
           TEST_ENTRY(unused_parameters_and_misuse), TEST_ENTRY(nothing_left_in_dev_shm))
