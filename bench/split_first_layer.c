@@ -98,11 +98,21 @@ static void fill(float *p, size_t n, float scale, unsigned *seed) {
     p[i] = scale * ((float)rand_r(seed) / (float)RAND_MAX - 0.5f);
 }
 
+static double now_us(void);
+
+/* Waits for the other rank's same sync; a rank that died (or never started) ends this one after 30 s. */
 static void sync_ranks(rank_ctx *c) {
   c->posted++;
   atomic_store_explicit(&c->com->arrived[c->rank][0], c->posted, memory_order_release);
-  while (atomic_load_explicit(&c->com->arrived[1 - c->rank][0], memory_order_acquire) < c->posted)
+  const double t0 = now_us();
+  for (unsigned i = 1; atomic_load_explicit(&c->com->arrived[1 - c->rank][0], memory_order_acquire) < c->posted; i++) {
     __builtin_ia32_pause();
+    if ((i & 0xfffff) == 0 && now_us() - t0 > 30e6) {
+      fprintf(stderr, "split_first_layer: rank %d waited 30 s for the other rank at sync %llu\n", c->rank,
+              (unsigned long long)c->posted);
+      _exit(3);
+    }
+  }
 }
 
 static void model_init(model *m, unsigned seed, unsigned data_seed) {
@@ -373,9 +383,17 @@ static arena map_arena(void) {
 static double run_way(arena *a, enum way w, int steps, int check) {
   const int procs = w == SINGLE ? 1 : 2;
   memset(a->com, 0, sizeof *a->com);
+  int started = 0;
   for (int r = 0; r < procs; r++) {
-    if (fork() != 0)
+    const pid_t pid = fork();
+    if (pid < 0) {
+      perror("split_first_layer: fork"); /* a rank already started stops at its first sync's deadline */
+      break;
+    }
+    if (pid > 0) {
+      started++;
       continue;
+    }
     pin(r);
     omp_set_num_threads(1);
     rank_ctx c = {.rank = r, .com = a->com, .sh = {a->sh[0], a->sh[1]}};
@@ -388,8 +406,8 @@ static double run_way(arena *a, enum way w, int steps, int check) {
     }
     _exit(0);
   }
-  int st, bad = 0;
-  for (int r = 0; r < procs; r++)
+  int st, bad = started < procs;
+  for (int r = 0; r < started; r++)
     if (wait(&st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
       bad = 1;
   if (bad) {
