@@ -114,6 +114,26 @@ if [ -n "$l0" ] && [ "$l0" = "$l1" ] && [ "$(grep -c 'measured layout: ' "$tmp/d
 else
   fail "ddp 2 ranks: measured layouts '$l0' and '$l1'; $(grep -c 'measured layout: ' "$tmp/ddp2.err") layout lines"
 fi
+# DT_COMM_CPU overrides what the ranks' CPU masks say: 1 plans the layout from the measured steps, 0 keeps one bucket
+# after backward; anything else is refused before training
+rc_main=$rc
+for cc in 1 0 yes; do
+  DT_COMM_CPU=$cc DT_DEBUG=ddp dtr "cc$cc" 60 --standalone --nproc-per-node 2 -- "$DTRAIN" train --strategy ddp \
+    --epochs 1 --limit-train 640 --limit-test 64 --out "$tmp/cc$cc" --progress none
+  eval "rc_cc$cc=\$rc"
+done
+n_plan=$(grep -c 'measured layout: [0-9]* buckets of .* (all-reduce' "$tmp/cc1.err")
+n_one=$(grep -c 'measured layout: 1 bucket(s) of .* after backward (communication threads share' "$tmp/cc0.err")
+n_bad=$(grep -c 'DT_COMM_CPU=yes: auto, 0 or 1' "$tmp/ccyes.err")
+if [ "$rc_cc1" -eq 0 ] && [ "$rc_cc0" -eq 0 ] && [ "$rc_ccyes" -ne 0 ] && [ "$n_plan" -eq 2 ] && [ "$n_one" -eq 2 ] &&
+  [ "$n_bad" -ge 1 ]; then
+  ok "DT_COMM_CPU: 1 plans the layout on both ranks, 0 gives one bucket on both, 'yes' refused (exit $rc_ccyes)"
+else
+  fail "DT_COMM_CPU: exits $rc_cc1 / $rc_cc0 / $rc_ccyes, planned-layout lines $n_plan, one-bucket lines $n_one, refusals $n_bad"
+  rc=$rc_cc1 show cc1
+  rc=$rc_ccyes show ccyes
+fi
+rc=$rc_main
 if [ "$rc" -ne 0 ]; then
   fail "ddp 2 ranks: exit $rc"
   show ddp2
