@@ -4,11 +4,12 @@
  * each run's summary.json and prints speedup, scaling efficiency and, for
  * DDP, how much of the all-reduce time was hidden behind backward. Every run
  * gets its own --out under one temporary directory, removed at the end. */
-#define _XOPEN_SOURCE 700
+#define _GNU_SOURCE /* sched_setaffinity: indep's runs bound as dtrun binds its workers */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +65,7 @@ typedef struct run_result {
   double acc1;                       /* test top-1, fraction */
   double rss_bytes;                  /* rank 0's peak RSS */
   double cpu_per_wall;               /* rank 0's CPU seconds / wall seconds: below its threads = the cores were shared */
+  double slowest_sps;                /* indep: the slowest run's train samples/s; else train_sps */
 } run_result;
 
 static int read_summary(const char *dir, run_result *r, char *why, size_t why_cap) {
@@ -115,7 +117,8 @@ static void last_line(const char *path, char *out, size_t cap) {
 }
 
 /* Starts argv with stdout and stderr into log; returns its pid, or -1 (errno set). */
-static pid_t start_child(const argv_buf *b, const char *log) {
+/* cpus: where the child runs (NULL: where this process may). */
+static pid_t start_child(const argv_buf *b, const char *log, const cpu_set_t *cpus) {
   int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return -1;
   fflush(NULL);
@@ -132,6 +135,10 @@ static pid_t start_child(const argv_buf *b, const char *log) {
     if (nul >= 0) dup2(nul, STDIN_FILENO);
     dup2(fd, STDOUT_FILENO);
     dup2(fd, STDERR_FILENO);
+    if (cpus && sched_setaffinity(0, sizeof *cpus, cpus) != 0) {
+      dprintf(STDERR_FILENO, "cannot bind %s to the CPUs dtrun would give its worker: %s\n", b->v[0], strerror(errno));
+      _exit(127);
+    }
     execv(b->v[0], b->v);
     dprintf(STDERR_FILENO, "cannot run %s: %s\n", b->v[0], strerror(errno));
     _exit(127);
@@ -222,14 +229,38 @@ typedef struct child {
   pid_t pid;
   int err; /* errno of a failed start */
   char out_dir[PATH_MAX], log[PATH_MAX + 16], cmd[2048];
+  char where[96]; /* " on cpu 0" where indep's run is bound, else "" */
 } child;
 
-static void start_run(const job *j, strategy s, int k, child *c) {
+/* indep's run i of k: the CPUs dtrun's --bind-to auto gives local worker i of k with t threads each (t CPUs from
+ * i * t in this process's CPUs, where the k workers fill them: k * t <= CPUs < k * t + t), so each run meets the
+ * CPUs a ddp rank does; 0 where dtrun leaves its workers unbound (then so are these runs). */
+static int indep_cpus(int k, int t, int i, cpu_set_t *out) {
+  cpu_set_t all;
+  if (k < 2 || sched_getaffinity(0, sizeof all, &all) != 0) return 0;
+  int ids[CPU_SETSIZE], n = 0;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &all)) ids[n++] = c;
+  const long need = (long)k * t;
+  if (need > n || need <= n - t) return 0;
+  CPU_ZERO(out);
+  for (int m = 0; m < t; m++) CPU_SET(ids[((long)i * t + m) % n], out);
+  return 1;
+}
+
+/* Run i of the k that strategy s starts at once (indep: k, else one). */
+static void start_run(const job *j, strategy s, int k, int i, child *c) {
   argv_buf b;
-  build_cmd(j, s, k, c->out_dir, sizeof c->out_dir, &b);
+  cpu_set_t cpus;
+  const int bound = s == S_INDEP && indep_cpus(k, j->threads, i, &cpus);
+  build_cmd(j, s, s == S_INDEP ? 100 * k + i : k, c->out_dir, sizeof c->out_dir, &b);
   snprintf(c->log, sizeof c->log, "%s.log", c->out_dir);
   argv_text(&b, c->cmd, sizeof c->cmd);
-  c->pid = start_child(&b, c->log);
+  c->where[0] = '\0';
+  for (int cpu = 0, at = 0; bound && cpu < CPU_SETSIZE && at < (int)sizeof c->where - 16; cpu++)
+    if (CPU_ISSET(cpu, &cpus))
+      at += snprintf(c->where + at, sizeof c->where - (size_t)at, "%s%d", at ? "," : " on cpu ", cpu);
+  c->pid = start_child(&b, c->log, bound ? &cpus : NULL);
   c->err = c->pid < 0 ? errno : 0;
 }
 
@@ -272,9 +303,9 @@ static int run_one(const job *j, strategy s, int k, run_result *r) {
   }
   fprintf(stderr, "bench scaling: %s x%d ...", strategy_names[s], k);
   fflush(stderr);
-  for (int i = 0; i < n; i++) start_run(j, s, s == S_INDEP ? 100 * k + i : k, &c[i]);
+  for (int i = 0; i < n; i++) start_run(j, s, k, i, &c[i]);
   int rc = 0;
-  double train = 0, infer = 0;
+  double train = 0, infer = 0, slowest = 0;
   for (int i = 0; i < n; i++) { /* every child is waited for, also after a failure; the first one is told */
     run_result ri;
     const int failed = finish_run(&c[i], j->a->skip_epochs, &ri, rc != 0) != 0;
@@ -287,11 +318,13 @@ static int run_one(const job *j, strategy s, int k, run_result *r) {
     }
     if (i == 0) *r = ri;
     train += ri.train_sps, infer += ri.infer_sps;
+    slowest = i == 0 || ri.train_sps < slowest ? ri.train_sps : slowest;
+    if (n > 1) fprintf(stderr, "%s%.0f%s", i ? " + " : " (", ri.train_sps, c[i].where);
   }
   free(c);
   if (rc != 0) return -1;
-  r->train_sps = train, r->infer_sps = infer;
-  fprintf(stderr, " %.0f samples/s\n", r->train_sps);
+  r->train_sps = train, r->infer_sps = infer, r->slowest_sps = slowest;
+  fprintf(stderr, "%s %.0f samples/s\n", n > 1 ? ") =" : "", r->train_sps);
   return 0;
 }
 
@@ -348,25 +381,40 @@ static double lower_median(double *v, int n) {
   return v[(n - 1) / 2];
 }
 
-/* For every k >= 2, ddp's and dp's samples/s over indep's of the same round, round by round, and their median (the
- * lower middle one of an even count): what k workers reach of the machine's ceiling while it holds still, where the
- * speedups over the median single move with the drift between rounds. */
-static void print_vs_indep(const row *rows, int n, const run_result *res, int reps, int done) {
+/* One line for every k >= 2: ddp's and dp's samples/s over a ceiling taken from indep's run of the same round
+ * (its summed samples/s, or with lockstep k times its slowest run's), round by round, and their median (the lower
+ * middle one of an even count): what k workers reach of the machine while it holds still, where the speedups over
+ * the median single move with the drift between rounds. */
+static void print_against(const row *rows, int n, const run_result *res, int reps, int done, int lockstep) {
   for (int i = 2; i < n; i++) {
     if (rows[i].s != S_INDEP) continue;
-    printf("# against indep x%d in the same round:", rows[i].k);
+    const int k = rows[i].k;
+    if (lockstep)
+      printf("# against %d x the slowest of indep x%d's runs in the same round (workers that step together run at "
+             "the slowest one's pace):", k, k);
+    else
+      printf("# against indep x%d in the same round:", k);
     for (int w = i - 2; w < i; w++) { /* the ddp and dp rows of this k */
       double q[64];
       printf("%s %s x%d", w == i - 2 ? "" : ";", strategy_names[rows[w].s], rows[w].k);
       for (int rep = 0; rep < done; rep++) {
-        const double in = res[(size_t)i * (size_t)reps + (size_t)rep].train_sps;
-        q[rep] = in > 0 ? res[(size_t)w * (size_t)reps + (size_t)rep].train_sps / in : 0;
+        const run_result *in = &res[(size_t)i * (size_t)reps + (size_t)rep];
+        const double ceiling = lockstep ? k * in->slowest_sps : in->train_sps;
+        q[rep] = ceiling > 0 ? res[(size_t)w * (size_t)reps + (size_t)rep].train_sps / ceiling : 0;
         printf(" %.2f", q[rep]);
       }
       printf(", median %.2f", lower_median(q, done));
     }
     printf("\n");
   }
+}
+
+/* The lines against indep: its sum (the ceiling of k workers that never wait for each other), and k times its
+ * slowest run (the ceiling of k workers that step together, each on the CPUs of one indep run: a CPU slower than
+ * the others, for a while or for good, costs ddp and dp that much whatever they do). */
+static void print_vs_indep(const row *rows, int n, const run_result *res, int reps, int done) {
+  print_against(rows, n, res, reps, done, 0);
+  print_against(rows, n, res, reps, done, 1);
 }
 
 /* Prints each row's median run over the rounds done, then every round's samples/s and the line against indep. */
@@ -502,8 +550,8 @@ int bench_scaling_run(const bench_scaling_args *a) {
          "# wait for the all-reduces and for slower ranks (comm s); all-reduce time (allred s) and its share\n"
          "# hidden behind backward, from each step's least wait and all-reduce time over the ranks;\n"
          "# cpu/wall: CPU seconds per wall second of (rank 0's) process, well below its threads when cores were\n"
-         "# shared; indep: k single runs at once that never communicate (samples/s summed), the ceiling of k\n"
-         "# workers on this machine\n");
+         "# shared; indep: k single runs at once that never communicate (samples/s summed; bound to the CPUs\n"
+         "# dtrun gives its k workers where it binds them), the ceiling of k workers on this machine\n");
   printf("%-8s %7s %7s %13s %13s %9s %11s %9s %7s %7s %8s %8s %7s %8s\n", "strategy", "workers", "threads",
          "train samp/s", "infer samp/s", "speedup", "efficiency", "compute s", "data s", "comm s", "allred s",
          "hidden", "top-1 %", "cpu/wall");

@@ -251,6 +251,22 @@ for s in ddp dp; do
   echo "$got" | awk -v w="$want" '{ exit !(NF == 2 && $1 - w <= 0.0101 && w - $1 <= 0.0101 && $1 == $2) }' ||
     fail "bench scaling: $s x2 against indep x2 reads '$got', the rows give $want: $vs"
 done
+# indep's two runs, each figure on the progress line (bound as dtrun binds two workers: on 2 CPUs, one each), and
+# the line against twice the slower one's samples/s
+runs=$(sed -n 's/^bench scaling: indep x2 \.\.\. (\(.*\)) = \([0-9]*\) samples\/s$/\1 = \2/p' "$tmp/scaling.err")
+if [ "$(nproc)" -eq 2 ]; then
+  [[ "$runs" =~ ^[0-9]+\ on\ cpu\ 0\ \+\ [0-9]+\ on\ cpu\ 1\ = ]] ||
+    fail "bench scaling on 2 CPUs: indep's runs not one on each CPU: '$runs' ($(grep 'indep x2' "$tmp/scaling.err"))"
+fi
+lock=$(grep "^# against 2 x the slowest of indep x2's runs in the same round" "$tmp/scaling.out")
+for s in ddp dp; do
+  got=$(echo "${lock#*pace):}" | tr ';' '\n' | awk -v s=$s '$1 == s && $2 == "x2" { sub(",", "", $3); print $3 }')
+  echo "$runs" | awk -v got="$got" -v r="$(sps $s 2)" -v sum="$(sps indep 2)" '{
+    a = $1; b = ($2 == "on") ? $6 : $3; t = $NF; lo = a < b ? a : b; want = r / (2 * lo)
+    exit !(got != "" && got - want <= 0.0101 && want - got <= 0.0101 && a + b - t <= 1 && t - a - b <= 1 &&
+           t - sum <= 1 && sum - t <= 1) }' ||
+    fail "bench scaling: $s x2 against twice indep's slower run reads '$got'; runs '$runs', $s x2 $(sps $s 2): $lock"
+done
 grep -qE "^# CPU: .*; avx2[+-] .*; [0-9]+ online CPUs" "$tmp/scaling.out" ||
   fail "bench scaling: no '# CPU:' line: $(head -3 "$tmp/scaling.out")"
 for when in start end; do
