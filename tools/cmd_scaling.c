@@ -116,8 +116,8 @@ static void last_line(const char *path, char *out, size_t cap) {
   fclose(f);
 }
 
-/* Starts argv with stdout and stderr into log; returns its pid, or -1 (errno set). */
-/* cpus: where the child runs (NULL: where this process may). */
+/* Starts argv with stdout and stderr into log, on cpus (NULL: wherever this process may run); returns its pid, or -1
+ * (errno set). */
 static pid_t start_child(const argv_buf *b, const char *log, const cpu_set_t *cpus) {
   int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return -1;
