@@ -229,8 +229,30 @@ typedef struct child {
   pid_t pid;
   int err; /* errno of a failed start */
   char out_dir[PATH_MAX], log[PATH_MAX + 16], cmd[2048];
-  char where[96]; /* " on cpu 0" where indep's run is bound, else "" */
+  char where[96]; /* " on cpu 0" or " on cpus 4-7" where indep's run is bound, else "" */
+  double train_sps; /* once finished */
 } child;
+
+/* " on cpu 3", " on cpus 4-7" or " on cpus 0,2,4" (runs of consecutive ids as ranges; "..." where out is full). */
+static void describe_cpus(const cpu_set_t *cpus, char *out, size_t cap) {
+  size_t at = 0;
+  const int many = CPU_COUNT(cpus) > 1;
+  out[0] = '\0';
+  for (int c = 0; c < CPU_SETSIZE; c++) {
+    if (!CPU_ISSET(c, cpus)) continue;
+    int e = c;
+    while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, cpus)) e++;
+    char part[32];
+    if (e == c) snprintf(part, sizeof part, "%s%d", at ? "," : many ? " on cpus " : " on cpu ", c);
+    else snprintf(part, sizeof part, "%s%d-%d", at ? "," : " on cpus ", c, e);
+    if (at + strlen(part) + 4 > cap) {
+      snprintf(out + at, cap - at, "...");
+      return;
+    }
+    at += (size_t)snprintf(out + at, cap - at, "%s", part);
+    c = e;
+  }
+}
 
 /* indep's run i of k: the CPUs dtrun's --bind-to auto gives local worker i of k with t threads each (t CPUs from
  * i * t in this process's CPUs, where the k workers fill them: k * t <= CPUs < k * t + t), so each run meets the
@@ -257,9 +279,7 @@ static void start_run(const job *j, strategy s, int k, int i, child *c) {
   snprintf(c->log, sizeof c->log, "%s.log", c->out_dir);
   argv_text(&b, c->cmd, sizeof c->cmd);
   c->where[0] = '\0';
-  for (int cpu = 0, at = 0; bound && cpu < CPU_SETSIZE && at < (int)sizeof c->where - 16; cpu++)
-    if (CPU_ISSET(cpu, &cpus))
-      at += snprintf(c->where + at, sizeof c->where - (size_t)at, "%s%d", at ? "," : " on cpu ", cpu);
+  if (bound) describe_cpus(&cpus, c->where, sizeof c->where);
   c->pid = start_child(&b, c->log, bound ? &cpus : NULL);
   c->err = c->pid < 0 ? errno : 0;
 }
@@ -319,13 +339,15 @@ static int run_one(const job *j, strategy s, int k, run_result *r) {
     if (i == 0) *r = ri;
     train += ri.train_sps, infer += ri.infer_sps;
     slowest = i == 0 || ri.train_sps < slowest ? ri.train_sps : slowest;
-    if (n > 1) fprintf(stderr, "%s%.0f%s", i ? " + " : " (", ri.train_sps, c[i].where);
+    c[i].train_sps = ri.train_sps;
+  }
+  if (rc == 0) { /* indep: each run's figure, where it ran */
+    for (int i = 0; i < n && n > 1; i++) fprintf(stderr, "%s%.0f%s", i ? " + " : " (", c[i].train_sps, c[i].where);
+    r->train_sps = train, r->infer_sps = infer, r->slowest_sps = slowest;
+    fprintf(stderr, "%s %.0f samples/s\n", n > 1 ? ") =" : "", r->train_sps);
   }
   free(c);
-  if (rc != 0) return -1;
-  r->train_sps = train, r->infer_sps = infer, r->slowest_sps = slowest;
-  fprintf(stderr, "%s %.0f samples/s\n", n > 1 ? ") =" : "", r->train_sps);
-  return 0;
+  return rc;
 }
 
 static void print_row(const char *name, int k, int threads, const run_result *r, double base) {

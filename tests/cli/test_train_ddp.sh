@@ -129,8 +129,10 @@ if [ "$rc_cc1" -eq 0 ] && [ "$rc_cc0" -eq 0 ] && [ "$rc_ccyes" -ne 0 ] && [ "$n_
   [ "$n_bad" -ge 1 ]; then
   ok "DT_COMM_CPU: 1 plans the layout on both ranks, 0 gives one bucket on both, 'yes' refused (exit $rc_ccyes)"
 else
-  fail "DT_COMM_CPU: exits $rc_cc1 / $rc_cc0 / $rc_ccyes, planned-layout lines $n_plan, one-bucket lines $n_one, refusals $n_bad"
+  fail "DT_COMM_CPU: exits $rc_cc1 / $rc_cc0 / $rc_ccyes, planned-layout lines $n_plan, one-bucket lines $n_one," \
+    "refusals $n_bad"
   rc=$rc_cc1 show cc1
+  rc=$rc_cc0 show cc0
   rc=$rc_ccyes show ccyes
 fi
 rc=$rc_main
