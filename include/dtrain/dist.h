@@ -223,7 +223,8 @@ dt_status dt_group_share_common(dt_group *g, size_t bytes, void **mem);
 uint64_t dt_group_shared_allreduces(const dt_group *g);
 /* 1 where this rank's communication thread has a CPU of its own: the host's ranks sharing its CPUs times their
  * compute threads plus one fit in them (shm: from every rank's CPU set; else this host's ranks and this process's
- * CPUs), so collectives queued during compute run beside it, not in its time slices. Local: ranks may differ. */
+ * CPUs), so collectives queued during compute run beside it, not in its time slices; DT_COMM_CPU=0 or 1 as the
+ * group was made says so instead (a CPU quota the masks do not show). Local: ranks may differ. */
 int dt_group_comm_has_cpu(const dt_group *g);
 /* Unmaps memory from dt_group_share (bytes as asked). */
 void dt_shared_free(void *mem, size_t bytes);

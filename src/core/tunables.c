@@ -28,7 +28,7 @@ static const tunable tunables[] = {
     {"DT_AMP_KERNELS", "auto", 0, "--amp bf16: auto = native bf16 GEMMs where the CPU has AVX512_BF16 (dtrain's own), own = the same (refused on a CPU without AVX512_BF16), onednn = oneDNN's bf16 matmul (refused without AVX512_BF16 or a build with oneDNN; auto takes it on CPUs with AMX), emulated = the f32 emulation everywhere"},
     {"DT_SGEMM", "auto", 0, "f32 GEMMs: auto = oneDNN's sgemm where the build has oneDNN, the CPU AVX-512 and OpenBLAS runs AVX2 kernels, else OpenBLAS; openblas; onednn"},
     {"DT_FUSED_UPDATE", "1", 1, "ddp on one host: 1 = where the sharded update is off and nothing reads the averaged gradients, the optimizer steps each piece of them inside the all-reduces (the same bits); 0 = after them"},
-    {"DT_COMM_CPU", "auto", 0, "ddp with 2 or more ranks and the measured bucket layout: 1 = every rank's communication thread has a CPU of its own (the bucket layout planned from the measured steps, large weights in pieces), 0 = they share the compute threads' CPUs (one bucket after backward, whole weights); auto = from the ranks' CPU affinity"},
+    {"DT_COMM_CPU", "auto", 0, "whether each rank's communication thread has a CPU of its own: 1 = it has (the shm backend's communication thread spins briefly while it waits; ddp's measured layout is planned from the measured steps, large weights in pieces), 0 = it shares the compute threads' CPUs (it sleeps at once; one bucket after backward, whole weights); auto = from the ranks' CPU affinity"},
     {"DT_STORE_SERVED", "0", 1, "1 when a launcher (dtrun) serves the store; rank 0 then connects instead of serving"},
 };
 

@@ -197,7 +197,11 @@ typedef struct dt_backend_ctx {
   double timeout_s;     /* setup deadline */
   const char *host_addr; /* address peers use to reach this process (tcp) */
   const char *secret;    /* the job secret proven in every tcp hello; NULL or "": none */
+  int comm_cpu;          /* DT_COMM_CPU: DT_COMM_CPU_AUTO (0, shm: from the ranks' CPU sets), _SHARED or _OWN */
 } dt_backend_ctx;
+
+/* dt_backend_ctx.comm_cpu: whether each communication thread has a CPU of its own, as DT_COMM_CPU says. */
+enum { DT_COMM_CPU_AUTO = 0, DT_COMM_CPU_SHARED, DT_COMM_CPU_OWN };
 
 dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out);
 dt_status dt_backend_tcp_new(const dt_backend_ctx *ctx, dt_backend **out);

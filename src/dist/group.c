@@ -50,6 +50,7 @@ struct dt_work {
 struct dt_group {
   int rank, size, local_rank, local_size;
   double timeout_s;
+  int comm_cpu; /* DT_COMM_CPU: 1, 0, or -1 for auto */
   char backend_name[32];
   dt_store *store;
   dt_store_server *server;
@@ -469,7 +470,8 @@ uint64_t dt_group_shared_allreduces(const dt_group *g) {
 int dt_group_comm_has_cpu(const dt_group *g) {
   if (!g) return 0;
   const int shm = dt_backend_shm_comm_cpu(g->backend);
-  if (shm >= 0) return shm; /* from the ranks' CPU sets */
+  if (shm >= 0) return shm; /* from the ranks' CPU sets, or DT_COMM_CPU as the backend was given it */
+  if (g->comm_cpu >= 0) return g->comm_cpu;
   return (long)g->local_size * (dt_get_threads() + 1) <= dt_usable_cores();
 }
 
@@ -602,11 +604,23 @@ static int mpi_built(void) {
 #endif
 }
 
+/* DT_COMM_CPU: 1 or 0, or -1 for auto; anything else refused. */
+static dt_status comm_cpu_setting(int *out) {
+  const char *v;
+  DT_CHECK(dt_tunable_str("DT_COMM_CPU", &v));
+  if (strcmp(v, "auto") == 0) *out = -1;
+  else if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0) *out = v[0] - '0';
+  else return dt_error(DT_USAGE, "DT_COMM_CPU=%s: auto, 0 or 1", v);
+  return DT_OK;
+}
+
 static dt_status pick_backend(dt_group *g, const char *want, const int *host_of, int n_hosts, const char *my_addr,
                               const char *job_tag) {
   dt_backend_ctx ctx = {.store = g->store, .job_tag = job_tag, .rank = g->rank, .size = g->size,
                         .global = g->global, .timeout_s = g->timeout_s, .host_addr = my_addr,
-                        .secret = g->secret};
+                        .secret = g->secret,
+                        .comm_cpu = g->comm_cpu < 0 ? DT_COMM_CPU_AUTO : g->comm_cpu ? DT_COMM_CPU_OWN
+                                                                                    : DT_COMM_CPU_SHARED};
   char prefix[320];
   const char *kind = want;
   if (strcmp(want, "auto") == 0) {
@@ -682,6 +696,7 @@ dt_status dt_group_init_env(const dt_dist_env *env, const dt_group_options *opts
     }
     g->timeout_s = (double)t;
   }
+  DT_CHECK_GOTO(comm_cpu_setting(&g->comm_cpu), st, fail);
   pthread_mutex_init(&g->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);

@@ -82,7 +82,8 @@ typedef struct shm_backend {
   int spin;            /* every rank sharing this one's CPUs has one: a waiting caller (its compute idle) spins
                           briefly (choose_spin) */
   int spin_background; /* every such rank's compute threads and communication thread have a CPU each: the
-                          communication thread, waiting beside compute, spins too */
+                          communication thread, waiting beside compute, spins too (or DT_COMM_CPU says so) */
+  int comm_cpu;        /* the context's (DT_COMM_CPU_AUTO, _SHARED or _OWN) */
   double t0;      /* start of the running collective (for the timeout message) */
   dt_status broken;
   char broken_msg[256];

@@ -607,7 +607,8 @@ static void choose_spin(shm_backend *b) {
     sharing += overlap;
   }
   b->spin = sharing <= cpus;
-  b->spin_background = sharing * (dt_get_threads() + 1) <= cpus;
+  b->spin_background = b->comm_cpu == DT_COMM_CPU_AUTO ? sharing * (dt_get_threads() + 1) <= cpus
+                                                       : b->comm_cpu == DT_COMM_CPU_OWN;
   DT_LOG_INFO("shm", "rank %d: %ld rank(s) on its %ld CPU(s): a waiting caller %s, the communication thread %s",
               b->global[b->base.rank], sharing, cpus, b->spin ? "spins" : "sleeps",
               b->spin_background ? "spins" : "sleeps");
@@ -698,6 +699,7 @@ dt_status dt_backend_shm_new(const dt_backend_ctx *ctx, dt_backend **out) {
   const size_t prefix_len = strlen(ctx->prefix) + 1;
   DT_CHECK_GOTO(dt_alloc(prefix_len, (void **)&b->prefix), st, fail);
   memcpy(b->prefix, ctx->prefix, prefix_len);
+  b->comm_cpu = ctx->comm_cpu;
   if (snprintf(key, sizeof key, "%s/shm/segment", ctx->prefix) >= (int)sizeof key) {
     st = dt_error(DT_INVALID_ARGUMENT, "shm: store prefix too long (%zu bytes)", strlen(ctx->prefix));
     goto fail;

@@ -68,25 +68,12 @@ static int sharded_pays(const dt_run *r) {
   return pays;
 }
 
-/* DT_COMM_CPU: whether the communication threads have CPUs of their own, for a machine whose affinity masks say
- * otherwise (a container's CPU quota shows the host's CPUs); auto asks the group (dt_group_comm_has_cpu). */
-static dt_status comm_cpu_tunable(int *out) {
-  const char *v;
-  DT_CHECK(dt_tunable_str("DT_COMM_CPU", &v));
-  if (strcmp(v, "auto") == 0) *out = -1;
-  else if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0) *out = v[0] - '0';
-  else return dt_error(DT_USAGE, "DT_COMM_CPU=%s: auto, 0 or 1", v);
-  return DT_OK;
-}
-
 /* The optimizer's step moves into the all-reduces where nothing reads the averaged gradients between them and the
  * update (clipping, fp16's unscale and row-wise steps do): each rank its share of one copy for the host (the
  * sharded update), or else every rank every piece of its own copy (the fused update, DT_FUSED_UPDATE). */
 static dt_status ddp_wrap(dt_run *r) {
   const dt_train_config *c = r->cfg;
-  dt_ddp_config dc = c->ddp;
-  if (dc.comm_cpu < 0) DT_CHECK(comm_cpu_tunable(&dc.comm_cpu));
-  DT_CHECK(dt_ddp_new(r->model, r->group, &dc, &r->ddp));
+  DT_CHECK(dt_ddp_new(r->model, r->group, &c->ddp, &r->ddp));
   DT_CHECK(dt_run_resume_optim(r)); /* rank 0's state, before it may move into memory the ranks share */
   if (c->amp == DT_AMP_FP16 || c->clip_grad_norm > 0 || r->n_rows) return DT_OK; /* refused for "on" by the config */
   /* the same inputs, so the same answers, everywhere */

@@ -149,6 +149,41 @@ TEST(comm_thread_cpu_counts_ranks_and_threads) {
     }
 }
 
+/* DT_COMM_CPU=0 or 1 says it instead of the CPU sets, on either backend (2 ranks: on 2 CPUs the sets say 0); any
+ * other value fails the join with a message naming it. */
+static int comm_cpu_env_child(df_job *j, int r, int world, void *arg) {
+  const char *v = arg;
+  dt_set_threads(1);
+  setenv("DT_COMM_CPU", v, 1);
+  dt_group *g;
+  const dt_status st = df_join(j, r, world, &g);
+  if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
+    if (st == DT_OK) dt_group_destroy(g);
+    const int named = strstr(dt_last_error(), "DT_COMM_CPU=") != NULL;
+    if (st != DT_USAGE || !named) fprintf(stderr, "rank %d: DT_COMM_CPU=%s joined: %d (%s)\n", r, v, st, dt_last_error());
+    return st != DT_USAGE || !named;
+  }
+  if (st != DT_OK) {
+    fprintf(stderr, "rank %d: join: %s\n", r, dt_last_error());
+    return 2;
+  }
+  const int got = dt_group_comm_has_cpu(g);
+  if (got != v[0] - '0') fprintf(stderr, "[%s rank %d] DT_COMM_CPU=%s: has a CPU %d\n", j->backend, r, v, got);
+  dt_group_destroy(g);
+  return got != v[0] - '0';
+}
+
+TEST(comm_cpu_env_overrides_the_cpu_sets) {
+  static const char *const backends[] = {"shm", "tcp"};
+  static const char *const values[] = {"1", "0", "yes"};
+  for (int b = 0; b < 2; b++)
+    for (int k = 0; k < 3; k++) {
+      df_job j = {.port = df_start_store(RUN_ID), .run_id = RUN_ID, .round = next_round++, .backend = backends[b],
+                  .timeout_s = 30};
+      ASSERT_EQ(df_run(&j, 2, comm_cpu_env_child, (void *)values[k]), 0);
+    }
+}
+
 /* Twenty all-reduces in flight at once, waited for in reverse order: each
  * completes with its own result, in issue order (sequence numbers 1..20).
  * A one-rank group completes each at submit. */
@@ -249,4 +284,4 @@ TEST(work_handles_freed_after_destroy) {
 
 TEST(nothing_left_in_dev_shm) { ASSERT_EQ(df_shm_leftovers(RUN_ID), 0); }
 
-TEST_MAIN(TEST_ENTRY(block_partition_tiles_count_in_rank_order), TEST_ENTRY(average_divides_bit_for_bit), TEST_ENTRY(redop_names_parse_back), TEST_ENTRY(shm_every_collective_world_1_to_5), TEST_ENTRY(tcp_every_collective_world_1_to_5), TEST_ENTRY(auto_picks_shm_on_one_host), TEST_ENTRY(comm_thread_cpu_counts_ranks_and_threads), TEST_ENTRY(async_work_handles_complete_in_issue_order), TEST_ENTRY(bad_arguments_fail_locally), TEST_ENTRY(work_handles_freed_after_destroy), TEST_ENTRY(nothing_left_in_dev_shm))
+TEST_MAIN(TEST_ENTRY(block_partition_tiles_count_in_rank_order), TEST_ENTRY(average_divides_bit_for_bit), TEST_ENTRY(redop_names_parse_back), TEST_ENTRY(shm_every_collective_world_1_to_5), TEST_ENTRY(tcp_every_collective_world_1_to_5), TEST_ENTRY(auto_picks_shm_on_one_host), TEST_ENTRY(comm_thread_cpu_counts_ranks_and_threads), TEST_ENTRY(comm_cpu_env_overrides_the_cpu_sets), TEST_ENTRY(async_work_handles_complete_in_issue_order), TEST_ENTRY(bad_arguments_fail_locally), TEST_ENTRY(work_handles_freed_after_destroy), TEST_ENTRY(nothing_left_in_dev_shm))
