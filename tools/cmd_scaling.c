@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include "cmd_scaling.h"
+#include "dtrain/core.h"
+#include "cpu_bind.h"
 #include "cpu_line.h"
 #include "cpu_speed.h"
 #include "run_metrics.h"
@@ -254,27 +256,13 @@ static void describe_cpus(const cpu_set_t *cpus, char *out, size_t cap) {
   }
 }
 
-/* indep's run i of k: the CPUs dtrun's --bind-to auto gives local worker i of k with t threads each (t CPUs from
- * i * t in this process's CPUs, where the k workers fill them: k * t <= CPUs < k * t + t), so each run meets the
- * CPUs a ddp rank does; 0 where dtrun leaves its workers unbound (then so are these runs). */
-static int indep_cpus(int k, int t, int i, cpu_set_t *out) {
-  cpu_set_t all;
-  if (k < 2 || sched_getaffinity(0, sizeof all, &all) != 0) return 0;
-  int ids[CPU_SETSIZE], n = 0;
-  for (int c = 0; c < CPU_SETSIZE; c++)
-    if (CPU_ISSET(c, &all)) ids[n++] = c;
-  const long need = (long)k * t;
-  if (need > n || need <= n - t) return 0;
-  CPU_ZERO(out);
-  for (int m = 0; m < t; m++) CPU_SET(ids[((long)i * t + m) % n], out);
-  return 1;
-}
-
 /* Run i of the k that strategy s starts at once (indep: k, else one). */
 static void start_run(const job *j, strategy s, int k, int i, child *c) {
   argv_buf b;
   cpu_set_t cpus;
-  const int bound = s == S_INDEP && indep_cpus(k, j->threads, i, &cpus);
+  /* indep: where dtrun's --bind-to auto binds k workers of t threads, run i on worker i's CPUs, as a ddp rank */
+  const int bound = s == S_INDEP && cpu_bind_auto(k, j->threads, dt_usable_cores()) &&
+                    cpu_bind_worker(i, j->threads, &cpus);
   build_cmd(j, s, s == S_INDEP ? 100 * k + i : k, c->out_dir, sizeof c->out_dir, &b);
   snprintf(c->log, sizeof c->log, "%s.log", c->out_dir);
   argv_text(&b, c->cmd, sizeof c->cmd);

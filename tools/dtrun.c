@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/impl.h"
+#include "cpu_bind.h"
 #include "dtrain/core.h"
 #include "dtrain/dist.h"
 #include "flags.h"
@@ -703,25 +704,17 @@ static int make_dirs(const char *path) {
   return 0;
 }
 
-/* --bind-to core: the CPUs of local worker `local`, `per` of dtrun's usable logical CPUs taken in order from
- * index local * per, wrapping round. 0 under --bind-to none: the worker keeps dtrun's CPUs. */
+/* --bind-to core: the CPUs of local worker `local` (cpu_bind_worker). 0 under --bind-to none: the worker keeps
+ * dtrun's CPUs. */
 static int worker_cores(const agent *a, int local, cpu_set_t *out) {
-  cpu_set_t all;
   if (a->bind != BIND_CORE) return 0;
-  if (sched_getaffinity(0, sizeof all, &all) != 0) {
+  if (!cpu_bind_worker(local, a->bind_threads, out)) {
     static int said;
     if (!said++)
       fprintf(stderr, "dtrun: --bind-to core: cannot read this process's cores (%s); workers run unbound\n",
               strerror(errno));
     return 0;
   }
-  int ids[CPU_SETSIZE], n = 0;
-  for (int c = 0; c < CPU_SETSIZE; c++)
-    if (CPU_ISSET(c, &all)) ids[n++] = c;
-  if (n == 0) return 0;
-  const int per = a->bind_threads < n ? a->bind_threads : n;
-  CPU_ZERO(out);
-  for (int j = 0; j < per; j++) CPU_SET(ids[((long)local * per + j) % n], out);
   return 1;
 }
 
@@ -1250,9 +1243,8 @@ int main(int argc, char **argv) {
   /* auto: workers that fill the CPUs run bound, each with its helper threads on its own cores (unbound, the
    * kernel moved them about and a worker's loader or communication thread took the other worker's core:
    * the default mlp's DDP x2 ran 124-177k samples/s unbound, 174-189k bound; docs/benchmarks.md) */
-  const long need = (long)o->nproc * a->bind_threads;
-  a->bind = o->bind != BIND_AUTO ? o->bind
-            : o->nproc > 1 && need <= cores && need > cores - a->bind_threads ? BIND_CORE : BIND_NONE;
+  a->bind = o->bind;
+  if (a->bind == BIND_AUTO) a->bind = cpu_bind_auto(o->nproc, a->bind_threads, cores) ? BIND_CORE : BIND_NONE;
   v = getenv("OMP_WAIT_POLICY");
   a->wait_policy_user = v && *v ? v : NULL;
   a->w = calloc((size_t)o->nproc, sizeof *a->w);
