@@ -554,6 +554,16 @@ static void describe_exit(const agent *a, const worker *w, char *buf, size_t len
     snprintf(buf + n, len - (size_t)n, "ended with wait status %d", w->status);
 }
 
+/* Reaps the workers reap() saw exit (it leaves them zombies, so that their pids and process group ids stay ours
+ * until the sweep): dtrun's parent may be an init that never reaps what it inherits (a container's). */
+static void release_zombies(agent *a) {
+  for (int i = 0; i < a->o.nproc; i++)
+    if (a->w[i].zombie) {
+      while (waitpid(a->w[i].pid, NULL, 0) < 0 && errno == EINTR) {}
+      a->w[i].zombie = 0;
+    }
+}
+
 /* Stops every worker: sig to each process group, SIGKILL after the grace
  * period (or at once on a second interrupt), then reaps them all and kills
  * whatever is left in their groups (no orphans). */
@@ -585,11 +595,7 @@ sweep:
    * reap. */
   for (int i = 0; i < n; i++)
     if (a->w[i].pid > 0) kill(-a->w[i].pid, SIGKILL);
-  for (int i = 0; i < n; i++)
-    if (a->w[i].zombie) {
-      while (waitpid(a->w[i].pid, NULL, 0) < 0 && errno == EINTR) {}
-      a->w[i].zombie = 0;
-    }
+  release_zombies(a);
 }
 
 /* ---- starting workers ---------------------------------------------------------------- */
@@ -1199,6 +1205,7 @@ static int setup_store(agent *a) {
 }
 
 static int finish(agent *a, int rc) {
+  if (a->w) release_zombies(a); /* after a run where every worker exited 0 (the others swept them already) */
   memset(a->secret, 0, sizeof a->secret);
   if (a->store) dt_store_close(a->store);
   if (a->server) dt_store_server_stop(a->server);

@@ -178,6 +178,31 @@ run held --nproc-per-node 2 -- bash -c 'if [ "$RANK" = 0 ]; then echo $$ >"$0/pi
   p=$(cat "$0/pid0"); st=$(sed "s/.*) //" "/proc/$p/stat" 2>/dev/null | cut -c1); echo "state of rank 0: ${st:-gone}"' "$tmp/held"
 expect_rc held 0
 has held "$tmp/held.out" "[rank 1]: state of rank 0: Z"
+# ...and dtrun reaps them all before it exits, whether the run succeeded or failed: its parent inherits none (here
+# a subreaper stands in for a container's init, which may never reap what it inherits). The failing run's workers
+# start no process of their own (exec), whose orphans the parent would inherit as it should.
+python3 - "$DTRUN" "$W" <<'PY' || fail "reap: dtrun left its workers to its parent"
+import ctypes, os, subprocess, sys
+if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+    sys.exit("reap: prctl(PR_SET_CHILD_SUBREAPER) failed")
+dtrun, worker = sys.argv[1], sys.argv[2]
+for want, args in ((0, ["bash", worker, "env"]), (1, ["bash", "-c", '[ "$RANK" = 1 ] && exit 3; exec sleep 30'])):
+    r = subprocess.run([dtrun, "--standalone", "--nproc-per-node", "2", "--"] + args,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=20)
+    if r.returncode != want:
+        sys.exit(f"reap: dtrun {args} exited {r.returncode}, expected {want}")
+    left = []
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        left.append(pid if pid else "a live one")
+        if not pid:
+            break
+    if left:
+        sys.exit(f"reap: after dtrun {args} (exit {want}) its parent had to reap: {left}")
+PY
 
 # ---- restarts -------------------------------------------------------------------------------------
 run restart --nproc-per-node 2 --max-restarts 2 -- bash "$W" fail-until 2 1
