@@ -367,8 +367,9 @@ static int list_rows(int max_workers, row *rows) {
   return n;
 }
 
-/* Of a row's reps runs, the one with the median train samples/s (the lower middle one of an even count). */
-static const run_result *median_run(const run_result *runs, int reps) {
+/* Of a row's reps runs, the one with the median train samples/s; of an even count the lower middle one, or with
+ * upper the upper one (single's, the speedups' base: so that the choice never flatters a speedup). */
+static const run_result *median_run(const run_result *runs, int reps, int upper) {
   int order[64];
   for (int i = 0; i < reps; i++) order[i] = i;
   for (int i = 1; i < reps; i++) /* insertion sort by samples/s: reps is small */
@@ -377,7 +378,7 @@ static const run_result *median_run(const run_result *runs, int reps) {
       order[m] = order[m - 1];
       order[m - 1] = t;
     }
-  return &runs[order[(reps - 1) / 2]];
+  return &runs[order[upper ? reps / 2 : (reps - 1) / 2]];
 }
 
 /* The lower middle of n values (n <= 64), which it sorts. */
@@ -429,10 +430,10 @@ static void print_vs_indep(const row *rows, int n, const run_result *res, int re
 
 /* Prints each row's median run over the rounds done, then every round's samples/s and the line against indep. */
 static void print_medians(const job *j, const row *rows, int n, const run_result *res, int reps, int done) {
-  const double base = median_run(res, done)->train_sps;
+  const double base = median_run(res, done, 1)->train_sps;
   for (int i = 0; i < n; i++)
-    print_row(strategy_names[rows[i].s], rows[i].k, j->threads, median_run(&res[(size_t)i * (size_t)reps], done),
-              base);
+    print_row(strategy_names[rows[i].s], rows[i].k, j->threads,
+              median_run(&res[(size_t)i * (size_t)reps], done, rows[i].s == S_SINGLE), base);
   printf("# train samples/s round by round:");
   for (int i = 0; i < n; i++) {
     printf("%s %s x%d", i ? ";" : "", strategy_names[rows[i].s], rows[i].k);

@@ -1247,7 +1247,8 @@ static const flag_spec scaling_flags[SCALING_COUNT] = {
                                     .help = "compute threads of each worker"},
     [SCALING_REPS] = {"--reps", "N", FLAG_POS_INT, "1", "3",
                       .help = "rounds of every run, alternated (at most 64); each row is then the round with the median "
-                              "train samples/s (the lower middle one of an even count)"},
+                              "train samples/s (of an even count the lower middle one, single's the upper one: the "
+                              "speedups' base never flatters them)"},
 };
 
 static int cmd_bench_scaling(const flag_args *p) {
