@@ -29,8 +29,9 @@ typedef struct bench_scaling_args {
  * backward; for k >= 2 also k baseline runs at once that never communicate
  * (row "indep": their samples/s summed, the ceiling of k workers here).
  * With reps > 1 the whole sequence runs reps times and each row is the run
- * with the median train samples/s of its reps (the lower middle one of an
- * even count), printed after the last round with every round's samples/s.
+ * with the median train samples/s of its reps (of an even count the lower
+ * middle one, single's the upper one: the speedups' base never flatters
+ * them), printed after the last round with every round's samples/s.
  * Progress goes to stderr, the table to stdout. Returns an exit code:
  * 0 success, 1 failure (one line "dtrain: ..." on stderr naming the failed
  * command and its exit status). */

@@ -342,7 +342,7 @@ typedef struct worker {
   int local_rank, rank;
   pid_t pid;   /* also its process group */
   int running; /* started and not yet exited */
-  int zombie;  /* exited, left unreaped until its group is swept (see observe_exit) */
+  int zombie;  /* exited, left unreaped until its group is swept or dtrun finishes (see observe_exit) */
   int status;  /* wait status once exited */
   stream s[2]; /* stdout, stderr */
   char ring[RING_LINES][RING_WIDTH];
@@ -495,9 +495,10 @@ static void pump(agent *a, double timeout_s) {
 
 /* Whether worker pid has exited (wait status in *status), without reaping it:
  * the zombie keeps its pid, and so its process group id, from being reused
- * until stop_workers has swept the group. Reaped at once, the id of a group
- * left empty could go to an unrelated process group before the sweep's
- * kill(-pid) (a round can last hours). */
+ * until stop_workers has swept the group (or, after a run where every worker
+ * exited 0, until finish). Reaped at once, the id of a group left empty could
+ * go to an unrelated process group before the sweep's kill(-pid) (a round can
+ * last hours). */
 static int observe_exit(pid_t pid, int block, int *status) {
   siginfo_t si;
   memset(&si, 0, sizeof si);
@@ -554,8 +555,8 @@ static void describe_exit(const agent *a, const worker *w, char *buf, size_t len
     snprintf(buf + n, len - (size_t)n, "ended with wait status %d", w->status);
 }
 
-/* Reaps the workers reap() saw exit (it leaves them zombies, so that their pids and process group ids stay ours
- * until the sweep): dtrun's parent may be an init that never reaps what it inherits (a container's). */
+/* Reaps the workers seen to exit (observe_exit leaves them zombies, so that their pids and process group ids stay
+ * ours until the sweep): dtrun's parent may be an init that never reaps what it inherits (a container's). */
 static void release_zombies(agent *a) {
   for (int i = 0; i < a->o.nproc; i++)
     if (a->w[i].zombie) {

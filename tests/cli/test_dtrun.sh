@@ -186,9 +186,12 @@ import ctypes, os, subprocess, sys
 if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
     sys.exit("reap: prctl(PR_SET_CHILD_SUBREAPER) failed")
 dtrun, worker = sys.argv[1], sys.argv[2]
-for want, args in ((0, ["bash", worker, "env"]), (1, ["bash", "-c", '[ "$RANK" = 1 ] && exit 3; exec sleep 30'])):
-    r = subprocess.run([dtrun, "--standalone", "--nproc-per-node", "2", "--"] + args,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=20)
+for want, args in ((0, ["bash", worker, "env"]), (1, ["bash", "-c", '[ "$RANK" = 1 ] && exit 3; exec sleep 10'])):
+    try:
+        r = subprocess.run([dtrun, "--standalone", "--nproc-per-node", "2", "--"] + args, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=20)
+    except subprocess.TimeoutExpired:
+        sys.exit(f"reap: dtrun {args} still running after 20 s")
     if r.returncode != want:
         sys.exit(f"reap: dtrun {args} exited {r.returncode}, expected {want}")
     left = []
