@@ -50,7 +50,7 @@ struct dt_work {
 struct dt_group {
   int rank, size, local_rank, local_size;
   double timeout_s;
-  int comm_cpu; /* DT_COMM_CPU: 1, 0, or -1 for auto */
+  int comm_cpu; /* DT_COMM_CPU: DT_COMM_CPU_AUTO, _SHARED or _OWN (dist-impl.h), handed to the backend */
   char backend_name[32];
   dt_store *store;
   dt_store_server *server;
@@ -471,7 +471,7 @@ int dt_group_comm_has_cpu(const dt_group *g) {
   if (!g) return 0;
   const int shm = dt_backend_shm_comm_cpu(g->backend);
   if (shm >= 0) return shm; /* from the ranks' CPU sets, or DT_COMM_CPU as the backend was given it */
-  if (g->comm_cpu >= 0) return g->comm_cpu;
+  if (g->comm_cpu != DT_COMM_CPU_AUTO) return g->comm_cpu == DT_COMM_CPU_OWN;
   return (long)g->local_size * (dt_get_threads() + 1) <= dt_usable_cores();
 }
 
@@ -604,12 +604,13 @@ static int mpi_built(void) {
 #endif
 }
 
-/* DT_COMM_CPU: 1 or 0, or -1 for auto; anything else refused. */
+/* DT_COMM_CPU: auto, 0 (shared) or 1 (own); anything else refused. */
 static dt_status comm_cpu_setting(int *out) {
   const char *v;
   DT_CHECK(dt_tunable_str("DT_COMM_CPU", &v));
-  if (strcmp(v, "auto") == 0) *out = -1;
-  else if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0) *out = v[0] - '0';
+  if (strcmp(v, "auto") == 0) *out = DT_COMM_CPU_AUTO;
+  else if (strcmp(v, "0") == 0) *out = DT_COMM_CPU_SHARED;
+  else if (strcmp(v, "1") == 0) *out = DT_COMM_CPU_OWN;
   else return dt_error(DT_USAGE, "DT_COMM_CPU=%s: auto, 0 or 1", v);
   return DT_OK;
 }
@@ -618,9 +619,7 @@ static dt_status pick_backend(dt_group *g, const char *want, const int *host_of,
                               const char *job_tag) {
   dt_backend_ctx ctx = {.store = g->store, .job_tag = job_tag, .rank = g->rank, .size = g->size,
                         .global = g->global, .timeout_s = g->timeout_s, .host_addr = my_addr,
-                        .secret = g->secret,
-                        .comm_cpu = g->comm_cpu < 0 ? DT_COMM_CPU_AUTO : g->comm_cpu ? DT_COMM_CPU_OWN
-                                                                                    : DT_COMM_CPU_SHARED};
+                        .secret = g->secret, .comm_cpu = g->comm_cpu};
   char prefix[320];
   const char *kind = want;
   if (strcmp(want, "auto") == 0) {
