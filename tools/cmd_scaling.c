@@ -1,6 +1,7 @@
 /* `dtrain bench scaling`: runs the same `dtrain train` job as child processes
  * with 1..N workers (DDP processes under dtrun, DataParallel threads), one
- * single-process baseline and, for 2..N, that many baselines at once, reads
+ * single-process baseline (run again at the end of each round) and, for
+ * 2..N, that many baselines at once, reads
  * each run's summary.json and prints speedup, scaling efficiency and, for
  * DDP, how much of the all-reduce time was hidden behind backward. Every run
  * gets its own --out under one temporary directory, removed at the end. */
@@ -428,8 +429,32 @@ static void print_vs_indep(const row *rows, int n, const run_result *res, int re
   print_against(rows, n, res, reps, done, 1);
 }
 
-/* Prints each row's median run over the rounds done, then every round's samples/s and the line against indep. */
-static void print_medians(const job *j, const row *rows, int n, const run_result *res, int reps, int done) {
+/* The line of single's runs at the rounds' ends, and one of every other row's samples/s over single's of the same
+ * round, taken as the mean of its runs at the round's start and end (a drift of the machine's speed through the
+ * round, steady for minutes, cancels out), round by round, and their median (the lower middle one of an even
+ * count): the speedups paired by round, where the table's are over the median single alone. */
+static void print_vs_single(const row *rows, int n, const run_result *res, const double *end_sps, int reps,
+                            int done) {
+  printf("# single at the end of each round:");
+  for (int rep = 0; rep < done; rep++) printf(" %.0f", end_sps[rep]);
+  printf("\n# against single in the same round (the mean of its runs at the round's start and end):");
+  for (int i = 1; i < n; i++) {
+    double q[64];
+    printf("%s %s x%d", i == 1 ? "" : ";", strategy_names[rows[i].s], rows[i].k);
+    for (int rep = 0; rep < done; rep++) {
+      const double base = (res[rep].train_sps + end_sps[rep]) / 2;
+      q[rep] = base > 0 ? res[(size_t)i * (size_t)reps + (size_t)rep].train_sps / base : 0;
+      printf(" %.2f", q[rep]);
+    }
+    printf(", median %.2f", lower_median(q, done));
+  }
+  printf("\n");
+}
+
+/* Prints each row's median run over the rounds done, then every round's samples/s and the lines against indep and
+ * single. */
+static void print_medians(const job *j, const row *rows, int n, const run_result *res, const double *end_sps,
+                          int reps, int done) {
   const double base = median_run(res, done, 1)->train_sps;
   for (int i = 0; i < n; i++)
     print_row(strategy_names[rows[i].s], rows[i].k, j->threads,
@@ -441,16 +466,19 @@ static void print_medians(const job *j, const row *rows, int n, const run_result
   }
   printf("\n");
   print_vs_indep(rows, n, res, reps, done);
+  print_vs_single(rows, n, res, end_sps, reps, done);
   fflush(stdout);
 }
 
-/* Runs every row reps times, round by round. One round prints each row as it ends, then the line against indep;
- * several print the median rows after the last round (after a failed run: over the rounds completed, if any), then
- * each row's samples/s round by round and the line against indep. 0, or 1 after a failed run. */
+/* Runs every row reps times, round by round, each round closed by a second single run. One round prints each row
+ * as it ends, then the lines against indep and single; several print the median rows after the last round (after
+ * a failed run: over the rounds completed, if any), then each row's samples/s round by round and the lines against
+ * indep and single. 0, or 1 after a failed run. */
 static int run_rounds(job *j, int max_workers, int reps) {
   row rows[1 + 3 * 64];
   const int n = list_rows(max_workers, rows);
   run_result *res = calloc((size_t)n * (size_t)reps, sizeof *res);
+  double end_sps[64];
   if (!res) {
     fprintf(stderr, "dtrain: bench scaling: out of memory\n");
     return 1;
@@ -464,13 +492,19 @@ static int run_rounds(job *j, int max_workers, int reps) {
       if (run_one(j, rows[i].s, rows[i].k, r) != 0) goto done;
       if (reps == 1) print_row(strategy_names[rows[i].s], rows[i].k, j->threads, r, res[0].train_sps);
     }
+    run_result end;
+    if (run_one(j, S_SINGLE, 1, &end) != 0) goto done;
+    end_sps[rep] = end.train_sps;
   }
   rc = 0;
 done:
-  if (reps == 1 && rc == 0) print_vs_indep(rows, n, res, 1, 1);
+  if (reps == 1 && rc == 0) {
+    print_vs_indep(rows, n, res, 1, 1);
+    print_vs_single(rows, n, res, end_sps, 1, 1);
+  }
   if (reps > 1 && completed > 0) {
     if (rc) fprintf(stderr, "bench scaling: the %d round(s) completed:\n", completed);
-    print_medians(j, rows, n, res, reps, completed);
+    print_medians(j, rows, n, res, end_sps, reps, completed);
   }
   free(res);
   return rc;

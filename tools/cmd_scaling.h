@@ -28,6 +28,8 @@ typedef struct bench_scaling_args {
  * and for ddp the time spent in all-reduce and the share of it hidden behind
  * backward; for k >= 2 also k baseline runs at once that never communicate
  * (row "indep": their samples/s summed, the ceiling of k workers here).
+ * Every round ends with a second single run; a line gives every other row's
+ * samples/s over the mean of the round's two single runs, round by round.
  * With reps > 1 the whole sequence runs reps times and each row is the run
  * with the median train samples/s of its reps (of an even count the lower
  * middle one, single's the upper one: the speedups' base never flatters

@@ -274,6 +274,18 @@ for s in ddp dp; do
            t - sum <= 1 && sum - t <= 1) }' ||
     fail "bench scaling: $s x2 against twice indep's slower run reads '$got'; runs '$runs', $s x2 $(sps $s 2): $lock"
 done
+# the round closes with a second single run; every other row over the mean of single's two (rows rounded to whole
+# samples/s, so within 0.01)
+end=$(sed -n 's/^# single at the end of each round: \([0-9]*\)$/\1/p' "$tmp/scaling.out")
+[ -n "$end" ] || fail "bench scaling: no line of single at the round's end: $(cat "$tmp/scaling.out")"
+vs1=$(grep "^# against single in the same round (the mean of its runs at the round's start and end):" "$tmp/scaling.out")
+for row in "ddp 1" "dp 1" "ddp 2" "dp 2" "indep 2"; do
+  set -- $row
+  got=$(echo "${vs1#*end):}" | tr ';' '\n' | awk -v s=$1 -v w=x$2 '$1 == s && $2 == w { sub(",", "", $3); print $3, $5 }')
+  echo "$got" | awk -v r="$(sps $1 $2)" -v a="$(sps single 1)" -v b="$end" '{ want = r / ((a + b) / 2)
+    exit !(NF == 2 && $1 - want <= 0.0101 && want - $1 <= 0.0101 && $1 == $2) }' ||
+    fail "bench scaling: $row against single reads '$got'; single $(sps single 1) and $end, $row $(sps $1 $2): $vs1"
+done
 grep -qE "^# CPU: .*; avx2[+-] .*; [0-9]+ online CPUs" "$tmp/scaling.out" ||
   fail "bench scaling: no '# CPU:' line: $(head -3 "$tmp/scaling.out")"
 for when in start end; do
@@ -321,6 +333,19 @@ for s in ddp dp; do
       exit !(ok && near(g[5], r[2])) }' ||
     fail "bench scaling --reps 4: $s x2 against indep x2 reads '$got', the rounds: $rounds"
 done
+# against single in the same round: each round's ratio over the mean of single's runs at its start (the rounds
+# line) and end (its own line), and their median, the lower middle one
+ends=$(sed -n 's/^# single at the end of each round: //p' "$tmp/reps.out")
+vs1=$(grep "^# against single in the same round (the mean of its runs at the round's start and end):" "$tmp/reps.out")
+got=$(echo "${vs1#*end):}" | tr ';' '\n' | awk '$1 == "dp" && $2 == "x2" { sub(",", "", $6); print $3, $4, $5, $6, $8 }')
+echo "${rounds#*:}" | tr ';' '\n' | awk -v got="$got" -v ends="$ends" '$1 == "dp" && $2 == "x2" { a = $3 " " $4 " " $5 " " $6 }
+  $1 == "single" && $2 == "x1" { b = $3 " " $4 " " $5 " " $6 }
+  function near(x, y) { return x - y <= 0.0101 && y - x <= 0.0101 }
+  END { split(a, x); split(b, y); n = split(got, g); ok = n == 5 && split(ends, e) == 4
+    for (i = 1; i <= 4; i++) { r[i] = x[i] / ((y[i] + e[i]) / 2); ok = ok && near(g[i], r[i]) }
+    for (i = 1; i <= 4; i++) for (j = 1; j < 4; j++) if (r[j] > r[j + 1]) { t = r[j]; r[j] = r[j + 1]; r[j + 1] = t }
+    exit !(ok && near(g[5], r[2])) }' ||
+  fail "bench scaling --reps 4: dp x2 against single reads '$got', single at the ends '$ends', the rounds: $rounds"
 usage "dtrain bench scaling: --reps 65: at most 64 rounds (e.g. --reps 5)" bench scaling --reps 65
 
 # --skip-epochs: train samples/s over the later epochs (each run's metrics.jsonl), said in a header line; it must
