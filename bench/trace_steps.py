@@ -15,7 +15,9 @@ into consecutive segments, as mean / median / p90 in microseconds.
                        sharded update, the update of this rank's share included)
                        (run by the main thread when the queue was idle)
   optimizer + rest     the rest of "finish step + optimizer" (waiting for the
-                       communication thread when it ran the bucket, the update)
+                       communication thread when it ran the bucket, the update;
+                       dp: the workers' shares of the gradients' sum and the
+                       update, each worker's listed as "dp share")
   step hooks           from the end phase to the next step's first span
   step total           from one step's first span to the next's
 The first step of every epoch (whose stop all-reduce also waits for the other
@@ -167,6 +169,11 @@ def main():
         if in_step:
             print("  %-18s %s   (training threads, per batch or slice, inside the step)"
                   % ("load batch", stats(in_step)))
+        # dp: each worker's share of the gradients' sum and of the update, inside "optimizer + rest"
+        for tid in sorted({e["tid"] for e in spans if e["pid"] == pid and e["name"].startswith("dp ")}):
+            share = [e["dur"] for e in spans if e["pid"] == pid and e["tid"] == tid and e["name"].startswith("dp ")]
+            print("  %-18s %s   (dp, %s's share of the sum and update, inside the step's end)"
+                  % ("dp share", stats(share), names.get((pid, tid), str(tid))))
     return 0
 
 

@@ -11,6 +11,7 @@
 #include "dtrain/model_ctx.h"
 #include "dtrain/parallel.h"
 #include "dtrain/task.h"
+#include "dtrain/trace.h"
 
 /* OpenBLAS's own setter (the OpenMP build); declared here so no cblas.h is needed. */
 void openblas_set_num_threads(int n);
@@ -266,6 +267,7 @@ static void run_job(dp_worker *wk, dp_job job) {
   struct dt_dp *d = wk->d;
   wk->st = DT_OK;
   wk->err[0] = '\0';
+  const double t0 = job >= DP_JOB_REDUCE && dt_trace_enabled() ? dt_trace_now_us() : 0;
   if (job == DP_JOB_REDUCE)
     run_reduce(wk);
   else if (job == DP_JOB_STEP)
@@ -274,6 +276,10 @@ static void run_job(dp_worker *wk, dp_job job) {
     dt_optim_step_part(d->optim, dt_model_params(d->m, NULL), d->grads, d->lr, wk->index, d->workers);
   else if (wk->n > 0)
     (job == DP_JOB_TRAIN ? run_train : run_forward)(wk);
+  /* each worker's share of the reduce and the update, beside its forward and backward spans */
+  static const char *const names[] = {[DP_JOB_REDUCE] = "dp reduce", [DP_JOB_OPTIM] = "dp optimizer share",
+                                      [DP_JOB_STEP] = "dp reduce + optimizer share"};
+  if (t0 > 0) dt_trace_span("dp", names[job], t0, dt_trace_now_us(), NULL);
 }
 
 /* Bounded spins before a sleep on the handshake: a small model's jobs are tens of microseconds apart, and a

@@ -8,6 +8,7 @@
 #include "dist_fork.h"
 #include "dtrain/trace.h"
 #include "dtrain/loss.h"
+#include "dtrain/parallel.h"
 #include "harness.h"
 #include "test_files.h"
 #include "io/trace_merge.h"
@@ -464,6 +465,54 @@ TEST(model_and_loader_record_spans) {
   dt_trace_reset();
 }
 
+/* DataParallel: each worker's share of the gradients' sum and of the update is a span on its own thread; a fused step
+ * records one span a worker, an unfused one a reduce and an update a worker. */
+TEST(dp_workers_record_their_shares) {
+  dt_trace_reset();
+  ASSERT_OK(dt_trace_enable(0));
+  static const int64_t shape[3] = {1, 4, 4};
+  dt_model *m = NULL;
+  dt_dp *dp = NULL;
+  dt_optim *o = NULL;
+  dt_task *t = NULL;
+  dt_optim_config oc;
+  dt_optim_config_default(DT_OPTIM_SGD, &oc);
+  const dt_task_config tc = {.kind = DT_TASK_CLASSIFICATION, .outputs = 10};
+  ASSERT_OK(dt_model_new(3, shape, &m));
+  ASSERT_OK(dt_model_add_flatten(m, "flat"));
+  ASSERT_OK(dt_model_add_linear(m, "fc", 10, 1));
+  ASSERT_OK(dt_model_build(m, 4, 1));
+  dt_model_set_training(m, 1);
+  ASSERT_OK(dt_dp_new(m, 2, 4, &dp));
+  ASSERT_OK(dt_optim_new(&oc, dt_model_num_params(m), &o));
+  ASSERT_OK(dt_task_new(&tc, &t));
+  float x[4 * 16];
+  int32_t y[4] = {1, 2, 3, 4};
+  for (int i = 0; i < 4 * 16; i++) x[i] = (float)(i % 5) - 2;
+  for (int fused = 1; fused >= 0; fused--) {
+    dt_dp_set_fused_step(dp, fused);
+    dt_model_zero_grad_deferred(m);
+    ASSERT_OK(dt_dp_train_step(dp, t, x, y, 4, NULL, NULL));
+    ASSERT_OK(dt_dp_optim_step(dp, o, 0.1f));
+  }
+  dt_task_free(t);
+  dt_optim_free(o);
+  dt_dp_free(dp);
+  dt_model_free(m);
+
+  char *arr = serialize_array();
+  ASSERT(arr);
+  ASSERT(json_valid(arr));
+  const int main_tid = tid_named(arr, 0, "main");
+  static const char *const names[] = {"dp reduce + optimizer share", "dp reduce", "dp optimizer share"};
+  for (int k = 0; k < 3; k++) {
+    ASSERT_EQ(events_on(arr, 0, -1, names[k]), 2);
+    ASSERT_EQ(events_on(arr, 0, main_tid, names[k]), 1); /* the calling thread is worker 0 */
+  }
+  free(arr);
+  dt_trace_reset();
+}
+
 /* ---- merging ---------------------------------------------------------------------------- */
 
 TEST(merge_alone_writes_one_valid_file) {
@@ -663,5 +712,6 @@ TEST(merge_across_three_ranks) {
 TEST_MAIN(TEST_ENTRY(disabled_records_nothing), TEST_ENTRY(threads_land_on_separate_named_tracks),
           TEST_ENTRY(renaming_a_recording_thread_renames_its_track), TEST_ENTRY(cap_counts_dropped_events),
           TEST_ENTRY(serialized_output_is_valid_json), TEST_ENTRY(model_and_loader_record_spans),
+          TEST_ENTRY(dp_workers_record_their_shares),
           TEST_ENTRY(merge_alone_writes_one_valid_file), TEST_ENTRY(merge_to_unwritable_path_fails_and_leaves_nothing),
           TEST_ENTRY(merge_across_three_ranks))
