@@ -10,14 +10,15 @@ into consecutive segments, as mean / median / p90 in microseconds.
   forward, backward    the model's spans
   loss + metrics       between forward and backward (loss, its gradient, counters)
   after backward       between backward and the step's end phase: the gradient
-                       bucket's launch (ddp), the loss check, batch hooks
+                       bucket's launch (ddp), the loss check, batch hooks, dp's
+                       sum of the gradients where its step is not fused
   grad all-reduce      ddp: the bucket all-reduce run inside the step's end phase (with the
                        sharded update, the update of this rank's share included)
                        (run by the main thread when the queue was idle)
   optimizer + rest     the rest of "finish step + optimizer" (waiting for the
                        communication thread when it ran the bucket, the update;
-                       dp: the workers' shares of the gradients' sum and the
-                       update, each worker's listed as "dp share")
+                       dp: the workers' fused shares of the gradients' sum and
+                       the update; each worker's listed as "dp share", by kind)
   step hooks           from the end phase to the next step's first span
   step total           from one step's first span to the next's
 The first step of every epoch (whose stop all-reduce also waits for the other
@@ -108,10 +109,11 @@ def main():
     for pid in sorted({e["pid"] for e in spans}):
         main_tid = next((tid for (p, tid), n in names.items() if p == pid and n == "main"), 1)
         # the per-layer forward spans ("forward conv1") nest inside the model's forward, and a batch the training
-        # threads fetch themselves (no loader thread) is loaded inside the step, and a bucket's all-reduce from launch
-        # to completion ("bucket 3") spans backward: not steps' segments
+        # threads fetch themselves (no loader thread) is loaded inside the step, a bucket's all-reduce from launch
+        # to completion ("bucket 3") spans backward, and a DP worker's shares ("dp reduce", ...) lie inside the
+        # step's segments: not steps' segments
         main = sorted((e for e in spans if e["pid"] == pid and e["tid"] == main_tid
-                       and not e["name"].startswith(("forward ", "bucket ")) and e["name"] != "load batch"),
+                       and not e["name"].startswith(("forward ", "bucket ", "dp ")) and e["name"] != "load batch"),
                       key=lambda e: e["ts"])
         steps = steps_of(main)
         if not steps:
@@ -169,11 +171,14 @@ def main():
         if in_step:
             print("  %-18s %s   (training threads, per batch or slice, inside the step)"
                   % ("load batch", stats(in_step)))
-        # dp: each worker's share of the gradients' sum and of the update, inside "optimizer + rest"
-        for tid in sorted({e["tid"] for e in spans if e["pid"] == pid and e["name"].startswith("dp ")}):
-            share = [e["dur"] for e in spans if e["pid"] == pid and e["tid"] == tid and e["name"].startswith("dp ")]
-            print("  %-18s %s   (dp, %s's share of the sum and update, inside the step's end)"
-                  % ("dp share", stats(share), names.get((pid, tid), str(tid))))
+        # dp: each worker's shares, by kind: of the fused sum and update, inside "optimizer + rest"; unfused, of the
+        # sum ("dp reduce", inside "after backward") and of the update ("dp optimizer share", in "optimizer + rest")
+        shares = {}
+        for e in spans:
+            if e["pid"] == pid and e["name"].startswith("dp "):
+                shares.setdefault((e["name"], e["tid"]), []).append(e["dur"])
+        for (name, tid), durs in sorted(shares.items()):
+            print("  %-18s %s   (%s, %s)" % ("dp share", stats(durs), name, names.get((pid, tid), str(tid))))
     return 0
 
 

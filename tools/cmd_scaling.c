@@ -483,7 +483,7 @@ static int run_rounds(job *j, int max_workers, int reps) {
     fprintf(stderr, "dtrain: bench scaling: out of memory\n");
     return 1;
   }
-  int rc = 1, completed = 0;
+  int rc = 1, completed = 0, rows_done = 0;
   for (int rep = 0; rep < reps; rep++, completed++) {
     if (reps > 1) fprintf(stderr, "bench scaling: round %d of %d\n", rep + 1, reps);
     j->round = rep;
@@ -492,16 +492,15 @@ static int run_rounds(job *j, int max_workers, int reps) {
       if (run_one(j, rows[i].s, rows[i].k, r) != 0) goto done;
       if (reps == 1) print_row(strategy_names[rows[i].s], rows[i].k, j->threads, r, res[0].train_sps);
     }
+    rows_done = 1; /* with one round its rows are printed, and the lines against indep need only them */
     run_result end;
     if (run_one(j, S_SINGLE, 1, &end) != 0) goto done;
     end_sps[rep] = end.train_sps;
   }
   rc = 0;
 done:
-  if (reps == 1 && rc == 0) {
-    print_vs_indep(rows, n, res, 1, 1);
-    print_vs_single(rows, n, res, end_sps, 1, 1);
-  }
+  if (reps == 1 && rows_done) print_vs_indep(rows, n, res, 1, 1);
+  if (reps == 1 && rc == 0) print_vs_single(rows, n, res, end_sps, 1, 1);
   if (reps > 1 && completed > 0) {
     if (rc) fprintf(stderr, "bench scaling: the %d round(s) completed:\n", completed);
     print_medians(j, rows, n, res, end_sps, reps, completed);

@@ -276,6 +276,8 @@ for s in ddp dp; do
 done
 # the round closes with a second single run; every other row over the mean of single's two (rows rounded to whole
 # samples/s, so within 0.01)
+[ "$(grep -c '^bench scaling: single x1 \.\.\. [0-9]* samples/s$' "$tmp/scaling.err")" = 2 ] ||
+  fail "bench scaling: single did not run twice: $(cat "$tmp/scaling.err")"
 end=$(sed -n 's/^# single at the end of each round: \([0-9]*\)$/\1/p' "$tmp/scaling.out")
 [ -n "$end" ] || fail "bench scaling: no line of single at the round's end: $(cat "$tmp/scaling.out")"
 vs1=$(grep "^# against single in the same round (the mean of its runs at the round's start and end):" "$tmp/scaling.out")
@@ -335,6 +337,8 @@ for s in ddp dp; do
 done
 # against single in the same round: each round's ratio over the mean of single's runs at its start (the rounds
 # line) and end (its own line), and their median, the lower middle one
+[ "$(grep -c '^bench scaling: single x1 \.\.\. [0-9]* samples/s$' "$tmp/reps.err")" = 8 ] ||
+  fail "bench scaling --reps 4: single did not run twice a round: $(cat "$tmp/reps.err")"
 ends=$(sed -n 's/^# single at the end of each round: //p' "$tmp/reps.out")
 vs1=$(grep "^# against single in the same round (the mean of its runs at the round's start and end):" "$tmp/reps.out")
 got=$(echo "${vs1#*end):}" | tr ';' '\n' | awk '$1 == "dp" && $2 == "x2" { sub(",", "", $6); print $3, $4, $5, $6, $8 }')

@@ -466,8 +466,11 @@ TEST(model_and_loader_record_spans) {
 }
 
 /* DataParallel: each worker's share of the gradients' sum and of the update is a span on its own thread; a fused step
- * records one span a worker, an unfused one a reduce and an update a worker. */
+ * records one span a worker, an unfused one a reduce and an update a worker. A budget of one thread a worker: the
+ * calling thread is worker 0 (dt_dp's inline0). */
 TEST(dp_workers_record_their_shares) {
+  const int budget = dt_get_threads();
+  ASSERT_OK(dt_set_threads(2));
   dt_trace_reset();
   ASSERT_OK(dt_trace_enable(0));
   static const int64_t shape[3] = {1, 4, 4};
@@ -499,6 +502,7 @@ TEST(dp_workers_record_their_shares) {
   dt_optim_free(o);
   dt_dp_free(dp);
   dt_model_free(m);
+  ASSERT_OK(dt_set_threads(budget));
 
   char *arr = serialize_array();
   ASSERT(arr);
