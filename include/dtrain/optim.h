@@ -142,6 +142,17 @@ const char *dt_sched_kind_name(dt_sched_kind k);
  * left untouched, unlike torch, which would scale them all to NaN: check
  * isfinite(*norm) and skip the step. */
 dt_status dt_clip_grad_norm(float *grads, size_t count, float max_norm, float *norm);
+/* dt_clip_grad_norm in pieces, for callers that spread it over threads of their own (dt_dp's workers), with its
+ * bits: the sum of squares is taken over dt_clip_chunks(count, &chunk) chunks of chunk gradients (the last one
+ * shorter), dt_clip_chunk_sum(grads, lo, hi) each, and added in chunk order; dt_clip_coef gives the norm of that
+ * sum in *norm and the factor to scale every gradient by where it is below 1 (1 where the norm is within
+ * max_norm or not finite: a non-finite one is logged). max_norm is checked by the caller as dt_clip_grad_norm
+ * does (dt_clip_check). */
+#define DT_CLIP_MAX_CHUNKS 256 /* dt_clip_chunks' most */
+size_t dt_clip_chunks(size_t count, size_t *chunk);
+double dt_clip_chunk_sum(const float *grads, size_t lo, size_t hi);
+float dt_clip_coef(double sum, float max_norm, float *norm);
+dt_status dt_clip_check(float max_norm);
 
 #ifdef __cplusplus
 }

@@ -167,6 +167,10 @@ dt_status dt_dp_forward(dt_dp *d, const void *x, int batch, float *out);
 /* dt_optim_step(o, the model's parameters and gradients, lr), taken by the workers in parts: bit for bit the
  * same update, without the calling thread's OpenMP pool spinning beside the workers afterwards. */
 dt_status dt_dp_optim_step(dt_dp *d, dt_optim *o, float lr);
+/* dt_clip_grad_norm(the model's gradients, max_norm, norm), taken by the workers in parts (the sum of squares of
+ * their shares of its chunks, then the scaling of their shares of the arena): the same bits, without the calling
+ * thread's OpenMP pool spinning beside the workers afterwards. Sums a fused step's gradients first. */
+dt_status dt_dp_clip_grad_norm(dt_dp *d, float max_norm, float *norm);
 /* Fused steps (off by default): dt_dp_train_step leaves summing the slices' gradients to the next
  * dt_dp_optim_step, whose workers sum each block of the arena and update its parameters while it is in cache
  * (one pass over the gradients and one hand-off to the workers fewer; the same bits). Until then the model's

@@ -28,8 +28,12 @@ void openblas_set_num_threads(int n);
 /* Seconds a handshake wait spins before it sleeps, where the workers' threads have a CPU each. */
 #define DP_SPIN_S 100e-6
 
-/* DP_JOB_STEP: DP_JOB_REDUCE and DP_JOB_OPTIM in one, block by block (dt_dp_set_fused_step). */
-typedef enum dp_job { DP_JOB_NONE = 0, DP_JOB_TRAIN, DP_JOB_FORWARD, DP_JOB_REDUCE, DP_JOB_OPTIM, DP_JOB_STEP } dp_job;
+/* DP_JOB_STEP: DP_JOB_REDUCE and DP_JOB_OPTIM in one, block by block (dt_dp_set_fused_step). DP_JOB_CLIP_SUM and
+ * DP_JOB_CLIP_SCALE: dt_dp_clip_grad_norm's two passes. The jobs from DP_JOB_REDUCE on are traced. */
+typedef enum dp_job {
+  DP_JOB_NONE = 0, DP_JOB_TRAIN, DP_JOB_FORWARD, DP_JOB_REDUCE, DP_JOB_OPTIM, DP_JOB_STEP, DP_JOB_CLIP_SUM,
+  DP_JOB_CLIP_SCALE
+} dp_job;
 
 typedef struct dp_worker {
   struct dt_dp *d;
@@ -87,6 +91,9 @@ struct dt_dp {
   int batch;
   dt_optim *optim; /* DP_JOB_OPTIM, DP_JOB_STEP: the step each worker takes part of, at learning rate lr */
   float lr;
+  size_t clip_chunk, clip_chunks;        /* DP_JOB_CLIP_SUM: dt_clip_chunks of the arena */
+  double clip_sums[DT_CLIP_MAX_CHUNKS]; /* each chunk's sum of squares, by the worker whose share it is in */
+  float clip_coef;                      /* DP_JOB_CLIP_SCALE: the gradients' factor */
 };
 
 /* Slice w of a batch: contiguous, sizes differ by at most one, the larger ones first (7 over 3: 3, 2, 2).
@@ -245,6 +252,25 @@ static void run_step(dp_worker *wk) {
   }
 }
 
+/* Worker w's share of the clip's chunks: their sums of squares (dt_clip_chunk_sum, each chunk's bits whoever sums
+ * it). */
+static void run_clip_sum(dp_worker *wk) {
+  struct dt_dp *d = wk->d;
+  const size_t n = d->clip_chunks, w = (size_t)wk->index, workers = (size_t)d->workers;
+  for (size_t c = n * w / workers; c < n * (w + 1) / workers; c++) {
+    const size_t lo = c * d->clip_chunk, hi = lo + d->clip_chunk < d->n_params ? lo + d->clip_chunk : d->n_params;
+    d->clip_sums[c] = dt_clip_chunk_sum(d->grads, lo, hi);
+  }
+}
+
+static void run_clip_scale(dp_worker *wk) {
+  struct dt_dp *d = wk->d;
+  size_t lo, hi;
+  share_of(d, wk->index, &lo, &hi);
+  const float coef = d->clip_coef;
+  for (size_t i = lo; i < hi; i++) d->grads[i] *= coef;
+}
+
 /* The row-table rows the workers touched are now non-zero in the model's arena too: its zero_grad and a
  * row-wise optimizer step must see them. They may also be non-zero in the first contributing worker's arena,
  * where run_reduce builds partial sums: its next zero_grad must clear them, or they would leak into its next
@@ -274,11 +300,16 @@ static void run_job(dp_worker *wk, dp_job job) {
     run_step(wk);
   else if (job == DP_JOB_OPTIM)
     dt_optim_step_part(d->optim, dt_model_params(d->m, NULL), d->grads, d->lr, wk->index, d->workers);
+  else if (job == DP_JOB_CLIP_SUM)
+    run_clip_sum(wk);
+  else if (job == DP_JOB_CLIP_SCALE)
+    run_clip_scale(wk);
   else if (wk->n > 0)
     (job == DP_JOB_TRAIN ? run_train : run_forward)(wk);
   /* each worker's share of the reduce and the update, beside its forward and backward spans */
   static const char *const names[] = {[DP_JOB_REDUCE] = "dp reduce", [DP_JOB_OPTIM] = "dp optimizer share",
-                                      [DP_JOB_STEP] = "dp reduce + optimizer share"};
+                                      [DP_JOB_STEP] = "dp reduce + optimizer share",
+                                      [DP_JOB_CLIP_SUM] = "dp clip norm share", [DP_JOB_CLIP_SCALE] = "dp clip share"};
   if (t0 > 0) dt_trace_span("dp", names[job], t0, dt_trace_now_us(), NULL);
 }
 
@@ -441,7 +472,7 @@ dt_status dt_dp_new(dt_model *m, int workers, int max_batch, dt_dp **out) {
   d->blas_pinned = workers > 1;
   /* The calling thread runs worker 0 only where that leaves its OpenMP pool as it is: with one worker (its own
    * count) or one thread per worker (a one-thread region does not touch the pool). A share between those would
-   * shrink the pool the caller's whole-budget regions (gradient clipping, a row-wise optimizer step) grow back,
+   * shrink the pool the caller's whole-budget regions (fp16's unscale, a row-wise optimizer step) grow back,
    * every step. */
   d->inline0 = workers == 1 || d->omp_threads == 1;
   d->spin = (long)workers * d->omp_threads <= dt_usable_cores();
@@ -572,6 +603,23 @@ dt_status dt_dp_optim_step(dt_dp *d, dt_optim *o, float lr) {
    * deferred zero_grad: it reads as zeroed again. */
   if (stored_nothing) dt_model_zero_grad_deferred(d->m);
   d->optim = NULL;
+  return DT_OK;
+}
+
+/* The norm's chunks summed by the workers, a share each, then added in chunk order here; the scaling, where it
+ * clips, by the workers, a share of the arena each: dt_clip_grad_norm's bits, with no OpenMP region of the calling
+ * thread's (whose idle threads would spin beside the workers into the next step). */
+dt_status dt_dp_clip_grad_norm(dt_dp *d, float max_norm, float *norm) {
+  if (!d) return dt_error(DT_INVALID_ARGUMENT, "dt_dp_clip_grad_norm: NULL argument");
+  DT_CHECK(dt_clip_check(max_norm));
+  reduce_now(d);
+  (void)dt_model_grads(d->m, NULL); /* what a deferred zero_grad left unwritten is cleared first */
+  d->clip_chunks = dt_clip_chunks(d->n_params, &d->clip_chunk);
+  dispatch(d, DP_JOB_CLIP_SUM);
+  double sum = 0;
+  for (size_t c = 0; c < d->clip_chunks; c++) sum += d->clip_sums[c];
+  d->clip_coef = dt_clip_coef(sum, max_norm, norm);
+  if (d->clip_coef < 1.0f) dispatch(d, DP_JOB_CLIP_SCALE);
   return DT_OK;
 }
 

@@ -36,6 +36,8 @@ typedef struct dt_strategy_ops {
   dt_status (*finish_step)(dt_run *r);
   /* The optimizer's dense update of the whole arena (dp: by its workers); NULL: dt_optim_step. */
   dt_status (*optim_step)(dt_run *r, float lr);
+  /* --clip-grad-norm on the whole arena (dp: by its workers); NULL: dt_clip_grad_norm. */
+  dt_status (*clip_grad_norm)(dt_run *r, float max_norm, float *norm);
   /* Before an evaluation pass (ddp: rank 0's batch-norm statistics to all); may be NULL. */
   dt_status (*eval_start)(dt_run *r);
   /* Evaluation forward: outputs (n, outputs) valid until the next call. */

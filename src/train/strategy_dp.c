@@ -38,6 +38,8 @@ static dt_status dp_finish(dt_run *r) {
 
 static dt_status dp_optim_step(dt_run *r, float lr) { return dt_dp_optim_step(r->dp, r->optim, lr); }
 
+static dt_status dp_clip(dt_run *r, float max_norm, float *norm) { return dt_dp_clip_grad_norm(r->dp, max_norm, norm); }
+
 static dt_status dp_forward(dt_run *r, const void *x, int n, const float **out) {
   DT_CHECK(dt_dp_forward(r->dp, x, n, r->eval_buf));
   *out = r->eval_buf;
@@ -69,6 +71,7 @@ const dt_strategy_ops dt_strategy_dp_ops = {
     .train_batch = dp_batch,
     .finish_step = dp_finish,
     .optim_step = dp_optim_step,
+    .clip_grad_norm = dp_clip,
     .eval_start = NULL,
     .forward = dp_forward,
     .all_sum = dt_strategy_local_sum,

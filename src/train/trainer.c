@@ -389,7 +389,10 @@ static dt_status train_epoch(dt_run *r, epoch_state *es, int64_t *step) {
     DT_CHECK(dt_run_amp_unscale(r, &skip));
     if (c->clip_grad_norm > 0 && !skip) {
       float norm = 0;
-      DT_CHECK(dt_clip_grad_norm(r->grads, r->n_params, c->clip_grad_norm, &norm));
+      if (r->strategy->clip_grad_norm)
+        DT_CHECK(r->strategy->clip_grad_norm(r, c->clip_grad_norm, &norm));
+      else
+        DT_CHECK(dt_clip_grad_norm(r->grads, r->n_params, c->clip_grad_norm, &norm));
     }
     es->lr = r->step_lr;
     if (!skip) DT_CHECK(optimizer_step(r, es->lr));

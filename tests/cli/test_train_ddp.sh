@@ -357,6 +357,21 @@ else
   fail "dp --data-workers 0 against 1: $(cmp "$tmp/dpdw0/model.safetensors" "$tmp/dpdw1/model.safetensors" 2>&1)"
   show dpdw0
 fi
+# --clip-grad-norm is the workers' (dt_dp_clip_grad_norm, no OpenMP region of the main thread's beside them): a
+# share of the norm and, where it clips, of the scaling a worker and step in the trace (14 steps), and it binds
+timeout -k 2 60 "$DTRAIN" train --strategy dp --workers 2 --threads 2 --epochs 1 --limit-train 700 --limit-test 64 \
+  --batch-size 50 --clip-grad-norm 0.05 --trace "$tmp/dpclip.json" --out "$tmp/dpclip" --progress none \
+  >"$tmp/dpclip.out" 2>&1
+n_norm=$(grep -o '"name":"dp clip norm share"' "$tmp/dpclip.json" 2>/dev/null | wc -l)
+n_scale=$(grep -o '"name":"dp clip share"' "$tmp/dpclip.json" 2>/dev/null | wc -l)
+if [ "$n_norm" = 28 ] && [ "$n_scale" = 28 ] && [ -s "$tmp/dpclip/model.safetensors" ] &&
+  ! cmp -s "$tmp/dpclip/model.safetensors" "$tmp/dpdw1/model.safetensors"; then
+  ok "dp: --clip-grad-norm by the workers (28 norm and 28 scaling shares in 14 steps), and it binds"
+else
+  fail "dp --clip-grad-norm: $n_norm norm and $n_scale scaling shares in the trace (28 each expected), weights" \
+    "$(cmp "$tmp/dpclip/model.safetensors" "$tmp/dpdw1/model.safetensors" 2>&1 || true)"
+  show dpclip
+fi
 
 # ---- 4: mpirun --------------------------------------------------------------------------------
 section "4 mpirun"

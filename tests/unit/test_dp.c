@@ -397,6 +397,70 @@ TEST(an_update_after_a_fused_step_sees_zeroed_gradients) {
   ASSERT_EQ(moved, 0);
 }
 
+/* The batch's summed gradients of a fresh 67k-parameter mlp after one DP step with `workers` workers (fused or not),
+ * clipped at max_norm by dt_dp_clip_grad_norm (by_workers) or by dt_clip_grad_norm on the arena; the norm in
+ * *norm. A copy in out (n floats), or a failed call. */
+static dt_status clipped_grads(int workers, int fused, int by_workers, float max_norm, float *out, size_t n,
+                               float *norm) {
+  float x[MAX_BATCH * SAMPLE_NUMEL];
+  int32_t y[MAX_BATCH];
+  make_batch(x, y, MAX_BATCH, 42);
+  dt_model *m = NULL;
+  dt_dp *dp = NULL;
+  dt_status st = build_model(MLP_WIDE, MAX_BATCH, &m);
+  if (st == DT_OK) st = dt_dp_new(m, workers, MAX_BATCH, &dp);
+  if (st == DT_OK) {
+    dt_dp_set_fused_step(dp, fused);
+    dt_model_zero_grad_deferred(m);
+    st = dp_step(dp, x, y, MAX_BATCH, 0.0f, NULL, NULL, NULL);
+  }
+  if (st == DT_OK && by_workers) st = dt_dp_clip_grad_norm(dp, max_norm, norm);
+  if (st == DT_OK && !by_workers) st = dt_dp_reduce(dp);
+  size_t count = 0;
+  float *g = st == DT_OK ? dt_model_grads(m, &count) : NULL;
+  if (st == DT_OK && count != n) st = dt_error(DT_INTERNAL, "%zu gradients, expected %zu", count, n);
+  if (st == DT_OK && !by_workers) st = dt_clip_grad_norm(g, count, max_norm, norm);
+  if (st == DT_OK) memcpy(out, g, n * sizeof *out);
+  dt_dp_free(dp);
+  dt_model_free(m);
+  return st;
+}
+
+/* dt_dp_clip_grad_norm gives dt_clip_grad_norm's norm and gradients bit for bit: 2 and 3 workers (the norm's 5
+ * chunks shared unevenly), after a fused step's deferred sums and after an unfused one, where it clips and where it
+ * does not; a max_norm of 0 is refused. */
+TEST(clipping_by_the_workers_gives_the_bits) {
+  dt_model *m = NULL;
+  ASSERT_OK(build_model(MLP_WIDE, MAX_BATCH, &m));
+  const size_t n = dt_model_num_params(m);
+  dt_model_free(m);
+  float *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got), *raw = malloc(n * sizeof *raw);
+  ASSERT(want && got && raw);
+  for (int workers = 2; workers <= 3; workers++) {
+    float norm_raw = 0;
+    ASSERT_OK(clipped_grads(workers, 0, 0, INFINITY, raw, n, &norm_raw)); /* +inf only measures */
+    for (int fused = 0; fused <= 1; fused++)
+      for (int binds = 0; binds <= 1; binds++) {
+        const float max_norm = binds ? norm_raw / 4 : norm_raw * 4;
+        float norm_want = 0, norm_got = 0;
+        ASSERT_OK(clipped_grads(workers, fused, 0, max_norm, want, n, &norm_want));
+        ASSERT_OK(clipped_grads(workers, fused, 1, max_norm, got, n, &norm_got));
+        ASSERT(memcmp(&norm_want, &norm_got, sizeof norm_got) == 0);
+        ASSERT(memcmp(want, got, n * sizeof *got) == 0);
+        ASSERT_EQ(memcmp(raw, got, n * sizeof *got) != 0, binds); /* it scaled where, and only where, it clips */
+      }
+  }
+  dt_dp *dp = NULL;
+  ASSERT_OK(build_model(MLP_WIDE, MAX_BATCH, &m));
+  ASSERT_OK(dt_dp_new(m, 2, MAX_BATCH, &dp));
+  ASSERT_EQ(dt_dp_clip_grad_norm(dp, 0.0f, NULL), DT_INVALID_ARGUMENT);
+  dt_dp_free(dp);
+  dt_model_free(m);
+  free(want);
+  free(got);
+  free(raw);
+}
+
 /* Once warm, a DP step allocates nothing in dtrain: the train jobs, the fused reduce and update (Adam, a no-decay
  * table), an inference between steps, 2 and 3 workers, an mlp and a conv with batch norm. */
 TEST(warm_steps_allocate_nothing) {
@@ -679,4 +743,5 @@ TEST_MAIN(TEST_ENTRY(equivalent_to_whole_batch_mlp_and_conv), TEST_ENTRY(one_wor
           TEST_ENTRY(forward_equals_whole_batch_forward), TEST_ENTRY(batchnorm_statistics_come_from_worker_0),
           TEST_ENTRY(argument_errors), TEST_ENTRY(workers_fill_their_own_slices), TEST_ENTRY(no_thread_leak),
           TEST_ENTRY(fused_steps_give_the_unfused_bits),
-          TEST_ENTRY(an_update_after_a_fused_step_sees_zeroed_gradients), TEST_ENTRY(warm_steps_allocate_nothing))
+          TEST_ENTRY(an_update_after_a_fused_step_sees_zeroed_gradients), TEST_ENTRY(warm_steps_allocate_nothing),
+          TEST_ENTRY(clipping_by_the_workers_gives_the_bits))
